@@ -1,0 +1,94 @@
+/**
+ * The one error class of quorumfence. Expected outcomes (a busy lock, a stale
+ * epoch, a refused write) are returned as `{ ok: false, reason }` values; this
+ * class is thrown only for programmer errors, bad input at a boundary, and
+ * system failures. Each code is stable: docs and tests name it, never the message.
+ */
+export type ErrorCode =
+  // --- caller misuse ---
+  /** An argument to a public function has the wrong type, shape or range. */
+  | 'INVALID_ARGUMENT'
+  /** A command-line flag is unknown, missing its value, or has a bad value. */
+  | 'INVALID_OPTION'
+  /** The object was used after it was closed or disposed. */
+  | 'CLOSED'
+
+  // --- byte decoding (tokens, points, keys): one code per way bytes can be wrong ---
+  /** A byte field or encoding has the wrong length. */
+  | 'BAD_LENGTH'
+  /** Bytes remain after a complete value was decoded. */
+  | 'TRAILING_BYTES'
+  /** A version byte or format string this build does not know. */
+  | 'UNKNOWN_VERSION'
+  /** An epoch outside 1 .. 2^63-1. */
+  | 'EPOCH_OUT_OF_RANGE'
+  /** A resource name with zero bytes. */
+  | 'RESOURCE_EMPTY'
+  /** A resource name longer than 256 UTF-8 bytes. */
+  | 'RESOURCE_TOO_LONG'
+  /** A resource name that is not well-formed UTF-8. */
+  | 'RESOURCE_NOT_UTF8'
+  /** A point encoding with bad flag bits or a coordinate not below the field modulus. */
+  | 'POINT_NOT_CANONICAL'
+  /** A point whose x coordinate has no matching y on the curve. */
+  | 'POINT_NOT_ON_CURVE'
+  /** A point on the curve but outside the prime-order subgroup. */
+  | 'POINT_NOT_IN_SUBGROUP'
+  /** The point at infinity, which is never a valid key or signature here. */
+  | 'POINT_IDENTITY'
+  /** Text that should be base64url or hex is not. */
+  | 'BAD_ENCODING'
+
+  // --- keys and clusters ---
+  /** A cluster description fails a check; the message names the field. */
+  | 'BAD_CLUSTER'
+  /** A cluster id given or stored does not match the cluster description. */
+  | 'CLUSTER_MISMATCH'
+  /** A key share does not match the published commitments or its public share. */
+  | 'SHARE_MISMATCH'
+  /** A key file (replica share or client identity) is malformed. */
+  | 'BAD_KEY_FILE'
+  /** A file that must not be overwritten already exists. */
+  | 'FILE_EXISTS'
+  /** A file or directory could not be read or written. */
+  | 'IO_ERROR'
+  /** The requested crypto backend cannot be loaded on this machine. */
+  | 'BACKEND_UNAVAILABLE'
+
+  // --- storage ---
+  /** The on-disk store is unreadable, inconsistent, or from another cluster or replica. */
+  | 'STORE_CORRUPT'
+  /** An interchange (export/import) file is malformed or from another cluster. */
+  | 'BAD_INTERCHANGE'
+
+  // --- wire ---
+  /** A frame is malformed, oversized, of an unknown type, or out of order. */
+  | 'PROTOCOL_ERROR'
+  /** Authentication failed or was not done before a request. */
+  | 'UNAUTHENTICATED'
+  /** Too many requests in flight or per second on one connection. */
+  | 'RATE_LIMITED'
+  /** The connection closed or could not be opened. */
+  | 'CONNECTION_FAILED'
+  /** An operation ran past its deadline. */
+  | 'TIMEOUT'
+  /** The server hit an unexpected internal failure (a bug, or storage failing). */
+  | 'INTERNAL';
+
+export class QuorumFenceError extends Error {
+  override readonly name = 'QuorumFenceError';
+  readonly code: ErrorCode;
+  /** Structured context for logs (field name, limits); never secrets. */
+  readonly details: Readonly<Record<string, unknown>> | undefined;
+
+  constructor(code: ErrorCode, message: string, details?: Record<string, unknown>, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.details = details;
+  }
+}
+
+/** True when `error` is a QuorumFenceError, optionally with the given code. */
+export function isQuorumFenceError(error: unknown, code?: ErrorCode): error is QuorumFenceError {
+  return error instanceof QuorumFenceError && (code === undefined || error.code === code);
+}

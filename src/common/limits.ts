@@ -1,0 +1,15 @@
+/**
+ * Bounds that the contract (DESIGN.md) fixes. Limits that are tunable per
+ * process live in that process's options object with a named default.
+ */
+
+/** Resource names are 1..256 UTF-8 bytes: long enough for paths and URNs, short enough to index. */
+export const MAX_RESOURCE_BYTES = 256;
+
+/** Epochs are u64 on the wire but capped at 2^63-1 so that signed 64-bit stores can hold them. */
+export const MIN_EPOCH = 1n;
+export const MAX_EPOCH = (1n << 63n) - 1n;
+
+/** A replica, at N = 3f+1, needs N! to stay small enough for fast combining; 31 replicas (f = 10) is the supported top. */
+export const MIN_REPLICAS = 4;
+export const MAX_REPLICAS = 31;

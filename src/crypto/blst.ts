@@ -1,0 +1,171 @@
+/**
+ * The native backend: @chainsafe/blst (supranational's blst). About 16x
+ * faster than noble for sign and verify. Its API has point addition
+ * (aggregation) but no scalar multiplication, which is all combining needs:
+ * the Δ-scaled coefficients are small integers (see threshold.ts).
+ */
+import type * as blst from '@chainsafe/blst';
+import { QuorumFenceError } from '../common/errors.js';
+import { bytesToBigInt } from '../common/bytes.js';
+import type { BlsBackend, CombineTerm, PublicKey, SecretKey, Signature } from './backend.js';
+import { checkCompressedPoint, negateUncompressedG2 } from './point-encoding.js';
+import { SCALAR_ORDER } from './threshold.js';
+
+class BlstPublicKey implements PublicKey {
+  readonly backend = 'blst' as const;
+  constructor(
+    readonly bytes: Uint8Array,
+    readonly inner: blst.PublicKey,
+  ) {}
+}
+
+class BlstSignature implements Signature {
+  readonly backend = 'blst' as const;
+  constructor(
+    readonly bytes: Uint8Array,
+    readonly inner: blst.Signature,
+  ) {}
+}
+
+class BlstSecretKey implements SecretKey {
+  readonly backend = 'blst' as const;
+  constructor(readonly inner: blst.SecretKey) {}
+}
+
+function own<T>(value: unknown, type: abstract new (...args: never[]) => T, what: string): T {
+  if (!(value instanceof type)) {
+    throw new QuorumFenceError('INVALID_ARGUMENT', `${what} was not made by the blst backend`);
+  }
+  return value;
+}
+
+function bitLength(value: bigint): number {
+  return value === 0n ? 0 : value.toString(2).length;
+}
+
+function gcd(a: bigint, b: bigint): bigint {
+  while (b !== 0n) [a, b] = [b, a % b];
+  return a;
+}
+
+type BlstModule = typeof blst;
+
+/**
+ * Σ scalarᵢ·pointᵢ for non-negative scalars by interleaved double-and-add
+ * (Straus): one aggregation call per bit, adding every point whose bit is set.
+ */
+function interleavedMultiply(
+  sum: (points: blst.Signature[]) => blst.Signature,
+  points: blst.Signature[],
+  scalars: bigint[],
+): blst.Signature | null {
+  let accumulator: blst.Signature | null = null;
+  for (let bit = Math.max(...scalars.map(bitLength)) - 1; bit >= 0; bit--) {
+    const addends: blst.Signature[] = accumulator ? [accumulator, accumulator] : [];
+    for (let i = 0; i < points.length; i++) if ((scalars[i]! >> BigInt(bit)) & 1n) addends.push(points[i]!);
+    if (addends.length > 0) accumulator = sum(addends);
+  }
+  return accumulator;
+}
+
+/** @param blst the loaded native module (the loader requires it, so a failed load is caught in one place). */
+export function createBlstBackend(native: BlstModule): BlsBackend {
+  // Aggregation in blst is add-or-double, so summing [P, P] doubles P.
+  const sum = (points: blst.Signature[]): blst.Signature =>
+    points.length === 1 ? points[0]! : native.aggregateSignatures(points, false);
+  return {
+    name: 'blst',
+
+    decodePublicKey(bytes, field = 'publicKey') {
+      checkCompressedPoint(bytes, 48, field);
+      let inner: blst.PublicKey;
+      try {
+        inner = native.PublicKey.fromBytes(bytes, false);
+      } catch {
+        throw new QuorumFenceError('POINT_NOT_ON_CURVE', `"${field}" is not a point on the curve`, { field });
+      }
+      try {
+        inner.keyValidate();
+      } catch {
+        throw new QuorumFenceError('POINT_NOT_IN_SUBGROUP', `"${field}" is not in the prime-order subgroup`, { field });
+      }
+      return new BlstPublicKey(bytes.slice(), inner);
+    },
+
+    decodeSignature(bytes, field = 'signature') {
+      checkCompressedPoint(bytes, 96, field);
+      let inner: blst.Signature;
+      try {
+        inner = native.Signature.fromBytes(bytes, false);
+      } catch {
+        throw new QuorumFenceError('POINT_NOT_ON_CURVE', `"${field}" is not a point on the curve`, { field });
+      }
+      try {
+        inner.sigValidate(true);
+      } catch {
+        throw new QuorumFenceError('POINT_NOT_IN_SUBGROUP', `"${field}" is not in the prime-order subgroup`, { field });
+      }
+      return new BlstSignature(bytes.slice(), inner);
+    },
+
+    secretKeyFromBytes(bytes) {
+      if (!(bytes instanceof Uint8Array) || bytes.length !== 32) {
+        throw new QuorumFenceError('BAD_LENGTH', '"secretKey" expected 32 bytes');
+      }
+      const scalar = bytesToBigInt(bytes);
+      if (scalar === 0n || scalar >= SCALAR_ORDER) {
+        throw new QuorumFenceError('BAD_KEY_FILE', '"secretKey" must be in 1 .. r-1');
+      }
+      return new BlstSecretKey(native.SecretKey.fromBytes(bytes));
+    },
+
+    publicKeyOf(secretKey) {
+      const inner = own(secretKey, BlstSecretKey, 'secret key').inner.toPublicKey();
+      return new BlstPublicKey(inner.toBytes(true), inner);
+    },
+
+    sign(secretKey, message) {
+      const inner = own(secretKey, BlstSecretKey, 'secret key').inner.sign(message);
+      return new BlstSignature(inner.toBytes(true), inner);
+    },
+
+    verify(publicKey, message, signature) {
+      const pk = own(publicKey, BlstPublicKey, 'public key');
+      const sig = own(signature, BlstSignature, 'signature');
+      try {
+        // Both points were fully validated when decoded, so blst need not check them again.
+        return native.verify(message, pk.inner, sig.inner, false, false);
+      } catch {
+        return false;
+      }
+    },
+
+    linearCombination(terms: readonly CombineTerm[]) {
+      const points: blst.Signature[] = [];
+      const magnitudes: bigint[] = [];
+      for (const { signature, coefficient } of terms) {
+        const sig = own(signature, BlstSignature, 'signature');
+        if (coefficient === 0n) continue;
+        // Negative coefficients multiply the negated point.
+        points.push(
+          coefficient > 0n ? sig.inner : native.Signature.fromBytes(negateUncompressedG2(sig.inner.toBytes(false)), false),
+        );
+        magnitudes.push(coefficient > 0n ? coefficient : -coefficient);
+      }
+      if (points.length === 0) return null;
+      // Δ·λ coefficients share a large common factor (most of N!); multiplying it out once
+      // after the interleaved sum costs far fewer additions than carrying it in every term.
+      const common = magnitudes.reduce(gcd);
+      let result = interleavedMultiply(
+        sum,
+        points,
+        magnitudes.map((m) => m / common),
+      );
+      if (result && common > 1n) result = interleavedMultiply(sum, [result], [common]);
+      if (!result) return null;
+      const bytes = result.toBytes(true);
+      if ((bytes[0]! & 0x40) !== 0) return null;
+      return new BlstSignature(bytes, result);
+    },
+  };
+}

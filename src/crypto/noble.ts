@@ -1,0 +1,134 @@
+/**
+ * The reference backend: @noble/curves, pure JS. Slow (tens of ms per
+ * pairing) but dependency-free and auditable; the native backend must match it
+ * byte for byte.
+ */
+import { bls12_381 } from '@noble/curves/bls12-381.js';
+import { QuorumFenceError } from '../common/errors.js';
+import { bytesToBigInt } from '../common/bytes.js';
+import {
+  SIGNATURE_DST,
+  type BlsBackend,
+  type CombineTerm,
+  type PublicKey,
+  type SecretKey,
+  type Signature,
+} from './backend.js';
+import { checkCompressedPoint } from './point-encoding.js';
+import { SCALAR_ORDER } from './threshold.js';
+
+const long = bls12_381.longSignatures;
+type G1Point = ReturnType<typeof long.getPublicKey>;
+type G2Point = ReturnType<typeof long.hash>;
+
+class NoblePublicKey implements PublicKey {
+  readonly backend = 'noble' as const;
+  constructor(
+    readonly bytes: Uint8Array,
+    readonly point: G1Point,
+  ) {}
+}
+
+class NobleSignature implements Signature {
+  readonly backend = 'noble' as const;
+  constructor(
+    readonly bytes: Uint8Array,
+    readonly point: G2Point,
+  ) {}
+}
+
+class NobleSecretKey implements SecretKey {
+  readonly backend = 'noble' as const;
+  constructor(readonly scalarBytes: Uint8Array) {}
+}
+
+function own<T>(value: unknown, type: abstract new (...args: never[]) => T, what: string): T {
+  if (!(value instanceof type)) {
+    throw new QuorumFenceError('INVALID_ARGUMENT', `${what} was not made by the noble backend`);
+  }
+  return value;
+}
+
+/** Maps noble's decode failures (after our own encoding checks passed) to curve or subgroup codes. */
+function decodeFailure(error: unknown, field: string): QuorumFenceError {
+  const message = error instanceof Error ? error.message : String(error);
+  if (message.includes('subgroup')) {
+    return new QuorumFenceError('POINT_NOT_IN_SUBGROUP', `"${field}" is not in the prime-order subgroup`, { field });
+  }
+  return new QuorumFenceError('POINT_NOT_ON_CURVE', `"${field}" is not a point on the curve`, { field });
+}
+
+export function createNobleBackend(): BlsBackend {
+  const signatureFromPoint = (point: G2Point): NobleSignature =>
+    new NobleSignature(long.Signature.toBytes(point), point);
+
+  return {
+    name: 'noble',
+
+    decodePublicKey(bytes, field = 'publicKey') {
+      checkCompressedPoint(bytes, 48, field);
+      let point: G1Point;
+      try {
+        point = bls12_381.G1.Point.fromBytes(bytes);
+      } catch (error) {
+        throw decodeFailure(error, field);
+      }
+      return new NoblePublicKey(bytes.slice(), point);
+    },
+
+    decodeSignature(bytes, field = 'signature') {
+      checkCompressedPoint(bytes, 96, field);
+      let point: G2Point;
+      try {
+        point = long.Signature.fromBytes(bytes);
+      } catch (error) {
+        throw decodeFailure(error, field);
+      }
+      return new NobleSignature(bytes.slice(), point);
+    },
+
+    secretKeyFromBytes(bytes) {
+      if (!(bytes instanceof Uint8Array) || bytes.length !== 32) {
+        throw new QuorumFenceError('BAD_LENGTH', '"secretKey" expected 32 bytes');
+      }
+      const scalar = bytesToBigInt(bytes);
+      if (scalar === 0n || scalar >= SCALAR_ORDER) {
+        throw new QuorumFenceError('BAD_KEY_FILE', '"secretKey" must be in 1 .. r-1');
+      }
+      return new NobleSecretKey(bytes.slice());
+    },
+
+    publicKeyOf(secretKey) {
+      const point = long.getPublicKey(own(secretKey, NobleSecretKey, 'secret key').scalarBytes);
+      return new NoblePublicKey(point.toBytes(true), point);
+    },
+
+    sign(secretKey, message) {
+      const key = own(secretKey, NobleSecretKey, 'secret key');
+      return signatureFromPoint(long.sign(long.hash(message, SIGNATURE_DST), key.scalarBytes));
+    },
+
+    verify(publicKey, message, signature) {
+      const pk = own(publicKey, NoblePublicKey, 'public key');
+      const sig = own(signature, NobleSignature, 'signature');
+      try {
+        return long.verify(sig.point, long.hash(message, SIGNATURE_DST), pk.point);
+      } catch {
+        return false;
+      }
+    },
+
+    linearCombination(terms: readonly CombineTerm[]) {
+      let sum = bls12_381.G2.Point.ZERO;
+      for (const { signature, coefficient } of terms) {
+        const point = own(signature, NobleSignature, 'signature').point;
+        const magnitude = (coefficient < 0n ? -coefficient : coefficient) % SCALAR_ORDER;
+        if (magnitude === 0n) continue;
+        // multiplyUnsafe: the coefficients and partials are public, so constant time buys nothing here.
+        const scaled = point.multiplyUnsafe(magnitude);
+        sum = sum.add(coefficient < 0n ? scaled.negate() : scaled);
+      }
+      return sum.is0() ? null : signatureFromPoint(sum);
+    },
+  };
+}

@@ -1,0 +1,156 @@
+/**
+ * Wire messages. Every frame is one binary WebSocket message holding one
+ * msgpack map `{ v, type, id?, ... }`.
+ *
+ * Connection flow:
+ *   replica → client  challenge { nonce, clusterId, replica }
+ *   client  → replica hello     { id, holder, signature }   signature = Ed25519(authTranscript)
+ *   replica → client  welcome   { id, replica }
+ *   then requests (acquire, renew, release, status), each answered by a
+ *   reply { id, outcome } or an error { id, code, message }.
+ */
+import { concatBytes, u16be } from '../common/bytes.js';
+
+export const PROTOCOL_VERSION = 1;
+
+/** WebSocket close codes the project uses (RFC 6455 codes where one fits). */
+export const CloseCode = {
+  NORMAL: 1000,
+  /** The peer is shutting down (SIGTERM). */
+  GOING_AWAY: 1001,
+  /** A malformed frame: undecodable msgpack, wrong shape, unknown type, wrong version. */
+  PROTOCOL_ERROR: 1002,
+  /** A text frame; only binary frames are spoken. */
+  UNSUPPORTED_DATA: 1003,
+  /** Authentication failed, a request came before it, or the connection kept exceeding its limits. */
+  POLICY_VIOLATION: 1008,
+  /** A frame above the size limit. */
+  MESSAGE_TOO_BIG: 1009,
+  INTERNAL_ERROR: 1011,
+} as const;
+
+export const NONCE_BYTES = 32;
+export const HOLDER_KEY_BYTES = 32;
+export const HOLDER_SIGNATURE_BYTES = 64;
+export const PARTIAL_BYTES = 96;
+
+const AUTH_TAG = new TextEncoder().encode('quorumfence/auth/v1');
+
+/**
+ * What the client signs to prove its key to one replica: binds the fresh
+ * nonce (no replay), the cluster (no cross-cluster reuse) and the replica
+ * index (no relay to another replica).
+ */
+export function authTranscript(nonce: Uint8Array, clusterId: Uint8Array, replicaIndex: number): Uint8Array {
+  return concatBytes(AUTH_TAG, nonce, clusterId, u16be(replicaIndex));
+}
+
+// ---------- client → replica ----------
+
+export interface Hello {
+  readonly type: 'hello';
+  readonly id: number;
+  /** Ed25519 public key. */
+  readonly holder: Uint8Array;
+  readonly signature: Uint8Array;
+}
+
+export interface AcquireRequest {
+  readonly type: 'acquire';
+  readonly id: number;
+  readonly resource: string;
+  readonly epoch: bigint;
+  readonly ttlMs: number;
+}
+
+export interface RenewRequest {
+  readonly type: 'renew';
+  readonly id: number;
+  readonly resource: string;
+  readonly epoch: bigint;
+  readonly ttlMs: number;
+}
+
+export interface ReleaseRequest {
+  readonly type: 'release';
+  readonly id: number;
+  readonly resource: string;
+  readonly epoch: bigint;
+}
+
+export interface StatusRequest {
+  readonly type: 'status';
+  readonly id: number;
+  readonly resource: string;
+}
+
+export type Request = AcquireRequest | RenewRequest | ReleaseRequest | StatusRequest;
+export type ClientMessage = Hello | Request;
+
+// ---------- replica → client ----------
+
+export interface Challenge {
+  readonly type: 'challenge';
+  readonly nonce: Uint8Array;
+  readonly clusterId: Uint8Array;
+  readonly replica: number;
+}
+
+export interface Welcome {
+  readonly type: 'welcome';
+  readonly id: number;
+  readonly replica: number;
+}
+
+/** Outcomes refused for every request type: bad bounds, or the access policy. */
+export type CommonRefusal = { readonly status: 'invalid'; readonly message: string } | { readonly status: 'forbidden' };
+
+export type AcquireOutcome =
+  | { readonly status: 'granted'; readonly partial: Uint8Array }
+  /** `epoch` is the highest epoch this replica has signed for the resource. */
+  | { readonly status: 'stale'; readonly epoch: bigint }
+  | { readonly status: 'busy'; readonly epoch: bigint; readonly remainingMs: number }
+  | { readonly status: 'too_far'; readonly epoch: bigint }
+  | CommonRefusal;
+
+export type RenewOutcome =
+  | { readonly status: 'renewed'; readonly remainingMs: number }
+  /** The caller is not the recorded holder of that epoch, or released it; `epoch` is the recorded one. */
+  | { readonly status: 'not_holder'; readonly epoch: bigint }
+  | CommonRefusal;
+
+export type ReleaseOutcome = { readonly status: 'released' } | { readonly status: 'not_holder'; readonly epoch: bigint } | CommonRefusal;
+
+export type StatusOutcome =
+  /** `epoch` is 0 when the replica never signed for the resource. */
+  | { readonly status: 'ok'; readonly epoch: bigint; readonly leased: boolean; readonly remainingMs: number }
+  | CommonRefusal;
+
+export type Outcome = AcquireOutcome | RenewOutcome | ReleaseOutcome | StatusOutcome;
+
+export interface OutcomeByRequest {
+  acquire: AcquireOutcome;
+  renew: RenewOutcome;
+  release: ReleaseOutcome;
+  status: StatusOutcome;
+}
+
+export interface Reply {
+  readonly type: 'reply';
+  readonly id: number;
+  /** Validated against the request type by `parseOutcome` on the client, which knows what it asked. */
+  readonly outcome: Readonly<Record<string, unknown>>;
+}
+
+/** Error codes a replica sends in an error frame (the connection stays open). */
+export type WireErrorCode = 'RATE_LIMITED' | 'UNAUTHENTICATED' | 'INTERNAL' | 'PROTOCOL_ERROR';
+
+export interface ErrorMessage {
+  readonly type: 'error';
+  /** Absent when the offending frame had no usable id. */
+  readonly id?: number;
+  readonly code: WireErrorCode;
+  readonly message: string;
+}
+
+export type ServerMessage = Challenge | Welcome | Reply | ErrorMessage;
