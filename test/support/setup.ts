@@ -1,10 +1,7 @@
 /**
- * Shared test set-up: the fast-check run count is set once here (override with
- * FC_NUM_RUNS), and every property test prints its seed on failure so it can be replayed.
+ * Shared test set-up: the fast-check run count is set once here (override
+ * with FC_NUM_RUNS); a failing property prints its seed and path to replay it.
  */
 import fc from 'fast-check';
 
-fc.configureGlobal({
-  numRuns: Number(process.env.FC_NUM_RUNS ?? 100),
-  interruptAfterTimeLimit: 120_000,
-});
+fc.configureGlobal({ numRuns: Number(process.env.FC_NUM_RUNS ?? 100) });
