@@ -1,5 +1,8 @@
 import { defineConfig } from 'vitest/config';
 
+// CI sets QUORUMFENCE_TEST_REPORT to a path and reads its own summary from that JSON.
+const jsonReport = process.env.QUORUMFENCE_TEST_REPORT;
+
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
@@ -9,5 +12,6 @@ export default defineConfig({
     maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 60_000,
+    reporters: jsonReport ? ['default', ['json', { outputFile: jsonReport }]] : ['default'],
   },
 });

@@ -1,0 +1,56 @@
+/**
+ * The crypto floor: per-operation medians for both backends. Everything else
+ * the benchmark reports is compared against these figures from the same run.
+ */
+import type { BackendName, BlsBackend } from '../crypto/backend.js';
+import { loadBackend } from '../crypto/load.js';
+import { seededRandom } from '../crypto/random.js';
+import { combinePartials, dealKey } from '../crypto/threshold.js';
+import { describeDealtKey, localEndpoints, parseCluster } from '../cluster/description.js';
+import { checkToken, encodeToken } from '../token/admission-token.js';
+import { grantMessage, makeGrant } from '../token/grant.js';
+import { timeSync, type Timing } from './measure.js';
+
+export interface CryptoFigures {
+  backend: BackendName;
+  signMs: Timing;
+  verifyPartialMs: Timing;
+  /** Decode (with subgroup check) + one pairing check, as a guard does on first use. */
+  verifyTokenMs: Timing;
+  /** Keyed by t. */
+  combineMs: Record<string, Timing>;
+}
+
+export function benchCrypto(backendName: BackendName, options: { quick?: boolean; thresholds?: number[] } = {}): CryptoFigures {
+  const backend: BlsBackend = loadBackend(backendName);
+  const slow = backendName === 'noble';
+  const budgetMs = (options.quick ? 300 : 1500) * (slow ? 2 : 1);
+  const budget = { budgetMs, minIterations: slow ? 3 : 20, warmup: slow ? 1 : 10 };
+  const combineMs: Record<string, Timing> = {};
+  let first: Omit<CryptoFigures, 'combineMs' | 'backend'> | undefined;
+
+  for (const t of options.thresholds ?? [3, 7, 21]) {
+    const n = (3 * t - 1) / 2; // t = 2f+1, n = 3f+1
+    const key = dealKey(n, t, seededRandom(new Uint8Array([n])));
+    const cluster = parseCluster(describeDealtKey(key, localEndpoints(n)), { backend });
+    const grant = makeGrant({ clusterId: cluster.id, resource: 'bench/resource', epoch: 42n, holder: new Uint8Array(32).fill(7) });
+    const message = grantMessage(grant);
+    const secretKeys = key.shares.map((s) => backend.secretKeyFromBytes(s.scaledSecretShare));
+    const partials = secretKeys.map((sk, k) => ({ index: k + 1, signature: backend.sign(sk, message) }));
+    // Rotate through different signer sets so the coefficient cache is exercised as a client would.
+    const sets = Array.from({ length: Math.min(n, 8) }, (_, r) => partials.slice(r).concat(partials.slice(0, r)).slice(0, t));
+    let round = 0;
+    combineMs[t] = timeSync(() => combinePartials(backend, n, sets[round++ % sets.length]!), budget);
+
+    if (!first) {
+      const signature = combinePartials(backend, n, partials.slice(0, t))!;
+      const token = encodeToken(grant, signature);
+      first = {
+        signMs: timeSync(() => backend.sign(secretKeys[0]!, message), budget),
+        verifyPartialMs: timeSync(() => backend.verify(cluster.replicas[0]!.publicKeyShare, message, partials[0]!.signature), budget),
+        verifyTokenMs: timeSync(() => checkToken(token.bytes, cluster), budget),
+      };
+    }
+  }
+  return { backend: backendName, ...first!, combineMs };
+}
