@@ -58,6 +58,8 @@ export type ErrorCode =
   // --- storage ---
   /** The on-disk store is unreadable, inconsistent, or from another cluster or replica. */
   | 'STORE_CORRUPT'
+  /** The data directory is in use by another live process (a second replica on one store could sign twice). */
+  | 'STORE_LOCKED'
   /** An interchange (export/import) file is malformed or from another cluster. */
   | 'BAD_INTERCHANGE'
 
