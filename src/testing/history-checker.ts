@@ -1,0 +1,206 @@
+/**
+ * The judge of a run: reads what guards decided (their logs), what tokens
+ * travelled (captured off the wire), and what clients were told succeeded,
+ * and reports every violation of the fencing promise with the smallest piece
+ * of history that shows it. Pure and linear in the size of the history.
+ *
+ * Checked:
+ *  - epoch_went_down: a guard accepted epoch e after accepting a larger one for the resource (S4);
+ *  - duplicate_token: two different valid tokens for one (resource, epoch) anywhere in the history (S1);
+ *  - invalid_token: a guard accepted a token that does not verify against the cluster (S5);
+ *  - lost_write: a write a client saw acknowledged is missing from the guard's log, or the final
+ *    stored version of a key is not the one its last accepted write produced.
+ */
+import { checkToken } from '../token/admission-token.js';
+import { toHex } from '../common/bytes.js';
+import { tokenDigest } from '../token/admission-token.js';
+import type { Cluster } from '../cluster/description.js';
+import type { GuardLogEntry } from '../guard/log.js';
+
+/** A write the client was told succeeded. */
+export interface AcknowledgedWrite {
+  /** Which guard (index into History.guardLogs) acknowledged it. */
+  readonly guard: number;
+  readonly resource: string;
+  readonly key: string;
+  /** hex SHA-256 of the token the write carried. */
+  readonly tokenDigest: string;
+  /** The data version the guard reported for the write. */
+  readonly version: number;
+}
+
+export interface History {
+  /** One log per guard, each in its own seq order. */
+  readonly guardLogs: readonly (readonly GuardLogEntry[])[];
+  /** Admission tokens (base64url) seen anywhere: issued to clients, replayed, captured by a proxy. */
+  readonly capturedTokens?: readonly string[];
+  readonly acknowledged?: readonly AcknowledgedWrite[];
+  /** Per guard, the data version each key holds at the end (`resource \u0000 key` → version; absent = deleted or never written). */
+  readonly finalVersions?: readonly ReadonlyMap<string, number>[];
+}
+
+/** Where a token was seen: a guard log entry, or the captured list. */
+export type Sighting = { readonly guard: number; readonly entry: GuardLogEntry } | { readonly captured: number; readonly token: string };
+
+export type Violation =
+  | { readonly kind: 'epoch_went_down'; readonly guard: number; readonly resource: string; readonly earlier: GuardLogEntry; readonly later: GuardLogEntry }
+  | {
+      readonly kind: 'duplicate_token';
+      readonly resource: string;
+      readonly epoch: string;
+      readonly first: { readonly digest: string; readonly seen: Sighting };
+      readonly second: { readonly digest: string; readonly seen: Sighting };
+    }
+  | { readonly kind: 'invalid_token'; readonly guard: number; readonly entry: GuardLogEntry; readonly why: string }
+  | { readonly kind: 'lost_write'; readonly write: AcknowledgedWrite; readonly why: string; readonly entry?: GuardLogEntry };
+
+export interface HistoryStats {
+  readonly entries: number;
+  readonly accepted: number;
+  readonly refusedByReason: Readonly<Record<string, number>>;
+  readonly tokensChecked: number;
+}
+
+export type HistoryCheck =
+  | { readonly ok: true; readonly stats: HistoryStats }
+  | { readonly ok: false; readonly stats: HistoryStats; readonly violations: readonly Violation[] };
+
+const keyOf = (resource: string, key: string | null) => `${resource}\u0000${key ?? ''}`;
+
+export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
+  const violations: Violation[] = [];
+  let entries = 0;
+  let accepted = 0;
+  const refusedByReason: Record<string, number> = {};
+
+  // Each distinct token text is verified once, however often it appears.
+  const verified = new Map<string, { valid: boolean; resource: string; epoch: string; digest: string; why: string }>();
+  const verify = (text: string) => {
+    let result = verified.get(text);
+    if (!result) {
+      const check = checkToken(text, cluster);
+      result = check.ok
+        ? { valid: true, resource: check.token.grant.resource, epoch: check.token.grant.epoch.toString(), digest: toHex(tokenDigest(check.token)), why: '' }
+        : { valid: false, resource: '', epoch: '', digest: '', why: `${check.reason}: ${check.message}` };
+      verified.set(text, result);
+    }
+    return result;
+  };
+
+  // S1: the first valid token seen per (resource, epoch); any other valid one is a duplicate.
+  const firstToken = new Map<string, { digest: string; seen: Sighting }>();
+  const reportedPairs = new Set<string>();
+  const sawValidToken = (text: string, seen: Sighting) => {
+    const token = verify(text);
+    if (!token.valid) return;
+    const slot = `${token.resource}\u0000${token.epoch}`;
+    const first = firstToken.get(slot);
+    if (!first) firstToken.set(slot, { digest: token.digest, seen });
+    else if (first.digest !== token.digest && !reportedPairs.has(`${slot}\u0000${token.digest}`)) {
+      reportedPairs.add(`${slot}\u0000${token.digest}`);
+      violations.push({ kind: 'duplicate_token', resource: token.resource, epoch: token.epoch, first, second: { digest: token.digest, seen } });
+    }
+  };
+
+  // Accepted entries by (guard, resource, key, version), for matching acknowledgements.
+  const acceptedWrites = new Map<string, GuardLogEntry>();
+  const lastAcceptedVersion: Map<string, number | null>[] = [];
+
+  history.guardLogs.forEach((log, guard) => {
+    const highest = new Map<string, GuardLogEntry>();
+    const lastVersion = new Map<string, number | null>();
+    lastAcceptedVersion.push(lastVersion);
+    for (const entry of log) {
+      entries++;
+      if (!entry.accepted) {
+        refusedByReason[entry.outcome] = (refusedByReason[entry.outcome] ?? 0) + 1;
+        // A refused conflict still carries two tokens for one epoch: if both verify, S1 broke.
+        if (entry.outcome === 'conflict') {
+          if (entry.conflictingToken) sawValidToken(entry.conflictingToken, { guard, entry });
+          if (entry.token) sawValidToken(entry.token, { guard, entry });
+        }
+        continue;
+      }
+      accepted++;
+      if (!entry.token || !entry.epoch) {
+        violations.push({ kind: 'invalid_token', guard, entry, why: 'accepted without a recorded token' });
+        continue;
+      }
+      const token = verify(entry.token);
+      if (!token.valid || token.resource !== entry.resource || token.epoch !== entry.epoch) {
+        violations.push({ kind: 'invalid_token', guard, entry, why: token.valid ? 'token fields differ from the entry' : token.why });
+        continue;
+      }
+      sawValidToken(entry.token, { guard, entry });
+      const top = highest.get(entry.resource);
+      if (top && BigInt(entry.epoch) < BigInt(top.epoch!)) {
+        violations.push({ kind: 'epoch_went_down', guard, resource: entry.resource, earlier: top, later: entry });
+      } else {
+        highest.set(entry.resource, entry);
+      }
+      if (entry.key !== null && (entry.op === 'put' || entry.op === 'delete')) {
+        lastVersion.set(keyOf(entry.resource, entry.key), entry.op === 'delete' ? null : entry.version);
+        if (entry.version !== null) acceptedWrites.set(`${guard}\u0000${keyOf(entry.resource, entry.key)}\u0000${entry.version}`, entry);
+      }
+    }
+  });
+
+  (history.capturedTokens ?? []).forEach((token, captured) => sawValidToken(token, { captured, token }));
+
+  for (const write of history.acknowledged ?? []) {
+    const entry = acceptedWrites.get(`${write.guard}\u0000${keyOf(write.resource, write.key)}\u0000${write.version}`);
+    if (!entry) violations.push({ kind: 'lost_write', write, why: 'acknowledged, but no accepted entry with that version is in the guard log' });
+    else if (entry.tokenDigest !== write.tokenDigest) {
+      violations.push({ kind: 'lost_write', write, entry, why: 'the guard log credits that version to a different token' });
+    }
+  }
+
+  history.finalVersions?.forEach((finalVersions, guard) => {
+    const expected = lastAcceptedVersion[guard] ?? new Map<string, number | null>();
+    for (const [slot, version] of expected) {
+      const actual = finalVersions.get(slot);
+      if (version !== null && actual !== version) {
+        const [resource, key] = slot.split('\u0000') as [string, string];
+        const write = (history.acknowledged ?? []).find((w) => w.guard === guard && w.resource === resource && w.key === key && w.version === version);
+        if (write) violations.push({ kind: 'lost_write', write, why: `the store holds version ${actual ?? 'none'} at the end, not ${version}` });
+      }
+    }
+  });
+
+  const stats = { entries, accepted, refusedByReason, tokensChecked: verified.size };
+  return violations.length === 0 ? { ok: true, stats } : { ok: false, stats, violations };
+}
+
+function describeEntry(entry: GuardLogEntry): string {
+  return `#${entry.seq} ${entry.op} ${JSON.stringify(entry.resource)}${entry.key !== null ? `/${entry.key}` : ''} epoch ${entry.epoch ?? '-'} ${entry.outcome} token ${entry.tokenDigest?.slice(0, 12) ?? '-'} holder ${entry.holder?.slice(0, 12) ?? '-'}`;
+}
+
+function describeSighting(seen: Sighting): string {
+  return 'entry' in seen ? `guard ${seen.guard} log ${describeEntry(seen.entry)}` : `captured token #${seen.captured}`;
+}
+
+/** The minimal piece of history that shows a violation, as lines for a person. */
+export function formatViolation(violation: Violation): string {
+  switch (violation.kind) {
+    case 'epoch_went_down':
+      return [
+        `epoch went down for ${JSON.stringify(violation.resource)} at guard ${violation.guard}:`,
+        `  ${describeEntry(violation.earlier)}`,
+        `  ${describeEntry(violation.later)}`,
+      ].join('\n');
+    case 'duplicate_token':
+      return [
+        `two valid tokens for ${JSON.stringify(violation.resource)} epoch ${violation.epoch} (more than f replicas signed twice):`,
+        `  ${violation.first.digest.slice(0, 16)}… seen at ${describeSighting(violation.first.seen)}`,
+        `  ${violation.second.digest.slice(0, 16)}… seen at ${describeSighting(violation.second.seen)}`,
+      ].join('\n');
+    case 'invalid_token':
+      return `guard ${violation.guard} accepted an invalid token (${violation.why}):\n  ${describeEntry(violation.entry)}`;
+    case 'lost_write':
+      return [
+        `acknowledged write lost (${violation.why}):`,
+        `  guard ${violation.write.guard} ${JSON.stringify(violation.write.resource)}/${violation.write.key} version ${violation.write.version} token ${violation.write.tokenDigest.slice(0, 12)}`,
+        ...(violation.entry ? [`  ${describeEntry(violation.entry)}`] : []),
+      ].join('\n');
+  }
+}
