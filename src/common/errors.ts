@@ -74,6 +74,8 @@ export type ErrorCode =
   | 'CONNECTION_FAILED'
   /** An operation ran past its deadline. */
   | 'TIMEOUT'
+  /** A lease ended (expired, lost to another holder, released, or its client closed) while work still depended on it. */
+  | 'LEASE_LOST'
   /** The server hit an unexpected internal failure (a bug, or storage failing). */
   | 'INTERNAL';
 
