@@ -25,6 +25,8 @@ options:
   --endpoints LIST    comma-separated ws:// or wss:// URLs, one per replica
   --base-port PORT    without --endpoints: ws://HOST:PORT, PORT+1, ...      (default 7101)
   --host HOST         without --endpoints: the host for every replica       (default 127.0.0.1)
+  --if-missing        do nothing (exit 0) when DIR already holds a complete key set
+                      for N replicas; still refuses a partial one
 `;
 
 export const command: Command = {
@@ -37,6 +39,7 @@ export const command: Command = {
       endpoints: { type: 'string' },
       'base-port': { type: 'string' },
       host: { type: 'string' },
+      'if-missing': { type: 'boolean' },
     });
     const n = integerFlag(required(values.replicas, 'replicas'), 'replicas', 0, MIN_REPLICAS, MAX_REPLICAS);
     if ((n - 1) % 3 !== 0) {
@@ -56,6 +59,10 @@ export const command: Command = {
 
     const files = [join(out, 'cluster.json'), ...Array.from({ length: n }, (_, k) => join(out, `replica-${k + 1}.key`))];
     const existing = files.filter((file) => existsSync(file));
+    if (values['if-missing'] && existing.length === files.length) {
+      process.stdout.write(`keys for ${n} replicas already in ${out}; nothing to do\n`);
+      return 0;
+    }
     if (existing.length > 0) {
       throw new QuorumFenceError('FILE_EXISTS', `${existing[0]} already exists; refusing to overwrite keys (choose another --out)`);
     }

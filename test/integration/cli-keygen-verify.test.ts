@@ -62,6 +62,12 @@ describe('quorumfence keygen', () => {
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/already exists.*\(FILE_EXISTS\)/);
     expect(readFileSync(join(out, 'replica-1.key'), 'utf8')).toBe(before);
+    // --if-missing makes a complete key set a no-op, and still refuses a partial one.
+    const idempotent = await runCli(['keygen', '--replicas', '4', '--out', out, '--if-missing']);
+    expect(idempotent).toMatchObject({ code: 0, stdout: expect.stringMatching(/nothing to do/) });
+    expect(readFileSync(join(out, 'replica-1.key'), 'utf8')).toBe(before);
+    rmSync(join(out, 'replica-4.key'));
+    expect((await runCli(['keygen', '--replicas', '4', '--out', out, '--if-missing'])).code).toBe(1);
   });
 
   it('refuses bad flags with one line that says what to do', async () => {
