@@ -1,0 +1,209 @@
+/**
+ * `quorumfence replica`: run a replica (the default when only flags are
+ * given), or `export` / `import` its signing record.
+ */
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { QuorumFenceError, type ErrorCode } from '../common/errors.js';
+import { createLogger } from '../common/log.js';
+import { writeFileDurably } from '../common/files.js';
+import { loadClusterFile, parseCluster } from '../cluster/description.js';
+import { parseReplicaKey } from '../cluster/replica-key.js';
+import { loadAccessRules } from '../replica/access.js';
+import { exportInterchange, parseInterchange } from '../replica/interchange.js';
+import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
+import { ReplicaServer } from '../replica/server.js';
+import { SigningRecord } from '../replica/signing-record.js';
+import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
+
+const d = DEFAULT_REPLICA_LIMITS;
+
+const usage = `usage: quorumfence replica [run] --cluster FILE --key FILE --data DIR [options]
+       quorumfence replica export --data DIR [--out FILE]
+       quorumfence replica import --data DIR --in FILE --cluster FILE
+
+run (the default): serve the replica protocol over WebSocket, with GET /healthz
+and GET /metrics on the same port. Logs JSON lines; the "listening" line holds
+the actual url. SIGTERM or SIGINT stops it gracefully.
+
+  --cluster FILE            the cluster description (cluster.json)              (required)
+  --key FILE                this replica's key file (replica-<i>.key)            (required)
+  --data DIR                the signing record's directory, created if missing  (required)
+  --listen HOST:PORT        where to listen; port 0 picks one       (default 127.0.0.1:0)
+  --config FILE             access rules (quorumfence/replica-access/v1); default: all holders, all resources
+  --signing-workers N       signing threads, 0 = main thread                    (default ${d.signingWorkers})
+  --min-ttl DURATION        shortest lease a client may ask for                  (default ${d.minTtlMs}ms)
+  --max-ttl DURATION        longest lease, and every lease's length after a restart (default ${d.maxTtlMs}ms)
+  --max-in-flight N         unanswered requests per connection                  (default ${d.maxInFlightPerConnection})
+  --rate-limit N            requests per second per connection (also the burst)  (default ${d.requestsPerSecondPerConnection})
+  --max-connections N       open connections                                    (default ${d.maxConnections})
+  --tls-cert FILE           PEM certificate: serve wss:// (needs --tls-key)
+  --tls-key FILE            PEM private key for --tls-cert
+
+export: write the signing record as JSON (format quorumfence/signing-record/v1)
+to --out FILE or stdout. Safe while the replica runs (read-only).
+
+import: raise the watermarks in --data from an interchange file. Never lowers
+a watermark; refuses (changing nothing) a file from another cluster or replica,
+or one that names another holder at an equal epoch. The replica must be stopped.
+`;
+
+export const command: Command = {
+  summary: 'run a replica, or export/import its signing record',
+  usage,
+  async run(argv) {
+    const [sub, ...rest] = argv;
+    if (sub === 'export') return exportRecord(rest);
+    if (sub === 'import') return importRecord(rest);
+    if (sub === 'run') return runReplica(rest);
+    if (sub !== undefined && !sub.startsWith('-')) throw new QuorumFenceError('INVALID_OPTION', `unknown subcommand "${sub}" (run, export, import)`);
+    return runReplica(argv);
+  },
+};
+
+function readJson(path: string, what: string, code: ErrorCode): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new QuorumFenceError('IO_ERROR', `cannot read ${what} ${path}: ${(error as Error).message}`, { path });
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new QuorumFenceError(code, `${what} ${path} is not valid JSON`, { path });
+  }
+}
+
+function readPem(path: string, flag: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    throw new QuorumFenceError('IO_ERROR', `--${flag}: cannot read ${path}: ${(error as Error).message}`, { path });
+  }
+}
+
+async function runReplica(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, {
+    cluster: { type: 'string' },
+    key: { type: 'string' },
+    data: { type: 'string' },
+    listen: { type: 'string' },
+    config: { type: 'string' },
+    'signing-workers': { type: 'string' },
+    'min-ttl': { type: 'string' },
+    'max-ttl': { type: 'string' },
+    'max-in-flight': { type: 'string' },
+    'rate-limit': { type: 'string' },
+    'max-connections': { type: 'string' },
+    'tls-cert': { type: 'string' },
+    'tls-key': { type: 'string' },
+  });
+  const clusterPath = resolve(required(values.cluster, 'cluster'));
+  const keyPath = resolve(required(values.key, 'key'));
+  const dataDir = resolve(required(values.data, 'data'));
+  const listen = parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 });
+  if ((values['tls-cert'] === undefined) !== (values['tls-key'] === undefined)) {
+    throw new QuorumFenceError('INVALID_OPTION', '--tls-cert and --tls-key go together');
+  }
+  const limits = {
+    signingWorkers: integerFlag(values['signing-workers'], 'signing-workers', d.signingWorkers, 0, 64),
+    minTtlMs: parseDuration(values['min-ttl'], 'min-ttl', d.minTtlMs),
+    maxTtlMs: parseDuration(values['max-ttl'], 'max-ttl', d.maxTtlMs),
+    maxInFlightPerConnection: integerFlag(values['max-in-flight'], 'max-in-flight', d.maxInFlightPerConnection),
+    requestsPerSecondPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.requestsPerSecondPerConnection),
+    burstPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.burstPerConnection),
+    maxConnections: integerFlag(values['max-connections'], 'max-connections', d.maxConnections),
+  };
+  const tls = values['tls-cert'] ? { cert: readPem(values['tls-cert'], 'tls-cert'), key: readPem(values['tls-key']!, 'tls-key') } : undefined;
+  const access = values.config ? loadAccessRules(resolve(values.config)) : undefined;
+
+  const clusterJson = readJson(clusterPath, 'cluster description', 'BAD_CLUSTER');
+  let cluster;
+  try {
+    cluster = parseCluster(clusterJson);
+  } catch (error) {
+    if (error instanceof QuorumFenceError) throw new QuorumFenceError(error.code, `${clusterPath}: ${error.message}`, error.details);
+    throw error;
+  }
+  const keyJson = readJson(keyPath, 'replica key', 'BAD_KEY_FILE');
+  // Checks the share against the cluster's public share (itself checked against the commitments).
+  const key = parseReplicaKey(keyJson, cluster, keyPath);
+
+  const logger = createLogger('replica');
+  let fatalError: Error | undefined;
+  let stop: () => void = () => undefined;
+  const stopped = new Promise<void>((r) => (stop = r));
+  const server = await ReplicaServer.start({
+    cluster,
+    key,
+    clusterJson,
+    keyJson,
+    dataDir,
+    host: listen.host,
+    port: listen.port,
+    access,
+    limits,
+    tls,
+    logger,
+    onFatal: (error) => {
+      fatalError = error;
+      stop();
+    },
+  });
+  logger.info(
+    { url: server.url, healthUrl: server.healthUrl, replica: key.index, clusterId: cluster.idHex, backend: cluster.backend.name, signingWorkers: limits.signingWorkers, dataDir },
+    'listening',
+  );
+  const onSignal = (signal: NodeJS.Signals) => {
+    logger.info({ signal }, 'stopping');
+    stop();
+  };
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+  // Launched by a test harness or supervisor that holds our stdin: exit when it goes away, leaving no orphans.
+  if (process.env.QUORUMFENCE_EXIT_WITH_STDIN === '1') {
+    process.stdin.on('end', stop);
+    process.stdin.on('close', stop);
+    process.stdin.resume();
+  }
+  await stopped;
+  process.stdin.pause();
+  await server.close();
+  process.off('SIGTERM', onSignal);
+  process.off('SIGINT', onSignal);
+  if (fatalError) throw new QuorumFenceError('INTERNAL', fatalError.message);
+  return 0;
+}
+
+async function exportRecord(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, { data: { type: 'string' }, out: { type: 'string' } });
+  const store = SigningRecord.open(resolve(required(values.data, 'data')), undefined, { readOnly: true });
+  let text: string;
+  try {
+    text = JSON.stringify(exportInterchange(store), null, 2) + '\n';
+  } finally {
+    await store.close();
+  }
+  if (values.out) writeFileDurably(resolve(values.out), text, { mode: 0o600 });
+  else process.stdout.write(text);
+  return 0;
+}
+
+async function importRecord(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, { data: { type: 'string' }, in: { type: 'string' }, cluster: { type: 'string' } });
+  const cluster = loadClusterFile(resolve(required(values.cluster, 'cluster')));
+  const inPath = resolve(required(values.in, 'in'));
+  const { replica, entries } = parseInterchange(readJson(inPath, 'interchange file', 'BAD_INTERCHANGE'), cluster.id);
+  if (replica > cluster.n) throw new QuorumFenceError('BAD_INTERCHANGE', `interchange: "replica" ${replica} is not in this cluster of ${cluster.n}`);
+  const store = SigningRecord.open(resolve(required(values.data, 'data')), { clusterId: cluster.id, replicaIndex: replica });
+  try {
+    const summary = store.raiseFrom(entries);
+    process.stdout.write(
+      `imported ${inPath} into replica ${replica}'s signing record: ${summary.raised} watermark(s) raised, ${summary.unchanged} already at or above the file\n`,
+    );
+  } finally {
+    await store.close();
+  }
+  return 0;
+}

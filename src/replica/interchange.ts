@@ -1,0 +1,105 @@
+/**
+ * The signing-record interchange: a versioned JSON file holding, for every
+ * resource, the highest epoch this replica signed, the holder, and the grant
+ * digest. For audits, backups and moving a replica (the idea of EIP-3076's
+ * slashing-protection interchange). The format is documented in README.md.
+ *
+ * Import only ever raises watermarks: see SigningRecord.raiseFrom.
+ */
+import { QuorumFenceError } from '../common/errors.js';
+import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
+import { describe, expectResource } from '../common/check.js';
+import { MAX_EPOCH, MIN_EPOCH } from '../common/limits.js';
+import { grantDigest } from '../token/grant.js';
+import type { RecordEntry, SigningRecord } from './signing-record.js';
+
+export const INTERCHANGE_FORMAT = 'quorumfence/signing-record/v1';
+
+export interface InterchangeEntryJson {
+  resource: string;
+  /** Decimal string: JSON numbers cannot hold every u63. */
+  epoch: string;
+  holder: string;
+  grantDigest: string;
+}
+
+export interface InterchangeJson {
+  format: typeof INTERCHANGE_FORMAT;
+  clusterId: string;
+  replica: number;
+  entries: InterchangeEntryJson[];
+}
+
+/** The whole record as an interchange document (resource order, UTF-8 byte order). */
+export function exportInterchange(store: SigningRecord): InterchangeJson {
+  const entries: InterchangeEntryJson[] = [];
+  for (const { resource, record } of store.entries()) {
+    entries.push({ resource, epoch: record.epoch.toString(), holder: toHex(record.holder), grantDigest: toHex(record.grantDigest) });
+  }
+  return { format: INTERCHANGE_FORMAT, clusterId: toHex(store.identity.clusterId), replica: store.identity.replicaIndex, entries };
+}
+
+function bad(field: string, message: string): never {
+  throw new QuorumFenceError('BAD_INTERCHANGE', `interchange: "${field}" ${message}`, { field });
+}
+
+/**
+ * Checks an interchange document against the cluster it is imported into:
+ * format, cluster id, every entry's fields, each digest recomputed from its
+ * grant, and strictly increasing resource order (no duplicates).
+ * @throws QuorumFenceError BAD_INTERCHANGE (naming the field), UNKNOWN_VERSION, CLUSTER_MISMATCH
+ */
+export function parseInterchange(json: unknown, clusterId: Uint8Array): { replica: number; entries: RecordEntry[] } {
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) bad('(root)', 'expected a JSON object');
+  const d = json as Record<string, unknown>;
+  if (d.format !== INTERCHANGE_FORMAT) {
+    throw new QuorumFenceError('UNKNOWN_VERSION', `interchange: "format" expected "${INTERCHANGE_FORMAT}", got ${JSON.stringify(d.format)?.slice(0, 60)}`);
+  }
+  let fileCluster: Uint8Array;
+  try {
+    fileCluster = fromHex(d.clusterId, 32, 'clusterId');
+  } catch {
+    bad('clusterId', 'expected 32 bytes of lowercase hex');
+  }
+  if (!bytesEqual(fileCluster, clusterId)) {
+    throw new QuorumFenceError(
+      'CLUSTER_MISMATCH',
+      `interchange file is from cluster ${toHex(fileCluster).slice(0, 16)}…, not this cluster ${toHex(clusterId).slice(0, 16)}…; nothing was imported`,
+    );
+  }
+  if (typeof d.replica !== 'number' || !Number.isInteger(d.replica) || d.replica < 1) bad('replica', `expected a replica index, got ${describe(d.replica)}`);
+  if (!Array.isArray(d.entries)) bad('entries', `expected an array, got ${describe(d.entries)}`);
+  const entries: RecordEntry[] = [];
+  let previousKey: Buffer | undefined;
+  d.entries.forEach((raw: unknown, k) => {
+    const field = `entries[${k}]`;
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) bad(field, 'expected an object');
+    const e = raw as Record<string, unknown>;
+    let resource: string;
+    try {
+      expectResource(e.resource, `${field}.resource`);
+      resource = e.resource as string;
+    } catch (error) {
+      bad(`${field}.resource`, `is not a valid resource name (${(error as QuorumFenceError).code})`);
+    }
+    if (typeof e.epoch !== 'string' || !/^[1-9][0-9]{0,18}$/.test(e.epoch)) bad(`${field}.epoch`, 'expected a decimal string without leading zeros');
+    const epoch = BigInt(e.epoch);
+    if (epoch < MIN_EPOCH || epoch > MAX_EPOCH) bad(`${field}.epoch`, 'expected 1 .. 2^63-1');
+    let holder: Uint8Array;
+    let digest: Uint8Array;
+    try {
+      holder = fromHex(e.holder, 32, `${field}.holder`);
+      digest = fromHex(e.grantDigest, 32, `${field}.grantDigest`);
+    } catch (error) {
+      bad(field, (error as Error).message);
+    }
+    if (!bytesEqual(digest, grantDigest({ clusterId, resource, epoch, holder }))) {
+      bad(`${field}.grantDigest`, 'does not match the grant (cluster, resource, epoch, holder)');
+    }
+    const key = Buffer.from(resource, 'utf8');
+    if (previousKey && Buffer.compare(previousKey, key) >= 0) bad(`${field}.resource`, 'entries must be in strictly increasing resource order, without duplicates');
+    previousKey = key;
+    entries.push({ resource, record: { epoch, holder, grantDigest: digest, released: false } });
+  });
+  return { replica: d.replica, entries };
+}

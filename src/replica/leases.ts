@@ -1,0 +1,69 @@
+/**
+ * Volatile lease ends, on the replica's own monotonic clock (S6). Lost on a
+ * restart, so the rule of DESIGN.md applies: after a restart every recorded,
+ * unreleased grant counts as leased for `maxTtlMs` from the moment the store
+ * opened. That default is computed on lookup instead of stored per resource,
+ * so a store with millions of resources costs nothing extra at start.
+ *
+ * Only the replica service touches this table, and only inside the signing
+ * record's per-resource critical section, so a lookup and the update that
+ * follows it cannot interleave with another request for the same resource.
+ */
+import type { MonotonicClock } from '../common/clock.js';
+import type { SignedRecord } from './policy.js';
+
+/** Sweeping expired entries is O(size); doing it at most this often keeps it off the hot path. */
+const SWEEP_INTERVAL_MS = 5_000;
+
+export class LeaseTable {
+  readonly #clock: MonotonicClock;
+  /** Until then, resources untouched since the restart count as leased. */
+  readonly #restartLeaseEndsAt: number;
+  /** Resource → lease end (0 when released or never leased since the restart). */
+  readonly #ends = new Map<string, number>();
+  /** Unreleased records from before the restart that nobody has touched yet (for the active-lease gauge). */
+  #untouchedRestartLeases: number;
+  #lastSweep: number;
+
+  constructor(clock: MonotonicClock, maxTtlMs: number, unreleasedAtOpen: number) {
+    this.#clock = clock;
+    const now = clock.now();
+    this.#restartLeaseEndsAt = now + maxTtlMs;
+    this.#untouchedRestartLeases = unreleasedAtOpen;
+    this.#lastSweep = now;
+  }
+
+  /** When the lease on `resource` ends (monotonic ms; 0 or less than now when none runs). */
+  endsAt(resource: string, record: SignedRecord | undefined): number {
+    const known = this.#ends.get(resource);
+    if (known !== undefined) return known;
+    return record && !record.released ? this.#restartLeaseEndsAt : 0;
+  }
+
+  /**
+   * Sets the lease end of `resource`; `record` is the durable record as it was
+   * before this change (to account for the restart lease it replaces).
+   */
+  set(resource: string, record: SignedRecord | undefined, endsAt: number): void {
+    if (!this.#ends.has(resource) && record && !record.released && this.#untouchedRestartLeases > 0) this.#untouchedRestartLeases--;
+    this.#ends.set(resource, endsAt);
+    this.#sweepSometimes();
+  }
+
+  /** Leases running now. */
+  activeCount(): number {
+    const now = this.#clock.now();
+    let active = now < this.#restartLeaseEndsAt ? this.#untouchedRestartLeases : 0;
+    for (const end of this.#ends.values()) if (end > now) active++;
+    return active;
+  }
+
+  #sweepSometimes(): void {
+    const now = this.#clock.now();
+    // Forgetting an expired entry is only safe once the restart default has
+    // expired too; before that, forgetting would bring the default back.
+    if (now < this.#restartLeaseEndsAt || now - this.#lastSweep < SWEEP_INTERVAL_MS) return;
+    this.#lastSweep = now;
+    for (const [resource, end] of this.#ends) if (end <= now) this.#ends.delete(resource);
+  }
+}

@@ -1,0 +1,101 @@
+/**
+ * Every tunable limit of a replica, in one object with named defaults.
+ * Contradictory settings are refused up front, not discovered under load.
+ */
+import { QuorumFenceError } from '../common/errors.js';
+import { DEFAULT_MAX_FRAME_BYTES } from '../protocol/codec.js';
+
+export interface ReplicaLimits {
+  /** Largest WebSocket frame accepted; larger ones close the connection with 1009. */
+  readonly maxFrameBytes: number;
+  /** Requests a connection may have unanswered; more get RATE_LIMITED. */
+  readonly maxInFlightPerConnection: number;
+  /** Token-bucket refill rate per connection; over it, requests get RATE_LIMITED. */
+  readonly requestsPerSecondPerConnection: number;
+  /** Token-bucket size: how many requests a connection may send in one burst. */
+  readonly burstPerConnection: number;
+  /** RATE_LIMITED answers in a row after which the connection is closed with 1008. */
+  readonly maxConsecutiveRateLimited: number;
+  /** Open connections (authenticated or not); more are refused at the upgrade with 503. */
+  readonly maxConnections: number;
+  /** Time a new connection has to authenticate before it is closed with 1008. */
+  readonly authTimeoutMs: number;
+  /** Replies queued for a client that does not read; above this the connection is dropped. */
+  readonly maxBufferedBytesPerConnection: number;
+  /** Shortest lease a client may ask for. */
+  readonly minTtlMs: number;
+  /** Longest lease a client may ask for; also how long every recorded lease runs after a restart. */
+  readonly maxTtlMs: number;
+  /** Largest jump above the recorded epoch an acquire may make (stops epoch exhaustion). */
+  readonly maxEpochStep: bigint;
+  /** Signing threads; 0 signs on the main thread. */
+  readonly signingWorkers: number;
+  /** How long SIGTERM waits for in-flight requests before closing connections anyway. */
+  readonly shutdownTimeoutMs: number;
+}
+
+export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
+  maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
+  // A client pipelines one acquire per resource it contends for; 64 covers a busy service, and bounds memory per socket.
+  maxInFlightPerConnection: 64,
+  // A well-behaved holder renews a lease a few times per ttl; 1,000/s per connection leaves room for batch jobs.
+  requestsPerSecondPerConnection: 1_000,
+  burstPerConnection: 1_000,
+  // Ten full bursts of refusals in a row is not a client backing off.
+  maxConsecutiveRateLimited: 10_000,
+  // Each connection costs a socket and a few KiB; 10,000 fits in a small container.
+  maxConnections: 10_000,
+  // A client signs one challenge; 10 s allows for a slow link, and bounds idle unauthenticated sockets.
+  authTimeoutMs: 10_000,
+  // 1 MiB is thousands of replies: a client that far behind is not reading.
+  maxBufferedBytesPerConnection: 1024 * 1024,
+  // Below 100 ms a lease ends before a renewal can cross a WAN.
+  minTtlMs: 100,
+  // One minute: a crashed holder blocks a resource at most this long, and so does a replica restart.
+  maxTtlMs: 60_000,
+  // A million acquisitions per resource can never exhaust 2^63 epochs in practice, yet lagging replicas can catch up.
+  maxEpochStep: 1_000_000n,
+  // One thread keeps signing off the event loop; the benchmark (src/bench/replica.ts) shows what more threads buy.
+  signingWorkers: 1,
+  shutdownTimeoutMs: 10_000,
+};
+
+function bad(field: string, message: string): never {
+  throw new QuorumFenceError('INVALID_OPTION', `replica option "${field}" ${message}`, { field });
+}
+
+function positiveInteger(limits: ReplicaLimits, field: keyof ReplicaLimits, min = 1): void {
+  const value = limits[field];
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) bad(field, `expected an integer >= ${min}, got ${String(value)}`);
+}
+
+/**
+ * Fills defaults and checks the result.
+ * @throws QuorumFenceError INVALID_OPTION naming the field
+ */
+export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLimits {
+  const limits: ReplicaLimits = { ...DEFAULT_REPLICA_LIMITS, ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)) };
+  for (const field of [
+    'maxFrameBytes',
+    'maxInFlightPerConnection',
+    'requestsPerSecondPerConnection',
+    'burstPerConnection',
+    'maxConsecutiveRateLimited',
+    'maxConnections',
+    'authTimeoutMs',
+    'maxBufferedBytesPerConnection',
+    'minTtlMs',
+    'maxTtlMs',
+    'shutdownTimeoutMs',
+  ] as const) {
+    positiveInteger(limits, field);
+  }
+  positiveInteger(limits, 'signingWorkers', 0);
+  if (limits.signingWorkers > 64) bad('signingWorkers', `expected at most 64, got ${limits.signingWorkers}`);
+  // The codec's lease fields are u31 milliseconds.
+  if (limits.maxTtlMs > 0x7fff_ffff) bad('maxTtlMs', 'must fit in 2^31-1 ms');
+  if (limits.minTtlMs > limits.maxTtlMs) bad('minTtlMs', `(${limits.minTtlMs}) must not exceed maxTtlMs (${limits.maxTtlMs})`);
+  if (limits.maxFrameBytes < 512) bad('maxFrameBytes', 'must be at least 512 bytes: an acquire with a 256-byte resource must fit');
+  if (typeof limits.maxEpochStep !== 'bigint' || limits.maxEpochStep < 1n) bad('maxEpochStep', 'expected a bigint >= 1');
+  return limits;
+}

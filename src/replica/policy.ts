@@ -1,0 +1,168 @@
+/**
+ * The grant policy: the replica rules of DESIGN.md as one pure function,
+ * `(record, request, holder, now, config) → decision`. No I/O, no clock
+ * reads, no randomness: the caller supplies the record (durable fields plus
+ * the volatile lease end) and the monotonic time, and carries the decision
+ * out (record durably, then sign; or just reply).
+ *
+ * Acquire checks, cheapest first and in the order DESIGN.md fixes:
+ *   1 invalid   resource 1..256 UTF-8 bytes, epoch 1..2^63-1, ttl in [minTtlMs, maxTtlMs]
+ *   2 forbidden the access rules do not give this holder this resource
+ *   3 resend    same (R, e, H) as the record: the same partial again (BLS is deterministic)
+ *   4 stale     e <= record.epoch
+ *   5 busy      another holder's lease is running and not released
+ *   6 too_far   e > record.epoch + maxEpochStep
+ *   7 grant     record (R, e, H) durably, then sign
+ *
+ * Lease choices (documented in README.md):
+ *   - A resend of an unreleased grant renews its lease as a fresh acquire would
+ *     (the lease ends at max(current end, now + ttl)): a retried acquire means
+ *     the holder still wants the lease. A resend of a released grant returns
+ *     the same partial but does not reopen the lease: the holder gave it up,
+ *     and a late duplicate must not block everyone else for another ttl.
+ *   - renew extends only the recorded holder's unreleased lease at the
+ *     recorded epoch, to max(current end, now + ttl); it may revive a lease
+ *     that ran out, since nobody else was signed in between.
+ *   - release ends the lease only for the recorded holder at the recorded
+ *     epoch; releasing an already released grant answers `released` again.
+ */
+import { bytesEqual } from '../common/bytes.js';
+import { isQuorumFenceError } from '../common/errors.js';
+import { expectResource } from '../common/check.js';
+import { MAX_EPOCH, MIN_EPOCH } from '../common/limits.js';
+import { grantDigest } from '../token/grant.js';
+import type { AcquireOutcome, Outcome, ReleaseOutcome, RenewOutcome, Request, StatusOutcome } from '../protocol/messages.js';
+import { mayAccess, type AccessRules } from './access.js';
+
+/** What the signing record keeps durably per resource (never deleted, never lowered). */
+export interface SignedRecord {
+  /** The highest epoch signed for the resource. */
+  readonly epoch: bigint;
+  /** The holder signed at that epoch. */
+  readonly holder: Uint8Array;
+  /** grantDigest of (cluster, resource, epoch, holder): 32 bytes. */
+  readonly grantDigest: Uint8Array;
+  /** The holder released the lease. */
+  readonly released: boolean;
+}
+
+/** The durable record plus the volatile lease end (monotonic ms; 0 when no lease runs). */
+export interface PolicyRecord extends SignedRecord {
+  readonly leaseEndsAt: number;
+}
+
+export interface PolicyConfig {
+  readonly clusterId: Uint8Array;
+  readonly minTtlMs: number;
+  readonly maxTtlMs: number;
+  readonly maxEpochStep: bigint;
+  readonly access: AccessRules;
+}
+
+export type Decision =
+  /** Answer without changing any state (refusals, status, idempotent release). */
+  | { readonly action: 'reply'; readonly outcome: Outcome }
+  /** Record this first (durably), set the lease, then sign and answer `granted`. */
+  | { readonly action: 'grant'; readonly record: SignedRecord; readonly leaseEndsAt: number }
+  /** The identical grant again: sign it again (same bytes) and answer `granted`. */
+  | { readonly action: 'resend'; readonly leaseEndsAt: number }
+  /** Set the volatile lease end; nothing durable changes. */
+  | { readonly action: 'renew'; readonly leaseEndsAt: number; readonly outcome: RenewOutcome }
+  /** Record the released flag durably, end the lease, then answer. */
+  | { readonly action: 'release'; readonly record: SignedRecord; readonly outcome: ReleaseOutcome };
+
+/** Lease times on the wire fit in 2^31-1 ms (the codec's bound). */
+const MAX_WIRE_MS = 0x7fff_ffff;
+
+export function remainingMs(leaseEndsAt: number, now: number): number {
+  return Math.min(MAX_WIRE_MS, Math.max(0, Math.ceil(leaseEndsAt - now)));
+}
+
+function leaseRunning(record: PolicyRecord, now: number): boolean {
+  return !record.released && record.leaseEndsAt > now;
+}
+
+function invalid(message: string): { action: 'reply'; outcome: { status: 'invalid'; message: string } } {
+  return { action: 'reply', outcome: { status: 'invalid', message } };
+}
+
+const FORBIDDEN = { action: 'reply', outcome: { status: 'forbidden' } } as const;
+
+/**
+ * Step 1 and 2 for any request: bounds, then access. Returns a refusal, or
+ * undefined when the request may go on to the record.
+ */
+export function precheck(request: Request, holder: Uint8Array, config: PolicyConfig): Decision | undefined {
+  try {
+    expectResource(request.resource);
+  } catch (error) {
+    if (isQuorumFenceError(error)) return invalid(error.message);
+    throw error;
+  }
+  if (request.type !== 'status' && (request.epoch < MIN_EPOCH || request.epoch > MAX_EPOCH)) {
+    return invalid(`"epoch" expected 1 .. 2^63-1, got ${request.epoch}`);
+  }
+  if ((request.type === 'acquire' || request.type === 'renew') && (request.ttlMs < config.minTtlMs || request.ttlMs > config.maxTtlMs)) {
+    return invalid(`"ttlMs" expected ${config.minTtlMs}..${config.maxTtlMs}, got ${request.ttlMs}`);
+  }
+  if (!mayAccess(config.access, holder, request.resource)) return FORBIDDEN;
+  return undefined;
+}
+
+/**
+ * The policy. `record` is undefined when the replica never signed for the resource.
+ * Throws only for programmer errors (it is total over every decoded request).
+ */
+export function decide(record: PolicyRecord | undefined, request: Request, holder: Uint8Array, now: number, config: PolicyConfig): Decision {
+  const refused = precheck(request, holder, config);
+  if (refused) return refused;
+  switch (request.type) {
+    case 'acquire':
+      return decideAcquire(record, request.resource, request.epoch, request.ttlMs, holder, now, config);
+    case 'renew': {
+      if (!record || record.released || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
+        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? 0n } };
+      }
+      const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
+      return { action: 'renew', leaseEndsAt, outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) } };
+    }
+    case 'release': {
+      if (!record || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
+        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? 0n } };
+      }
+      if (record.released) return { action: 'reply', outcome: { status: 'released' } };
+      const { leaseEndsAt: _volatile, ...durable } = record;
+      return { action: 'release', record: { ...durable, released: true }, outcome: { status: 'released' } };
+    }
+    case 'status':
+      return { action: 'reply', outcome: statusOf(record, now) };
+  }
+}
+
+function decideAcquire(
+  record: PolicyRecord | undefined,
+  resource: string,
+  epoch: bigint,
+  ttlMs: number,
+  holder: Uint8Array,
+  now: number,
+  config: PolicyConfig,
+): Decision {
+  const current = record?.epoch ?? 0n;
+  if (record && record.epoch === epoch && bytesEqual(record.holder, holder)) {
+    return { action: 'resend', leaseEndsAt: record.released ? record.leaseEndsAt : Math.max(record.leaseEndsAt, now + ttlMs) };
+  }
+  if (epoch <= current) return { action: 'reply', outcome: { status: 'stale', epoch: current } satisfies AcquireOutcome };
+  if (record && leaseRunning(record, now) && !bytesEqual(record.holder, holder)) {
+    return { action: 'reply', outcome: { status: 'busy', epoch: record.epoch, remainingMs: remainingMs(record.leaseEndsAt, now) } };
+  }
+  if (epoch > current + config.maxEpochStep) return { action: 'reply', outcome: { status: 'too_far', epoch: current } };
+  const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder });
+  return { action: 'grant', record: { epoch, holder, grantDigest: digest, released: false }, leaseEndsAt: now + ttlMs };
+}
+
+export function statusOf(record: PolicyRecord | undefined, now: number): StatusOutcome {
+  if (!record) return { status: 'ok', epoch: 0n, leased: false, remainingMs: 0 };
+  const leased = leaseRunning(record, now);
+  return { status: 'ok', epoch: record.epoch, leased, remainingMs: leased ? remainingMs(record.leaseEndsAt, now) : 0 };
+}

@@ -1,0 +1,409 @@
+/**
+ * The replica's network face: one HTTP(S) server carrying the WebSocket
+ * protocol (upgrade on any path), `GET /healthz` and `GET /metrics`.
+ *
+ * Per connection: the replica sends a challenge; the client proves its
+ * Ed25519 key over authTranscript(nonce, clusterId, replica index); then each
+ * request gets a reply or an error frame. Every frame is decoded by the one
+ * strict codec, and anything it refuses closes the connection; nothing a peer
+ * sends can change state except a well-formed, authenticated, permitted
+ * request, or crash the process.
+ *
+ *   text frame                               → close 1003
+ *   frame over maxFrameBytes                 → close 1009 (ws maxPayload)
+ *   undecodable / malformed / unknown type   → close 1002
+ *   request before hello                     → error UNAUTHENTICATED, close 1008
+ *   hello with a bad signature (or replayed) → close 1008
+ *   second hello                             → close 1002
+ *   over the in-flight bound or rate         → error RATE_LIMITED (closed with 1008 after many in a row)
+ *   no hello within authTimeoutMs            → close 1008
+ */
+import { randomBytes } from 'node:crypto';
+import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { Duplex } from 'node:stream';
+import { ed25519 } from '@noble/curves/ed25519.js';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { QuorumFenceError } from '../common/errors.js';
+import { systemClock, type MonotonicClock } from '../common/clock.js';
+import { silentLogger, type Logger } from '../common/log.js';
+import type { Cluster } from '../cluster/description.js';
+import type { ReplicaKey } from '../cluster/replica-key.js';
+import { decodeClientMessage, encodeMessage } from '../protocol/codec.js';
+import { CloseCode, NONCE_BYTES, authTranscript, type Request, type ServerMessage, type WireErrorCode } from '../protocol/messages.js';
+import { OPEN_ACCESS, type AccessRules } from './access.js';
+import { ReplicaMetrics } from './metrics.js';
+import { replicaLimits, type ReplicaLimits } from './options.js';
+import { ReplicaService } from './service.js';
+import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
+import { SigningRecord } from './signing-record.js';
+
+export interface ReplicaServerOptions {
+  readonly cluster: Cluster;
+  /** The replica's key, already checked against the cluster (loadReplicaKeyFile / parseReplicaKey). */
+  readonly key: ReplicaKey;
+  /** The parsed cluster description and key file, for signing threads to load the key themselves. */
+  readonly clusterJson: unknown;
+  readonly keyJson: unknown;
+  readonly dataDir: string;
+  readonly host?: string;
+  /** 0 picks a free port. */
+  readonly port?: number;
+  readonly access?: AccessRules;
+  readonly limits?: Partial<ReplicaLimits>;
+  /** PEM certificate and key: serve https + wss instead of http + ws. */
+  readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
+  readonly clock?: MonotonicClock;
+  readonly logger?: Logger;
+  /** Called when the replica can no longer work (a signing thread died); the process should stop. */
+  readonly onFatal?: (error: Error) => void;
+}
+
+interface Connection {
+  readonly socket: WebSocket;
+  readonly nonce: Uint8Array;
+  holder: Uint8Array | undefined;
+  inFlight: number;
+  tokens: number;
+  refilledAt: number;
+  consecutiveLimited: number;
+  authTimer: NodeJS.Timeout | undefined;
+}
+
+export class ReplicaServer {
+  readonly url: string;
+  readonly healthUrl: string;
+  readonly port: number;
+  readonly service: ReplicaService;
+  readonly metrics: ReplicaMetrics;
+  readonly limits: ReplicaLimits;
+  readonly #http: HttpServer;
+  readonly #wss: WebSocketServer;
+  readonly #signer: PartialSigner;
+  readonly #cluster: Cluster;
+  readonly #index: number;
+  readonly #logger: Logger;
+  readonly #clock: MonotonicClock;
+  readonly #connections = new Set<Connection>();
+  #inFlight = 0;
+  #closing: Promise<void> | undefined;
+
+  private constructor(fields: {
+    url: string;
+    port: number;
+    http: HttpServer;
+    wss: WebSocketServer;
+    service: ReplicaService;
+    signer: PartialSigner;
+    metrics: ReplicaMetrics;
+    limits: ReplicaLimits;
+    cluster: Cluster;
+    index: number;
+    logger: Logger;
+    clock: MonotonicClock;
+  }) {
+    this.url = fields.url;
+    this.port = fields.port;
+    this.healthUrl = fields.url.replace(/^ws/, 'http') + '/healthz';
+    this.#http = fields.http;
+    this.#wss = fields.wss;
+    this.service = fields.service;
+    this.#signer = fields.signer;
+    this.metrics = fields.metrics;
+    this.limits = fields.limits;
+    this.#cluster = fields.cluster;
+    this.#index = fields.index;
+    this.#logger = fields.logger;
+    this.#clock = fields.clock;
+  }
+
+  /**
+   * Opens the signing record, starts the signer, and listens. Resolves once
+   * /healthz answers 200.
+   * @throws QuorumFenceError INVALID_OPTION, CLUSTER_MISMATCH, STORE_CORRUPT, STORE_LOCKED, IO_ERROR, INTERNAL
+   */
+  static async start(options: ReplicaServerOptions): Promise<ReplicaServer> {
+    const limits = replicaLimits(options.limits);
+    const logger = options.logger ?? silentLogger;
+    const clock = options.clock ?? systemClock;
+    const { cluster, key } = options;
+    let fatal: ((error: Error) => void) | undefined = options.onFatal;
+    const signer =
+      limits.signingWorkers === 0
+        ? inThreadSigner(cluster.backend, key.secretKey)
+        : await startWorkerSigner({
+            workers: limits.signingWorkers,
+            cluster: options.clusterJson,
+            key: options.keyJson,
+            backend: cluster.backend.name,
+            onFatal: (error) => fatal?.(error),
+          });
+    let store: SigningRecord | undefined;
+    try {
+      let metrics: ReplicaMetrics | undefined;
+      store = SigningRecord.open(
+        options.dataDir,
+        { clusterId: cluster.id, replicaIndex: key.index },
+        { onFlush: (ms) => metrics?.flushSeconds.observe(ms / 1000) },
+      );
+      let service: ReplicaService | undefined;
+      metrics = new ReplicaMetrics({ replica: key.index, cluster: cluster.idHex }, () => service?.leases.activeCount() ?? 0);
+      service = new ReplicaService({
+        store,
+        signer,
+        clock,
+        metrics,
+        policy: {
+          clusterId: cluster.id,
+          minTtlMs: limits.minTtlMs,
+          maxTtlMs: limits.maxTtlMs,
+          maxEpochStep: limits.maxEpochStep,
+          access: options.access ?? OPEN_ACCESS,
+        },
+      });
+      const http = options.tls ? createHttpsServer({ cert: options.tls.cert, key: options.tls.key }) : createHttpServer();
+      const wss = new WebSocketServer({ noServer: true, maxPayload: limits.maxFrameBytes, perMessageDeflate: false, clientTracking: false });
+      const host = options.host ?? '127.0.0.1';
+      await new Promise<void>((resolve, reject) => {
+        http.once('error', reject);
+        http.listen(options.port ?? 0, host, () => {
+          http.off('error', reject);
+          resolve();
+        });
+      }).catch((error: NodeJS.ErrnoException) => {
+        throw new QuorumFenceError('IO_ERROR', `cannot listen on ${host}:${options.port ?? 0}: ${error.message}`, undefined, { cause: error });
+      });
+      const address = http.address();
+      const port = typeof address === 'object' && address ? address.port : (options.port ?? 0);
+      const urlHost = host.includes(':') ? `[${host}]` : host;
+      const server = new ReplicaServer({
+        url: `${options.tls ? 'wss' : 'ws'}://${urlHost}:${port}`,
+        port,
+        http,
+        wss,
+        service,
+        signer,
+        metrics,
+        limits,
+        cluster,
+        index: key.index,
+        logger,
+        clock,
+      });
+      fatal = (error) => {
+        logger.error({ err: error }, 'fatal: the replica cannot sign any more');
+        options.onFatal?.(error);
+      };
+      http.on('request', (req, res) => server.#onHttp(req, res));
+      http.on('upgrade', (req, socket, head) => server.#onUpgrade(req, socket as Duplex, head));
+      // A client that half-opens a TLS or TCP connection must not crash the process.
+      http.on('clientError', (_error, socket) => socket.destroy());
+      return server;
+    } catch (error) {
+      await store?.close().catch(() => undefined);
+      await signer.close();
+      throw error;
+    }
+  }
+
+  get ready(): boolean {
+    return this.#closing === undefined;
+  }
+
+  #onHttp(req: IncomingMessage, res: ServerResponse): void {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && path === '/healthz') {
+      const ready = this.ready;
+      res.writeHead(ready ? 200 : 503, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          status: ready ? 'ok' : 'stopping',
+          replica: this.#index,
+          clusterId: this.#cluster.idHex,
+          backend: this.#cluster.backend.name,
+          signingWorkers: this.#signer.workers,
+        }),
+      );
+      return;
+    }
+    if (req.method === 'GET' && path === '/metrics') {
+      this.metrics.registry.metrics().then(
+        (text) => {
+          res.writeHead(200, { 'content-type': this.metrics.registry.contentType });
+          res.end(text);
+        },
+        (error: Error) => {
+          res.writeHead(500, { 'content-type': 'text/plain' });
+          res.end(`metrics failed: ${error.message}\n`);
+        },
+      );
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'text/plain' });
+    res.end('not found: try /healthz, /metrics, or a WebSocket upgrade\n');
+  }
+
+  #onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    if (!this.ready || this.#connections.size >= this.limits.maxConnections) {
+      socket.end('HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      return;
+    }
+    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#onConnection(ws));
+  }
+
+  #onConnection(socket: WebSocket): void {
+    const connection: Connection = {
+      socket,
+      nonce: new Uint8Array(randomBytes(NONCE_BYTES)),
+      holder: undefined,
+      inFlight: 0,
+      tokens: this.limits.burstPerConnection,
+      refilledAt: this.#clock.now(),
+      consecutiveLimited: 0,
+      authTimer: undefined,
+    };
+    this.#connections.add(connection);
+    this.metrics.connections.inc();
+    connection.authTimer = setTimeout(() => this.#close(connection, CloseCode.POLICY_VIOLATION, 'authentication timeout'), this.limits.authTimeoutMs);
+    socket.on('message', (data, isBinary) => {
+      try {
+        this.#onFrame(connection, data as Buffer, isBinary);
+      } catch (error) {
+        // A bug, not a peer's fault; never let it take the process down.
+        this.#logger.error({ err: error }, 'unexpected error handling a frame');
+        this.#close(connection, CloseCode.INTERNAL_ERROR, 'internal error');
+      }
+    });
+    socket.on('error', (error: Error & { code?: string }) => {
+      // ws reports frames over maxPayload here and then closes with 1009; other codes are transport errors.
+      if (error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') this.metrics.closes.inc({ code: String(CloseCode.MESSAGE_TOO_BIG) });
+      else if (error.code?.startsWith('WS_ERR_')) this.metrics.closes.inc({ code: String(CloseCode.PROTOCOL_ERROR) });
+    });
+    socket.on('close', () => {
+      clearTimeout(connection.authTimer);
+      if (this.#connections.delete(connection)) this.metrics.connections.dec();
+    });
+    this.#send(connection, { type: 'challenge', nonce: connection.nonce, clusterId: this.#cluster.id, replica: this.#index });
+  }
+
+  #onFrame(connection: Connection, data: Buffer, isBinary: boolean): void {
+    if (connection.socket.readyState !== connection.socket.OPEN) return;
+    if (!isBinary) return this.#close(connection, CloseCode.UNSUPPORTED_DATA, 'binary frames only');
+    let message;
+    try {
+      message = decodeClientMessage(data, this.limits.maxFrameBytes);
+    } catch (error) {
+      return this.#close(connection, CloseCode.PROTOCOL_ERROR, error instanceof QuorumFenceError ? error.message : 'malformed frame');
+    }
+    if (!connection.holder) {
+      if (message.type !== 'hello') {
+        this.#sendError(connection, message.id, 'UNAUTHENTICATED', 'authenticate (hello) before any request');
+        return this.#close(connection, CloseCode.POLICY_VIOLATION, 'request before authentication');
+      }
+      let valid = false;
+      try {
+        valid = ed25519.verify(message.signature, authTranscript(connection.nonce, this.#cluster.id, this.#index), message.holder);
+      } catch {
+        valid = false; // A malformed key or signature is just a failed proof.
+      }
+      if (!valid) return this.#close(connection, CloseCode.POLICY_VIOLATION, 'authentication failed');
+      clearTimeout(connection.authTimer);
+      connection.authTimer = undefined;
+      connection.holder = message.holder;
+      this.#send(connection, { type: 'welcome', id: message.id, replica: this.#index });
+      return;
+    }
+    if (message.type === 'hello') return this.#close(connection, CloseCode.PROTOCOL_ERROR, 'already authenticated');
+    if (!this.ready) return this.#sendError(connection, message.id, 'INTERNAL', 'the replica is shutting down');
+    if (!this.#admit(connection)) {
+      this.#sendError(connection, message.id, 'RATE_LIMITED', 'too many requests; back off');
+      if (++connection.consecutiveLimited > this.limits.maxConsecutiveRateLimited) {
+        this.#close(connection, CloseCode.POLICY_VIOLATION, 'kept exceeding the rate limit');
+      }
+      return;
+    }
+    connection.consecutiveLimited = 0;
+    this.#dispatch(connection, message, connection.holder);
+  }
+
+  /** The in-flight bound and the token bucket. */
+  #admit(connection: Connection): boolean {
+    if (connection.inFlight >= this.limits.maxInFlightPerConnection) return false;
+    const now = this.#clock.now();
+    const rate = this.limits.requestsPerSecondPerConnection / 1000;
+    connection.tokens = Math.min(this.limits.burstPerConnection, connection.tokens + (now - connection.refilledAt) * rate);
+    connection.refilledAt = now;
+    if (connection.tokens < 1) return false;
+    connection.tokens -= 1;
+    return true;
+  }
+
+  #dispatch(connection: Connection, request: Request, holder: Uint8Array): void {
+    connection.inFlight++;
+    this.#inFlight++;
+    this.service.handle(request, holder).then(
+      (outcome) => this.#send(connection, { type: 'reply', id: request.id, outcome }),
+      (error: unknown) => {
+        this.#logger.error({ err: error, resource: request.resource.slice(0, 64), type: request.type }, 'request failed');
+        this.#sendError(connection, request.id, 'INTERNAL', error instanceof QuorumFenceError ? error.code : 'internal error');
+      },
+    ).finally(() => {
+      connection.inFlight--;
+      this.#inFlight--;
+    });
+  }
+
+  #send(connection: Connection, message: ServerMessage): void {
+    const socket = connection.socket;
+    if (socket.readyState !== socket.OPEN) return;
+    if (socket.bufferedAmount > this.limits.maxBufferedBytesPerConnection) {
+      this.metrics.closes.inc({ code: 'dropped' });
+      socket.terminate();
+      return;
+    }
+    socket.send(encodeMessage(message));
+  }
+
+  #sendError(connection: Connection, id: number | undefined, code: WireErrorCode, message: string): void {
+    this.metrics.wireErrors.inc({ code });
+    this.#send(connection, id === undefined ? { type: 'error', code, message } : { type: 'error', id, code, message });
+  }
+
+  #close(connection: Connection, code: number, reason: string): void {
+    const socket = connection.socket;
+    if (socket.readyState !== socket.OPEN) return;
+    this.metrics.closes.inc({ code: String(code) });
+    // Close reasons are limited to 123 bytes by RFC 6455.
+    socket.close(code, Buffer.from(reason).subarray(0, 120).toString());
+    // A peer that never answers the close handshake must not hold the socket.
+    setTimeout(() => socket.terminate(), 2_000).unref();
+  }
+
+  /**
+   * Graceful stop: refuse new connections and requests, let in-flight
+   * requests finish (up to shutdownTimeoutMs), close connections with 1001,
+   * stop the signer and close the store. Idempotent.
+   */
+  close(): Promise<void> {
+    this.#closing ??= this.#shutdown();
+    return this.#closing;
+  }
+
+  async #shutdown(): Promise<void> {
+    this.#http.close();
+    const deadline = Date.now() + this.limits.shutdownTimeoutMs;
+    while (this.#inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    for (const connection of this.#connections) {
+      clearTimeout(connection.authTimer);
+      if (connection.socket.readyState === connection.socket.OPEN) connection.socket.close(CloseCode.GOING_AWAY, 'replica shutting down');
+    }
+    const closeDeadline = Date.now() + 1_000;
+    while (this.#connections.size > 0 && Date.now() < closeDeadline) await new Promise((r) => setTimeout(r, 5));
+    for (const connection of this.#connections) connection.socket.terminate();
+    this.#http.closeAllConnections();
+    await this.service.store.close();
+    await this.#signer.close();
+    this.#logger.info({ replica: this.#index }, 'stopped');
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * The replica's request handling without a transport: policy + signing
+ * record + leases + signer. The server calls `handle` for each authenticated
+ * request; tests can call it directly.
+ *
+ * Order for a grant (S3): the policy decides inside the signing record's
+ * per-resource critical section, the record is written and flushed, and only
+ * then is the partial computed and returned.
+ */
+import type { MonotonicClock } from '../common/clock.js';
+import { grantMessage } from '../token/grant.js';
+import type { Outcome, Request } from '../protocol/messages.js';
+import { LeaseTable } from './leases.js';
+import type { ReplicaMetrics, RefusalReason } from './metrics.js';
+import { decide, precheck, type Decision, type PolicyConfig } from './policy.js';
+import type { PartialSigner } from './signer.js';
+import type { SigningRecord } from './signing-record.js';
+
+export interface ReplicaServiceOptions {
+  readonly store: SigningRecord;
+  readonly signer: PartialSigner;
+  readonly clock: MonotonicClock;
+  readonly policy: PolicyConfig;
+  readonly metrics?: ReplicaMetrics;
+}
+
+export class ReplicaService {
+  readonly store: SigningRecord;
+  readonly leases: LeaseTable;
+  readonly #signer: PartialSigner;
+  readonly #clock: MonotonicClock;
+  readonly #policy: PolicyConfig;
+  readonly #metrics: ReplicaMetrics | undefined;
+
+  constructor(options: ReplicaServiceOptions) {
+    this.store = options.store;
+    this.#signer = options.signer;
+    this.#clock = options.clock;
+    this.#policy = options.policy;
+    this.#metrics = options.metrics;
+    this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.unreleased);
+  }
+
+  /**
+   * Answers one authenticated request from `holder`.
+   * @throws QuorumFenceError INTERNAL (storage or signing failed), CLOSED
+   */
+  async handle(request: Request, holder: Uint8Array): Promise<Outcome> {
+    this.#metrics?.requests.inc({ type: request.type });
+    const refused = precheck(request, holder, this.#policy);
+    if (refused) return this.#answer(refused);
+    const { resource } = request;
+    const decision = await this.store.checkAndRecord<Decision>(resource, (current) => {
+      const now = this.#clock.now();
+      const leaseEndsAt = this.leases.endsAt(resource, current);
+      const d = decide(current && { ...current, leaseEndsAt }, request, holder, now, this.#policy);
+      switch (d.action) {
+        case 'grant':
+          this.leases.set(resource, current, d.leaseEndsAt);
+          return { record: d.record, result: d };
+        case 'release':
+          this.leases.set(resource, current, 0);
+          return { record: d.record, result: d };
+        case 'resend':
+        case 'renew':
+          this.leases.set(resource, current, d.leaseEndsAt);
+          return { result: d };
+        case 'reply':
+          return { result: d };
+      }
+    });
+    if (decision.action === 'grant' || decision.action === 'resend') {
+      // The record is durable by now (checkAndRecord resolved), so the partial may leave.
+      const epoch = (request as Request & { epoch: bigint }).epoch;
+      const started = performance.now();
+      const partial = await this.#signer.sign(grantMessage({ clusterId: this.#policy.clusterId, resource, epoch, holder }));
+      this.#metrics?.signSeconds.observe((performance.now() - started) / 1000);
+      this.#metrics?.grantsSigned.inc({ kind: decision.action === 'grant' ? 'new' : 'resend' });
+      return { status: 'granted', partial };
+    }
+    return this.#answer(decision);
+  }
+
+  #answer(decision: Decision): Outcome {
+    if (decision.action !== 'reply' && decision.action !== 'renew' && decision.action !== 'release') {
+      throw new Error(`unreachable: ${decision.action} has no outcome of its own`);
+    }
+    const status = decision.outcome.status;
+    if (status !== 'ok' && status !== 'renewed' && status !== 'released' && status !== 'granted') {
+      this.#metrics?.refusals.inc({ reason: status satisfies RefusalReason });
+    }
+    return decision.outcome;
+  }
+}
