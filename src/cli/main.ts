@@ -9,6 +9,7 @@ import type { Command } from './args.js';
 const verbs: Record<string, () => Promise<{ command: Command }>> = {
   keygen: () => import('./keygen.js'),
   verify: () => import('./verify.js'),
+  replica: () => import('./replica.js'),
   bench: () => import('./bench.js'),
 };
 
