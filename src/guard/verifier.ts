@@ -1,0 +1,161 @@
+/**
+ * Token verification for guards, with a bounded cache of successful
+ * verifications: a holder that writes many times with one token pays one
+ * pairing. The cache is keyed by the token's canonical text form, which is a
+ * bijection with its exact bytes (the base64url decoder refuses any other
+ * spelling), so a hit means "these exact bytes verified before", the same as
+ * keying by their digest, without hashing on every hit. Failures are never
+ * cached (they are cheap to repeat for the honest, and caching them would let
+ * a peer fill the cache with garbage). No clock is read here (S6); latency is
+ * measured, if at all, by the injected observer.
+ */
+import { sha256 } from '@noble/hashes/sha2.js';
+import { QuorumFenceError, type ErrorCode } from '../common/errors.js';
+import { fromBase64Url, toBase64Url, toHex } from '../common/bytes.js';
+import { expectInteger } from '../common/check.js';
+import { MAX_RESOURCE_BYTES } from '../common/limits.js';
+import type { Cluster } from '../cluster/description.js';
+import { decodeToken, verifyToken, type AdmissionToken } from '../token/admission-token.js';
+
+/** The longest token there can be: version, cluster id, epoch, length, 256-byte resource, holder, signature. */
+export const MAX_TOKEN_BYTES = 1 + 32 + 8 + 2 + MAX_RESOURCE_BYTES + 32 + 96;
+/** Its text form (base64url, no padding). Longer input is refused before any decoding. */
+export const MAX_TOKEN_TEXT_LENGTH = Math.ceil((MAX_TOKEN_BYTES * 4) / 3);
+
+/** Optional instrumentation; the process that owns the metrics implements it. */
+export interface VerifierObserver {
+  /** Called once per check of base64url-clean input: was it in the cache? */
+  cacheLookup(hit: boolean): void;
+  /** Runs the decoding and pairing check of a cache miss; may time it. Must return `verify()`'s result. */
+  timeVerify<T>(verify: () => T): T;
+}
+
+/** A token that verified, with the forms the guard log needs computed once. */
+export interface VerifiedTokenInfo {
+  readonly token: AdmissionToken;
+  /** SHA-256 of the token bytes. */
+  readonly digest: Uint8Array;
+  readonly digestHex: string;
+  /** Canonical text form (base64url). */
+  readonly text: string;
+  readonly holderHex: string;
+}
+
+export type VerifiedToken =
+  | ({ readonly ok: true; readonly cached: boolean } & VerifiedTokenInfo)
+  | { readonly ok: false; readonly reason: 'missing_token' | 'malformed'; readonly code: ErrorCode | null; readonly message: string }
+  | {
+      readonly ok: false;
+      readonly reason: 'bad_token' | 'wrong_cluster';
+      readonly code: null;
+      readonly message: string;
+      /** The token did decode, so the log can name it. */
+      readonly token: AdmissionToken;
+      readonly digestHex: string;
+    };
+
+export interface TokenVerifierOptions {
+  /** How many verified tokens to remember. Default DEFAULT_TOKEN_CACHE_SIZE. */
+  readonly cacheSize?: number;
+  readonly observer?: VerifierObserver;
+}
+
+/** Each entry holds a decoded token (~0.5 KiB); 4096 covers many concurrent holders in a few MiB. */
+export const DEFAULT_TOKEN_CACHE_SIZE = 4096;
+
+export class TokenVerifier {
+  readonly #cluster: Cluster;
+  readonly #cacheSize: number;
+  readonly #observer: VerifierObserver | undefined;
+  /** Map iteration order is insertion order: re-inserting on a hit makes it an LRU. */
+  readonly #cache = new Map<string, VerifiedTokenInfo>();
+
+  /** @throws QuorumFenceError INVALID_ARGUMENT for a bad cacheSize. */
+  constructor(cluster: Cluster, options: TokenVerifierOptions = {}) {
+    this.#cluster = cluster;
+    this.#cacheSize = expectInteger(options.cacheSize ?? DEFAULT_TOKEN_CACHE_SIZE, 0, 1 << 24, 'cacheSize');
+    this.#observer = options.observer;
+  }
+
+  get cacheEntries(): number {
+    return this.#cache.size;
+  }
+
+  /**
+   * Decodes and verifies a token given as text (base64url) or bytes. Every
+   * failure is a value; nothing here throws for bad input.
+   */
+  verify(input: string | Uint8Array | undefined): VerifiedToken {
+    if (input === undefined || input.length === 0) {
+      return { ok: false, reason: 'missing_token', code: null, message: 'no admission token' };
+    }
+    let bytes: Uint8Array;
+    let text: string;
+    if (typeof input === 'string') {
+      if (input.length > MAX_TOKEN_TEXT_LENGTH) {
+        return { ok: false, reason: 'malformed', code: 'BAD_LENGTH', message: `admission token: longer than ${MAX_TOKEN_TEXT_LENGTH} characters` };
+      }
+      text = input;
+      const hit = this.#lookup(text);
+      if (hit) return hit;
+      try {
+        bytes = fromBase64Url(input, 'admission token');
+      } catch (error) {
+        if (error instanceof QuorumFenceError) return { ok: false, reason: 'malformed', code: error.code, message: error.message };
+        throw error;
+      }
+    } else {
+      if (input.length > MAX_TOKEN_BYTES) {
+        return { ok: false, reason: 'malformed', code: 'BAD_LENGTH', message: `admission token: longer than ${MAX_TOKEN_BYTES} bytes` };
+      }
+      bytes = input;
+      text = toBase64Url(bytes);
+      const hit = this.#lookup(text);
+      if (hit) return hit;
+    }
+    const digest = sha256(bytes);
+    const digestHex = toHex(digest);
+    this.#observer?.cacheLookup(false);
+    const checked = this.#observer ? this.#observer.timeVerify(() => this.#decodeAndVerify(bytes)) : this.#decodeAndVerify(bytes);
+    if (!checked.ok) {
+      if (checked.reason === 'malformed') return checked;
+      return { ...checked, digestHex };
+    }
+    const token = checked.token;
+    const info: VerifiedTokenInfo = { token, digest, digestHex, text, holderHex: toHex(token.grant.holder) };
+    if (this.#cacheSize > 0) {
+      if (this.#cache.size >= this.#cacheSize) this.#cache.delete(this.#cache.keys().next().value!);
+      this.#cache.set(text, info);
+    }
+    return { ok: true, cached: false, ...info };
+  }
+
+  /** Decoding (point checks) and the pairing: what a cache miss costs. */
+  #decodeAndVerify(
+    bytes: Uint8Array,
+  ):
+    | { ok: true; token: AdmissionToken }
+    | { ok: false; reason: 'malformed'; code: ErrorCode; message: string }
+    | { ok: false; reason: 'bad_token' | 'wrong_cluster'; code: null; message: string; token: AdmissionToken } {
+    let token: AdmissionToken;
+    try {
+      token = decodeToken(bytes, this.#cluster.backend);
+    } catch (error) {
+      if (error instanceof QuorumFenceError) return { ok: false, reason: 'malformed', code: error.code, message: error.message };
+      throw error;
+    }
+    const check = verifyToken(token, this.#cluster);
+    if (check.ok) return { ok: true, token };
+    return { ok: false, reason: check.reason === 'bad_signature' ? 'bad_token' : 'wrong_cluster', code: null, message: check.message, token };
+  }
+
+  #lookup(text: string): VerifiedToken | undefined {
+    const info = this.#cache.get(text);
+    if (!info) return undefined;
+    // Re-inserting moves the entry to the young end: the map's order is the LRU order.
+    this.#cache.delete(text);
+    this.#cache.set(text, info);
+    this.#observer?.cacheLookup(true);
+    return { ok: true, cached: true, ...info };
+  }
+}
