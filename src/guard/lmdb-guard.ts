@@ -1,0 +1,414 @@
+/**
+ * The embedded guard store (the default): LMDB through lmdb-js. Barrier,
+ * data, guard log and the log's sequence counter live in one LMDB
+ * environment, so each attempt's check-barrier + raise-barrier + mutation +
+ * log append is one LMDB write transaction: atomic, and isolated because LMDB
+ * has a single writer.
+ *
+ * Durability. lmdb-js enables `overlappingSync` by default on Linux and
+ * macOS: a transaction's promise resolves when it is *committed* (visible),
+ * and the fsync runs afterwards, overlapping the next transaction. Its README
+ * ("overlappingSync", "db.flushed") says the durable point is the
+ * environment's `flushed` promise: "resolves when all previous writes have
+ * been committed and fully flushed/synced to disk". So `write` awaits the
+ * transaction and then `flushed` before it returns: a caller never sees an
+ * acceptance that a crash could take back (S4: one atomic, durable step).
+ * Without overlappingSync (Windows) the commit promise already waits for the
+ * sync and `flushed` resolves at once, so the same code is right there too.
+ * Never open this store with `noSync`.
+ *
+ * Group commit: lmdb-js runs every transaction callback queued in one event
+ * turn inside one LMDB transaction (`eventTurnBatching`, on by default), so
+ * concurrent writes share one commit and one fsync, and with overlappingSync
+ * the fsync of one batch overlaps the commit of the next. Each callback still
+ * sees the writes of the callbacks before it, so decisions stay sequential.
+ *
+ * The caller's mutation runs inside the transaction, synchronously, against a
+ * buffer (reads see its own writes); the buffer is applied only when it
+ * returns, so a mutation that throws or refuses leaves nothing behind but the
+ * log entry. A token only opens its own resource: the mutation sees that
+ * resource's keys and no others.
+ */
+import { open, type Database, type RootDatabase } from 'lmdb';
+import { QuorumFenceError } from '../common/errors.js';
+import { expectInteger, expectString } from '../common/check.js';
+import type { Cluster } from '../cluster/description.js';
+import type { Barrier } from './fence.js';
+import {
+  GuardCore,
+  checkGuardRequest,
+  fenceMessage,
+  refusedResult,
+  sameBarrier,
+  type Admission,
+  type GuardOptions,
+  type GuardRequest,
+  type GuardResult,
+} from './core.js';
+import type { GuardLogEntry, GuardLogQuery } from './log.js';
+
+export const LMDB_GUARD_FORMAT = 'quorumfence/guard-lmdb/v1';
+
+export interface LmdbGuardOptions extends GuardOptions {
+  /** Largest value one put may store, in bytes. Default DEFAULT_MAX_VALUE_BYTES. */
+  readonly maxValueBytes?: number;
+  /** Most log entries one readLog call returns. Default DEFAULT_MAX_LOG_PAGE. */
+  readonly maxLogPage?: number;
+}
+
+/** 1 MiB: the reference resource's default body limit; LMDB handles larger, but a guard has no reason to. */
+export const DEFAULT_MAX_VALUE_BYTES = 1 << 20;
+/** A page of 1000 entries is a few hundred KiB of JSON. */
+export const DEFAULT_MAX_LOG_PAGE = 1000;
+
+export interface StoredValue {
+  readonly value: Uint8Array;
+  /**
+   * The seq of the write that stored this value. Seqs only grow, so a key that
+   * is deleted and written again never returns to an old version (no ABA for
+   * compare-and-set).
+   */
+  readonly version: number;
+}
+
+/** A compare-and-set precondition: `key` is at `version` (0: the key is absent). */
+export interface VersionCondition {
+  readonly key: string;
+  readonly version: number;
+}
+
+export interface LmdbWriteRequest extends GuardRequest {
+  readonly ifVersion?: VersionCondition;
+}
+
+/** Returned by a mutation (`return tx.refuse(...)`) to refuse the attempt after the fence passed. */
+export interface MutationRefusal {
+  readonly refusal: 'version_mismatch';
+  readonly message: string;
+}
+
+/** What the caller's mutation sees: its resource's keys, inside the write transaction. */
+export interface LmdbWriteContext {
+  readonly resource: string;
+  readonly epoch: bigint;
+  /** The holder's Ed25519 public key. */
+  readonly holder: Uint8Array;
+  /** The version this write stamps on what it changes: its seq. */
+  readonly version: number;
+  get(key: string): StoredValue | undefined;
+  put(key: string, value: Uint8Array): void;
+  /** @returns whether the key existed */
+  remove(key: string): boolean;
+  /** Refuse the attempt (e.g. a precondition of the caller's own); nothing is applied. */
+  refuse(reason: 'version_mismatch', message?: string): MutationRefusal;
+}
+
+/** Mutations run inside the LMDB write transaction and must be synchronous. */
+export type LmdbMutation<T> = (tx: LmdbWriteContext) => T;
+
+interface BarrierRecord {
+  epoch: string;
+  tokenDigest: Uint8Array;
+  token: Uint8Array;
+  replayHigh: string | null;
+  replaySeen: string | null;
+}
+
+interface DataRecord {
+  value: Uint8Array;
+  version: number;
+}
+
+function toBarrier(record: BarrierRecord): Barrier {
+  return {
+    epoch: BigInt(record.epoch),
+    tokenDigest: record.tokenDigest,
+    token: record.token,
+    replay: record.replayHigh === null ? null : { high: BigInt(record.replayHigh), seen: BigInt(record.replaySeen ?? '0') },
+  };
+}
+
+function toRecord(barrier: Barrier): BarrierRecord {
+  return {
+    epoch: barrier.epoch.toString(),
+    tokenDigest: barrier.tokenDigest,
+    token: barrier.token,
+    replayHigh: barrier.replay ? barrier.replay.high.toString() : null,
+    replaySeen: barrier.replay ? barrier.replay.seen.toString() : null,
+  };
+}
+
+const REFUSAL = Symbol('quorumfence.refusal');
+
+type TxnOutcome<T> = { entry: GuardLogEntry; result: GuardResult<T>; thrown?: unknown };
+
+class BufferedContext implements LmdbWriteContext {
+  readonly changes = new Map<string, Uint8Array | null>();
+  constructor(
+    readonly resource: string,
+    readonly epoch: bigint,
+    readonly holder: Uint8Array,
+    readonly version: number,
+    private readonly data: Database<DataRecord, [string, string]>,
+    private readonly maxKeyBytes: number,
+    private readonly maxValueBytes: number,
+  ) {}
+
+  #key(key: string): string {
+    if (typeof key !== 'string' || key.length === 0 || !key.isWellFormed() || Buffer.byteLength(key) > this.maxKeyBytes) {
+      throw new QuorumFenceError('INVALID_ARGUMENT', `"key" expected 1..${this.maxKeyBytes} UTF-8 bytes of well-formed text`, { field: 'key' });
+    }
+    return key;
+  }
+
+  get(key: string): StoredValue | undefined {
+    const pending = this.changes.get(this.#key(key));
+    if (pending === null) return undefined;
+    if (pending !== undefined) return { value: pending, version: this.version };
+    const record = this.data.get([this.resource, key]);
+    return record && { value: record.value, version: record.version };
+  }
+
+  put(key: string, value: Uint8Array): void {
+    if (!(value instanceof Uint8Array)) throw new QuorumFenceError('INVALID_ARGUMENT', '"value" expected bytes', { field: 'value' });
+    if (value.length > this.maxValueBytes) {
+      throw new QuorumFenceError('INVALID_ARGUMENT', `"value" expected at most ${this.maxValueBytes} bytes, got ${value.length}`, { field: 'value' });
+    }
+    this.changes.set(this.#key(key), value.slice());
+  }
+
+  remove(key: string): boolean {
+    const existed = this.get(key) !== undefined;
+    this.changes.set(key, null);
+    return existed;
+  }
+
+  refuse(reason: 'version_mismatch', message = 'the write\'s precondition does not hold'): MutationRefusal {
+    const refusal = { refusal: reason, message };
+    Object.defineProperty(refusal, REFUSAL, { value: true });
+    return refusal;
+  }
+}
+
+function isRefusal(value: unknown): value is MutationRefusal {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[REFUSAL] === true;
+}
+
+export class LmdbGuard {
+  readonly core: GuardCore;
+  readonly #root: RootDatabase;
+  readonly #barriers: Database<BarrierRecord, string>;
+  readonly #data: Database<DataRecord, [string, string]>;
+  readonly #log: Database<GuardLogEntry, number>;
+  readonly #meta: Database<unknown, string>;
+  readonly #maxValueBytes: number;
+  readonly #maxLogPage: number;
+  #inFlight = 0;
+  #drained: (() => void) | undefined;
+  #closed = false;
+
+  private constructor(root: RootDatabase, cluster: Cluster, options: LmdbGuardOptions) {
+    this.core = new GuardCore(cluster, options);
+    this.#maxValueBytes = expectInteger(options.maxValueBytes ?? DEFAULT_MAX_VALUE_BYTES, 0, 1 << 30, 'maxValueBytes');
+    this.#maxLogPage = expectInteger(options.maxLogPage ?? DEFAULT_MAX_LOG_PAGE, 1, 100_000, 'maxLogPage');
+    this.#root = root;
+    this.#barriers = root.openDB({ name: 'barrier' });
+    this.#data = root.openDB({ name: 'data' });
+    this.#log = root.openDB({ name: 'log' });
+    this.#meta = root.openDB({ name: 'meta' });
+  }
+
+  /**
+   * Opens (or creates) the store in directory `path`, and checks it belongs to
+   * `cluster`: barriers set by another cluster's tokens mean nothing here.
+   * @throws QuorumFenceError CLUSTER_MISMATCH, STORE_CORRUPT, IO_ERROR, INVALID_ARGUMENT (options)
+   */
+  static async open(path: string, cluster: Cluster, options: LmdbGuardOptions = {}): Promise<LmdbGuard> {
+    expectString(path, 'path');
+    let root: RootDatabase;
+    try {
+      root = open({ path, maxDbs: 8 });
+    } catch (error) {
+      throw new QuorumFenceError('IO_ERROR', `cannot open the guard store at ${path}: ${(error as Error).message}`, { path }, { cause: error });
+    }
+    let guard: LmdbGuard;
+    try {
+      guard = new LmdbGuard(root, cluster, options);
+      await guard.#checkIdentity(cluster);
+    } catch (error) {
+      await root.close();
+      throw error;
+    }
+    return guard;
+  }
+
+  async #checkIdentity(cluster: Cluster): Promise<void> {
+    const format = this.#meta.get('format');
+    const clusterId = this.#meta.get('clusterId');
+    if (format === undefined && clusterId === undefined && this.#meta.get('lastSeq') === undefined) {
+      await this.#meta.transaction(() => {
+        this.#meta.putSync('format', LMDB_GUARD_FORMAT);
+        this.#meta.putSync('clusterId', cluster.idHex);
+      });
+      await this.#root.flushed;
+      return;
+    }
+    if (format !== LMDB_GUARD_FORMAT) {
+      throw new QuorumFenceError('STORE_CORRUPT', `guard store: unknown format ${JSON.stringify(format)} (expected ${LMDB_GUARD_FORMAT})`);
+    }
+    if (clusterId !== cluster.idHex) {
+      throw new QuorumFenceError('CLUSTER_MISMATCH', `guard store belongs to cluster ${String(clusterId).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`);
+    }
+  }
+
+  /**
+   * One guarded attempt: verify, fence, apply `mutation`, append the log
+   * entry, all in one durable transaction. Resolves once it is on disk.
+   * Expected refusals are values; a mutation that throws is logged as
+   * `aborted` and its error rethrown.
+   * @throws QuorumFenceError INVALID_ARGUMENT (request shape), CLOSED, and whatever `mutation` throws
+   */
+  async write<T = undefined>(request: LmdbWriteRequest, mutation?: LmdbMutation<T>): Promise<GuardResult<T>> {
+    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the guard store is closed');
+    checkGuardRequest(request, this.core.maxKeyBytes);
+    if (request.ifVersion !== undefined) {
+      expectInteger(request.ifVersion.version, 0, Number.MAX_SAFE_INTEGER, 'ifVersion.version');
+      expectString(request.ifVersion.key, 'ifVersion.key', this.core.maxKeyBytes);
+    }
+    const admission = this.core.admit(request);
+    this.#inFlight++;
+    try {
+      const outcome = await this.#root.transaction(() => this.#decideAndApply(request, admission, mutation));
+      // The durable point (see the header): committed is not yet flushed under overlappingSync.
+      await this.#root.flushed;
+      this.core.committed(outcome.entry);
+      if ('thrown' in outcome) throw outcome.thrown;
+      return outcome.result;
+    } finally {
+      if (--this.#inFlight === 0) this.#drained?.();
+    }
+  }
+
+  /** Runs inside the LMDB write transaction: reads, decides and writes synchronously. */
+  #decideAndApply<T>(request: LmdbWriteRequest, admission: Admission, mutation: LmdbMutation<T> | undefined): TxnOutcome<T> {
+    const seq = ((this.#meta.get('lastSeq') as number | undefined) ?? 0) + 1;
+    const stored = this.#barriers.get(request.resource);
+    const barrier = stored ? toBarrier(stored) : undefined;
+    const before = barrier?.epoch;
+
+    const refuse = (reason: GuardLogEntry['outcome'], message: string, conflictingToken?: Uint8Array): TxnOutcome<T> => {
+      const entry = this.core.entry({
+        seq,
+        request,
+        admission,
+        outcome: reason,
+        barrierBefore: before,
+        barrierAfter: before,
+        version: null,
+        ...(conflictingToken ? { conflictingToken } : {}),
+      });
+      this.#meta.putSync('lastSeq', seq);
+      this.#log.putSync(seq, entry);
+      return { entry, result: refusedResult(entry, message, before) };
+    };
+
+    if (!admission.ok) return refuse(admission.reason, admission.message);
+    const epoch = admission.token.grant.epoch;
+    const decision = this.core.decide(admission, barrier);
+    if (!decision.ok) {
+      return refuse(decision.reason, fenceMessage(decision, epoch), decision.reason === 'conflict' ? decision.barrierToken : undefined);
+    }
+    if (request.ifVersion !== undefined) {
+      const current = this.#data.get([request.resource, request.ifVersion.key])?.version ?? 0;
+      if (current !== request.ifVersion.version) {
+        return refuse('version_mismatch', `key ${JSON.stringify(request.ifVersion.key)} is at version ${current}, not ${request.ifVersion.version}`);
+      }
+    }
+
+    const context = new BufferedContext(
+      request.resource,
+      epoch,
+      admission.token.grant.holder,
+      seq,
+      this.#data,
+      this.core.maxKeyBytes,
+      this.#maxValueBytes,
+    );
+    let result: T;
+    try {
+      result = mutation ? mutation(context) : (undefined as T);
+      if (typeof (result as { then?: unknown } | null)?.then === 'function') {
+        throw new QuorumFenceError('INVALID_ARGUMENT', 'an LMDB guard mutation must be synchronous (it runs inside the write transaction)');
+      }
+    } catch (error) {
+      return { ...refuse('aborted', `the mutation threw: ${(error as Error).message}`), thrown: error };
+    }
+    if (isRefusal(result)) return refuse(result.refusal, result.message);
+
+    const version = context.changes.size > 0 ? seq : null;
+    for (const [key, value] of context.changes) {
+      if (value === null) this.#data.removeSync([request.resource, key]);
+      else this.#data.putSync([request.resource, key], { value, version: seq });
+    }
+    if (!sameBarrier(barrier, decision.barrier)) this.#barriers.putSync(request.resource, toRecord(decision.barrier));
+    const entry = this.core.entry({
+      seq,
+      request,
+      admission,
+      outcome: 'accepted',
+      barrierBefore: before,
+      barrierAfter: decision.barrier.epoch,
+      version,
+    });
+    this.#meta.putSync('lastSeq', seq);
+    this.#log.putSync(seq, entry);
+    return { entry, result: { ok: true, seq, epoch, barrier: decision.barrier.epoch, raised: decision.raised, version, result } };
+  }
+
+  /** A plain, unfenced read of one key (the committed state). */
+  read(resource: string, key: string): StoredValue | undefined {
+    const record = this.#data.get([resource, key]);
+    return record && { value: record.value, version: record.version };
+  }
+
+  /** Every key of a resource, in key order, with its value and version (for tests and tools; unbounded). */
+  entries(resource: string): { key: string; value: Uint8Array; version: number }[] {
+    const out: { key: string; value: Uint8Array; version: number }[] = [];
+    for (const { key, value } of this.#data.getRange({ start: [resource, ''] })) {
+      if (key[0] !== resource) break;
+      out.push({ key: key[1], value: value.value, version: value.version });
+    }
+    return out;
+  }
+
+  /** The barrier of a resource, or undefined when no write was ever accepted. */
+  barrier(resource: string): Barrier | undefined {
+    const record = this.#barriers.get(resource);
+    return record && toBarrier(record);
+  }
+
+  /** Every resource that has a barrier, in name order (for tools and tests). */
+  resources(): string[] {
+    return [...this.#barriers.getKeys()];
+  }
+
+  /** The last seq written (0 for an empty log). */
+  lastSeq(): number {
+    return (this.#meta.get('lastSeq') as number | undefined) ?? 0;
+  }
+
+  /** Log entries with seq > after, in order; the log has no gaps. */
+  readLog(query: GuardLogQuery = {}): GuardLogEntry[] {
+    const after = expectInteger(query.after ?? 0, 0, Number.MAX_SAFE_INTEGER, 'after');
+    const limit = expectInteger(query.limit ?? this.#maxLogPage, 1, this.#maxLogPage, 'limit');
+    return [...this.#log.getRange({ start: after + 1, limit }).map(({ value }) => value)];
+  }
+
+  /** Waits for writes in flight, then closes the environment. Idempotent. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#inFlight > 0) await new Promise<void>((resolve) => (this.#drained = resolve));
+    await this.#root.close();
+  }
+}
