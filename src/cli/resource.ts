@@ -1,0 +1,92 @@
+/** `quorumfence resource`: run the reference guarded key-value resource over HTTP. */
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { QuorumFenceError } from '../common/errors.js';
+import { createLogger } from '../common/log.js';
+import { loadClusterFile } from '../cluster/description.js';
+import { DEFAULT_MAX_KEY_BYTES } from '../guard/core.js';
+import { DEFAULT_MAX_BODY_BYTES, ResourceServer } from '../guard/resource-server.js';
+import { DEFAULT_TOKEN_CACHE_SIZE } from '../guard/verifier.js';
+import { integerFlag, parseFlags, parseListen, required, type Command } from './args.js';
+
+const usage = `usage: quorumfence resource --cluster FILE --data DIR [options]
+
+Serves a key-value store over HTTP whose every write is fenced by admission
+tokens of the cluster: PUT/GET/DELETE /kv/<resource>/<key> with
+"Authorization: QuorumFence <token>". Data, barriers and the guard log live in
+one LMDB store in --data; an accepted write is on disk before its 200.
+Also GET /barrier/<resource>, /log?after=N&limit=M, /healthz and /metrics.
+Logs JSON lines; the "listening" line holds the actual url. SIGTERM or SIGINT
+stops it gracefully. See src/guard/README.md for the status codes.
+
+options:
+  --cluster FILE        the cluster description (cluster.json)             (required)
+  --data DIR            the store's directory, created if missing          (required)
+  --listen HOST:PORT    where to listen; port 0 picks one     (default 127.0.0.1:0)
+  --max-body BYTES      largest request body and value        (default ${DEFAULT_MAX_BODY_BYTES})
+  --max-key BYTES       longest key, in UTF-8 bytes            (default ${DEFAULT_MAX_KEY_BYTES})
+  --token-cache N       verified tokens to remember            (default ${DEFAULT_TOKEN_CACHE_SIZE})
+  --require-proof       refuse requests without a holder signature (QuorumFence-Proof)
+  --audience NAME       this guard's name in proof transcripts (default: none)
+`;
+
+export const command: Command = {
+  summary: 'run the reference guarded key-value resource (HTTP)',
+  usage,
+  async run(argv) {
+    const { values } = parseFlags(argv, {
+      cluster: { type: 'string' },
+      data: { type: 'string' },
+      listen: { type: 'string' },
+      'max-body': { type: 'string' },
+      'max-key': { type: 'string' },
+      'token-cache': { type: 'string' },
+      'require-proof': { type: 'boolean' },
+      audience: { type: 'string' },
+    });
+    const cluster = loadClusterFile(required(values.cluster, 'cluster'));
+    const dataDir = resolve(required(values.data, 'data'));
+    const listen = parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 });
+    const maxBodyBytes = integerFlag(values['max-body'], 'max-body', DEFAULT_MAX_BODY_BYTES, 0, 1 << 30);
+    const maxKeyBytes = integerFlag(values['max-key'], 'max-key', DEFAULT_MAX_KEY_BYTES, 1, 1024);
+    const tokenCacheSize = integerFlag(values['token-cache'], 'token-cache', DEFAULT_TOKEN_CACHE_SIZE, 0, 1 << 24);
+    try {
+      mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    } catch (error) {
+      throw new QuorumFenceError('IO_ERROR', `cannot create --data ${dataDir}: ${(error as Error).message}`, { path: dataDir });
+    }
+
+    const logger = createLogger('resource');
+    const server = await ResourceServer.start(dataDir, cluster, {
+      host: listen.host,
+      port: listen.port,
+      maxBodyBytes,
+      maxKeyBytes,
+      tokenCacheSize,
+      requireProof: values['require-proof'] ?? false,
+      audience: values.audience ?? '',
+      logger,
+    });
+    let stop: () => void = () => undefined;
+    const stopped = new Promise<void>((r) => (stop = r));
+    const onSignal = (signal: NodeJS.Signals) => {
+      logger.info({ signal }, 'stopping');
+      stop();
+    };
+    process.once('SIGTERM', onSignal);
+    process.once('SIGINT', onSignal);
+    // Launched by a test harness or supervisor that holds our stdin: exit when it goes away, leaving no orphans.
+    if (process.env.QUORUMFENCE_EXIT_WITH_STDIN === '1') {
+      process.stdin.on('end', stop);
+      process.stdin.on('close', stop);
+      process.stdin.resume();
+    }
+    await stopped;
+    process.stdin.pause();
+    await server.close();
+    process.off('SIGTERM', onSignal);
+    process.off('SIGINT', onSignal);
+    logger.info('stopped');
+    return 0;
+  },
+};

@@ -1,0 +1,380 @@
+/**
+ * The reference guarded resource: a key-value service over HTTP whose every
+ * write passes the guard, with data, barrier and guard log in one LMDB store.
+ *
+ *   PUT    /kv/<resource>/<key>   body = value           fenced write
+ *   DELETE /kv/<resource>/<key>                          fenced delete
+ *   GET    /kv/<resource>/<key>   with a token           fenced read (see below)
+ *   GET    /kv/<resource>/<key>   without a token        plain read
+ *   GET    /barrier/<resource>                           the barrier (epoch, token digest)
+ *   GET    /log?after=N&limit=M                          the guard log, in order
+ *   GET    /healthz, /metrics
+ *
+ * Path segments are URL-encoded (a resource name may contain `/`). Requests
+ * carry `Authorization: QuorumFence <token text>`; optional headers:
+ *   QuorumFence-If-Version: N        compare-and-set: the key is at version N (0: absent)
+ *   QuorumFence-Proof: C.SIG         proof of possession: counter C (decimal) and the
+ *                                    base64url Ed25519 signature over the transcript (proof.ts)
+ *
+ * Fenced reads: a holder that reads, computes, then writes must not do so
+ * with a stale token, or it writes a value computed from a world it no longer
+ * owns. So a GET with a token goes through the guard like a write: refused
+ * when stale, and it raises the barrier when its epoch is new (once a new
+ * holder has read, no older holder can write under it). It is logged like
+ * any attempt and costs a durable commit. A GET without a token is a plain
+ * read of the committed value, for observers that write nothing.
+ *
+ * Status codes: 200 accepted; 409 stale or conflict (`code` tells which; the
+ * body names the barrier); 401 missing, malformed, invalid or wrong-cluster
+ * token, or a missing, bad or replayed proof; 403 token for another
+ * resource; 412 failed If-Version; 400 malformed request; 404 unknown path or
+ * absent key; 405 wrong method; 413 body too large; 500 internal failure.
+ * No input crashes the process: every handler's failure becomes a response.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { QuorumFenceError } from '../common/errors.js';
+import { fromBase64Url, toHex } from '../common/bytes.js';
+import { expectInteger, expectResource } from '../common/check.js';
+import { silentLogger, type Logger } from '../common/log.js';
+import type { Cluster } from '../cluster/description.js';
+import type { GuardRefusalReason } from './log.js';
+import type { GuardResult, PresentedProof } from './core.js';
+import { LmdbGuard, type LmdbGuardOptions, type StoredValue } from './lmdb-guard.js';
+import { GuardMetrics } from './metrics.js';
+import { MAX_PROOF_COUNTER, PROOF_SIGNATURE_BYTES, bodyDigest } from './proof.js';
+
+export interface ResourceServerOptions extends Omit<LmdbGuardOptions, 'observer' | 'logger' | 'maxValueBytes'> {
+  /** Default 127.0.0.1. */
+  readonly host?: string;
+  /** Default 0: any free port (the `listening` log line and `url` say which). */
+  readonly port?: number;
+  /** Largest request body, in bytes; also the largest value. Default DEFAULT_MAX_BODY_BYTES. */
+  readonly maxBodyBytes?: number;
+  readonly logger?: Logger;
+}
+
+/** 1 MiB: generous for a key-value value, small enough that a flood of bodies cannot exhaust memory. */
+export const DEFAULT_MAX_BODY_BYTES = 1 << 20;
+
+export const STATUS_BY_REASON: Readonly<Record<GuardRefusalReason, number>> = {
+  missing_token: 401,
+  malformed: 401,
+  bad_token: 401,
+  wrong_cluster: 401,
+  proof_required: 401,
+  bad_proof: 401,
+  replayed: 401,
+  wrong_resource: 403,
+  stale: 409,
+  conflict: 409,
+  version_mismatch: 412,
+  aborted: 500,
+};
+
+const AUTH_SCHEME = /^QuorumFence\s+(\S+)\s*$/i;
+const DECIMAL = /^(0|[1-9][0-9]{0,18})$/;
+const EMPTY = new Uint8Array(0);
+/** How long a graceful stop waits for requests in flight; a guarded write takes milliseconds. */
+const SHUTDOWN_GRACE_MS = 5000;
+
+/** A response decided before the guard is reached: bad path, bad header, oversized body. */
+class BadRequest extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+function sendValue(res: ServerResponse, value: StoredValue, headers: Record<string, string>): void {
+  res.writeHead(200, {
+    'content-type': 'application/octet-stream',
+    'content-length': value.value.length,
+    'quorumfence-version': String(value.version),
+    ...headers,
+  });
+  res.end(value.value);
+}
+
+function decodeSegment(segment: string, field: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new BadRequest(400, 'bad_request', `${field} is not valid percent-encoded UTF-8`);
+  }
+}
+
+export class ResourceServer {
+  readonly guard: LmdbGuard;
+  readonly metrics: GuardMetrics;
+  readonly #server: Server;
+  readonly #logger: Logger;
+  readonly #maxBodyBytes: number;
+  #url = '';
+  #closing: Promise<void> | undefined;
+  #active = 0;
+  #idle: (() => void) | undefined;
+
+  private constructor(guard: LmdbGuard, metrics: GuardMetrics, logger: Logger, maxBodyBytes: number) {
+    this.guard = guard;
+    this.metrics = metrics;
+    this.#logger = logger;
+    this.#maxBodyBytes = maxBodyBytes;
+    this.#server = createServer((req, res) => {
+      this.#active++;
+      res.once('close', () => {
+        if (--this.#active === 0) this.#idle?.();
+      });
+      if (this.#closing) return sendJson(res, 503, { ok: false, code: 'shutting_down', message: 'the resource is shutting down' }, { connection: 'close' });
+      this.#handle(req, res).catch((error: unknown) => this.#fail(res, error));
+    });
+    // Unparseable HTTP (bad request line, oversized headers): answer 400 and drop the socket.
+    this.#server.on('clientError', (_error, socket) => {
+      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+      else socket.destroy();
+    });
+  }
+
+  /**
+   * Opens the store in `dataDir` and starts listening.
+   * @throws QuorumFenceError CLUSTER_MISMATCH, STORE_CORRUPT, IO_ERROR, INVALID_ARGUMENT; a listen error (EADDRINUSE) as is
+   */
+  static async start(dataDir: string, cluster: Cluster, options: ResourceServerOptions = {}): Promise<ResourceServer> {
+    const maxBodyBytes = expectInteger(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, 0, 1 << 30, 'maxBodyBytes');
+    const logger = options.logger ?? silentLogger;
+    let guard: LmdbGuard | undefined;
+    const metrics = new GuardMetrics({ cluster: cluster.idHex }, { tokenCacheEntries: () => guard?.core.verifier.cacheEntries ?? 0, processMetrics: true });
+    guard = await LmdbGuard.open(dataDir, cluster, { ...options, maxValueBytes: maxBodyBytes, observer: metrics, logger });
+    const server = new ResourceServer(guard, metrics, logger, maxBodyBytes);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        server.#server.once('error', reject);
+        server.#server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+          server.#server.off('error', reject);
+          resolve();
+        });
+      });
+    } catch (error) {
+      await guard.close();
+      throw error;
+    }
+    const address = server.#server.address() as AddressInfo;
+    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+    server.#url = `http://${host}:${address.port}`;
+    logger.info({ url: server.#url, cluster: cluster.idHex, data: dataDir }, 'listening');
+    return server;
+  }
+
+  get url(): string {
+    return this.#url;
+  }
+
+  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    let path: string;
+    let query: URLSearchParams;
+    try {
+      const url = new URL(req.url ?? '/', 'http://resource.invalid');
+      path = url.pathname;
+      query = url.searchParams;
+    } catch {
+      throw new BadRequest(400, 'bad_request', 'unparseable request target');
+    }
+    const segments = path.split('/').slice(1);
+    const method = req.method ?? '';
+    const route = segments[0];
+
+    if (route === 'healthz' && segments.length === 1) {
+      this.#only(method, ['GET', 'HEAD']);
+      return sendJson(res, 200, { ok: true });
+    }
+    if (route === 'metrics' && segments.length === 1) {
+      this.#only(method, ['GET']);
+      const text = await this.metrics.registry.metrics();
+      res.writeHead(200, { 'content-type': this.metrics.registry.contentType });
+      res.end(text);
+      return;
+    }
+    if (route === 'log' && segments.length === 1) {
+      this.#only(method, ['GET']);
+      const after = this.#queryInteger(query, 'after', 0);
+      const limit = this.#queryInteger(query, 'limit', 100);
+      if (limit < 1) throw new BadRequest(400, 'bad_request', '"limit" must be at least 1');
+      const entries = this.guard.readLog({ after, limit: Math.min(limit, 1000) });
+      return sendJson(res, 200, { entries, lastSeq: this.guard.lastSeq() });
+    }
+    if (route === 'barrier' && segments.length === 2) {
+      this.#only(method, ['GET']);
+      const resource = this.#resource(segments[1]!);
+      const barrier = this.guard.barrier(resource);
+      if (!barrier) return sendJson(res, 404, { ok: false, code: 'not_found', message: 'no write was ever accepted for this resource' });
+      return sendJson(res, 200, { resource, epoch: barrier.epoch.toString(), tokenDigest: toHex(barrier.tokenDigest) });
+    }
+    if (route === 'kv' && segments.length === 3) {
+      this.#only(method, ['GET', 'PUT', 'DELETE']);
+      return this.#kv(req, res, method, this.#resource(segments[1]!), this.#key(segments[2]!));
+    }
+    throw new BadRequest(404, 'not_found', 'no such path');
+  }
+
+  async #kv(req: IncomingMessage, res: ServerResponse, method: string, resource: string, key: string): Promise<void> {
+    const authorization = req.headers.authorization;
+    if (method === 'GET' && authorization === undefined) {
+      const value = this.guard.read(resource, key);
+      if (!value) return sendJson(res, 404, { ok: false, code: 'not_found', message: 'no such key' });
+      return sendValue(res, value, {});
+    }
+    const body = await this.#body(req);
+    const token = authorization === undefined ? undefined : AUTH_SCHEME.exec(authorization)?.[1];
+    const proof = this.#proof(req, method, body);
+    const ifVersion = this.#ifVersion(req, key);
+    const request = { token, resource, key, op: method.toLowerCase(), ...(proof ? { proof } : {}), ...(ifVersion ? { ifVersion } : {}) };
+
+    let result: GuardResult<StoredValue | boolean | undefined>;
+    if (method === 'PUT') result = await this.guard.write(request, (tx) => {
+        tx.put(key, body);
+        return undefined;
+      });
+    else if (method === 'DELETE') result = await this.guard.write(request, (tx) => tx.remove(key));
+    else result = await this.guard.write(request, (tx) => tx.get(key));
+
+    if (!result.ok) {
+      const status = STATUS_BY_REASON[result.reason];
+      return sendJson(res, status, {
+        ok: false,
+        code: result.reason,
+        message: result.message,
+        seq: result.seq,
+        barrier: result.barrier,
+        ...(result.errorCode ? { errorCode: result.errorCode } : {}),
+      });
+    }
+    const fence = { 'quorumfence-seq': String(result.seq), 'quorumfence-epoch': result.epoch.toString(), 'quorumfence-barrier': result.barrier.toString() };
+    const common = { ok: true, seq: result.seq, epoch: result.epoch, barrier: result.barrier, raised: result.raised };
+    if (method === 'GET') {
+      const value = result.result as StoredValue | undefined;
+      if (!value) return sendJson(res, 404, { ...common, ok: false, code: 'not_found', message: 'no such key' }, fence);
+      return sendValue(res, value, fence);
+    }
+    if (method === 'DELETE') return sendJson(res, 200, { ...common, deleted: result.result as boolean, version: result.version }, fence);
+    return sendJson(res, 200, { ...common, version: result.version }, fence);
+  }
+
+  #only(method: string, allowed: readonly string[]): void {
+    if (!allowed.includes(method)) throw new BadRequest(405, 'method_not_allowed', `use ${allowed.join(' or ')}`);
+  }
+
+  #resource(segment: string): string {
+    const resource = decodeSegment(segment, 'resource');
+    try {
+      expectResource(resource);
+    } catch (error) {
+      if (error instanceof QuorumFenceError) throw new BadRequest(400, 'bad_request', `${error.message} (${error.code})`);
+      throw error;
+    }
+    return resource;
+  }
+
+  #key(segment: string): string {
+    const key = decodeSegment(segment, 'key');
+    const max = this.guard.core.maxKeyBytes;
+    if (key.length === 0 || !key.isWellFormed() || Buffer.byteLength(key) > max) {
+      throw new BadRequest(400, 'bad_request', `key must be 1..${max} UTF-8 bytes of well-formed text`);
+    }
+    return key;
+  }
+
+  #queryInteger(query: URLSearchParams, name: string, fallback: number): number {
+    const text = query.get(name);
+    if (text === null) return fallback;
+    if (!DECIMAL.test(text) || !Number.isSafeInteger(Number(text))) throw new BadRequest(400, 'bad_request', `"${name}" must be a non-negative integer`);
+    return Number(text);
+  }
+
+  #proof(req: IncomingMessage, method: string, body: Uint8Array): PresentedProof | undefined {
+    const header = req.headers['quorumfence-proof'];
+    if (header === undefined) return undefined;
+    const match = typeof header === 'string' ? /^(\d{1,19})\.([A-Za-z0-9_-]{86})$/.exec(header.trim()) : null;
+    const counter = match ? BigInt(match[1]!) : 0n;
+    if (!match || counter < 1n || counter > MAX_PROOF_COUNTER) {
+      throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof must be "<counter 1..2^63-1>.<base64url Ed25519 signature>"');
+    }
+    let signature: Uint8Array;
+    try {
+      signature = fromBase64Url(match[2]!, 'proof signature');
+    } catch {
+      throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof signature is not canonical base64url');
+    }
+    if (signature.length !== PROOF_SIGNATURE_BYTES) throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof signature must be 64 bytes');
+    // The digest of the body this server received, never one the client claims.
+    return { method, bodyDigest: bodyDigest(body), counter, signature };
+  }
+
+  #ifVersion(req: IncomingMessage, key: string): { key: string; version: number } | undefined {
+    const header = req.headers['quorumfence-if-version'];
+    if (header === undefined) return undefined;
+    if (typeof header !== 'string' || !DECIMAL.test(header.trim()) || !Number.isSafeInteger(Number(header.trim()))) {
+      throw new BadRequest(400, 'bad_request', 'QuorumFence-If-Version must be a non-negative integer');
+    }
+    return { key, version: Number(header.trim()) };
+  }
+
+  /** Reads the body up to the limit; refuses more with 413 without buffering it. */
+  async #body(req: IncomingMessage): Promise<Uint8Array> {
+    const declared = req.headers['content-length'];
+    if (declared !== undefined && Number(declared) > this.#maxBodyBytes) {
+      throw new BadRequest(413, 'body_too_large', `the body limit is ${this.#maxBodyBytes} bytes`);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > this.#maxBodyBytes) throw new BadRequest(413, 'body_too_large', `the body limit is ${this.#maxBodyBytes} bytes`);
+      chunks.push(chunk);
+    }
+    return size === 0 ? EMPTY : new Uint8Array(Buffer.concat(chunks, size));
+  }
+
+  #fail(res: ServerResponse, error: unknown): void {
+    if (error instanceof BadRequest) {
+      if (res.headersSent) return void res.destroy();
+      // An unread body would be parsed as the next request: close the connection after answering.
+      const headers: Record<string, string> = error.status === 413 ? { connection: 'close' } : {};
+      return sendJson(res, error.status, { ok: false, code: error.code, message: error.message }, headers);
+    }
+    if (error instanceof QuorumFenceError && error.code === 'CLOSED') {
+      if (!res.headersSent) sendJson(res, 503, { ok: false, code: 'shutting_down', message: 'the resource is shutting down' }, { connection: 'close' });
+      return;
+    }
+    this.#logger.error({ err: error }, 'request failed');
+    if (res.headersSent) return void res.destroy();
+    sendJson(res, 500, { ok: false, code: 'internal', message: 'internal error' }, { connection: 'close' });
+  }
+
+  /**
+   * Graceful stop: no new connections, idle ones closed, requests in flight
+   * answered, then the store closed (its writes are durable by then).
+   */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+      this.#server.closeIdleConnections();
+      if (this.#active > 0) {
+        // Bounded: a client that never finishes sending its body must not hold the shutdown forever.
+        await Promise.race([new Promise<void>((resolve) => (this.#idle = resolve)), new Promise((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref())]);
+      }
+      this.#server.closeAllConnections();
+      await this.guard.close();
+      await closed;
+    })();
+    return this.#closing;
+  }
+}
