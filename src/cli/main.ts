@@ -10,6 +10,7 @@ const verbs: Record<string, () => Promise<{ command: Command }>> = {
   keygen: () => import('./keygen.js'),
   verify: () => import('./verify.js'),
   replica: () => import('./replica.js'),
+  resource: () => import('./resource.js'),
   bench: () => import('./bench.js'),
 };
 
