@@ -12,6 +12,9 @@ const verbs: Record<string, () => Promise<{ command: Command }>> = {
   replica: () => import('./replica.js'),
   resource: () => import('./resource.js'),
   bench: () => import('./bench.js'),
+  acquire: () => import('./acquire.js'),
+  status: () => import('./status.js'),
+  identity: () => import('./identity.js'),
 };
 
 function verbList(loaded: [string, Command][]): string {

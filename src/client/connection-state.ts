@@ -1,0 +1,86 @@
+/**
+ * The life of one connection to one replica, as a pure transition function
+ * `(state, event) -> state`. The socket code (replica-connection.ts) feeds it
+ * events and acts on the phase it lands in: open a socket, send hello, start
+ * a reconnect timer. Keeping the rules here lets tests walk every path
+ * without sockets.
+ *
+ *   connecting ─open→ awaiting_challenge ─challenge ok→ awaiting_welcome ─welcome→ ready
+ *        ↑                    │ failed / fault (any phase but closed)                 │
+ *        └──retry── backoff ←─┴───────────────────────────────────────────────────────┘
+ *   close (any phase) → closed, for good
+ */
+
+export type ConnectionPhase = 'connecting' | 'awaiting_challenge' | 'awaiting_welcome' | 'ready' | 'backoff' | 'closed';
+
+/** Why a connection attempt ended. `protocol` and `bad_challenge` mean the replica itself misbehaved. */
+export type ConnectionFailure =
+  /** Could not open the socket (refused, unreachable, DNS). */
+  | 'unreachable'
+  /** No challenge or welcome within the handshake timeout: a silent or overloaded replica. */
+  | 'handshake_timeout'
+  /** The replica closed the connection or the socket errored. */
+  | 'closed'
+  /** The replica refused our authentication (an error frame during the handshake). */
+  | 'unauthenticated'
+  /** The replica sent a frame that fails validation, or a message out of order. */
+  | 'protocol'
+  /** The challenge names another cluster or another replica index. */
+  | 'bad_challenge';
+
+export interface ConnectionState {
+  readonly phase: ConnectionPhase;
+  /** Failed attempts since the connection was last ready; sets the reconnect delay. */
+  readonly failures: number;
+  /** How the last attempt ended, for status displays. */
+  readonly lastFailure: { readonly kind: ConnectionFailure; readonly message: string } | undefined;
+}
+
+export type ConnectionEvent =
+  | { readonly type: 'socket_open' }
+  | { readonly type: 'challenge_accepted' }
+  | { readonly type: 'welcome' }
+  | { readonly type: 'failed'; readonly kind: ConnectionFailure; readonly message: string }
+  | { readonly type: 'retry' }
+  | { readonly type: 'close' };
+
+export const INITIAL_CONNECTION_STATE: ConnectionState = Object.freeze({ phase: 'connecting', failures: 0, lastFailure: undefined });
+
+/**
+ * Applies one event. Events that make no sense in the current phase (a late
+ * timer, a second close) leave the state unchanged, because sockets and
+ * timers race and the late one must be harmless.
+ */
+export function transition(state: ConnectionState, event: ConnectionEvent): ConnectionState {
+  if (state.phase === 'closed') return state;
+  switch (event.type) {
+    case 'close':
+      return { ...state, phase: 'closed' };
+    case 'socket_open':
+      return state.phase === 'connecting' ? { ...state, phase: 'awaiting_challenge' } : state;
+    case 'challenge_accepted':
+      return state.phase === 'awaiting_challenge' ? { ...state, phase: 'awaiting_welcome' } : state;
+    case 'welcome':
+      return state.phase === 'awaiting_welcome' ? { phase: 'ready', failures: 0, lastFailure: undefined } : state;
+    case 'failed':
+      if (state.phase === 'backoff') return state;
+      return { phase: 'backoff', failures: state.failures + 1, lastFailure: { kind: event.kind, message: event.message } };
+    case 'retry':
+      return state.phase === 'backoff' ? { ...state, phase: 'connecting' } : state;
+  }
+}
+
+/** A request can be sent now. */
+export function isReady(state: ConnectionState): boolean {
+  return state.phase === 'ready';
+}
+
+/** A connection attempt is under way: the replica may be ready soon, so a round that needs it may wait. */
+export function isPending(state: ConnectionState): boolean {
+  return state.phase === 'connecting' || state.phase === 'awaiting_challenge' || state.phase === 'awaiting_welcome';
+}
+
+/** The last failure was the replica's own misbehaviour, not the network's. */
+export function isFaultFailure(kind: ConnectionFailure): boolean {
+  return kind === 'protocol' || kind === 'bad_challenge';
+}

@@ -1,0 +1,16 @@
+/**
+ * The client SDK's public surface (package entry `quorumfence/client`). Each
+ * name is listed on purpose; internals (rounds, connections, the collector)
+ * stay private to the folder.
+ */
+export { QuorumFenceClient, type AcquireOptions, type AcquireResult, type ClientConstructionOptions, type ClientEvents, type ReplicaConnectionInfo } from './client.js';
+export type { AcquireRefusal, AcquireRefusalReason } from './acquire.js';
+export { Lease, type LeaseEnd, type LeaseEndReason, type LeaseEvents } from './lease.js';
+export type { RenewResult, ReleaseResult } from './lease-calls.js';
+export type { ResourceStatus, ReplicaView } from './status.js';
+export { DEFAULT_CLIENT_OPTIONS, type ClientOptions } from './options.js';
+export { EvidenceLog, verifyEquivocation, type Evidence, type EvidenceKind, type FaultKind, type ReplicaFault } from './evidence.js';
+export { createIdentityFile, generateIdentity, identityFromSecretKey, loadIdentityFile, parseIdentity, IDENTITY_FORMAT, type Identity } from './identity.js';
+export { withLock, type LockContext, type WithLockResult } from './with-lock.js';
+export { campaign, Campaign, type CampaignEvents, type CampaignOptions, type CampaignStopReason, type Term } from './campaign.js';
+export { runOnce, guardResultStore, RESULT_KEY, type KeyValueGuard, type OnceContext, type ResultStore, type ResultWrite, type RunOnceOptions, type RunOnceResult } from './run-once.js';

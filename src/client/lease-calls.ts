@@ -1,0 +1,133 @@
+/**
+ * Renewing and releasing a grant: one round each, judged by quorum like
+ * acquire. A renewal counts once t replicas extended the lease (then at least
+ * f+1 honest ones refuse every other holder, and no one else can gather t
+ * partials); the lease is lost once f+1 replicas say we are not its holder.
+ */
+import type { ReplicaFault } from './evidence.js';
+import { CallFaults, type QuorumContext } from './quorum-context.js';
+import { Round } from './round.js';
+
+export type RenewResult =
+  | {
+      readonly ok: true;
+      /** Client clock reading taken before the renew requests left: the new lease view starts here. */
+      readonly sentAt: number;
+      readonly faults: readonly ReplicaFault[];
+    }
+  | {
+      readonly ok: false;
+      /**
+       * `lost`: f+1 replicas say another holder (or a release) ended this epoch's lease; retrying will not help.
+       * The others may pass on a later try while the lease lasts.
+       */
+      readonly reason: 'lost' | 'unavailable' | 'timeout' | 'aborted' | 'forbidden' | 'invalid';
+      readonly message: string;
+      readonly faults: readonly ReplicaFault[];
+    };
+
+export interface GrantRef {
+  readonly resource: string;
+  readonly epoch: bigint;
+}
+
+/** One renewal round for `grant`, extending the lease by `ttlMs` from now. */
+export async function renewGrant(ctx: QuorumContext, grant: GrantRef, ttlMs: number, signal?: AbortSignal): Promise<RenewResult> {
+  const { f, t } = ctx.cluster;
+  const { clock, requestTimeoutMs } = ctx.options;
+  const faults = new CallFaults();
+  const sentAt = clock.now();
+  const round = new Round<'renew'>(ctx.channels, () => ({ type: 'renew', resource: grant.resource, epoch: grant.epoch, ttlMs }), {
+    clock,
+    deadline: sentAt + requestTimeoutMs,
+    signal,
+  });
+  let renewed = 0;
+  let notHolder = 0;
+  let forbidden = 0;
+  const invalid: string[] = [];
+  let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
+  try {
+    while (renewed < t && notHolder <= f && forbidden <= f && invalid.length <= f && renewed + round.possible >= t) {
+      const event = await round.next();
+      if (event.type === 'end') {
+        ended = event.why;
+        break;
+      }
+      if (event.type !== 'answer') continue;
+      faults.fromAnswer(event.replica, event.answer);
+      if (event.answer.kind !== 'reply') continue;
+      const outcome = event.answer.outcome;
+      if (outcome.status === 'renewed') renewed++;
+      else if (outcome.status === 'not_holder') notHolder++;
+      else if (outcome.status === 'forbidden') forbidden++;
+      else invalid.push(outcome.message);
+    }
+  } finally {
+    round.close();
+  }
+  const list = faults.list();
+  if (renewed >= t) return { ok: true, sentAt, faults: list };
+  if (ended === 'aborted') return { ok: false, reason: 'aborted', message: 'the caller aborted the renewal', faults: list };
+  if (notHolder > f) {
+    return { ok: false, reason: 'lost', message: `${notHolder} replicas no longer hold epoch ${grant.epoch} for this holder`, faults: list };
+  }
+  if (forbidden > f) return { ok: false, reason: 'forbidden', message: `${forbidden} replicas refuse this identity`, faults: list };
+  if (invalid.length > f) return { ok: false, reason: 'invalid', message: `replicas refused the renewal: ${invalid[0]}`, faults: list };
+  if (ended === 'deadline') return { ok: false, reason: 'timeout', message: `only ${renewed} of ${t} renewals within ${requestTimeoutMs} ms`, faults: list };
+  return { ok: false, reason: 'unavailable', message: `only ${renewed} of ${t} replicas renewed`, faults: list };
+}
+
+export type ReleaseResult =
+  | { readonly ok: true; readonly released: number; readonly faults: readonly ReplicaFault[] }
+  | {
+      readonly ok: false;
+      /** `not_holder`: f+1 replicas say this epoch was not (or no longer) ours; the others: fewer than t confirmed in time. */
+      readonly reason: 'not_holder' | 'unavailable' | 'timeout' | 'aborted';
+      readonly message: string;
+      readonly released: number;
+      readonly faults: readonly ReplicaFault[];
+    };
+
+/**
+ * Releases `grant` at every reachable replica. Succeeds once t confirm (then
+ * no f+1 honest replicas still hold the lease, so another holder can get in).
+ */
+export async function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: AbortSignal): Promise<ReleaseResult> {
+  const { f, t } = ctx.cluster;
+  const { clock, requestTimeoutMs } = ctx.options;
+  const faults = new CallFaults();
+  const round = new Round<'release'>(ctx.channels, () => ({ type: 'release', resource: grant.resource, epoch: grant.epoch }), {
+    clock,
+    deadline: clock.now() + requestTimeoutMs,
+    signal,
+  });
+  let released = 0;
+  let notHolder = 0;
+  let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
+  try {
+    while (released < t && notHolder <= f && released + round.possible >= t) {
+      const event = await round.next();
+      if (event.type === 'end') {
+        ended = event.why;
+        break;
+      }
+      if (event.type !== 'answer') continue;
+      faults.fromAnswer(event.replica, event.answer);
+      if (event.answer.kind !== 'reply') continue;
+      const status = event.answer.outcome.status;
+      if (status === 'released') released++;
+      else if (status === 'not_holder') notHolder++;
+    }
+  } finally {
+    round.close();
+  }
+  const list = faults.list();
+  if (released >= t) return { ok: true, released, faults: list };
+  if (ended === 'aborted') return { ok: false, reason: 'aborted', message: 'the caller aborted the release', released, faults: list };
+  if (notHolder > f) {
+    return { ok: false, reason: 'not_holder', message: `${notHolder} replicas say epoch ${grant.epoch} is not held by this identity`, released, faults: list };
+  }
+  if (ended === 'deadline') return { ok: false, reason: 'timeout', message: `only ${released} of ${t} releases confirmed within ${requestTimeoutMs} ms`, released, faults: list };
+  return { ok: false, reason: 'unavailable', message: `only ${released} of ${t} replicas confirmed the release`, released, faults: list };
+}

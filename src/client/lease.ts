@@ -1,0 +1,242 @@
+/**
+ * A held lease: the admission token, the holder's own view of how long the
+ * lease lasts, automatic renewal, release, and a signal that fires the moment
+ * the lease can no longer be relied on.
+ *
+ * The view ends at sentAt + ttl - margin (lease-timing.ts), where sentAt was
+ * read before the request left; so the holder stops before any replica's
+ * lease runs out. Renewal starts at a share of the ttl and retries until the
+ * view ends. Ending is final: a renewal that answers after the view ended does
+ * not revive the lease, because work that saw the signal has already stopped.
+ */
+import { EventEmitter } from 'node:events';
+import { QuorumFenceError } from '../common/errors.js';
+import { toHex } from '../common/bytes.js';
+import { tokenToText, type AdmissionToken } from '../token/admission-token.js';
+import type { AcquiredGrant } from './acquire.js';
+import { backoffDelay } from './backoff.js';
+import type { ReplicaFault } from './evidence.js';
+import { releaseGrant, renewGrant, type ReleaseResult, type RenewResult } from './lease-calls.js';
+import { localExpiry, renewalTime } from './lease-timing.js';
+import type { QuorumContext } from './quorum-context.js';
+
+/** Why a lease ended. */
+export type LeaseEndReason =
+  /** The holder released it. */
+  | 'released'
+  /** The holder's view ran out without a successful renewal (replicas slow or unreachable, or renewal off). */
+  | 'expired'
+  /** f+1 replicas said this holder no longer holds the epoch. */
+  | 'lost'
+  /** The client was closed, so nothing can renew the lease. */
+  | 'closed';
+
+export interface LeaseEnd {
+  readonly reason: LeaseEndReason;
+  readonly message: string;
+}
+
+export interface LeaseEvents {
+  /** A renewal succeeded; the view now ends at `expiresAt` (client clock). */
+  renewed: [{ readonly expiresAt: number }];
+  /** The lease ended without the holder releasing it (expired, lost, closed). */
+  lost: [LeaseEnd];
+  /** The lease ended for any reason, release included. */
+  ended: [LeaseEnd];
+}
+
+export interface LeaseOptions {
+  /** Renew automatically before the view ends (default true). */
+  readonly autoRenew: boolean;
+  /** Called once when the lease ends without a release. */
+  readonly onLost?: ((end: LeaseEnd) => void) | undefined;
+}
+
+/** Created by QuorumFenceClient.acquire; not constructed directly. */
+export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable {
+  readonly resource: string;
+  readonly epoch: bigint;
+  readonly token: AdmissionToken;
+  /** The token in text form (base64url), as guards and the `verify` verb take it. */
+  readonly tokenText: string;
+  /** The holder's Ed25519 public key. */
+  readonly holder: Uint8Array;
+  readonly holderHex: string;
+  readonly ttlMs: number;
+  /** Replicas whose partials formed the token. */
+  readonly signers: readonly number[];
+  /** Replicas that misbehaved while this lease was acquired. */
+  readonly faults: readonly ReplicaFault[];
+  /** Aborts when the lease ends, for any reason; `signal.reason` is a QuorumFenceError with code LEASE_LOST. */
+  readonly signal: AbortSignal;
+
+  readonly #ctx: QuorumContext;
+  readonly #options: LeaseOptions;
+  readonly #controller = new AbortController();
+  #sentAt: number;
+  #end: LeaseEnd | undefined;
+  #expiryTimer: NodeJS.Timeout | undefined;
+  #renewTimer: NodeJS.Timeout | undefined;
+  #renewFailures = 0;
+  #releasing: Promise<ReleaseResult> | undefined;
+  readonly #detach: () => void;
+
+  /** @internal */
+  constructor(ctx: QuorumContext, grant: AcquiredGrant, faults: readonly ReplicaFault[], options: LeaseOptions, track: (lease: Lease) => () => void) {
+    super();
+    this.#ctx = ctx;
+    this.#options = options;
+    const g = grant.token.grant;
+    this.resource = g.resource;
+    this.epoch = g.epoch;
+    this.token = grant.token;
+    this.tokenText = tokenToText(grant.token);
+    this.holder = g.holder;
+    this.holderHex = toHex(g.holder);
+    this.ttlMs = grant.ttlMs;
+    this.signers = grant.signers;
+    this.faults = faults;
+    this.signal = this.#controller.signal;
+    this.#sentAt = grant.sentAt;
+    this.#detach = track(this);
+    this.#schedule();
+  }
+
+  /** The end of the holder's view, on the client's monotonic clock. */
+  get expiresAt(): number {
+    return localExpiry(this.#sentAt, this.ttlMs, this.#ctx.options);
+  }
+
+  /** Milliseconds the holder may still rely on the lease; 0 once it ended. */
+  get remainingMs(): number {
+    return this.#end ? 0 : Math.max(0, this.expiresAt - this.#ctx.options.clock.now());
+  }
+
+  /** Still held, as far as the holder can tell. */
+  get active(): boolean {
+    return this.#end === undefined && this.remainingMs > 0;
+  }
+
+  /** How it ended, once it has. */
+  get ended(): LeaseEnd | undefined {
+    return this.#end;
+  }
+
+  /**
+   * @throws QuorumFenceError LEASE_LOST if the lease has ended, naming how.
+   */
+  assertActive(): void {
+    if (!this.active) throw this.#lostError(this.#end ?? { reason: 'expired', message: 'the lease view ran out' });
+  }
+
+  /**
+   * Renews now, extending the lease by its ttl from the moment the request
+   * leaves. Automatic renewal calls this too; calling it by hand is only
+   * needed with `autoRenew: false`.
+   */
+  async renew(signal?: AbortSignal): Promise<RenewResult> {
+    if (this.#end) return { ok: false, reason: 'lost', message: `the lease already ended (${this.#end.reason})`, faults: [] };
+    const result = await renewGrant(this.#ctx, { resource: this.resource, epoch: this.epoch }, this.ttlMs, signal);
+    // Read through the getter: TypeScript would otherwise keep the pre-await narrowing of #end.
+    const ended = this.ended;
+    if (ended) return result.ok ? { ok: false, reason: 'lost', message: `the lease ended (${ended.reason}) before the renewal answered`, faults: result.faults } : result;
+    if (result.ok) {
+      // A renewal only ever moves the view later; a slow one overtaken by a newer one changes nothing.
+      if (result.sentAt > this.#sentAt) this.#sentAt = result.sentAt;
+      this.#renewFailures = 0;
+      this.#schedule();
+      this.emit('renewed', { expiresAt: this.expiresAt });
+    } else if (result.reason === 'lost') {
+      this.#finish({ reason: 'lost', message: result.message });
+    }
+    return result;
+  }
+
+  /**
+   * Ends the lease: the signal fires at once (so dependent work stops before
+   * the replicas let anyone else in), then the replicas are asked to release.
+   * Calling it again returns the first call's result.
+   */
+  release(): Promise<ReleaseResult> {
+    if (!this.#releasing) {
+      this.#finish({ reason: 'released', message: 'released by the holder' });
+      // Sent even when the lease already expired locally: the replicas may still hold it, and this frees it sooner.
+      this.#releasing = releaseGrant(this.#ctx, { resource: this.resource, epoch: this.epoch });
+    }
+    return this.#releasing;
+  }
+
+  /** `await using lease = ...` releases the lease when the block exits. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /** @internal The client is closing: nothing can renew any more. */
+  clientClosed(): void {
+    this.#finish({ reason: 'closed', message: 'the client was closed' });
+  }
+
+  #lostError(end: LeaseEnd): QuorumFenceError {
+    return new QuorumFenceError('LEASE_LOST', `lease on "${this.resource}" at epoch ${this.epoch} ended: ${end.reason} (${end.message})`, {
+      resource: this.resource,
+      epoch: this.epoch.toString(),
+      reason: end.reason,
+    });
+  }
+
+  #schedule(): void {
+    const { clock } = this.#ctx.options;
+    const now = clock.now();
+    clearTimeout(this.#expiryTimer);
+    this.#expiryTimer = setTimeout(() => this.#checkExpiry(), Math.max(0, this.expiresAt - now));
+    this.#expiryTimer.unref();
+    if (this.#options.autoRenew) this.#scheduleRenewal(Math.max(0, renewalTime(this.#sentAt, this.ttlMs, this.#ctx.options) - now));
+  }
+
+  #scheduleRenewal(delayMs: number): void {
+    clearTimeout(this.#renewTimer);
+    this.#renewTimer = setTimeout(() => void this.#autoRenew(), delayMs);
+    this.#renewTimer.unref();
+  }
+
+  async #autoRenew(): Promise<void> {
+    if (this.#end) return;
+    const result = await this.renew();
+    if (result.ok || this.#end) return;
+    // Retry soon, but never past the end of the view; the expiry timer ends the lease if none succeeds.
+    const { retryBaseMs, retryMaxMs, random, clock } = this.#ctx.options;
+    const pause = backoffDelay(this.#renewFailures++, { baseMs: Math.max(retryBaseMs, 10), maxMs: Math.max(retryMaxMs, 10) }, random());
+    const left = this.expiresAt - clock.now();
+    if (left > 0) this.#scheduleRenewal(Math.min(pause, left));
+  }
+
+  #checkExpiry(): void {
+    if (this.#end) return;
+    const left = this.expiresAt - this.#ctx.options.clock.now();
+    if (left > 0) {
+      // Timers may fire early relative to an injected clock; wait out the rest.
+      this.#expiryTimer = setTimeout(() => this.#checkExpiry(), left);
+      this.#expiryTimer.unref();
+      return;
+    }
+    this.#finish({ reason: 'expired', message: this.#options.autoRenew ? 'no renewal succeeded before the lease view ran out' : 'the ttl ran out' });
+  }
+
+  #finish(end: LeaseEnd): void {
+    if (this.#end) return;
+    this.#end = end;
+    clearTimeout(this.#expiryTimer);
+    clearTimeout(this.#renewTimer);
+    this.#detach();
+    this.#controller.abort(this.#lostError(end));
+    if (end.reason !== 'released') {
+      try {
+        this.#options.onLost?.(end);
+      } catch {
+        // The caller's callback failing must not keep the lease half-ended.
+      }
+      this.emit('lost', end);
+    }
+    this.emit('ended', end);
+  }
+}

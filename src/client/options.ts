@@ -1,0 +1,144 @@
+/**
+ * Every limit and timing of the client SDK, in one options object with named
+ * defaults. Contradictory values are refused up front (INVALID_ARGUMENT), so
+ * a misconfigured client fails at construction, not in the middle of a lease.
+ */
+import { QuorumFenceError } from '../common/errors.js';
+import { systemClock, type MonotonicClock } from '../common/clock.js';
+import { silentLogger, type Logger } from '../common/log.js';
+
+export interface ClientOptions {
+  /** Time source for lease arithmetic; injectable so tests can move time by hand. Default: performance.now(). */
+  clock: MonotonicClock;
+  /** Random numbers in [0, 1) for backoff jitter; injectable for deterministic tests. Default: Math.random. */
+  random: () => number;
+  /** Structured logger; the SDK is silent without one. */
+  logger: Logger;
+
+  /** Time from opening a socket to the replica's welcome. A silent replica costs a round at most this long. */
+  handshakeTimeoutMs: number;
+  /** First reconnect delay after a failed or dropped connection; doubles per failure, with jitter. */
+  reconnectBaseMs: number;
+  /** Ceiling of the reconnect delay: a restarted replica is found again within about this long. */
+  reconnectMaxMs: number;
+  /** Requests outstanding on one connection; beyond it a request counts as unanswered (the replica bounds it too). */
+  maxInFlightPerReplica: number;
+  /** Largest frame accepted from a replica. */
+  maxFrameBytes: number;
+
+  /** Lease length asked for when acquire() is given no ttlMs. */
+  defaultTtlMs: number;
+  /** How long acquire() keeps trying beyond its wait time for the network (slow replicas, split votes). */
+  acquireTimeoutMs: number;
+  /** First delay before retrying a split vote or stale epoch; doubles per retry, with jitter. */
+  retryBaseMs: number;
+  /** Ceiling of that retry delay. */
+  retryMaxMs: number;
+  /**
+   * Once 2f+1 replicas answered an acquire without producing a token, how long (at least) the others still get
+   * before the attempt is retried: long enough for an honest fsync, short enough that a silent replica
+   * cannot stall contended acquires.
+   */
+  stragglerMinMs: number;
+  /** While a resource is busy, poll at least this often: replicas do not push releases, so polling is how a waiter sees one. */
+  busyPollMs: number;
+
+  /** Share of the ttl kept as a margin at the end of the holder's lease view (clock rate differences between processes). */
+  expiryMarginFraction: number;
+  /** Smallest margin in milliseconds (scheduling delays dominate short ttls). */
+  minExpiryMarginMs: number;
+  /** Renew automatically when this share of the ttl has passed since the last successful (re)acquire. */
+  renewAtFraction: number;
+  /** Time allowed for one renew or release round. */
+  requestTimeoutMs: number;
+
+  /** Transferable evidence items kept (oldest dropped first). */
+  maxEvidence: number;
+  /** Resources whose last granted epoch is remembered, so a repeat acquire skips the status round. */
+  epochHintCacheSize: number;
+  /** Valid partials remembered per (replica, resource, epoch) to catch a replica signing two holders. */
+  partialMemorySize: number;
+}
+
+export const DEFAULT_CLIENT_OPTIONS: Readonly<ClientOptions> = Object.freeze({
+  clock: systemClock,
+  random: Math.random,
+  logger: silentLogger,
+  // Loopback handshakes take a millisecond; a WAN one a few hundred. Two seconds tolerates both.
+  handshakeTimeoutMs: 2000,
+  reconnectBaseMs: 50,
+  reconnectMaxMs: 2000,
+  // Matches the replica's default per-connection bound, so the client never trips it alone.
+  maxInFlightPerReplica: 64,
+  maxFrameBytes: 16 * 1024,
+  defaultTtlMs: 10_000,
+  acquireTimeoutMs: 5000,
+  // Split votes resolve once one contender goes first; a few ms of jitter on loopback is enough, 250 ms on a WAN.
+  retryBaseMs: 2,
+  retryMaxMs: 250,
+  stragglerMinMs: 20,
+  busyPollMs: 50,
+  // 1% of the ttl is ~100x the worst rate error of an NTP-slewed clock (500 ppm).
+  expiryMarginFraction: 0.01,
+  minExpiryMarginMs: 20,
+  // Renewing at half the ttl leaves the other half for a retry or two when a replica is slow.
+  renewAtFraction: 0.5,
+  requestTimeoutMs: 2000,
+  maxEvidence: 64,
+  epochHintCacheSize: 1024,
+  partialMemorySize: 4096,
+});
+
+function positive(value: number, field: string, min = 0, integer = true): void {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < min || (integer && !Number.isInteger(value))) {
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" expected ${integer ? 'an integer' : 'a number'} >= ${min}, got ${String(value)}`, {
+      field,
+    });
+  }
+}
+
+/**
+ * Fills defaults and refuses contradictory values.
+ * @throws QuorumFenceError INVALID_ARGUMENT naming the field.
+ */
+export function resolveClientOptions(options: Partial<ClientOptions> = {}): ClientOptions {
+  const o: ClientOptions = { ...DEFAULT_CLIENT_OPTIONS };
+  for (const [key, value] of Object.entries(options)) {
+    if (value === undefined) continue;
+    if (!(key in DEFAULT_CLIENT_OPTIONS)) throw new QuorumFenceError('INVALID_ARGUMENT', `unknown client option "${key}"`, { field: key });
+    (o as unknown as Record<string, unknown>)[key] = value;
+  }
+  for (const key of [
+    'handshakeTimeoutMs',
+    'reconnectBaseMs',
+    'reconnectMaxMs',
+    'maxInFlightPerReplica',
+    'maxFrameBytes',
+    'defaultTtlMs',
+    'acquireTimeoutMs',
+    'retryBaseMs',
+    'retryMaxMs',
+    'busyPollMs',
+    'stragglerMinMs',
+    'minExpiryMarginMs',
+    'requestTimeoutMs',
+    'maxEvidence',
+    'epochHintCacheSize',
+    'partialMemorySize',
+  ] as const) {
+    positive(o[key], key, key === 'maxInFlightPerReplica' || key === 'defaultTtlMs' || key === 'handshakeTimeoutMs' || key === 'requestTimeoutMs' || key === 'busyPollMs' ? 1 : 0);
+  }
+  positive(o.expiryMarginFraction, 'expiryMarginFraction', 0, false);
+  positive(o.renewAtFraction, 'renewAtFraction', 0, false);
+  if (o.expiryMarginFraction >= 0.5) throw new QuorumFenceError('INVALID_ARGUMENT', '"expiryMarginFraction" must be below 0.5', { field: 'expiryMarginFraction' });
+  if (o.renewAtFraction <= 0 || o.renewAtFraction >= 1) {
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"renewAtFraction" must be in (0, 1)', { field: 'renewAtFraction' });
+  }
+  if (o.reconnectMaxMs < o.reconnectBaseMs) {
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"reconnectMaxMs" must be >= "reconnectBaseMs"', { field: 'reconnectMaxMs' });
+  }
+  if (o.retryMaxMs < o.retryBaseMs) throw new QuorumFenceError('INVALID_ARGUMENT', '"retryMaxMs" must be >= "retryBaseMs"', { field: 'retryMaxMs' });
+  if (typeof o.clock?.now !== 'function') throw new QuorumFenceError('INVALID_ARGUMENT', '"clock" expected an object with now()', { field: 'clock' });
+  if (typeof o.random !== 'function') throw new QuorumFenceError('INVALID_ARGUMENT', '"random" expected a function', { field: 'random' });
+  return o;
+}

@@ -1,0 +1,173 @@
+/**
+ * Turning replicas' partial signatures on one grant into a group signature,
+ * without trusting any one of them. Cheapest first: decode each partial with
+ * every point check as it arrives (no pairing); at t partials combine them
+ * (point additions) and verify the result once against the group key (one
+ * pairing). Only when that fails, verify the partials one by one against each
+ * replica's key share, drop and report the bad ones, and wait for others.
+ * Pure apart from the evidence log it writes to: no sockets, no timers.
+ */
+import { QuorumFenceError } from '../common/errors.js';
+import { bytesEqual } from '../common/bytes.js';
+import type { BlsBackend, Signature } from '../crypto/backend.js';
+import { combinePartials } from '../crypto/threshold.js';
+import type { Cluster } from '../cluster/description.js';
+import { grantMessage, type Grant } from '../token/grant.js';
+import type { EvidenceLog } from './evidence.js';
+
+interface Held {
+  readonly replica: number;
+  readonly bytes: Uint8Array;
+  readonly signature: Signature;
+  /** True once verified alone against the replica's key share. */
+  verified: boolean;
+}
+
+export type AddOutcome =
+  | { readonly ok: true }
+  /** The replica sent bytes that are not a usable partial; it is faulty for this grant. */
+  | { readonly ok: false; readonly reason: 'undecodable' | 'invalid' | 'duplicate'; readonly message: string };
+
+export type CombineOutcome =
+  | { readonly ok: true; readonly signature: Signature; readonly signers: readonly number[] }
+  /** Not enough valid partials (yet); `bad` names replicas whose partials just failed verification. */
+  | { readonly ok: false; readonly bad: readonly number[] };
+
+export class PartialCollector {
+  readonly #cluster: Cluster;
+  readonly #backend: BlsBackend;
+  readonly #grant: Grant;
+  readonly #message: Uint8Array;
+  readonly #evidence: EvidenceLog;
+  readonly #held: Held[] = [];
+  readonly #rejected = new Set<number>();
+
+  /**
+   * @param message grantMessage(grant), passed in because the caller already computed it.
+   */
+  constructor(cluster: Cluster, backend: BlsBackend, grant: Grant, message: Uint8Array, evidence: EvidenceLog) {
+    this.#cluster = cluster;
+    this.#backend = backend;
+    this.#grant = grant;
+    this.#message = message;
+    this.#evidence = evidence;
+  }
+
+  /** Partials held that are not known to be bad. */
+  get count(): number {
+    return this.#held.length;
+  }
+
+  /** Replicas whose partials are held. */
+  get signers(): number[] {
+    return this.#held.map((h) => h.replica);
+  }
+
+  /**
+   * Takes a partial from `replica` (1..n). Decodes it with every point check;
+   * a replica that already gave a partial for this grant gets no second say.
+   */
+  add(replica: number, bytes: Uint8Array): AddOutcome {
+    if (this.#rejected.has(replica) || this.#held.some((h) => h.replica === replica)) {
+      return { ok: false, reason: 'duplicate', message: `replica ${replica} already answered this grant` };
+    }
+    let signature: Signature;
+    try {
+      signature = this.#backend.decodeSignature(bytes, `partial from replica ${replica}`);
+    } catch (error) {
+      if (!(error instanceof QuorumFenceError)) throw error;
+      this.#rejected.add(replica);
+      this.#evidence.record({ kind: 'undecodable_partial', replica, grant: this.#grant, grantMessage: this.#message, partial: bytes.slice() });
+      return { ok: false, reason: 'undecodable', message: `${error.message} (${error.code})` };
+    }
+    const held: Held = { replica, bytes: signature.bytes, signature, verified: false };
+    const remembered = this.#evidence.recall(replica, this.#grant);
+    if (remembered && !bytesEqual(remembered.partial, held.bytes)) {
+      // The same replica gave different bytes for this (resource, epoch) before. For the same holder one of
+      // them is invalid (BLS signatures are unique); for another holder both may be valid: equivocation.
+      if (!this.#verifyAlone(held)) {
+        return { ok: false, reason: 'invalid', message: `partial from replica ${replica} does not verify under its key share` };
+      }
+      if (!bytesEqual(remembered.grant.holder, this.#grant.holder)) this.#checkEquivocation(held, remembered);
+    }
+    this.#held.push(held);
+    return { ok: true };
+  }
+
+  /**
+   * With at least t partials held, tries to produce the group signature.
+   * @throws QuorumFenceError INTERNAL if t individually valid partials do not combine (a backend bug).
+   */
+  tryCombine(): CombineOutcome {
+    const t = this.#cluster.t;
+    if (this.#held.length < t) return { ok: false, bad: [] };
+    // Prefer partials already verified alone: after one failure, the known-good ones go first.
+    const candidates = [...this.#held].sort((a, b) => Number(b.verified) - Number(a.verified)).slice(0, t);
+    const combined = this.#combineAndVerify(candidates);
+    if (combined) return this.#succeed(candidates, combined);
+
+    const bad: number[] = [];
+    for (const held of candidates) {
+      if (held.verified) continue;
+      if (!this.#verifyAlone(held)) bad.push(held.replica);
+    }
+    if (bad.length === 0) throw new QuorumFenceError('INTERNAL', 'valid partial signatures did not combine to a valid signature');
+    const valid = this.#held.filter((h) => h.verified);
+    if (valid.length >= t) {
+      const chosen = valid.slice(0, t);
+      const again = this.#combineAndVerify(chosen);
+      if (!again) throw new QuorumFenceError('INTERNAL', 'valid partial signatures did not combine to a valid signature');
+      return this.#succeed(chosen, again);
+    }
+    return { ok: false, bad };
+  }
+
+  #combineAndVerify(candidates: readonly Held[]): Signature | null {
+    const signature = combinePartials(
+      this.#backend,
+      this.#cluster.n,
+      candidates.map((h) => ({ index: h.replica, signature: h.signature })),
+    );
+    if (!signature) return null;
+    return this.#backend.verify(this.#cluster.groupPublicKey, this.#message, signature) ? signature : null;
+  }
+
+  #succeed(used: readonly Held[], signature: Signature): CombineOutcome {
+    for (const held of used) this.#evidence.remember(held.replica, this.#grant, held.bytes);
+    return { ok: true, signature, signers: used.map((h) => h.replica).sort((a, b) => a - b) };
+  }
+
+  /** Verifies one partial alone; a bad one is dropped, rejected and recorded. */
+  #verifyAlone(held: Held): boolean {
+    const share = this.#cluster.replicas[held.replica - 1]!.publicKeyShare;
+    if (this.#backend.verify(share, this.#message, held.signature)) {
+      held.verified = true;
+      return true;
+    }
+    const position = this.#held.indexOf(held);
+    if (position >= 0) this.#held.splice(position, 1);
+    this.#rejected.add(held.replica);
+    this.#evidence.record({ kind: 'invalid_partial', replica: held.replica, grant: this.#grant, grantMessage: this.#message, partial: held.bytes });
+    return false;
+  }
+
+  #checkEquivocation(held: Held, remembered: { grant: Grant; partial: Uint8Array }): void {
+    const share = this.#cluster.replicas[held.replica - 1]!.publicKeyShare;
+    let earlier: Signature;
+    try {
+      earlier = this.#backend.decodeSignature(remembered.partial);
+    } catch {
+      return;
+    }
+    const message = grantMessage(remembered.grant);
+    if (!this.#backend.verify(share, message, earlier)) return;
+    this.#evidence.record({
+      kind: 'equivocation',
+      replica: held.replica,
+      grant: this.#grant,
+      grantMessage: this.#message,
+      partial: held.bytes,
+      conflicting: { grant: remembered.grant, grantMessage: message, partial: remembered.partial },
+    });
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * What every quorum call (acquire, renew, release, status) works with: the
+ * cluster, the caller's identity, the options, the connections, and where
+ * misbehaviour is reported. Also the per-call fault list results carry.
+ */
+import type { Cluster } from '../cluster/description.js';
+import type { BlsBackend } from '../crypto/backend.js';
+import type { EvidenceLog, FaultKind, ReplicaFault } from './evidence.js';
+import type { Identity } from './identity.js';
+import type { ClientOptions } from './options.js';
+import type { ReplicaAnswer, RequestKind } from './replica-connection.js';
+import type { ChannelSet } from './round.js';
+
+export interface QuorumContext {
+  readonly cluster: Cluster;
+  readonly backend: BlsBackend;
+  readonly identity: Identity;
+  readonly options: ClientOptions;
+  readonly channels: ChannelSet;
+  readonly evidence: EvidenceLog;
+  /** Last epoch this client was granted per resource (bounded LRU), so a repeat acquire can skip the status round. */
+  readonly epochHints: Map<string, bigint>;
+}
+
+/** The faults seen during one call, one entry per (replica, kind). */
+export class CallFaults {
+  readonly #faults: ReplicaFault[] = [];
+
+  add(replica: number, kind: FaultKind, message: string): void {
+    if (this.#faults.some((f) => f.replica === replica && f.kind === kind)) return;
+    this.#faults.push({ replica, kind, message });
+  }
+
+  /** Records the fault an answer shows, if any. */
+  fromAnswer(replica: number, answer: ReplicaAnswer<RequestKind>): void {
+    if (answer.kind === 'faulty') this.add(replica, 'protocol', answer.message);
+  }
+
+  list(): readonly ReplicaFault[] {
+    return [...this.#faults].sort((a, b) => a.replica - b.replica);
+  }
+}
+
+/** Remembers the epoch granted for a resource, evicting the least recently used beyond `limit`. */
+export function rememberEpoch(hints: Map<string, bigint>, resource: string, epoch: bigint, limit: number): void {
+  if (limit <= 0) return;
+  hints.delete(resource);
+  hints.set(resource, epoch);
+  if (hints.size > limit) hints.delete(hints.keys().next().value!);
+}

@@ -1,0 +1,346 @@
+/**
+ * One authenticated WebSocket connection to one replica, reconnecting with
+ * jittered backoff, carrying requests and matching replies by id.
+ *
+ * Nothing the replica sends is trusted. A frame that fails decoding, a
+ * challenge for another cluster or index, or a reply that does not fit its
+ * request marks the replica faulty (reported through `onFault`), closes the
+ * socket and reconnects; requests in flight on it resolve as `faulty`. Every
+ * request resolves: with an answer, or on timeout, abort, or loss of the
+ * connection. Nothing here throws at the caller for what a replica did.
+ */
+import { WebSocket, type RawData } from 'ws';
+import { bytesEqual } from '../common/bytes.js';
+import { QuorumFenceError } from '../common/errors.js';
+import type { ReplicaInfo } from '../cluster/description.js';
+import { decodeServerMessage, encodeMessage, parseOutcome } from '../protocol/codec.js';
+import {
+  CloseCode,
+  authTranscript,
+  type ClientMessage,
+  type OutcomeByRequest,
+  type Request,
+  type ServerMessage,
+  type WireErrorCode,
+} from '../protocol/messages.js';
+import { backoffDelay } from './backoff.js';
+import {
+  INITIAL_CONNECTION_STATE,
+  isFaultFailure,
+  transition,
+  type ConnectionEvent,
+  type ConnectionFailure,
+  type ConnectionState,
+} from './connection-state.js';
+import type { ReplicaFault } from './evidence.js';
+import type { Identity } from './identity.js';
+import type { ClientOptions } from './options.js';
+
+export type RequestKind = Request['type'];
+/** A request without its id: the connection numbers requests itself. */
+export type RequestBody<K extends RequestKind> = Omit<Extract<Request, { type: K }>, 'id'>;
+
+/** How one request to one replica ended. Only `reply` carries a (validated) answer. */
+export type ReplicaAnswer<K extends RequestKind> =
+  | { readonly kind: 'reply'; readonly outcome: OutcomeByRequest[K] }
+  /** The replica answered with an error frame (rate limited, internal failure); no vote. */
+  | { readonly kind: 'error'; readonly code: WireErrorCode; readonly message: string }
+  /** The replica broke the protocol while this request was open. */
+  | { readonly kind: 'faulty'; readonly message: string }
+  /** Not connected, or the connection dropped before the answer. */
+  | { readonly kind: 'unreachable'; readonly message: string }
+  | { readonly kind: 'timeout' }
+  | { readonly kind: 'aborted' };
+
+/** What the rounds (fan-out) need from a connection; tests may supply their own. */
+export interface ReplicaChannel {
+  readonly index: number;
+  readonly state: ConnectionState;
+  request<K extends RequestKind>(body: RequestBody<K>, timeoutMs: number, signal?: AbortSignal): Promise<ReplicaAnswer<K>>;
+}
+
+export interface ConnectionContext {
+  readonly clusterId: Uint8Array;
+  readonly identity: Identity;
+  readonly options: ClientOptions;
+  /** Called after every state change (ready, down, pending). */
+  readonly onChange: (connection: ReplicaConnection) => void;
+  /** Called when the replica misbehaves. */
+  readonly onFault: (fault: ReplicaFault) => void;
+}
+
+interface InFlight {
+  readonly kind: RequestKind;
+  readonly resolve: (answer: ReplicaAnswer<RequestKind>) => void;
+  readonly timer: NodeJS.Timeout;
+  readonly detach: () => void;
+}
+
+const HELLO_ID = 0;
+const MAX_REQUEST_ID = 0xffff_ffff;
+
+export class ReplicaConnection implements ReplicaChannel {
+  readonly index: number;
+  readonly endpoint: string;
+  readonly #context: ConnectionContext;
+  #state: ConnectionState = INITIAL_CONNECTION_STATE;
+  #socket: WebSocket | undefined;
+  #handshakeTimer: NodeJS.Timeout | undefined;
+  #retryTimer: NodeJS.Timeout | undefined;
+  #nextId = HELLO_ID + 1;
+  readonly #inFlight = new Map<number, InFlight>();
+
+  constructor(replica: ReplicaInfo, context: ConnectionContext) {
+    this.index = replica.index;
+    this.endpoint = replica.endpoint;
+    this.#context = context;
+  }
+
+  get state(): ConnectionState {
+    return this.#state;
+  }
+
+  /** Opens the first connection. */
+  start(): void {
+    if (this.#state.phase === 'connecting' && !this.#socket) this.#open();
+  }
+
+  /** Closes for good; requests in flight resolve as `unreachable`. */
+  close(): void {
+    if (this.#state.phase === 'closed') return;
+    this.#apply({ type: 'close' });
+    clearTimeout(this.#handshakeTimer);
+    clearTimeout(this.#retryTimer);
+    this.#dropSocket(CloseCode.NORMAL, 'client closing');
+    this.#settleAll({ kind: 'unreachable', message: 'client closed' });
+  }
+
+  request<K extends RequestKind>(body: RequestBody<K>, timeoutMs: number, signal?: AbortSignal): Promise<ReplicaAnswer<K>> {
+    if (signal?.aborted) return Promise.resolve({ kind: 'aborted' });
+    const socket = this.#socket;
+    if (this.#state.phase !== 'ready' || !socket || socket.readyState !== WebSocket.OPEN) {
+      return Promise.resolve({ kind: 'unreachable', message: this.#describeDown() });
+    }
+    if (this.#inFlight.size >= this.#context.options.maxInFlightPerReplica) {
+      return Promise.resolve({ kind: 'error', code: 'RATE_LIMITED', message: 'too many requests in flight on this connection (client limit)' });
+    }
+    const id = this.#allocateId();
+    return new Promise<ReplicaAnswer<K>>((resolve) => {
+      const onAbort = () => this.#settle(id, { kind: 'aborted' });
+      signal?.addEventListener('abort', onAbort, { once: true });
+      const timer = setTimeout(() => this.#settle(id, { kind: 'timeout' }), Math.max(0, timeoutMs));
+      this.#inFlight.set(id, {
+        kind: body.type,
+        resolve: resolve as (answer: ReplicaAnswer<RequestKind>) => void,
+        timer,
+        detach: () => signal?.removeEventListener('abort', onAbort),
+      });
+      socket.send(encodeMessage({ ...body, id } as ClientMessage));
+    });
+  }
+
+  #describeDown(): string {
+    const failure = this.#state.lastFailure;
+    if (this.#state.phase === 'closed') return 'connection closed';
+    if (failure) return `replica ${this.index} not connected (${failure.kind}: ${failure.message})`;
+    return `replica ${this.index} not connected yet (${this.#state.phase})`;
+  }
+
+  #allocateId(): number {
+    // Ids wrap at 2^32; skipping ids still in flight keeps replies unambiguous.
+    for (;;) {
+      const id = this.#nextId;
+      this.#nextId = id >= MAX_REQUEST_ID ? HELLO_ID + 1 : id + 1;
+      if (!this.#inFlight.has(id)) return id;
+    }
+  }
+
+  #settle(id: number, answer: ReplicaAnswer<RequestKind>): void {
+    const entry = this.#inFlight.get(id);
+    if (!entry) return;
+    this.#inFlight.delete(id);
+    clearTimeout(entry.timer);
+    entry.detach();
+    entry.resolve(answer);
+  }
+
+  #settleAll(answer: ReplicaAnswer<RequestKind>): void {
+    for (const id of [...this.#inFlight.keys()]) this.#settle(id, answer);
+  }
+
+  #apply(event: ConnectionEvent): void {
+    const before = this.#state;
+    this.#state = transition(before, event);
+    if (this.#state === before) return;
+    if (this.#state.phase === 'backoff') this.#scheduleRetry();
+    this.#context.onChange(this);
+  }
+
+  #open(): void {
+    const options = this.#context.options;
+    let socket: WebSocket;
+    try {
+      socket = new WebSocket(this.endpoint, {
+        perMessageDeflate: false,
+        maxPayload: options.maxFrameBytes,
+        handshakeTimeout: options.handshakeTimeoutMs,
+      });
+    } catch (error) {
+      this.#fail('unreachable', (error as Error).message);
+      return;
+    }
+    this.#socket = socket;
+    // The whole handshake (TCP, HTTP upgrade, challenge, welcome) shares one deadline: a silent replica costs at most this.
+    this.#handshakeTimer = setTimeout(() => {
+      if (this.#socket === socket && this.#state.phase !== 'ready') this.#fail('handshake_timeout', `no welcome within ${options.handshakeTimeoutMs} ms`);
+    }, options.handshakeTimeoutMs);
+    this.#handshakeTimer.unref();
+    socket.on('open', () => {
+      if (this.#socket === socket) this.#apply({ type: 'socket_open' });
+    });
+    socket.on('message', (data: RawData, isBinary: boolean) => {
+      if (this.#socket === socket) this.#onFrame(data, isBinary);
+    });
+    socket.on('error', (error: Error) => {
+      if (this.#socket !== socket) return;
+      this.#fail(this.#state.phase === 'connecting' ? 'unreachable' : 'closed', error.message);
+    });
+    socket.on('close', (code: number, reason: Buffer) => {
+      if (this.#socket !== socket) return;
+      this.#fail('closed', `closed by the replica (${code}${reason.length ? ` ${reason.toString('utf8').slice(0, 100)}` : ''})`);
+    });
+  }
+
+  #onFrame(data: RawData, isBinary: boolean): void {
+    if (!isBinary) {
+      this.#fault('protocol', 'a text frame (only binary frames are spoken)');
+      return;
+    }
+    const frame = Array.isArray(data) ? Buffer.concat(data) : data instanceof ArrayBuffer ? new Uint8Array(data) : data;
+    let message: ServerMessage;
+    try {
+      message = decodeServerMessage(frame, this.#context.options.maxFrameBytes);
+    } catch (error) {
+      this.#fault('protocol', error instanceof QuorumFenceError ? error.message : String(error));
+      return;
+    }
+    switch (this.#state.phase) {
+      case 'awaiting_challenge':
+        this.#onChallenge(message);
+        return;
+      case 'awaiting_welcome':
+        this.#onWelcome(message);
+        return;
+      case 'ready':
+        this.#onReady(message);
+        return;
+      default:
+        this.#fault('protocol', `a ${message.type} frame before the connection opened`);
+    }
+  }
+
+  #onChallenge(message: ServerMessage): void {
+    if (message.type !== 'challenge') {
+      this.#fault('protocol', `expected a challenge, got ${message.type}`);
+      return;
+    }
+    const { clusterId, identity } = this.#context;
+    if (!bytesEqual(message.clusterId, clusterId)) {
+      this.#fault('bad_challenge', 'the challenge names another cluster id');
+      return;
+    }
+    if (message.replica !== this.index) {
+      this.#fault('bad_challenge', `the challenge names replica ${message.replica}, expected ${this.index}`);
+      return;
+    }
+    const signature = identity.sign(authTranscript(message.nonce, clusterId, this.index));
+    this.#socket!.send(encodeMessage({ type: 'hello', id: HELLO_ID, holder: identity.publicKey, signature }));
+    this.#apply({ type: 'challenge_accepted' });
+  }
+
+  #onWelcome(message: ServerMessage): void {
+    if (message.type === 'error') {
+      this.#fail('unauthenticated', `${message.code}: ${message.message}`);
+      this.#dropSocket(CloseCode.NORMAL, 'authentication refused');
+      return;
+    }
+    if (message.type !== 'welcome' || message.id !== HELLO_ID || message.replica !== this.index) {
+      this.#fault('protocol', message.type === 'welcome' ? 'a welcome with the wrong id or replica index' : `expected a welcome, got ${message.type}`);
+      return;
+    }
+    clearTimeout(this.#handshakeTimer);
+    this.#apply({ type: 'welcome' });
+  }
+
+  #onReady(message: ServerMessage): void {
+    if (message.type === 'reply') {
+      const entry = this.#inFlight.get(message.id);
+      // A reply to a request that timed out or was aborted: late, not wrong.
+      if (!entry) return;
+      let outcome: OutcomeByRequest[RequestKind];
+      try {
+        outcome = parseOutcome(entry.kind, message.outcome);
+      } catch (error) {
+        const text = error instanceof QuorumFenceError ? error.message : String(error);
+        this.#settle(message.id, { kind: 'faulty', message: text });
+        this.#fault('invalid_reply', text);
+        return;
+      }
+      this.#settle(message.id, { kind: 'reply', outcome });
+      return;
+    }
+    if (message.type === 'error') {
+      if (message.id !== undefined) this.#settle(message.id, { kind: 'error', code: message.code, message: message.message });
+      return;
+    }
+    this.#fault('protocol', `an unexpected ${message.type} after the handshake`);
+  }
+
+  /** The replica broke the protocol: report it, drop the connection, fail what is in flight, reconnect later. */
+  #fault(kind: 'protocol' | 'bad_challenge' | 'invalid_reply', message: string): void {
+    this.#context.onFault({ replica: this.index, kind, message });
+    this.#settleAll({ kind: 'faulty', message });
+    this.#dropSocket(CloseCode.PROTOCOL_ERROR, kind);
+    this.#fail(kind === 'invalid_reply' ? 'protocol' : kind, message);
+  }
+
+  #fail(kind: ConnectionFailure, message: string): void {
+    if (this.#state.phase === 'closed' || this.#state.phase === 'backoff') return;
+    clearTimeout(this.#handshakeTimer);
+    this.#dropSocket(isFaultFailure(kind) ? CloseCode.PROTOCOL_ERROR : CloseCode.NORMAL, kind);
+    this.#settleAll({ kind: 'unreachable', message: `connection to replica ${this.index} lost (${kind}: ${message})` });
+    this.#apply({ type: 'failed', kind, message });
+  }
+
+  #dropSocket(code: number, reason: string): void {
+    const socket = this.#socket;
+    if (!socket) return;
+    this.#socket = undefined;
+    socket.removeAllListeners();
+    // Late errors from a socket we already gave up on must not become uncaught exceptions.
+    socket.on('error', () => {});
+    try {
+      if (socket.readyState === WebSocket.OPEN) {
+        socket.close(code, reason);
+        // A replica that never answers the close handshake must not keep the socket open.
+        setTimeout(() => socket.terminate(), 1000).unref();
+      } else {
+        socket.terminate();
+      }
+    } catch {
+      // Closing a socket that is already going away: nothing left to do.
+    }
+  }
+
+  #scheduleRetry(): void {
+    const { reconnectBaseMs, reconnectMaxMs, random } = this.#context.options;
+    const delay = backoffDelay(this.#state.failures - 1, { baseMs: reconnectBaseMs, maxMs: reconnectMaxMs }, random());
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = setTimeout(() => {
+      this.#apply({ type: 'retry' });
+      if (this.#state.phase === 'connecting') this.#open();
+    }, delay);
+    // Reconnecting alone is no reason to keep a process alive.
+    this.#retryTimer.unref();
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * One round: the same request sent to every replica that is connected, and to
+ * any that connects while the round is open, with answers delivered one at a
+ * time as they arrive. The caller decides after each answer whether it has
+ * heard enough; `possible` tells it how many more answers could still come,
+ * so it can stop as soon as its goal is out of reach instead of waiting for
+ * a deadline. A round never waits for a replica whose connection is down.
+ */
+import type { MonotonicClock } from '../common/clock.js';
+import { isPending, isReady } from './connection-state.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-connection.js';
+
+/** The connections a round draws on, with a way to hear when any of them changes state. */
+export interface ChannelSet {
+  readonly channels: readonly ReplicaChannel[];
+  /** Calls `listener` after any channel's state changes; returns a function that unsubscribes. */
+  subscribe(listener: () => void): () => void;
+}
+
+export type RoundEvent<K extends RequestKind> =
+  | { readonly type: 'answer'; readonly replica: number; readonly answer: ReplicaAnswer<K> }
+  /** A connection went down or came up: `possible` may have changed. */
+  | { readonly type: 'changed' }
+  | { readonly type: 'end'; readonly why: 'exhausted' | 'deadline' | 'aborted' };
+
+export interface RoundOptions {
+  readonly clock: MonotonicClock;
+  /** On `clock`: the round ends here. */
+  readonly deadline: number;
+  readonly signal?: AbortSignal | undefined;
+}
+
+type Slot = 'waiting' | 'sent' | 'answered' | 'skipped';
+
+export class Round<K extends RequestKind> {
+  readonly #set: ChannelSet;
+  readonly #body: (replica: number) => RequestBody<K>;
+  readonly #clock: MonotonicClock;
+  readonly #slots = new Map<number, Slot>();
+  readonly #queue: RoundEvent<K>[] = [];
+  readonly #controller = new AbortController();
+  #wake: (() => void) | undefined;
+  #deadline: number;
+  #timer: NodeJS.Timeout | undefined;
+  #ended: RoundEvent<K> | undefined;
+  readonly #unsubscribe: () => void;
+  readonly #onAbort: () => void;
+  readonly #signal: AbortSignal | undefined;
+
+  /** @param body the request for one replica (usually the same for all). */
+  constructor(set: ChannelSet, body: (replica: number) => RequestBody<K>, options: RoundOptions) {
+    this.#set = set;
+    this.#body = body;
+    this.#clock = options.clock;
+    this.#deadline = options.deadline;
+    this.#signal = options.signal;
+    this.#onAbort = () => this.#end('aborted');
+    this.#unsubscribe = set.subscribe(() => this.#refresh(true));
+    for (const channel of set.channels) this.#slots.set(channel.index, 'skipped');
+    if (options.signal?.aborted) {
+      this.#end('aborted');
+      return;
+    }
+    options.signal?.addEventListener('abort', this.#onAbort, { once: true });
+    this.#armTimer();
+    this.#refresh(false);
+  }
+
+  /** Replicas that may still answer: asked and not yet answered, or connecting now. */
+  get possible(): number {
+    let count = 0;
+    for (const slot of this.#slots.values()) if (slot === 'sent' || slot === 'waiting') count++;
+    return count;
+  }
+
+  /** Moves the deadline earlier (never later): used to stop waiting for stragglers. */
+  shortenDeadline(deadline: number): void {
+    if (deadline >= this.#deadline || this.#ended) return;
+    this.#deadline = deadline;
+    this.#armTimer();
+  }
+
+  /** The next answer or change; after the end, the end event again. */
+  async next(): Promise<RoundEvent<K>> {
+    for (;;) {
+      const event = this.#queue.shift();
+      if (event) return event;
+      if (this.#ended) return this.#ended;
+      if (this.possible === 0) {
+        this.#end('exhausted');
+        continue;
+      }
+      await new Promise<void>((resolve) => (this.#wake = resolve));
+      this.#wake = undefined;
+    }
+  }
+
+  /** Stops the round: no more requests go out, and requests still open are abandoned (late replies are ignored). */
+  close(): void {
+    if (!this.#ended) this.#ended = { type: 'end', why: 'exhausted' };
+    this.#stop();
+  }
+
+  #stop(): void {
+    clearTimeout(this.#timer);
+    this.#unsubscribe();
+    this.#signal?.removeEventListener('abort', this.#onAbort);
+    this.#controller.abort();
+  }
+
+  #armTimer(): void {
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => this.#end('deadline'), Math.max(0, this.#deadline - this.#clock.now()));
+  }
+
+  #end(why: 'exhausted' | 'deadline' | 'aborted'): void {
+    if (this.#ended) return;
+    this.#ended = { type: 'end', why };
+    this.#stop();
+    this.#wake?.();
+  }
+
+  #push(event: RoundEvent<K>): void {
+    if (this.#ended) return;
+    this.#queue.push(event);
+    this.#wake?.();
+  }
+
+  /** Sends to channels that became ready; forgets ones that went down before we could ask them. */
+  #refresh(notify: boolean): void {
+    if (this.#ended) return;
+    let changed = false;
+    for (const channel of this.#set.channels) {
+      const slot = this.#slots.get(channel.index);
+      if (slot === 'sent' || slot === 'answered') continue;
+      if (isReady(channel.state)) {
+        this.#send(channel);
+        changed = true;
+      } else {
+        const next: Slot = isPending(channel.state) ? 'waiting' : 'skipped';
+        if (next !== slot) {
+          this.#slots.set(channel.index, next);
+          changed = true;
+        }
+      }
+    }
+    if (notify && changed) this.#push({ type: 'changed' });
+  }
+
+  #send(channel: ReplicaChannel): void {
+    this.#slots.set(channel.index, 'sent');
+    const timeoutMs = Math.max(0, this.#deadline - this.#clock.now());
+    void channel.request(this.#body(channel.index), timeoutMs, this.#controller.signal).then((answer) => {
+      if (this.#ended) return;
+      this.#slots.set(channel.index, 'answered');
+      this.#push({ type: 'answer', replica: channel.index, answer });
+    });
+  }
+}

@@ -1,0 +1,106 @@
+/**
+ * Each replica's view of a resource, for people (the `status` verb) and for
+ * monitoring. Nothing here is used to decide: acquire does its own rounds.
+ * The summary applies the same (f+1)-th rules, so f lying replicas cannot
+ * skew it either.
+ */
+import type { ConnectionFailure } from './connection-state.js';
+import { quorumRemainingMs } from './epoch-choice.js';
+import type { QuorumContext } from './quorum-context.js';
+import { Round } from './round.js';
+
+export type ReplicaView =
+  | { readonly replica: number; readonly endpoint: string; readonly state: 'ok'; readonly epoch: bigint; readonly leased: boolean; readonly remainingMs: number }
+  | {
+      readonly replica: number;
+      readonly endpoint: string;
+      /** unreachable: not connected; faulty: broke the protocol; refused: answered forbidden or invalid; timeout: connected but silent. */
+      readonly state: 'unreachable' | 'faulty' | 'refused' | 'timeout' | 'error';
+      readonly message: string;
+      /** For unreachable: how the last connection attempt ended. */
+      readonly failure?: ConnectionFailure;
+    };
+
+export interface ResourceStatus {
+  readonly resource: string;
+  readonly replicas: readonly ReplicaView[];
+  /** The (f+1)-th largest epoch reported, when at least 2f+1 replicas answered; the next acquire would ask for one more. */
+  readonly epoch: bigint | undefined;
+  /** At least f+1 replicas (so at least one honest) report a lease running. */
+  readonly leased: boolean;
+  /** With `leased`: the (f+1)-th smallest remaining time reported. */
+  readonly remainingMs: number | undefined;
+  /** Replicas that answered `ok`. */
+  readonly answered: number;
+}
+
+/** Asks every replica for its view of `resource`, waiting up to `timeoutMs` for answers. */
+export async function resourceStatus(ctx: QuorumContext, resource: string, timeoutMs: number, signal?: AbortSignal): Promise<ResourceStatus> {
+  const { f } = ctx.cluster;
+  const round = new Round<'status'>(ctx.channels, () => ({ type: 'status', resource }), {
+    clock: ctx.options.clock,
+    deadline: ctx.options.clock.now() + timeoutMs,
+    signal,
+  });
+  const views = new Map<number, ReplicaView>();
+  try {
+    for (;;) {
+      const event = await round.next();
+      if (event.type === 'end') break;
+      if (event.type !== 'answer') continue;
+      const { replica, answer } = event;
+      const endpoint = ctx.cluster.replicas[replica - 1]!.endpoint;
+      switch (answer.kind) {
+        case 'reply': {
+          const o = answer.outcome;
+          views.set(
+            replica,
+            o.status === 'ok'
+              ? { replica, endpoint, state: 'ok', epoch: o.epoch, leased: o.leased, remainingMs: o.remainingMs }
+              : { replica, endpoint, state: 'refused', message: o.status === 'invalid' ? `invalid: ${o.message}` : 'forbidden' },
+          );
+          break;
+        }
+        case 'faulty':
+          views.set(replica, { replica, endpoint, state: 'faulty', message: answer.message });
+          break;
+        case 'timeout':
+          views.set(replica, { replica, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` });
+          break;
+        case 'error':
+          views.set(replica, { replica, endpoint, state: 'error', message: `${answer.code}: ${answer.message}` });
+          break;
+        default:
+          break;
+      }
+    }
+  } finally {
+    round.close();
+  }
+  const replicas: ReplicaView[] = ctx.channels.channels.map((channel) => {
+    const view = views.get(channel.index);
+    if (view) return view;
+    const endpoint = ctx.cluster.replicas[channel.index - 1]!.endpoint;
+    const failure = channel.state.lastFailure;
+    if (channel.state.phase === 'ready') return { replica: channel.index, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` };
+    return {
+      replica: channel.index,
+      endpoint,
+      state: failure && (failure.kind === 'protocol' || failure.kind === 'bad_challenge') ? 'faulty' : 'unreachable',
+      message: failure ? `${failure.kind}: ${failure.message}` : `not connected (${channel.state.phase})`,
+      ...(failure ? { failure: failure.kind } : {}),
+    };
+  });
+  const ok = replicas.filter((v): v is Extract<ReplicaView, { state: 'ok' }> => v.state === 'ok');
+  const epochs = ok.map((v) => v.epoch).sort((a, b) => (a > b ? -1 : a < b ? 1 : 0));
+  const leasedRemaining = ok.filter((v) => v.leased).map((v) => v.remainingMs);
+  const leased = leasedRemaining.length > f;
+  return {
+    resource,
+    replicas,
+    epoch: epochs.length >= 2 * f + 1 ? epochs[f] : undefined,
+    leased,
+    remainingMs: leased ? quorumRemainingMs(leasedRemaining, f) : undefined,
+    answered: ok.length,
+  };
+}
