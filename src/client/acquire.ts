@@ -127,6 +127,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     } else {
       const status = await statusForEpoch(ctx, request, deadline, report, faults);
       if (status.kind === 'stop') return refuse(status.reason, status.message);
+      if (status.kind === 'slow') continue;
       if (status.kind === 'busy') {
         const waited = await waitWhileBusy(ctx, request, status, waitUntil, deadline);
         if (waited !== 'retry') return waited === 'aborted' ? refuse('aborted', 'the caller aborted the acquire') : busyRefusal(status, faults);
@@ -199,6 +200,7 @@ async function waitWhileBusy(
 
 type StatusForEpoch =
   | { readonly kind: 'known' }
+  | { readonly kind: 'slow' }
   | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number }
   | { readonly kind: 'stop'; readonly reason: 'timeout' | 'unavailable' | 'aborted' | 'forbidden' | 'invalid'; readonly message: string };
 
@@ -212,9 +214,10 @@ async function statusForEpoch(
 ): Promise<StatusForEpoch> {
   const { f } = ctx.cluster;
   const need = 2 * f + 1;
+  const roundDeadline = Math.min(deadline, ctx.options.clock.now() + ctx.options.requestTimeoutMs);
   const round = new Round<'status'>(ctx.channels, () => ({ type: 'status', resource: request.resource }), {
     clock: ctx.options.clock,
-    deadline: Math.min(deadline, ctx.options.clock.now() + ctx.options.requestTimeoutMs),
+    deadline: roundDeadline,
     signal: request.signal,
   });
   const leased: { epoch: bigint; remainingMs: number }[] = [];
@@ -248,9 +251,11 @@ async function statusForEpoch(
   if (forbidden > f) return { kind: 'stop', reason: 'forbidden', message: `${forbidden} replicas refuse this identity access to "${request.resource}"` };
   if (invalid.length > f) return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
   if (answered < need) {
-    return ended === 'deadline' && ctx.options.clock.now() >= deadline
-      ? { kind: 'stop', reason: 'timeout', message: `only ${answered} of the ${need} status answers needed arrived in time` }
-      : { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, answered, need) };
+    if (ended !== 'deadline') return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, answered, need) };
+    // Connected replicas that are slow: ask again while the caller's deadline allows.
+    return roundDeadline >= deadline
+      ? { kind: 'stop', reason: 'timeout', message: `only ${answered} of the ${need} status answers needed arrived within ${request.timeoutMs} ms` }
+      : { kind: 'slow' };
   }
   if (leased.length > f) {
     const remainingMs = quorumRemainingMs(
@@ -290,9 +295,10 @@ async function attemptEpoch(
   const collector = new PartialCollector(cluster, ctx.backend, grant, message, ctx.evidence);
   // Taken before the first request leaves, so the holder's lease view starts before any replica's (DESIGN.md).
   const sentAt = clock.now();
+  const roundDeadline = Math.min(deadline, sentAt + options.requestTimeoutMs);
   const round = new Round<'acquire'>(ctx.channels, () => ({ type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs }), {
     clock,
-    deadline: Math.min(deadline, sentAt + options.requestTimeoutMs),
+    deadline: roundDeadline,
     signal: request.signal,
   });
   const voted = new Set<number>();
@@ -380,7 +386,7 @@ async function attemptEpoch(
   if (voted.size >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}` };
   if (ended === 'deadline') {
     // Replicas that are connected but slow: worth another try while the caller's deadline allows.
-    return clock.now() >= deadline
+    return roundDeadline >= deadline
       ? { kind: 'stop', reason: 'timeout', message: `no grant within ${request.timeoutMs} ms` }
       : { kind: 'contended', message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms` };
   }

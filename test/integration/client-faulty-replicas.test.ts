@@ -36,7 +36,9 @@ type Behaviour =
   /** Reports a huge epoch in every status and stale answer. */
   | 'huge_epoch'
   /** Answers every request with an undecodable frame. */
-  | 'garbage_frames';
+  | 'garbage_frames'
+  /** Completes the handshake, then never answers a request. */
+  | 'mute';
 
 /** A faulty replica for index `index` of `cluster`. */
 class FaultyReplica {
@@ -75,6 +77,7 @@ class FaultyReplica {
           send({ type: 'welcome', id: message.id, replica: index });
           return;
         }
+        if (behaviour === 'mute') return;
         if (behaviour === 'garbage_frames') {
           socket.send(randomBytes(40));
           return;
@@ -173,7 +176,7 @@ for (const f of [1, 2]) {
       await stopFixture(fixture);
     }, 60_000);
 
-    async function acquireOk(cluster: Cluster, resource: string) {
+    async function acquireOk(cluster: Cluster, resource: string, liarsPresent = true) {
       const client = await connect(fixture!, cluster);
       const started = performance.now();
       const result = await client.acquire(resource, { ttlMs: 5000 });
@@ -181,13 +184,13 @@ for (const f of [1, 2]) {
       expect(result.ok, JSON.stringify(!result.ok && result)).toBe(true);
       if (!result.ok) throw new Error('unreachable');
       expect(verifyToken(result.lease.token, fixture!.local.cluster).ok).toBe(true);
-      expect(result.lease.signers.every((s) => !liars.includes(s))).toBe(true);
+      if (liarsPresent) expect(result.lease.signers.every((s) => !liars.includes(s))).toBe(true);
       await result.lease.release();
       return { client, result, elapsed };
     }
 
     it('with all replicas up', async () => {
-      const { result } = await acquireOk(fixture!.local.cluster, 'all-up');
+      const { result } = await acquireOk(fixture!.local.cluster, 'all-up', false);
       expect(result.faults).toEqual([]);
       expect(result.lease.epoch).toBe(1n);
     });
@@ -203,7 +206,7 @@ for (const f of [1, 2]) {
       ['other_partial', 'invalid_partial'],
       ['garbage_frames', 'protocol'],
     ] as const satisfies readonly (readonly [Behaviour, FaultKind])[]) {
-      it(`with f replicas sending ${behaviour.replace('_', ' ')}s, naming them`, async () => {
+      it(`with f replicas sending ${behaviour.replace('_', ' ')}, naming them`, async () => {
         const { client, result } = await acquireOk(await clusterWithFaulty(fixture!, liars, [behaviour]), behaviour);
         expect(result.faults.map((x) => x.replica).sort()).toEqual([...liars].sort());
         expect(new Set(result.faults.map((x) => x.kind))).toEqual(new Set([kind]));
@@ -245,5 +248,59 @@ for (const f of [1, 2]) {
       const { result } = await acquireOk(fixture!.local.cluster, 'killed');
       expect(result.faults).toEqual([]);
     });
+
+    if (f === 1) {
+      // Killing one more leaves 2f: no quorum. Runs after the case above (vitest runs a file's tests in order).
+      it('with f+1 replicas killed, returns unavailable promptly', async () => {
+        await fixture!.local.replica(1).kill('SIGKILL');
+        const client = await connect(fixture!, fixture!.local.cluster);
+        const started = performance.now();
+        const result = await client.acquire('no-quorum', { ttlMs: 5000, waitMs: 10_000 });
+        expect(result.ok).toBe(false);
+        if (!result.ok) expect(result.reason).toBe('unavailable');
+        expect(performance.now() - started).toBeLessThan(1000);
+      });
+    }
   });
 }
+
+describe('Nothing hangs: a deadline or an abort ends an acquire that cannot finish', () => {
+  let fixture: Fixture | undefined;
+  beforeAll(async () => {
+    fixture = await startFixture(4);
+  }, 60_000);
+  afterAll(async () => {
+    await stopFixture(fixture);
+  }, 60_000);
+
+  it('f+1 replicas that never answer: timeout at the deadline', async () => {
+    const client = await connect(fixture!, await clusterWithFaulty(fixture!, [3, 4], ['mute']));
+    const started = performance.now();
+    const result = await client.acquire('mute', { ttlMs: 5000, timeoutMs: 600 });
+    const elapsed = performance.now() - started;
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.reason).toBe('timeout');
+    expect(elapsed).toBeGreaterThanOrEqual(550);
+    expect(elapsed).toBeLessThan(1500);
+  });
+
+  it('an abort ends the acquire at once, mid-round', async () => {
+    const client = await connect(fixture!, await clusterWithFaulty(fixture!, [3, 4], ['mute']));
+    const controller = new AbortController();
+    const pending = client.acquire('mute-abort', { ttlMs: 5000, timeoutMs: 30_000, signal: controller.signal });
+    setTimeout(() => controller.abort(), 100);
+    const started = performance.now();
+    const result = await pending;
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.reason).toBe('aborted');
+    expect(performance.now() - started).toBeLessThan(600);
+  });
+
+  it('an already aborted signal returns aborted without asking anyone', async () => {
+    const client = await connect(fixture!, fixture!.local.cluster);
+    const result = await client.acquire('pre-aborted', { signal: AbortSignal.abort() });
+    expect(result.ok === false && result.reason).toBe('aborted');
+    const status = await client.status('pre-aborted');
+    expect(status.epoch).toBe(0n);
+  });
+});
