@@ -309,6 +309,8 @@ async function attemptEpoch(
   const invalid: string[] = [];
   let straggling = false;
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
+  // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
+  let reachable = 0;
   let signature: ReturnType<PartialCollector['tryCombine']> | undefined;
 
   try {
@@ -366,6 +368,7 @@ async function attemptEpoch(
       }
     }
   } finally {
+    reachable = voted.size + round.possible;
     round.close();
   }
 
@@ -383,14 +386,14 @@ async function attemptEpoch(
   if (forbidden > f) return { kind: 'stop', reason: 'forbidden', message: `${forbidden} replicas refuse this identity access to "${request.resource}"` };
   if (invalid.length > f) return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
   if (busy.length > f) return { kind: 'busy', epoch: fPlusOneLargest(busyEpochs, f), remainingMs: quorumRemainingMs(busy, f)! };
-  if (voted.size >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}` };
+  if (reachable >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}` };
   if (ended === 'deadline') {
     // Replicas that are connected but slow: worth another try while the caller's deadline allows.
     return roundDeadline >= deadline
       ? { kind: 'stop', reason: 'timeout', message: `no grant within ${request.timeoutMs} ms` }
       : { kind: 'contended', message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms` };
   }
-  return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, voted.size, t) };
+  return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, reachable, t) };
 }
 
 /** Fire and forget: a release that is lost only delays the other contender until our partial lease ends. */

@@ -23,6 +23,7 @@ import { generateIdentity } from '../../src/client/identity.js';
 import type { FaultKind } from '../../src/client/evidence.js';
 import { decodeClientMessage, encodeMessage } from '../../src/protocol/codec.js';
 import type { ServerMessage } from '../../src/protocol/messages.js';
+import { startFaultProxy, type FaultProxy } from '../../src/testing/fault-proxy.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage } from '../../src/token/grant.js';
 
@@ -123,6 +124,8 @@ interface Fixture {
   readonly keys: ReplicaKey[];
   readonly faulty: FaultyReplica[];
   readonly clients: QuorumFenceClient[];
+  /** Delaying proxies in front of honest replicas, by index (made on first use). */
+  readonly slowed: Map<number, FaultProxy>;
 }
 
 async function startFixture(n: number): Promise<Fixture> {
@@ -130,21 +133,39 @@ async function startFixture(n: number): Promise<Fixture> {
   const { keyPaths } = dealLocalCluster(join(dir, 'keys'), n);
   const local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
   const keys = keyPaths.map((path) => loadReplicaKeyFile(path, local.cluster));
-  return { dir, local, keys, faulty: [], clients: [] };
+  return { dir, local, keys, faulty: [], clients: [], slowed: new Map() };
 }
 
 async function stopFixture(fixture: Fixture | undefined): Promise<void> {
   if (!fixture) return;
   await Promise.allSettled(fixture.clients.map((c) => c.close()));
   await Promise.allSettled(fixture.faulty.map((f) => f.close()));
+  await Promise.allSettled([...fixture.slowed.values()].map((p) => p.close()));
   await fixture.local.close();
   rmSync(fixture.dir, { recursive: true, force: true });
 }
 
-/** The cluster as the client sees it: replicas `liars` (by index) replaced by faulty servers of `behaviour`. */
-async function clusterWithFaulty(fixture: Fixture, liars: readonly number[], behaviours: readonly Behaviour[]): Promise<Cluster> {
+/**
+ * The cluster as the client sees it: replicas `liars` (by index) replaced by
+ * faulty servers of `behaviour`. With `slowHonest`, the honest replicas sit
+ * behind a proxy that delays each message by 40 ms, so the liars' answers
+ * surely arrive first and must be dealt with (otherwise an acquire may finish
+ * on honest partials alone before a liar's answer is even read).
+ */
+async function clusterWithFaulty(fixture: Fixture, liars: readonly number[], behaviours: readonly Behaviour[], slowHonest = false): Promise<Cluster> {
   const cluster = fixture.local.cluster;
   const endpoints = cluster.replicas.map((r) => r.endpoint);
+  if (slowHonest) {
+    for (const replica of cluster.replicas) {
+      if (liars.includes(replica.index)) continue;
+      let proxy = fixture.slowed.get(replica.index);
+      if (!proxy) {
+        proxy = await startFaultProxy({ target: replica.endpoint, host: '127.0.0.1', faults: { delayMs: [40, 40] } });
+        fixture.slowed.set(replica.index, proxy);
+      }
+      endpoints[replica.index - 1] = proxy.url;
+    }
+  }
   for (const [k, index] of liars.entries()) {
     // Signs with the next replica's share: a real partial, but not this replica's.
     const other = fixture.keys[index % cluster.n]!;
@@ -207,7 +228,7 @@ for (const f of [1, 2]) {
       ['garbage_frames', 'protocol'],
     ] as const satisfies readonly (readonly [Behaviour, FaultKind])[]) {
       it(`with f replicas sending ${behaviour.replace('_', ' ')}, naming them`, async () => {
-        const { client, result } = await acquireOk(await clusterWithFaulty(fixture!, liars, [behaviour]), behaviour);
+        const { client, result } = await acquireOk(await clusterWithFaulty(fixture!, liars, [behaviour], true), behaviour);
         expect(result.faults.map((x) => x.replica).sort()).toEqual([...liars].sort());
         expect(new Set(result.faults.map((x) => x.kind))).toEqual(new Set([kind]));
         if (kind !== 'protocol') {
@@ -238,7 +259,7 @@ for (const f of [1, 2]) {
 
     if (f === 2) {
       it('with one silent and one lying replica', async () => {
-        const { result } = await acquireOk(await clusterWithFaulty(fixture!, liars, ['silent', 'other_partial']), 'mixed');
+        const { result } = await acquireOk(await clusterWithFaulty(fixture!, liars, ['silent', 'other_partial'], true), 'mixed');
         expect(result.faults.map((x) => x.replica)).toEqual([liars[1]]);
       });
     }

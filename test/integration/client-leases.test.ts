@@ -1,0 +1,176 @@
+/**
+ * Leases against real replica processes (N = 4): S1 under racing holders,
+ * handover after expiry and after release, automatic renewal, and the
+ * holder's own view ending before the replicas' leases do.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { toHex } from '../../src/common/bytes.js';
+import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
+import { QuorumFenceClient, type ClientConstructionOptions } from '../../src/client/client.js';
+import { EvidenceLog } from '../../src/client/evidence.js';
+import { generateIdentity } from '../../src/client/identity.js';
+import type { LeaseEnd } from '../../src/client/lease.js';
+import { verifyToken, type AdmissionToken } from '../../src/token/admission-token.js';
+
+let dir: string;
+let local: LocalCluster | undefined;
+const clients: QuorumFenceClient[] = [];
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'qf-client-leases-'));
+  dealLocalCluster(join(dir, 'keys'), 4);
+  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.allSettled(clients.map((c) => c.close()));
+  await local?.close();
+  rmSync(dir, { recursive: true, force: true });
+}, 60_000);
+
+async function newClient(options: ClientConstructionOptions = {}): Promise<QuorumFenceClient> {
+  const client = await QuorumFenceClient.connect(local!.cluster, generateIdentity(), options);
+  clients.push(client);
+  return client;
+}
+
+describe('S1 uniqueness: two holders racing for one resource', () => {
+  it('never get two valid tokens for one epoch, and every token verifies', async () => {
+    // One evidence log for both clients: a replica that signed both holders at one epoch would show up here.
+    const evidenceLog = new EvidenceLog();
+    const a = await newClient({ evidenceLog, busyPollMs: 5 });
+    const b = await newClient({ evidenceLog, busyPollMs: 5 });
+    const tokens: AdmissionToken[] = [];
+    const started = performance.now();
+    // 40 rounds of both asking at once: enough to see split votes and handovers, within a few seconds.
+    for (let round = 0; round < 40 && performance.now() - started < 30_000; round++) {
+      await Promise.all(
+        [a, b].map(async (client) => {
+          const result = await client.acquire('race', { ttlMs: 2000, waitMs: 5000 });
+          expect(result.ok, JSON.stringify(!result.ok && result)).toBe(true);
+          if (!result.ok) return;
+          tokens.push(result.lease.token);
+          await result.lease.release();
+        }),
+      );
+    }
+    expect(tokens.length).toBeGreaterThanOrEqual(80);
+    const byEpoch = new Map<bigint, string>();
+    for (const token of tokens) {
+      expect(verifyToken(token, local!.cluster).ok).toBe(true);
+      const holder = toHex(token.grant.holder);
+      const seen = byEpoch.get(token.grant.epoch);
+      // S1: at most one holder per (resource, epoch).
+      if (seen !== undefined) expect(seen).toBe(holder);
+      byEpoch.set(token.grant.epoch, holder);
+    }
+    // Each acquire got its own epoch (a holder never reuses one after releasing it).
+    expect(byEpoch.size).toBe(tokens.length);
+    expect(evidenceLog.list()).toEqual([]);
+  }, 60_000);
+});
+
+describe('Lease handover', () => {
+  it('a holder that stops renewing loses the lease after its ttl; the next holder gets a larger epoch', async () => {
+    const first = await newClient();
+    const second = await newClient();
+    const ttlMs = 600;
+    const acquiredAt = performance.now();
+    const held = await first.acquire('stops-renewing', { ttlMs, autoRenew: false });
+    expect(held.ok).toBe(true);
+    if (!held.ok) return;
+    const lost = new Promise<{ end: LeaseEnd; at: number }>((resolve) => held.lease.once('lost', (end) => resolve({ end, at: performance.now() })));
+
+    const blocked = await second.acquire('stops-renewing', { ttlMs });
+    expect(blocked.ok === false && blocked.reason).toBe('busy');
+
+    const next = await second.acquire('stops-renewing', { ttlMs, waitMs: 5000 });
+    const nextAt = performance.now();
+    expect(next.ok).toBe(true);
+    if (!next.ok) return;
+    expect(next.lease.epoch).toBeGreaterThan(held.lease.epoch);
+    // The replicas let the second holder in only once the ttl ran out there...
+    expect(nextAt - acquiredAt).toBeGreaterThanOrEqual(ttlMs - 5);
+    // ...and the first holder's own view had ended before that.
+    const { end, at } = await lost;
+    expect(end.reason).toBe('expired');
+    expect(at).toBeLessThanOrEqual(nextAt);
+    expect(held.lease.signal.aborted).toBe(true);
+    expect((held.lease.signal.reason as { code?: string }).code).toBe('LEASE_LOST');
+    await next.lease.release();
+  });
+
+  it('a holder that releases lets the next one in at once', async () => {
+    const first = await newClient();
+    const second = await newClient({ busyPollMs: 10 });
+    const held = await first.acquire('releases', { ttlMs: 30_000 });
+    expect(held.ok).toBe(true);
+    if (!held.ok) return;
+    const waiting = second.acquire('releases', { ttlMs: 30_000, waitMs: 10_000 });
+    await new Promise((r) => setTimeout(r, 100));
+    const releasedAt = performance.now();
+    const released = await held.lease.release();
+    expect(released.ok).toBe(true);
+    const next = await waiting;
+    expect(next.ok).toBe(true);
+    if (!next.ok) return;
+    // Far sooner than the 30 s ttl: the release ended the lease at the replicas.
+    expect(performance.now() - releasedAt).toBeLessThan(1000);
+    expect(next.lease.epoch).toBeGreaterThan(held.lease.epoch);
+    // Released right after: a new acquire with no waiting gets in too.
+    await next.lease.release();
+    const again = await first.acquire('releases', { ttlMs: 30_000 });
+    expect(again.ok).toBe(true);
+    if (again.ok) await again.lease.release();
+  });
+
+  it('automatic renewal keeps the lease for several ttls', async () => {
+    const holder = await newClient();
+    const other = await newClient();
+    const held = await holder.acquire('renewed', { ttlMs: 300 });
+    expect(held.ok).toBe(true);
+    if (!held.ok) return;
+    let renewals = 0;
+    held.lease.on('renewed', () => renewals++);
+    await new Promise((r) => setTimeout(r, 1200));
+    expect(held.lease.active).toBe(true);
+    expect(renewals).toBeGreaterThanOrEqual(3);
+    const blocked = await other.acquire('renewed', { ttlMs: 300 });
+    expect(blocked.ok === false && blocked.reason).toBe('busy');
+    await held.lease.release();
+    expect(held.lease.ended?.reason).toBe('released');
+    expect(held.lease.signal.aborted).toBe(true);
+  });
+
+  it('a lease taken over by a newer holder is reported lost at the next renewal', async () => {
+    const holder = await newClient();
+    const other = await newClient();
+    const held = await holder.acquire('taken-over', { ttlMs: 400, autoRenew: false });
+    expect(held.ok).toBe(true);
+    if (!held.ok) return;
+    const next = await other.acquire('taken-over', { ttlMs: 5000, waitMs: 3000 });
+    expect(next.ok).toBe(true);
+    const renewed = await held.lease.renew();
+    expect(renewed.ok).toBe(false);
+    if (!renewed.ok) expect(renewed.reason).toBe('lost');
+    expect(held.lease.ended?.reason).toBe('expired');
+    if (next.ok) await next.lease.release();
+  });
+
+  it('await using releases the lease at the end of the block', async () => {
+    const holder = await newClient();
+    {
+      const result = await holder.acquire('disposed', { ttlMs: 30_000 });
+      expect(result.ok).toBe(true);
+      if (!result.ok) return;
+      await using lease = result.lease;
+      expect(lease.active).toBe(true);
+    }
+    const status = await holder.status('disposed');
+    expect(status.leased).toBe(false);
+    expect(status.epoch).toBe(1n);
+  });
+});
