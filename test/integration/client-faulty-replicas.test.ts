@@ -56,7 +56,7 @@ class FaultyReplica {
     const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));
     const address = server.address();
-    const port = typeof address === 'object' ? address.port : 0;
+    const port = typeof address === 'object' && address ? address.port : 0;
     const faulty = new FaultyReplica(server, `ws://127.0.0.1:${port}`);
     server.on('connection', (socket) => {
       faulty.#sockets.add(socket);
