@@ -1,0 +1,148 @@
+/**
+ * The client verbs as a user runs them: `identity`, `acquire`, `status`,
+ * as real processes against real replicas, with one-line errors for the
+ * mistakes a user can make.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { clusterToJson, withEndpoints } from '../../src/cluster/description.js';
+import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
+import { checkToken } from '../../src/token/admission-token.js';
+import { CLI_PATH, runCli } from '../support/cli.js';
+
+let dir: string;
+let local: LocalCluster | undefined;
+let clusterFile: string;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'qf-client-cli-'));
+  dealLocalCluster(join(dir, 'keys'), 4);
+  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  clusterFile = join(dir, 'cluster.json');
+  writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
+}, 60_000);
+
+afterAll(async () => {
+  await local?.close();
+  rmSync(dir, { recursive: true, force: true });
+}, 60_000);
+
+describe('quorumfence identity', () => {
+  it('new writes a 0600 key file and refuses to overwrite it; show prints the same public key', async () => {
+    const file = join(dir, 'alice.key');
+    const made = await runCli(['identity', 'new', file, '--json']);
+    expect(made.code).toBe(0);
+    const { publicKey } = JSON.parse(made.stdout) as { publicKey: string };
+    expect(publicKey).toMatch(/^[0-9a-f]{64}$/);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+
+    const again = await runCli(['identity', 'new', file]);
+    expect(again.code).toBe(1);
+    expect(again.stderr.trim().split('\n')).toHaveLength(1);
+    expect(again.stderr).toContain('FILE_EXISTS');
+
+    const shown = await runCli(['identity', 'show', file]);
+    expect(shown.code).toBe(0);
+    expect(shown.stdout.trim()).toBe(publicKey);
+  });
+});
+
+describe('quorumfence acquire and status', () => {
+  it('acquire prints a token that verifies; a second holder is told the resource is busy; status shows the lease', async () => {
+    const alice = join(dir, 'acquire-alice.key');
+    const bob = join(dir, 'acquire-bob.key');
+    expect((await runCli(['identity', 'new', alice])).code).toBe(0);
+    expect((await runCli(['identity', 'new', bob])).code).toBe(0);
+
+    const acquired = await runCli(['acquire', 'cli/orders', '--cluster', clusterFile, '--identity', alice, '--ttl', '20s', '--json']);
+    expect(acquired.code, acquired.stderr).toBe(0);
+    const out = JSON.parse(acquired.stdout) as { ok: boolean; epoch: string; token: string };
+    expect(out.ok).toBe(true);
+    expect(out.epoch).toBe('1');
+    const check = checkToken(out.token, local!.cluster);
+    expect(check.ok && check.token.grant.resource).toBe('cli/orders');
+
+    const busy = await runCli(['acquire', 'cli/orders', '--cluster', clusterFile, '--identity', bob]);
+    expect(busy.code).toBe(1);
+    expect(busy.stderr.trim().split('\n')).toHaveLength(1);
+    expect(busy.stderr).toMatch(/busy: .*--wait/);
+
+    const status = await runCli(['status', 'cli/orders', '--cluster', clusterFile, '--identity', bob, '--json']);
+    expect(status.code).toBe(0);
+    const view = JSON.parse(status.stdout) as { epoch: string; leased: boolean; replicas: { state: string; epoch: string }[] };
+    expect(view.epoch).toBe('1');
+    expect(view.leased).toBe(true);
+    expect(view.replicas.map((r) => r.state)).toEqual(['ok', 'ok', 'ok', 'ok']);
+
+    const text = await runCli(['status', 'cli/orders', '--cluster', clusterFile, '--identity', bob]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toContain('epoch 1, leased');
+  });
+
+  it('acquire --hold keeps the lease until interrupted, then releases it', async () => {
+    const carol = join(dir, 'hold-carol.key');
+    expect((await runCli(['identity', 'new', carol])).code).toBe(0);
+    const child = spawn(process.execPath, [CLI_PATH, 'acquire', 'cli/held', '--cluster', clusterFile, '--identity', carol, '--ttl', '1s', '--hold'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    try {
+      let stderr = '';
+      child.stderr.on('data', (chunk) => (stderr += chunk));
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no "holding" line: ${stderr}`)), 15_000);
+        child.stderr.on('data', () => {
+          if (stderr.includes('holding')) {
+            clearTimeout(timer);
+            resolve();
+          }
+        });
+      });
+      // Longer than the 1 s ttl: only renewals keep it.
+      await new Promise((r) => setTimeout(r, 1500));
+      const during = await runCli(['status', 'cli/held', '--cluster', clusterFile, '--identity', carol, '--json']);
+      expect((JSON.parse(during.stdout) as { leased: boolean }).leased).toBe(true);
+      child.kill('SIGINT');
+      expect(await exited).toBe(0);
+      expect(stderr).toContain('released');
+      const after = await runCli(['status', 'cli/held', '--cluster', clusterFile, '--identity', carol, '--json']);
+      expect((JSON.parse(after.stdout) as { leased: boolean }).leased).toBe(false);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
+  it('user mistakes give one line that says what to do', async () => {
+    const dave = join(dir, 'mistakes-dave.key');
+    expect((await runCli(['identity', 'new', dave])).code).toBe(0);
+
+    const noIdentity = await runCli(['acquire', 'x', '--cluster', clusterFile, '--identity', join(dir, 'missing.key')]);
+    expect(noIdentity.code).toBe(1);
+    expect(noIdentity.stderr.trim().split('\n')).toHaveLength(1);
+    expect(noIdentity.stderr).toContain('quorumfence identity new');
+
+    const noCluster = await runCli(['acquire', 'x', '--cluster', join(dir, 'missing.json'), '--identity', dave]);
+    expect(noCluster.code).toBe(1);
+    expect(noCluster.stderr.trim().split('\n')).toHaveLength(1);
+    expect(noCluster.stderr).toContain('keygen');
+
+    // Every endpoint points at a port nothing listens on (the replicas' own ports, shifted to closed ones).
+    const deadFile = join(dir, 'dead-cluster.json');
+    const dead = withEndpoints(
+      local!.cluster,
+      local!.cluster.replicas.map((_, k) => `ws://127.0.0.1:${9 + k}`),
+    );
+    writeFileSync(deadFile, JSON.stringify(clusterToJson(dead)));
+    const unreachable = await runCli(['status', 'x', '--cluster', deadFile, '--identity', dave]);
+    expect(unreachable.code).toBe(1);
+    expect(unreachable.stderr.trim().split('\n')).toHaveLength(1);
+    expect(unreachable.stderr).toContain('no replica of the cluster is reachable');
+
+    const noFlag = await runCli(['acquire', 'x', '--identity', dave]);
+    expect(noFlag.code).toBe(2);
+    expect(noFlag.stderr).toContain('--cluster is required');
+  });
+});
