@@ -189,16 +189,19 @@ export class PostgresGuard {
     checkGuardRequest(request, this.core.maxKeyBytes);
     const admission = this.core.admit(request);
     this.#inFlight++;
-    const client = await this.#pool.connect();
-    let broken = false;
     try {
-      return await this.#attempt(client, request, admission, mutation);
-    } catch (error) {
-      broken = !(error instanceof MutationFailure);
-      throw error instanceof MutationFailure ? error.cause : error;
+      const client = await this.#pool.connect();
+      let broken = false;
+      try {
+        return await this.#attempt(client, request, admission, mutation);
+      } catch (error) {
+        broken = !(error instanceof MutationFailure);
+        throw error instanceof MutationFailure ? error.cause : error;
+      } finally {
+        // A connection that failed mid-transaction is discarded rather than handed to the next writer.
+        client.release(broken);
+      }
     } finally {
-      // A connection that failed mid-transaction is discarded rather than handed to the next writer.
-      client.release(broken);
       if (--this.#inFlight === 0) this.#drained?.();
     }
   }

@@ -71,7 +71,9 @@ async function writeUntilKilled(server: ResourceProcess, resource: string, strea
   }
 }
 
-async function checkStore(streams: Map<string, Stream>): Promise<void> {
+/** Checks the store as a restart finds it; returns each resource's barrier epoch (undefined: none). */
+async function checkStore(streams: Map<string, Stream>): Promise<Map<string, bigint | undefined>> {
+  const barriers = new Map<string, bigint | undefined>();
   const guard = await LmdbGuard.open(dataDir, factory.cluster, { maxLogPage: 100_000 });
   try {
     const log = guard.readLog({ limit: 100_000 });
@@ -88,6 +90,7 @@ async function checkStore(streams: Map<string, Stream>): Promise<void> {
       for (const write of present) expect(stream.acked.has(write) || stream.unknown.has(write), `write ${write} of ${resource} was sent`).toBe(true);
 
       const barrier = guard.barrier(resource);
+      barriers.set(resource, barrier?.epoch);
       if (present.size === 0) {
         expect(barrier, `no barrier without a write for ${resource}`).toBeUndefined();
         continue;
@@ -100,8 +103,19 @@ async function checkStore(streams: Map<string, Stream>): Promise<void> {
       expect(accepted.map((e) => e.key).sort(), `one accepted log entry per stored write of ${resource}`).toEqual(stored.map((s) => s.key));
       expect(accepted.at(-1)!.barrierAfter).toBe(highest.toString());
     }
+    return barriers;
   } finally {
     await guard.close();
+  }
+}
+
+/** The restarted process serves the barriers the store holds. */
+async function checkServedBarriers(server: ResourceProcess, barriers: Map<string, bigint | undefined>): Promise<void> {
+  for (const [resource, epoch] of barriers) {
+    const response = await fetch(`${server.url}/barrier/${encodeURIComponent(resource)}`);
+    const body = (await response.json()) as { epoch?: string };
+    expect(response.status).toBe(epoch === undefined ? 404 : 200);
+    if (epoch !== undefined) expect(body.epoch).toBe(epoch.toString());
   }
 }
 
@@ -113,8 +127,10 @@ describe('S4 fencing: barrier and data change in one atomic, durable step (SIGKI
       // Tokens made up front, so that signing does not pace the writers.
       for (const resource of RESOURCES) for (let epoch = 1; epoch <= 80; epoch++) factory.issue({ resource, epoch });
 
+      let barriers = new Map<string, bigint | undefined>();
       for (let kill = 0; kill < KILLS; kill++) {
         const server = await startResource({ clusterFile, dataDir });
+        await checkServedBarriers(server, barriers);
         const killed = { value: false };
         let firstAck: () => void = () => undefined;
         const started = new Promise<void>((resolve) => (firstAck = resolve));
@@ -125,7 +141,7 @@ describe('S4 fencing: barrier and data change in one atomic, durable step (SIGKI
         killed.value = true;
         expect(await server.stop('SIGKILL')).toBe('SIGKILL');
         await Promise.all(writers);
-        await checkStore(streams);
+        barriers = await checkStore(streams);
       }
       const acked = [...streams.values()].reduce((n, s) => n + s.acked.size, 0);
       const unknown = [...streams.values()].reduce((n, s) => n + s.unknown.size, 0);
