@@ -84,7 +84,11 @@ export class Round<K extends RequestKind> {
   async next(): Promise<RoundEvent<K>> {
     for (;;) {
       const event = this.#queue.shift();
-      if (event) return event;
+      if (event) {
+        // Counted as possible until the caller has seen it, so `possible` never undercounts queued answers.
+        if (event.type === 'answer') this.#slots.set(event.replica, 'answered');
+        return event;
+      }
       if (this.#ended) return this.#ended;
       if (this.possible === 0) {
         this.#end('exhausted');
@@ -151,8 +155,6 @@ export class Round<K extends RequestKind> {
     this.#slots.set(channel.index, 'sent');
     const timeoutMs = Math.max(0, this.#deadline - this.#clock.now());
     void channel.request(this.#body(channel.index), timeoutMs, this.#controller.signal).then((answer) => {
-      if (this.#ended) return;
-      this.#slots.set(channel.index, 'answered');
       this.#push({ type: 'answer', replica: channel.index, answer });
     });
   }

@@ -1,0 +1,184 @@
+/**
+ * The acquire protocol's decisions, with replicas scripted per test (real
+ * BLS partials from a dealt key): epoch choice against lying answers, busy
+ * waits, split votes that release their half-won grants, refusals, and
+ * unavailability. Integration tests run the same code against real replicas.
+ */
+import { describe, expect, it } from 'vitest';
+import { MAX_EPOCH } from '../../src/common/limits.js';
+import { loadBackend } from '../../src/crypto/load.js';
+import { acquireGrant, type AcquireGrantResult } from '../../src/client/acquire.js';
+import type { ConnectionState } from '../../src/client/connection-state.js';
+import { EvidenceLog } from '../../src/client/evidence.js';
+import { generateIdentity } from '../../src/client/identity.js';
+import { resolveClientOptions } from '../../src/client/options.js';
+import type { QuorumContext } from '../../src/client/quorum-context.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../../src/client/replica-connection.js';
+import type { AcquireOutcome, StatusOutcome } from '../../src/protocol/messages.js';
+import { verifyToken } from '../../src/token/admission-token.js';
+import { dealCluster } from '../support/dealt-cluster.js';
+
+const backend = loadBackend();
+const dealt = dealCluster(4, backend);
+const identity = generateIdentity();
+
+type Body = { [K in RequestKind]: RequestBody<K> }[RequestKind];
+type Script = (body: Body, index: number) => ReplicaAnswer<RequestKind> | Promise<ReplicaAnswer<RequestKind>>;
+
+const READY: ConnectionState = { phase: 'ready', failures: 0, lastFailure: undefined };
+const DOWN: ConnectionState = { phase: 'backoff', failures: 1, lastFailure: { kind: 'unreachable', message: 'refused' } };
+
+class ScriptedChannel implements ReplicaChannel {
+  readonly requests: Body[] = [];
+  constructor(
+    readonly index: number,
+    readonly state: ConnectionState,
+    readonly script: Script,
+  ) {}
+  async request<K extends RequestKind>(body: RequestBody<K>): Promise<ReplicaAnswer<K>> {
+    this.requests.push(body as Body);
+    return (await this.script(body as Body, this.index)) as ReplicaAnswer<K>;
+  }
+}
+
+function reply(outcome: AcquireOutcome | StatusOutcome | { status: 'released' }): ReplicaAnswer<RequestKind> {
+  return { kind: 'reply', outcome } as ReplicaAnswer<RequestKind>;
+}
+
+/** An honest replica's partial on the grant this request asks for. */
+function granted(body: Body, index: number): ReplicaAnswer<RequestKind> {
+  const b = body as RequestBody<'acquire'>;
+  return reply({ status: 'granted', partial: dealt.partial(index, { clusterId: dealt.cluster.id, resource: b.resource, epoch: b.epoch, holder: identity.publicKey }).bytes });
+}
+
+function context(scripts: (Script | 'down')[]): { ctx: QuorumContext; channels: ScriptedChannel[] } {
+  const channels = scripts.map((s, k) => new ScriptedChannel(k + 1, s === 'down' ? DOWN : READY, s === 'down' ? () => ({ kind: 'unreachable', message: 'down' }) : s));
+  const ctx: QuorumContext = {
+    cluster: dealt.cluster,
+    backend,
+    identity,
+    options: resolveClientOptions({ retryBaseMs: 1, retryMaxMs: 5, busyPollMs: 5 }),
+    channels: { channels, subscribe: () => () => undefined },
+    evidence: new EvidenceLog(),
+    epochHints: new Map(),
+  };
+  return { ctx, channels };
+}
+
+/** A replica that reports `epoch` in status and grants any higher epoch. */
+function honest(epoch: bigint): Script {
+  return (body, index) => {
+    if (body.type === 'status') return reply({ status: 'ok', epoch, leased: false, remainingMs: 0 });
+    if (body.type === 'acquire') return body.epoch > epoch ? granted(body, index) : reply({ status: 'stale', epoch });
+    return reply({ status: 'released' });
+  };
+}
+
+function acquire(ctx: QuorumContext, waitMs = 0, timeoutMs = 2000): Promise<AcquireGrantResult> {
+  return acquireGrant(ctx, { resource: 'orders', ttlMs: 1000, waitMs, timeoutMs });
+}
+
+describe('acquire: epoch choice from untrusted answers', () => {
+  it('asks for the (f+1)-th largest status epoch plus one, and returns a token that verifies', async () => {
+    const { ctx, channels } = context([honest(5n), honest(5n), honest(5n), honest(4n)]);
+    const result = await acquire(ctx);
+    expect(result.ok, JSON.stringify(result, (_, v) => (typeof v === 'bigint' ? String(v) : v))).toBe(true);
+    if (!result.ok) return;
+    expect(result.grant.token.grant.epoch).toBe(6n);
+    expect(verifyToken(result.grant.token, dealt.cluster).ok).toBe(true);
+    expect(channels[0]!.requests.map((r) => r.type)).toEqual(['status', 'acquire']);
+    // The next acquire of the same resource skips the status round: it starts from the epoch it was granted.
+    const again = await acquire(ctx);
+    expect(again.ok && again.grant.token.grant.epoch).toBe(7n);
+    expect(channels[0]!.requests.map((r) => r.type)).toEqual(['status', 'acquire', 'acquire']);
+  });
+
+  it('is not pushed to a huge epoch by a liar', async () => {
+    const liar: Script = (body) =>
+      body.type === 'status' ? reply({ status: 'ok', epoch: MAX_EPOCH - 1n, leased: false, remainingMs: 0 }) : reply({ status: 'stale', epoch: MAX_EPOCH - 1n });
+    const { ctx } = context([honest(2n), liar, honest(2n), honest(2n)]);
+    const result = await acquire(ctx);
+    expect(result.ok && result.grant.token.grant.epoch).toBe(3n);
+  });
+});
+
+describe('acquire: split votes and stale answers retry at a higher epoch', () => {
+  it('releases the partial grants it got before retrying, and never asks for a released epoch again', async () => {
+    // Replicas 3 and 4 signed someone else at epoch 1 (their answer: stale 1); 1 and 2 grant epoch 1 to us.
+    let round = 0;
+    const otherWonOne: Script = (body, index) => {
+      if (body.type === 'status') return reply({ status: 'ok', epoch: 0n, leased: false, remainingMs: 0 });
+      if (body.type === 'acquire') return body.epoch > 1n ? granted(body, index) : reply({ status: 'stale', epoch: 1n });
+      return reply({ status: 'released' });
+    };
+    const weWonOne: Script = (body, index) => {
+      if (body.type === 'status') return reply({ status: 'ok', epoch: 0n, leased: false, remainingMs: 0 });
+      if (body.type === 'acquire') return (round++, granted(body, index));
+      return reply({ status: 'released' });
+    };
+    const { ctx, channels } = context([weWonOne, weWonOne, otherWonOne, otherWonOne]);
+    const result = await acquire(ctx);
+    expect(result.ok && result.grant.token.grant.epoch).toBe(2n);
+    expect(channels[0]!.requests).toContainEqual({ type: 'release', resource: 'orders', epoch: 1n });
+    expect(channels[1]!.requests).toContainEqual({ type: 'release', resource: 'orders', epoch: 1n });
+    expect(channels[2]!.requests.filter((r) => r.type === 'release')).toEqual([]);
+  });
+});
+
+describe('acquire: busy', () => {
+  it('waits for the (f+1)-th smallest remaining time, not a liar\'s 0, and returns busy when the wait is used up', async () => {
+    const leased = (remainingMs: number): Script => (body) =>
+      body.type === 'status' ? reply({ status: 'ok', epoch: 9n, leased: true, remainingMs }) : reply({ status: 'busy', epoch: 9n, remainingMs });
+    const { ctx } = context([leased(0), leased(400), leased(450), leased(480)]);
+    const started = performance.now();
+    const result = await acquire(ctx, 0);
+    expect(performance.now() - started).toBeLessThan(200);
+    expect(result).toMatchObject({ ok: false, reason: 'busy', epoch: 9n, remainingMs: 400 });
+  });
+
+  it('gets in once the lease ends within the wait', async () => {
+    let endsAt = performance.now() + 150;
+    const leaseEnds: Script = (body, index) => {
+      const remaining = Math.max(0, Math.ceil(endsAt - performance.now()));
+      if (body.type === 'status') return reply({ status: 'ok', epoch: 4n, leased: remaining > 0, remainingMs: remaining });
+      if (body.type === 'acquire') return remaining > 0 ? reply({ status: 'busy', epoch: 4n, remainingMs: remaining }) : granted(body, index);
+      return reply({ status: 'released' });
+    };
+    const { ctx } = context([leaseEnds, leaseEnds, leaseEnds, leaseEnds]);
+    const result = await acquire(ctx, 2000);
+    expect(result.ok && result.grant.token.grant.epoch).toBe(5n);
+    expect(performance.now()).toBeGreaterThanOrEqual(endsAt);
+    endsAt = 0;
+  });
+});
+
+describe('acquire: refusals and unavailability', () => {
+  it('forbidden and invalid from f+1 replicas stop at once', async () => {
+    const forbidden: Script = () => reply({ status: 'forbidden' });
+    const r1 = await acquire(context([forbidden, forbidden, honest(0n), honest(0n)]).ctx);
+    expect(r1.ok === false && r1.reason).toBe('forbidden');
+    const invalid: Script = () => reply({ status: 'invalid', message: '"ttlMs" expected 100..60000' });
+    const r2 = await acquire(context([invalid, invalid, honest(0n), honest(0n)]).ctx);
+    expect(r2).toMatchObject({ ok: false, reason: 'invalid' });
+    // One forbidding liar is outvoted.
+    const r3 = await acquire(context([forbidden, honest(0n), honest(0n), honest(0n)]).ctx);
+    expect(r3.ok).toBe(true);
+  });
+
+  it('with f+1 replicas down, returns unavailable without waiting', async () => {
+    const { ctx, channels } = context(['down', 'down', honest(0n), honest(0n)]);
+    const started = performance.now();
+    const result = await acquire(ctx, 5000, 10_000);
+    expect(result.ok === false && result.reason).toBe('unavailable');
+    expect(performance.now() - started).toBeLessThan(100);
+    expect(channels[0]!.requests).toEqual([]);
+  });
+
+  it('a replica whose answer broke the protocol is reported and does not vote', async () => {
+    const broken: Script = () => ({ kind: 'faulty', message: '"epoch" out of range' });
+    const { ctx } = context([honest(0n), broken, honest(0n), honest(0n)]);
+    const result = await acquire(ctx);
+    expect(result.ok).toBe(true);
+    expect(result.faults).toEqual([{ replica: 2, kind: 'protocol', message: '"epoch" out of range' }]);
+  });
+});

@@ -1,0 +1,121 @@
+/**
+ * Combining partials without trusting replicas (real BLS, native backend):
+ * optimistic combine and one verification, per-partial verification only on
+ * failure, bad replicas named with evidence, equivocation caught across
+ * holders and checkable by anyone with the cluster description.
+ */
+import { randomBytes } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { loadBackend } from '../../src/crypto/load.js';
+import { EvidenceLog, verifyEquivocation } from '../../src/client/evidence.js';
+import { PartialCollector } from '../../src/client/partial-collector.js';
+import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
+import { grantMessage, type Grant } from '../../src/token/grant.js';
+import { dealCluster } from '../support/dealt-cluster.js';
+
+const backend = loadBackend();
+const dealt = dealCluster(4, backend);
+const { cluster } = dealt;
+const holderA = new Uint8Array(32).fill(0xa);
+const holderB = new Uint8Array(32).fill(0xb);
+
+function grantFor(holder: Uint8Array, epoch = 7n, resource = 'orders'): Grant {
+  return { clusterId: cluster.id, resource, epoch, holder };
+}
+
+function collectorFor(grant: Grant, evidence = new EvidenceLog()) {
+  return { collector: new PartialCollector(cluster, backend, grant, grantMessage(grant), evidence), evidence };
+}
+
+describe('partial collection: combine optimistically, verify once', () => {
+  it('t honest partials make a token that verifies', () => {
+    const grant = grantFor(holderA);
+    const { collector, evidence } = collectorFor(grant);
+    for (const i of [4, 2, 1]) expect(collector.add(i, dealt.partial(i, grant).bytes)).toEqual({ ok: true });
+    const combined = collector.tryCombine();
+    expect(combined.ok).toBe(true);
+    if (!combined.ok) return;
+    expect(combined.signers).toEqual([1, 2, 4]);
+    expect(verifyToken(encodeToken(grant, combined.signature), cluster).ok).toBe(true);
+    expect(evidence.list()).toEqual([]);
+  });
+
+  it('names a replica that sent another replica\'s partial, and succeeds once an honest one arrives', () => {
+    const grant = grantFor(holderA);
+    const { collector, evidence } = collectorFor(grant);
+    collector.add(1, dealt.partial(1, grant).bytes);
+    collector.add(2, dealt.partial(3, grant).bytes); // replica 2 replays replica 3's partial
+    collector.add(4, dealt.partial(4, grant).bytes);
+    const first = collector.tryCombine();
+    expect(first).toEqual({ ok: false, bad: [2] });
+    expect(collector.count).toBe(2);
+    expect(collector.add(3, dealt.partial(3, grant).bytes)).toEqual({ ok: true });
+    const second = collector.tryCombine();
+    expect(second.ok && second.signers).toEqual([1, 3, 4]);
+    expect(evidence.list().map((e) => [e.kind, e.replica])).toEqual([['invalid_partial', 2]]);
+    expect(evidence.list()[0]!.grantMessage).toEqual(grantMessage(grant));
+  });
+
+  it('rejects bytes that are not a point at once, with evidence, and no second answer from that replica', () => {
+    const grant = grantFor(holderA);
+    const { collector, evidence } = collectorFor(grant);
+    const garbage = new Uint8Array(randomBytes(96));
+    const added = collector.add(2, garbage);
+    expect(added.ok).toBe(false);
+    if (!added.ok) expect(added.reason).toBe('undecodable');
+    expect(collector.add(2, dealt.partial(2, grant).bytes).ok).toBe(false);
+    expect(evidence.list()).toMatchObject([{ kind: 'undecodable_partial', replica: 2 }]);
+    expect(evidence.list()[0]!.partial).toEqual(garbage);
+  });
+
+  it('a valid point signed for another message is caught by verification', () => {
+    const grant = grantFor(holderA);
+    const { collector } = collectorFor(grant);
+    collector.add(1, dealt.partial(1, grant).bytes);
+    collector.add(2, dealt.partial(2, grantFor(holderA, 8n)).bytes); // right key, wrong epoch
+    collector.add(3, dealt.partial(3, grant).bytes);
+    expect(collector.tryCombine()).toEqual({ ok: false, bad: [2] });
+  });
+});
+
+describe('evidence of equivocation', () => {
+  it('a replica that signs two holders at one (resource, epoch) is caught, and the proof verifies independently', () => {
+    const shared = new EvidenceLog();
+    const grantA = grantFor(holderA, 3n);
+    const grantB = grantFor(holderB, 3n);
+    const a = collectorFor(grantA, shared).collector;
+    for (const i of [1, 2, 3]) a.add(i, dealt.partial(i, grantA).bytes);
+    expect(a.tryCombine().ok).toBe(true);
+    // Replica 3 now signs holder B at the same epoch: S1 says an honest replica never would.
+    const b = collectorFor(grantB, shared).collector;
+    expect(b.add(3, dealt.partial(3, grantB).bytes)).toEqual({ ok: true });
+    const items = shared.list();
+    expect(items).toHaveLength(1);
+    const proof = items[0]!;
+    expect(proof).toMatchObject({ kind: 'equivocation', replica: 3 });
+    expect(verifyEquivocation(proof, cluster)).toBe(true);
+    // Tampering with either half breaks the proof.
+    expect(verifyEquivocation({ ...proof, partial: dealt.partial(3, grantFor(holderB, 4n)).bytes }, cluster)).toBe(false);
+    expect(verifyEquivocation({ ...proof, conflicting: { ...proof.conflicting!, grant: grantFor(holderB, 3n, 'other') } }, cluster)).toBe(false);
+    expect(verifyEquivocation({ ...proof, replica: 2 }, cluster)).toBe(false);
+  });
+
+  it('a second, different partial from one replica for the same grant is invalid, and recorded', () => {
+    const shared = new EvidenceLog();
+    const grant = grantFor(holderA, 5n);
+    const first = collectorFor(grant, shared).collector;
+    for (const i of [1, 2, 3]) first.add(i, dealt.partial(i, grant).bytes);
+    expect(first.tryCombine().ok).toBe(true);
+    const retry = collectorFor(grant, shared).collector;
+    const added = retry.add(2, dealt.partial(2, grantFor(holderA, 6n)).bytes);
+    expect(added.ok === false && added.reason).toBe('invalid');
+    expect(shared.list()).toMatchObject([{ kind: 'invalid_partial', replica: 2 }]);
+  });
+
+  it('keeps a bounded number of items, oldest dropped first', () => {
+    const log = new EvidenceLog({ maxEvidence: 2 });
+    const grant = grantFor(holderA);
+    for (const replica of [1, 2, 3]) log.record({ kind: 'invalid_partial', replica, grant, grantMessage: grantMessage(grant), partial: new Uint8Array(96) });
+    expect(log.list().map((e) => e.replica)).toEqual([2, 3]);
+  });
+});
