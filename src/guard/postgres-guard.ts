@@ -187,6 +187,10 @@ export class PostgresGuard {
   async write<T = undefined>(request: GuardRequest, mutation?: PostgresMutation<T>): Promise<GuardResult<T>> {
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the guard is closed');
     checkGuardRequest(request, this.core.maxKeyBytes);
+    // PostgreSQL text and jsonb cannot hold U+0000; refuse it here rather than fail inside a transaction.
+    for (const [field, value] of [['resource', request.resource], ['key', request.key ?? ''], ['op', request.op ?? '']] as const) {
+      if (value.includes('\u0000')) throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" must not contain U+0000 in a PostgreSQL guard`, { field });
+    }
     const admission = this.core.admit(request);
     this.#inFlight++;
     try {

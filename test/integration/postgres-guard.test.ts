@@ -200,6 +200,12 @@ describe('PostgreSQL guard: refusals change nothing but the log', () => {
     expect(r).toMatchObject({ ok: false, reason: 'bad_proof' });
   });
 
+  test('names PostgreSQL cannot store (U+0000) are refused up front with INVALID_ARGUMENT', async () => {
+    const token = factory.issue({ resource: 'nul\u0000name', epoch: 1 });
+    await expect(guard.write({ token: token.bytes, resource: 'nul\u0000name' })).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, 'INVALID_ARGUMENT'));
+    await expect(guard.write({ token: token.bytes, resource: 'nul', key: 'a\u0000' })).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, 'INVALID_ARGUMENT'));
+  });
+
   test('the tables refuse another cluster with CLUSTER_MISMATCH', async () => {
     const other = makeTokenFactory();
     await expect(PostgresGuard.open(pool, other.cluster)).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, 'CLUSTER_MISMATCH'));
