@@ -1,0 +1,55 @@
+/**
+ * Liveness under f liars (DESIGN.md, Client rules): whatever f replicas
+ * report, the epoch a client asks for stays within one of the honest
+ * epochs' range (so liars can neither drive it to `too_far` nor below every
+ * honest record), and a busy wait is bounded by what honest replicas report.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { MAX_EPOCH } from '../../src/common/limits.js';
+import { chooseEpoch, quorumRemainingMs } from '../../src/client/epoch-choice.js';
+
+const epoch = fc.bigInt({ min: 0n, max: MAX_EPOCH - 1n });
+const smallEpoch = fc.bigInt({ min: 0n, max: 1000n });
+
+/** f, the honest answers (at least f+1, at most 2f+1), and up to f lies, in a shuffled order. */
+const answers = <T>(value: fc.Arbitrary<T>) =>
+  fc
+    .integer({ min: 1, max: 10 })
+    .chain((f) =>
+      fc.record({
+        f: fc.constant(f),
+        honest: fc.array(value, { minLength: f + 1, maxLength: 2 * f + 1 }),
+        lies: fc.array(value, { minLength: 0, maxLength: f }),
+      }),
+    )
+    .filter(({ f, honest, lies }) => honest.length + lies.length >= 2 * f + 1)
+    .chain((a) => fc.shuffledSubarray([...a.honest.map((v) => ({ v, honest: true })), ...a.lies.map((v) => ({ v, honest: false }))], {
+      minLength: a.honest.length + a.lies.length,
+    }).map((all) => ({ ...a, all: all.map((x) => x.v) })));
+
+describe('Liveness: f liars cannot push the chosen epoch outside the honest range', () => {
+  it('chosen - 1 lies between the smallest and the largest honest epoch', () => {
+    fc.assert(
+      fc.property(answers(fc.oneof(smallEpoch, epoch)), ({ f, honest, all }) => {
+        const chosen = chooseEpoch(all, f);
+        const min = honest.reduce((a, b) => (a < b ? a : b));
+        const max = honest.reduce((a, b) => (a > b ? a : b));
+        expect(chosen - 1n >= min).toBe(true);
+        expect(chosen - 1n <= max).toBe(true);
+      }),
+    );
+  });
+});
+
+describe('Liveness: f liars cannot stretch or shrink a busy wait beyond the honest reports', () => {
+  it('the wait lies between the smallest and the largest honest remaining time', () => {
+    fc.assert(
+      fc.property(answers(fc.integer({ min: 0, max: 0x7fffffff })), ({ f, honest, all }) => {
+        const wait = quorumRemainingMs(all, f)!;
+        expect(wait).toBeGreaterThanOrEqual(Math.min(...honest));
+        expect(wait).toBeLessThanOrEqual(Math.max(...honest));
+      }),
+    );
+  });
+});
