@@ -13,7 +13,7 @@ import { loadAccessRules } from '../replica/access.js';
 import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
 import { ReplicaServer } from '../replica/server.js';
-import { SigningRecord } from '../replica/signing-record.js';
+import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js';
 import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
 
 const d = DEFAULT_REPLICA_LIMITS;
@@ -115,6 +115,9 @@ async function runReplica(argv: string[]): Promise<number> {
     burstPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.burstPerConnection),
     maxConnections: integerFlag(values['max-connections'], 'max-connections', d.maxConnections),
   };
+  // The store check runs in a child process; start it now so it overlaps loading the key.
+  const storeProbe = probeSigningRecord(dataDir);
+  storeProbe.catch(() => undefined); // Reported when ReplicaServer.start awaits it.
   const tls = values['tls-cert'] ? { cert: readPem(values['tls-cert'], 'tls-cert'), key: readPem(values['tls-key']!, 'tls-key') } : undefined;
   const access = values.config ? loadAccessRules(resolve(values.config)) : undefined;
 
@@ -140,6 +143,7 @@ async function runReplica(argv: string[]): Promise<number> {
     clusterJson,
     keyJson,
     dataDir,
+    storeProbe,
     host: listen.host,
     port: listen.port,
     access,
@@ -198,7 +202,7 @@ async function importRecord(argv: string[]): Promise<number> {
   if (replica > cluster.n) throw new QuorumFenceError('BAD_INTERCHANGE', `interchange: "replica" ${replica} is not in this cluster of ${cluster.n}`);
   const store = SigningRecord.open(resolve(required(values.data, 'data')), { clusterId: cluster.id, replicaIndex: replica });
   try {
-    const summary = store.raiseFrom(entries);
+    const summary = await store.raiseFrom(entries);
     process.stdout.write(
       `imported ${inPath} into replica ${replica}'s signing record: ${summary.raised} watermark(s) raised, ${summary.unchanged} already at or above the file\n`,
     );

@@ -36,7 +36,7 @@ import { ReplicaMetrics } from './metrics.js';
 import { replicaLimits, type ReplicaLimits } from './options.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
-import { SigningRecord } from './signing-record.js';
+import { probeSigningRecord, SigningRecord } from './signing-record.js';
 
 export interface ReplicaServerOptions {
   readonly cluster: Cluster;
@@ -55,6 +55,11 @@ export interface ReplicaServerOptions {
   readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
   readonly clock?: MonotonicClock;
   readonly logger?: Logger;
+  /**
+   * A running probeSigningRecord(dataDir), started early so it overlaps other
+   * start-up work; without it, the store is probed when opened.
+   */
+  readonly storeProbe?: Promise<void>;
   /** Called when the replica can no longer work (a signing thread died); the process should stop. */
   readonly onFatal?: (error: Error) => void;
 }
@@ -128,6 +133,11 @@ export class ReplicaServer {
     const clock = options.clock ?? systemClock;
     const { cluster, key } = options;
     let fatal: ((error: Error) => void) | undefined = options.onFatal;
+    // Probe the store (a child process) while the signing threads load the key.
+    const probing = (options.storeProbe ?? probeSigningRecord(options.dataDir)).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     const signer =
       limits.signingWorkers === 0
         ? inThreadSigner(cluster.backend, key.secretKey)
@@ -140,11 +150,13 @@ export class ReplicaServer {
           });
     let store: SigningRecord | undefined;
     try {
+      const probeFailure = await probing;
+      if (probeFailure) throw probeFailure;
       let metrics: ReplicaMetrics | undefined;
       store = SigningRecord.open(
         options.dataDir,
         { clusterId: cluster.id, replicaIndex: key.index },
-        { onFlush: (ms) => metrics?.flushSeconds.observe(ms / 1000) },
+        { onFlush: (ms) => metrics?.flushSeconds.observe(ms / 1000), probe: false },
       );
       let service: ReplicaService | undefined;
       metrics = new ReplicaMetrics({ replica: key.index, cluster: cluster.idHex }, () => service?.leases.activeCount() ?? 0);

@@ -40,7 +40,9 @@
  * cluster id and replica index, written at creation) and `replica.lock` (the
  * pid of the process that has the store open for writing).
  */
+import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
@@ -70,6 +72,13 @@ export interface SigningRecordOptions {
   readonly readOnly?: boolean;
   /** Called with the milliseconds each durable write took (commit + flush), for metrics. */
   readonly onFlush?: (ms: number) => void;
+  /**
+   * Read the whole store in a throwaway child process first, so a damaged
+   * file is reported instead of crashing this process (default true; see
+   * probeStore). Only a caller that would rather crash than wait ~0.2 s
+   * (a test reading a store it just watched being written) turns it off.
+   */
+  readonly probe?: boolean;
 }
 
 export interface RecordEntry {
@@ -115,8 +124,9 @@ export function decodeRecord(bytes: Uint8Array, where: string): SignedRecord {
   if (epoch < MIN_EPOCH || epoch > MAX_EPOCH) throw corrupt(where, `a record has epoch ${epoch} outside 1 .. 2^63-1`);
   return {
     epoch,
-    holder: bytes.slice(10, 42),
-    grantDigest: bytes.slice(42, 74),
+    // Plain Uint8Array copies: LMDB hands out Buffers over its own memory.
+    holder: Uint8Array.from(bytes.subarray(10, 42)),
+    grantDigest: Uint8Array.from(bytes.subarray(42, 74)),
     released: (bytes[1]! & FLAG_RELEASED) !== 0,
   };
 }
@@ -194,6 +204,62 @@ function takeLock(dir: string): () => void {
     }
   }
   throw new QuorumFenceError('STORE_LOCKED', `could not take the lock ${path}`, { dir });
+}
+
+/**
+ * LMDB trusts its pages: opening or reading a damaged data.mdb can crash the
+ * whole process (a segfault, not an exception). So before this process opens
+ * an existing store, a throwaway child process opens it read-only and reads
+ * every page we will touch; if that child dies by a signal, the store is
+ * reported corrupt with a clear error instead of taking the replica down.
+ */
+const PROBE_SCRIPT = `
+const { open } = require(process.argv[1]);
+const env = open({ path: process.argv[2], readOnly: true, maxDbs: 4 });
+for (const name of ['records', 'meta']) {
+  const db = env.openDB(name, { encoding: 'binary', keyEncoding: 'binary' });
+  if (db) for (const entry of db.getRange({})) void entry;
+}
+`;
+/** Reading every record of even a large store takes seconds at most; a minute means something is wrong. */
+const PROBE_TIMEOUT_MS = 60_000;
+
+function probeArgs(dir: string): string[] {
+  return ['-e', PROBE_SCRIPT, createRequire(import.meta.url).resolve('lmdb'), dir];
+}
+
+function probeVerdict(dir: string, signal: NodeJS.Signals | null, error: Error | undefined): void {
+  if (error) throw corrupt(dir, `cannot check it: ${error.message}`, error);
+  // A JS-level error (a missing table, say) is left to the real open, which reports it precisely.
+  if (signal) throw corrupt(dir, `LMDB crashed (${signal}) reading data.mdb: the file is damaged or not an LMDB file`);
+}
+
+function probeStore(dir: string): void {
+  const probe = spawnSync(process.execPath, probeArgs(dir), { stdio: 'ignore', timeout: PROBE_TIMEOUT_MS });
+  probeVerdict(dir, probe.signal, probe.error);
+}
+
+/**
+ * The same check as the `probe` option of SigningRecord.open, in the
+ * background, so a starting replica can overlap it with loading its key;
+ * then open with `probe: false`. Resolves at once when there is no store yet.
+ * @throws QuorumFenceError STORE_CORRUPT
+ */
+export function probeSigningRecord(dir: string): Promise<void> {
+  if (!existsSync(join(dir, 'data.mdb'))) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, probeArgs(dir), { stdio: 'ignore', timeout: PROBE_TIMEOUT_MS });
+    let failure: Error | undefined;
+    child.once('error', (error) => (failure = error));
+    child.once('close', (_code, signal) => {
+      try {
+        probeVerdict(dir, signal, failure);
+        resolve();
+      } catch (error) {
+        reject(error);
+      }
+    });
+  });
 }
 
 interface IdentityJson {
@@ -290,6 +356,7 @@ export class SigningRecord {
       if (fileIdentity && !existsSync(join(dir, 'data.mdb'))) {
         throw corrupt(dir, `data.mdb is missing but ${IDENTITY_FILE} says a store was created here; refusing to start from empty watermarks`);
       }
+      if ((options.probe ?? true) && existsSync(join(dir, 'data.mdb'))) probeStore(dir);
       try {
         env = open({ path: dir, overlappingSync: false, readOnly, maxDbs: 4 });
       } catch (error) {
@@ -425,11 +492,13 @@ export class SigningRecord {
    * equals the local one with a different holder or digest refuses the whole
    * import; lower entries are ignored; higher or new ones replace the local
    * record (as unreleased, so the restart lease rule covers them).
+   * Waits until no checkAndRecord call is queued, then runs without yielding,
+   * so no grant can be decided against a watermark the import is raising.
    * @throws QuorumFenceError BAD_INTERCHANGE (conflict), CLOSED, INTERNAL
    */
-  raiseFrom(entries: readonly RecordEntry[]): ImportSummary {
+  async raiseFrom(entries: readonly RecordEntry[]): Promise<ImportSummary> {
+    while (this.#tails.size > 0) await Promise.all([...this.#tails.values()]);
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
-    if (this.#tails.size > 0) throw new QuorumFenceError('INTERNAL', 'cannot import while requests are being recorded');
     let raised = 0;
     let unchanged = 0;
     this.#env.transactionSync(() => {

@@ -1,0 +1,169 @@
+/**
+ * The pure grant policy over random request sequences: a small model replica
+ * (durable record + volatile lease, applied exactly as the service applies
+ * decisions) driven by random acquires, renews, releases, statuses and clock
+ * advances from a few holders on a few resources.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { bytesEqual, toHex } from '../../src/common/bytes.js';
+import { MAX_EPOCH } from '../../src/common/limits.js';
+import { loadBackend } from '../../src/crypto/load.js';
+import { grantMessage } from '../../src/token/grant.js';
+import type { Request } from '../../src/protocol/messages.js';
+import { OPEN_ACCESS } from '../../src/replica/access.js';
+import { decide, type Decision, type PolicyConfig, type PolicyRecord, type SignedRecord } from '../../src/replica/policy.js';
+
+const clusterId = new Uint8Array(32).fill(7);
+const config: PolicyConfig = { clusterId, minTtlMs: 10, maxTtlMs: 1_000, maxEpochStep: 8n, access: OPEN_ACCESS };
+const holders = [1, 2, 3].map((k) => new Uint8Array(32).fill(k));
+const resources = ['a', 'b', 'ü/✓'];
+
+/** `repeat` sends again the n-th earlier request (with its holder): the retries a real client makes. */
+type Step = { kind: 'request'; holder: number; request: Request } | { kind: 'advance'; ms: number } | { kind: 'repeat'; back: number };
+
+const epochArb = fc.oneof({ weight: 6, arbitrary: fc.bigInt({ min: 0n, max: 12n }) }, { weight: 1, arbitrary: fc.constantFrom(MAX_EPOCH, MAX_EPOCH + 1n, -1n) });
+const ttlArb = fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 10, max: 1_000 }) }, { weight: 1, arbitrary: fc.constantFrom(0, 9, 1_001) });
+const requestArb: fc.Arbitrary<Request> = fc.oneof(
+  { weight: 6, arbitrary: fc.record({ type: fc.constant('acquire' as const), id: fc.constant(1), resource: fc.constantFrom(...resources), epoch: epochArb, ttlMs: ttlArb }) },
+  fc.record({ type: fc.constant('renew' as const), id: fc.constant(1), resource: fc.constantFrom(...resources), epoch: epochArb, ttlMs: ttlArb }),
+  fc.record({ type: fc.constant('release' as const), id: fc.constant(1), resource: fc.constantFrom(...resources), epoch: epochArb }),
+  fc.record({ type: fc.constant('status' as const), id: fc.constant(1), resource: fc.constantFrom(...resources, '', 'x'.repeat(257)) }),
+);
+const stepArb: fc.Arbitrary<Step> = fc.oneof(
+  { weight: 5, arbitrary: fc.record({ kind: fc.constant('request' as const), holder: fc.integer({ min: 0, max: 2 }), request: requestArb }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 1_500 }) }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('repeat' as const), back: fc.integer({ min: 1, max: 8 }) }) },
+);
+
+/** Runs a sequence through the policy the way ReplicaService applies decisions; calls `observe` with each decision. */
+function run(steps: Step[], observe: (decision: Decision, request: Request, holder: Uint8Array, before: PolicyRecord | undefined) => void): void {
+  const durable = new Map<string, SignedRecord>();
+  const leases = new Map<string, number>();
+  const sent: { holder: number; request: Request }[] = [];
+  let now = 1_000;
+  for (const original of steps) {
+    if (original.kind === 'advance') {
+      now += original.ms;
+      continue;
+    }
+    const step = original.kind === 'repeat' ? sent[sent.length - original.back] : original;
+    if (!step) continue;
+    sent.push(step);
+    const { request } = step;
+    const holder = holders[step.holder]!;
+    const current = durable.get(request.resource);
+    const before = current && { ...current, leaseEndsAt: leases.get(request.resource) ?? 0 };
+    const decision = decide(before, request, holder, now, config);
+    observe(decision, request, holder, before);
+    switch (decision.action) {
+      case 'grant':
+        durable.set(request.resource, decision.record);
+        leases.set(request.resource, decision.leaseEndsAt);
+        break;
+      case 'release':
+        durable.set(request.resource, decision.record);
+        leases.set(request.resource, 0);
+        break;
+      case 'resend':
+      case 'renew':
+        leases.set(request.resource, decision.leaseEndsAt);
+        break;
+      case 'reply':
+        break;
+    }
+  }
+}
+
+describe('S2 monotonic signing (policy)', () => {
+  it('signs a resource only at an epoch above every epoch it signed before, except the identical re-request', () => {
+    let grants = 0;
+    let resends = 0;
+    fc.assert(
+      fc.property(fc.array(stepArb, { minLength: 10, maxLength: 60 }), (steps) => {
+        const signed = new Map<string, { epoch: bigint; holder: Uint8Array }>();
+        run(steps, (decision, request, holder) => {
+          const highest = signed.get(request.resource);
+          if (decision.action === 'grant') {
+            expect(request.type).toBe('acquire');
+            if (highest) expect(decision.record.epoch > highest.epoch).toBe(true);
+            expect(decision.record.epoch).toBe((request as Request & { epoch: bigint }).epoch);
+            expect(bytesEqual(decision.record.holder, holder)).toBe(true);
+            signed.set(request.resource, { epoch: decision.record.epoch, holder });
+            grants++;
+          }
+          if (decision.action === 'resend') {
+            resends++;
+            expect(highest).toBeDefined();
+            expect(highest!.epoch).toBe((request as Request & { epoch: bigint }).epoch);
+            expect(bytesEqual(highest!.holder, holder)).toBe(true);
+          }
+        });
+      }),
+    );
+    // The generators must actually reach grants and resends, or the property says nothing.
+    expect(grants).toBeGreaterThan(100);
+    expect(resends).toBeGreaterThan(10);
+  });
+
+  it('always refuses another holder at the recorded epoch, and everyone below it', () => {
+    fc.assert(
+      fc.property(fc.array(stepArb, { minLength: 10, maxLength: 60 }), (steps) => {
+        run(steps, (decision, request, holder, before) => {
+          if (request.type !== 'acquire' || !before) return;
+          const lower = request.epoch < before.epoch;
+          const otherAtEqual = request.epoch === before.epoch && !bytesEqual(holder, before.holder);
+          if (lower || otherAtEqual) expect(['grant', 'resend']).not.toContain(decision.action);
+        });
+      }),
+    );
+  });
+
+  it('answers an identical re-request with a resend whatever happened since (release, expiry, other holders refused)', () => {
+    fc.assert(
+      fc.property(fc.array(stepArb, { minLength: 10, maxLength: 60 }), (steps) => {
+        run(steps, (decision, request, holder, before) => {
+          if (request.type !== 'acquire' || !before || decision.action === 'reply' && ['invalid', 'forbidden'].includes(decision.outcome.status)) return;
+          if (request.epoch === before.epoch && bytesEqual(holder, before.holder)) expect(decision.action).toBe('resend');
+        });
+      }),
+    );
+  });
+
+  it('checks in DESIGN.md order: invalid before everything, stale before busy, busy before too_far', () => {
+    const record: PolicyRecord = { epoch: 5n, holder: holders[0]!, grantDigest: new Uint8Array(32), released: false, leaseEndsAt: 2_000 };
+    const acquire = (epoch: bigint, ttlMs = 100): Request => ({ type: 'acquire', id: 1, resource: 'a', epoch, ttlMs });
+    expect(decide(record, acquire(5n, 1), holders[1]!, 1_000, config)).toMatchObject({ outcome: { status: 'invalid' } });
+    expect(decide(record, acquire(4n), holders[1]!, 1_000, config)).toMatchObject({ outcome: { status: 'stale', epoch: 5n } });
+    expect(decide(record, acquire(100n), holders[1]!, 1_000, config)).toMatchObject({ outcome: { status: 'busy', epoch: 5n, remainingMs: 1_000 } });
+    expect(decide(record, acquire(100n), holders[1]!, 2_000, config)).toMatchObject({ outcome: { status: 'too_far', epoch: 5n } });
+    expect(decide(record, acquire(13n), holders[1]!, 2_000, config)).toMatchObject({ action: 'grant' });
+    expect(decide(undefined, { type: 'status', id: 1, resource: 'a' }, holders[1]!, 0, config)).toEqual({
+      action: 'reply',
+      outcome: { status: 'ok', epoch: 0n, leased: false, remainingMs: 0 },
+    });
+  });
+});
+
+describe('S2 monotonic signing: identical re-requests return identical partials', () => {
+  const backend = loadBackend();
+  const secretKey = backend.secretKeyFromBytes(new Uint8Array(32).fill(3));
+
+  it('signs every grant and resend of one (resource, epoch, holder) to the same bytes', () => {
+    fc.assert(
+      fc.property(fc.array(stepArb, { maxLength: 40 }), (steps) => {
+        const partials = new Map<string, string>();
+        run(steps, (decision, request, holder) => {
+          if (decision.action !== 'grant' && decision.action !== 'resend') return;
+          const epoch = (request as Request & { epoch: bigint }).epoch;
+          const partial = toHex(backend.sign(secretKey, grantMessage({ clusterId, resource: request.resource, epoch, holder })).bytes);
+          const key = `${request.resource}|${epoch}`;
+          const previous = partials.get(key);
+          // One partial per (resource, epoch): never two holders, and the same bytes every time.
+          if (previous !== undefined) expect(partial).toBe(previous);
+          partials.set(key, partial);
+        });
+      }),
+    );
+  });
+});

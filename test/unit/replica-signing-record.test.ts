@@ -1,0 +1,184 @@
+/**
+ * The signing record on real LMDB files in a temp dir: identity checks,
+ * locking, reset detection, refusing to lower a watermark, and atomic imports.
+ */
+import { existsSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { isQuorumFenceError, type ErrorCode } from '../../src/common/errors.js';
+import { grantDigest } from '../../src/token/grant.js';
+import type { SignedRecord } from '../../src/replica/policy.js';
+import { decodeRecord, encodeRecord, mayReplace, SigningRecord, type StoreIdentity } from '../../src/replica/signing-record.js';
+
+const clusterId = new Uint8Array(32).fill(1);
+const identity: StoreIdentity = { clusterId, replicaIndex: 2 };
+const alice = new Uint8Array(32).fill(0xa1);
+const bob = new Uint8Array(32).fill(0xb0);
+
+function record(resource: string, epoch: bigint, holder: Uint8Array, released = false): SignedRecord {
+  return { epoch, holder, grantDigest: grantDigest({ clusterId, resource, epoch, holder }), released };
+}
+
+function expectCode(fn: () => unknown, code: ErrorCode): void {
+  try {
+    fn();
+  } catch (error) {
+    expect(isQuorumFenceError(error) ? error.code : error).toBe(code);
+    return;
+  }
+  throw new Error(`expected ${code}, nothing was thrown`);
+}
+
+let dir: string;
+let open: SigningRecord[] = [];
+function openStore(id: StoreIdentity | undefined = identity, readOnly = false): SigningRecord {
+  const store = SigningRecord.open(dir, id, { readOnly });
+  open.push(store);
+  return store;
+}
+
+beforeEach(() => {
+  dir = join(mkdtempSync(join(tmpdir(), 'qf-signing-record-')), 'data');
+});
+afterEach(async () => {
+  await Promise.all(open.map((s) => s.close()));
+  open = [];
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('signing record layout', () => {
+  it('round-trips a record and refuses unknown layouts with STORE_CORRUPT', () => {
+    const r = record('x', 42n, alice, true);
+    expect(decodeRecord(encodeRecord(r), dir)).toEqual(r);
+    const bad = encodeRecord(r);
+    bad[0] = 9;
+    expectCode(() => decodeRecord(bad, dir), 'STORE_CORRUPT');
+    expectCode(() => decodeRecord(encodeRecord(r).subarray(1), dir), 'STORE_CORRUPT');
+    const zeroEpoch = encodeRecord(r);
+    zeroEpoch.fill(0, 2, 10);
+    expectCode(() => decodeRecord(zeroEpoch, dir), 'STORE_CORRUPT');
+  });
+});
+
+describe('S2 monotonic signing (store)', () => {
+  it('never lets a write lower a watermark or change the holder at an equal epoch', () => {
+    const current = record('r', 5n, alice);
+    expect(mayReplace(undefined, current)).toBe(true);
+    expect(mayReplace(current, record('r', 6n, bob))).toBe(true);
+    expect(mayReplace(current, { ...current, released: true })).toBe(true);
+    expect(mayReplace(current, record('r', 4n, alice))).toBe(false);
+    expect(mayReplace(current, record('r', 5n, bob))).toBe(false);
+    expect(mayReplace({ ...current, released: true }, current)).toBe(false);
+  });
+
+  it('refuses (INTERNAL) a decision that would lower the watermark, and keeps the record', async () => {
+    const store = openStore();
+    await store.checkAndRecord('r', () => ({ record: record('r', 5n, alice), result: undefined }));
+    await expect(store.checkAndRecord('r', () => ({ record: record('r', 3n, bob), result: undefined }))).rejects.toMatchObject({ code: 'INTERNAL' });
+    await expect(store.checkAndRecord('r', () => ({ record: record('r', 5n, bob), result: undefined }))).rejects.toMatchObject({ code: 'INTERNAL' });
+    expect(store.get('r')).toEqual(record('r', 5n, alice));
+  });
+
+  it('runs calls for one resource one at a time, each seeing the previous write', async () => {
+    const store = openStore();
+    const seen: (bigint | undefined)[] = [];
+    await Promise.all(
+      Array.from({ length: 50 }, (_, k) =>
+        store.checkAndRecord('hot', (current) => {
+          seen.push(current?.epoch);
+          return { record: record('hot', (current?.epoch ?? 0n) + 1n, k % 2 ? alice : bob), result: undefined };
+        }),
+      ),
+    );
+    expect(seen).toEqual([undefined, ...Array.from({ length: 49 }, (_, k) => BigInt(k + 1))]);
+    expect(store.get('hot')?.epoch).toBe(50n);
+  });
+
+  it('keeps every record across a close and reopen', async () => {
+    const store = openStore();
+    await Promise.all(['a', 'b', 'ü'].map((r, k) => store.checkAndRecord(r, () => ({ record: record(r, BigInt(k + 1), alice, k === 1), result: undefined }))));
+    await store.close();
+    const again = openStore();
+    expect([...again.entries()]).toEqual([
+      { resource: 'a', record: record('a', 1n, alice) },
+      { resource: 'b', record: record('b', 2n, alice, true) },
+      { resource: 'ü', record: record('ü', 3n, alice) },
+    ]);
+    expect(again.openedWith).toEqual({ resources: 3, unreleased: 2 });
+  });
+});
+
+describe('signing record identity and locking', () => {
+  it('refuses a data directory of another cluster or another replica with CLUSTER_MISMATCH', async () => {
+    await openStore().close();
+    expectCode(() => SigningRecord.open(dir, { clusterId: new Uint8Array(32).fill(9), replicaIndex: 2 }), 'CLUSTER_MISMATCH');
+    expectCode(() => SigningRecord.open(dir, { clusterId, replicaIndex: 3 }), 'CLUSTER_MISMATCH');
+    expect(openStore().identity.replicaIndex).toBe(2);
+  });
+
+  it('refuses a second writer while the first is open (STORE_LOCKED), and takes over a dead process lock', async () => {
+    const store = openStore();
+    expectCode(() => SigningRecord.open(dir, identity), 'STORE_LOCKED');
+    // Readers (export) need no lock.
+    expect(openStore(undefined, true).identity.replicaIndex).toBe(2);
+    await store.close();
+    // A lock left by a process that no longer exists (pid 2^22+1 is above Linux's pid_max default).
+    writeFileSync(join(dir, 'replica.lock'), '4194305\n');
+    expect(openStore().identity.replicaIndex).toBe(2);
+  });
+
+  it('refuses to start from empty watermarks when the LMDB data was removed (STORE_CORRUPT)', async () => {
+    const store = openStore();
+    await store.checkAndRecord('r', () => ({ record: record('r', 1n, alice), result: undefined }));
+    await store.close();
+    open = [];
+    unlinkSync(join(dir, 'data.mdb'));
+    expectCode(() => SigningRecord.open(dir, identity), 'STORE_CORRUPT');
+    expect(existsSync(join(dir, 'replica.lock'))).toBe(false);
+  });
+
+  it('refuses a data.mdb that is not LMDB (STORE_CORRUPT)', async () => {
+    await openStore().close();
+    open = [];
+    writeFileSync(join(dir, 'data.mdb'), Buffer.alloc(64 * 1024, 0x5a));
+    expectCode(() => SigningRecord.open(dir, identity), 'STORE_CORRUPT');
+    expectCode(() => SigningRecord.open(dir, undefined, { readOnly: true }), 'STORE_CORRUPT');
+  });
+
+  it('refuses a read-only open of a directory without a store', () => {
+    expectCode(() => SigningRecord.open(dir, undefined, { readOnly: true }), 'STORE_CORRUPT');
+  });
+});
+
+describe('import raises watermarks only', () => {
+  it('raises lower records, ignores higher ones, and refuses a conflict at an equal epoch without changing anything', async () => {
+    const store = openStore();
+    for (const [r, e] of [
+      ['low', 2n],
+      ['high', 9n],
+      ['same', 4n],
+    ] as const) {
+      await store.checkAndRecord(r, () => ({ record: record(r, e, alice), result: undefined }));
+    }
+    const before = [...store.entries()];
+    await expect(
+      store.raiseFrom([
+        { resource: 'low', record: record('low', 5n, bob) },
+        { resource: 'same', record: record('same', 4n, bob) },
+      ]),
+    ).rejects.toMatchObject({ code: 'BAD_INTERCHANGE' });
+    expect([...store.entries()]).toEqual(before);
+
+    const summary = await store.raiseFrom([
+      { resource: 'high', record: record('high', 3n, bob) },
+      { resource: 'low', record: record('low', 5n, bob) },
+      { resource: 'new', record: record('new', 1n, bob) },
+      { resource: 'same', record: record('same', 4n, alice) },
+    ]);
+    expect(summary).toEqual({ raised: 2, unchanged: 2 });
+    expect(store.get('low')).toEqual(record('low', 5n, bob));
+    expect(store.get('high')).toEqual(record('high', 9n, alice));
+    expect(store.get('new')).toEqual(record('new', 1n, bob));
+  });
+});
