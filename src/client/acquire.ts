@@ -10,15 +10,26 @@
  * - busy (f+1 replicas hold someone else's lease): wait, within the caller's
  *   wait time, for the time at least one honest replica says remains, polling
  *   because replicas do not announce releases;
- * - contended (split votes, stale or too_far): retry after jittered
- *   exponential backoff, releasing whatever partial grants we got so the
- *   other contender is not blocked by our half-won lease;
+ * - outdated (no grants, only stale or too_far answers): the epoch moved on
+ *   while we were not looking; retry at once with what the answers reported;
+ * - contended (split votes): retry after jittered exponential backoff,
+ *   releasing whatever partial grants we got so the other contender is not
+ *   blocked by our half-won lease;
+ *
+ * Under contention (any retry, or a resource that needed retries last time)
+ * an attempt goes leader-first: it asks one replica chosen by the resource
+ * name, and the others only once that one granted. Contenders then queue at
+ * one replica instead of splitting the votes of all of them, and a waiter's
+ * poll costs one request instead of N. A replica that refuses everyone
+ * cannot stall a client this way: every LEADER_FIRST_WINDOW_MS at least one
+ * attempt asks all replicas, whose (f+1)-th rules decide again.
  * - forbidden / invalid (f+1 say so, so at least one honest replica): stop;
  * - unavailable (fewer than t replicas could answer): stop at once.
  *
  * Nothing a replica sends can make this throw, and every wait is cut short
  * by the caller's deadline and AbortSignal.
  */
+import { MAX_EPOCH } from '../common/limits.js';
 import { encodeToken, type AdmissionToken } from '../token/admission-token.js';
 import { grantMessage, type Grant } from '../token/grant.js';
 import { backoffDelay } from './backoff.js';
@@ -73,9 +84,19 @@ export type AcquireGrantResult = { readonly ok: true; readonly grant: AcquiredGr
 
 type Attempt =
   | { readonly kind: 'granted'; readonly grant: AcquiredGrant }
-  | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number }
+  /** `leaderOnly`: only the leader answered (leader-first), so f+1 replicas have not confirmed it. */
+  | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number; readonly leaderOnly: boolean }
   | { readonly kind: 'contended'; readonly message: string }
+  | { readonly kind: 'outdated'; readonly leaderOnly: boolean }
   | { readonly kind: 'stop'; readonly reason: Exclude<AcquireRefusalReason, 'busy'>; readonly message: string };
+
+/**
+ * Leader-first attempts are made for at most this long after the last attempt that asked every replica: so a
+ * leader that refuses everyone, or reports a made-up epoch, costs a client at most this much before the
+ * (f+1)-th rules of a full attempt decide again. Short enough to be a small delay, long enough that a waiter's
+ * polls mostly go to the leader alone.
+ */
+const LEADER_FIRST_WINDOW_MS = 250;
 
 /** Once 2f+1 replicas answered without a token, the rest get this many times the time those took (and at least stragglerMinMs). */
 const STRAGGLER_FACTOR = 3;
@@ -111,8 +132,14 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   };
   // After we release partial grants at an epoch, we never ask for that epoch again: a released record should not be revived.
   let floor = 1n;
-  let hint = ctx.epochHints.get(request.resource);
+  const remembered = ctx.epochHints.get(request.resource);
+  let hint = remembered?.epoch;
   let retries = 0;
+  let lastEpoch = 0n;
+  let retryAtOnce = false;
+  let contended = remembered?.contended ?? false;
+  const leader = leaderOf(request.resource, cluster.n);
+  let lastFullAttemptAt = start;
 
   for (;;) {
     if (request.signal?.aborted) return refuse('aborted', 'the caller aborted the acquire');
@@ -135,13 +162,28 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       }
       epoch = maxEpoch(chooseEpoch([...known.values()], f), floor);
     }
+    const leaderFirst =
+      contended && clock.now() - lastFullAttemptAt < LEADER_FIRST_WINDOW_MS && ctx.channels.channels[leader - 1]?.state.phase === 'ready';
+    // Leader-first, the leader's own record decides, so follow it even when the (f+1)-th rule lags behind it:
+    // a leader ahead of the quorum (partial grants it gave) would otherwise refuse every attempt as stale.
+    const leaderEpoch = known.get(leader);
+    if (leaderFirst && leaderEpoch !== undefined && leaderEpoch + 1n > epoch && leaderEpoch < MAX_EPOCH) epoch = leaderEpoch + 1n;
+    if (retryAtOnce && epoch <= lastEpoch) {
+      // The answers did not move the epoch (liars, or a lagging quorum): back off as for a split vote.
+      if (!(await pauseBeforeRetry())) return refuse('aborted', 'the caller aborted the acquire');
+      continue;
+    }
+    retryAtOnce = false;
+    lastEpoch = epoch;
 
-    const attempt = await attemptEpoch(ctx, request, epoch, deadline, report, faults, (released) => {
+    if (!leaderFirst) lastFullAttemptAt = clock.now();
+    const attempt = await attemptEpoch(ctx, request, epoch, deadline, report, faults, leaderFirst ? leader : undefined, (released) => {
       if (released >= floor) floor = released + 1n;
     });
+    if (attempt.kind !== 'granted') contended = true;
     switch (attempt.kind) {
       case 'granted':
-        rememberEpoch(ctx.epochHints, request.resource, epoch, options.epochHintCacheSize);
+        rememberEpoch(ctx.epochHints, request.resource, { epoch, contended }, options.epochHintCacheSize);
         return { ok: true, grant: attempt.grant, faults: faults.list() };
       case 'stop':
         return refuse(attempt.reason, attempt.message);
@@ -151,15 +193,29 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
         retries = 0;
         continue;
       }
+      case 'outdated':
+        retryAtOnce = true;
+        continue;
       case 'contended': {
-        const pause = backoffDelay(retries++, { baseMs: options.retryBaseMs, maxMs: options.retryMaxMs }, options.random());
-        if (!(await delay(Math.min(pause, Math.max(0, deadline - clock.now())), request.signal))) {
-          return refuse('aborted', 'the caller aborted the acquire');
-        }
+        if (!(await pauseBeforeRetry())) return refuse('aborted', 'the caller aborted the acquire');
         continue;
       }
     }
   }
+
+  /** Jittered exponential backoff before the next attempt; false when aborted. */
+  function pauseBeforeRetry(): Promise<boolean> {
+    retryAtOnce = false;
+    const pause = backoffDelay(retries++, { baseMs: options.retryBaseMs, maxMs: options.retryMaxMs }, options.random());
+    return delay(Math.min(pause, Math.max(0, deadline - clock.now())), request.signal);
+  }
+}
+
+/** The replica contended attempts ask first: spread over replicas by resource name (FNV-1a of the UTF-16 units). */
+export function leaderOf(resource: string, n: number): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < resource.length; i++) hash = Math.imul(hash ^ resource.charCodeAt(i), 0x01000193) >>> 0;
+  return (hash % n) + 1;
 }
 
 function maxEpoch(a: bigint, b: bigint): bigint {
@@ -285,6 +341,7 @@ async function attemptEpoch(
   deadline: number,
   report: (replica: number, epoch: bigint) => void,
   faults: CallFaults,
+  leader: number | undefined,
   onReleased: (epoch: bigint) => void,
 ): Promise<Attempt> {
   const { cluster, options, identity } = ctx;
@@ -300,12 +357,17 @@ async function attemptEpoch(
     clock,
     deadline: roundDeadline,
     signal: request.signal,
+    first: leader,
   });
+  // A leader that is slow to answer does not hold the attempt up for long: then everyone is asked.
+  const leaderTimer = leader === undefined ? undefined : setTimeout(() => round.widen(), options.stragglerMinMs);
+  let leaderRefusal: Attempt | undefined;
   const voted = new Set<number>();
   const granted = new Set<number>();
   const busy: number[] = [];
   const busyEpochs: bigint[] = [];
   let forbidden = 0;
+  let outdated = 0;
   const invalid: string[] = [];
   let straggling = false;
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
@@ -323,7 +385,10 @@ async function attemptEpoch(
       if (event.type !== 'answer') continue;
       const { replica, answer } = event;
       faults.fromAnswer(replica, answer);
-      if (answer.kind !== 'reply') continue;
+      if (answer.kind !== 'reply') {
+        if (replica === leader) round.widen();
+        continue;
+      }
       voted.add(replica);
       const outcome = answer.outcome;
       switch (outcome.status) {
@@ -344,6 +409,7 @@ async function attemptEpoch(
         case 'stale':
         case 'too_far':
           report(replica, outcome.epoch);
+          outdated++;
           break;
         case 'busy':
           report(replica, outcome.epoch);
@@ -358,6 +424,18 @@ async function attemptEpoch(
           break;
       }
       if (signature?.ok) break;
+      if (round.narrow && replica === leader) {
+        // Leader-first: a grant opens the attempt to everyone; a refusal that only says "not now" ends it here.
+        if (outcome.status === 'busy') {
+          leaderRefusal = { kind: 'busy', epoch: outcome.epoch, remainingMs: outcome.remainingMs, leaderOnly: true };
+          break;
+        }
+        if (outcome.status === 'stale' || outcome.status === 'too_far') {
+          leaderRefusal = { kind: 'outdated', leaderOnly: true };
+          break;
+        }
+        round.widen();
+      }
       if (forbidden > f || invalid.length > f || busy.length > f) break;
       if (!straggling && voted.size >= 2 * f + 1) {
         // Enough answers to choose the next epoch. A slow or silent replica may still hold the deciding vote, but
@@ -368,9 +446,11 @@ async function attemptEpoch(
       }
     }
   } finally {
+    clearTimeout(leaderTimer);
     reachable = voted.size + round.possible;
     round.close();
   }
+  if (leaderRefusal) return leaderRefusal;
 
   if (signature?.ok) {
     return { kind: 'granted', grant: { token: encodeToken(grant, signature.signature), sentAt, ttlMs: request.ttlMs, signers: signature.signers } };
@@ -385,7 +465,8 @@ async function attemptEpoch(
   if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
   if (forbidden > f) return { kind: 'stop', reason: 'forbidden', message: `${forbidden} replicas refuse this identity access to "${request.resource}"` };
   if (invalid.length > f) return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
-  if (busy.length > f) return { kind: 'busy', epoch: fPlusOneLargest(busyEpochs, f), remainingMs: quorumRemainingMs(busy, f)! };
+  if (busy.length > f) return { kind: 'busy', epoch: fPlusOneLargest(busyEpochs, f), remainingMs: quorumRemainingMs(busy, f)!, leaderOnly: false };
+  if (granted.size === 0 && outdated > 0 && busy.length === 0) return { kind: 'outdated', leaderOnly: false };
   if (reachable >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}` };
   if (ended === 'deadline') {
     // Replicas that are connected but slow: worth another try while the caller's deadline allows.

@@ -18,8 +18,11 @@ export interface QuorumContext {
   readonly options: ClientOptions;
   readonly channels: ChannelSet;
   readonly evidence: EvidenceLog;
-  /** Last epoch this client was granted per resource (bounded LRU), so a repeat acquire can skip the status round. */
-  readonly epochHints: Map<string, bigint>;
+  /**
+   * Per resource (bounded LRU): the last epoch this client was granted, so a repeat acquire can skip the status
+   * round, and whether getting it took retries, so a repeat acquire of a contended resource starts leader-first.
+   */
+  readonly epochHints: Map<string, EpochHint>;
 }
 
 /** The faults seen during one call, one entry per (replica, kind). */
@@ -41,10 +44,15 @@ export class CallFaults {
   }
 }
 
+export interface EpochHint {
+  readonly epoch: bigint;
+  readonly contended: boolean;
+}
+
 /** Remembers the epoch granted for a resource, evicting the least recently used beyond `limit`. */
-export function rememberEpoch(hints: Map<string, bigint>, resource: string, epoch: bigint, limit: number): void {
+export function rememberEpoch(hints: Map<string, EpochHint>, resource: string, hint: EpochHint, limit: number): void {
   if (limit <= 0) return;
   hints.delete(resource);
-  hints.set(resource, epoch);
+  hints.set(resource, hint);
   if (hints.size > limit) hints.delete(hints.keys().next().value!);
 }

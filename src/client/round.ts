@@ -28,9 +28,12 @@ export interface RoundOptions {
   /** On `clock`: the round ends here. */
   readonly deadline: number;
   readonly signal?: AbortSignal | undefined;
+  /** Ask only this replica until `widen()` (the others are held back, and still count as possible). */
+  readonly first?: number | undefined;
 }
 
-type Slot = 'waiting' | 'sent' | 'answered' | 'skipped';
+/** held: not asked yet by choice (see `first`); waiting: connecting, asked once ready; skipped: down. */
+type Slot = 'held' | 'waiting' | 'sent' | 'answered' | 'skipped';
 
 export class Round<K extends RequestKind> {
   readonly #set: ChannelSet;
@@ -46,6 +49,7 @@ export class Round<K extends RequestKind> {
   readonly #unsubscribe: () => void;
   readonly #onAbort: () => void;
   readonly #signal: AbortSignal | undefined;
+  #first: number | undefined;
 
   /** @param body the request for one replica (usually the same for all). */
   constructor(set: ChannelSet, body: (replica: number) => RequestBody<K>, options: RoundOptions) {
@@ -54,6 +58,7 @@ export class Round<K extends RequestKind> {
     this.#clock = options.clock;
     this.#deadline = options.deadline;
     this.#signal = options.signal;
+    this.#first = options.first;
     this.#onAbort = () => this.#end('aborted');
     this.#unsubscribe = set.subscribe(() => this.#refresh(true));
     for (const channel of set.channels) this.#slots.set(channel.index, 'skipped');
@@ -69,8 +74,20 @@ export class Round<K extends RequestKind> {
   /** Replicas that may still answer: asked and not yet answered, or connecting now. */
   get possible(): number {
     let count = 0;
-    for (const slot of this.#slots.values()) if (slot === 'sent' || slot === 'waiting') count++;
+    for (const slot of this.#slots.values()) if (slot === 'sent' || slot === 'waiting' || slot === 'held') count++;
     return count;
+  }
+
+  /** True while only the `first` replica has been asked. */
+  get narrow(): boolean {
+    return this.#first !== undefined;
+  }
+
+  /** Asks every replica (after a `first`-only start). */
+  widen(): void {
+    if (this.#first === undefined) return;
+    this.#first = undefined;
+    this.#refresh(false);
   }
 
   /** Moves the deadline earlier (never later): used to stop waiting for stragglers. */
@@ -137,6 +154,14 @@ export class Round<K extends RequestKind> {
     for (const channel of this.#set.channels) {
       const slot = this.#slots.get(channel.index);
       if (slot === 'sent' || slot === 'answered') continue;
+      if (this.#first !== undefined && channel.index !== this.#first) {
+        const next: Slot = isReady(channel.state) || isPending(channel.state) ? 'held' : 'skipped';
+        if (next !== slot) {
+          this.#slots.set(channel.index, next);
+          changed = true;
+        }
+        continue;
+      }
       if (isReady(channel.state)) {
         this.#send(channel);
         changed = true;

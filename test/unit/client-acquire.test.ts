@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { MAX_EPOCH } from '../../src/common/limits.js';
 import { loadBackend } from '../../src/crypto/load.js';
-import { acquireGrant, type AcquireGrantResult } from '../../src/client/acquire.js';
+import { acquireGrant, leaderOf, type AcquireGrantResult } from '../../src/client/acquire.js';
 import type { ConnectionState } from '../../src/client/connection-state.js';
 import { EvidenceLog } from '../../src/client/evidence.js';
 import { generateIdentity } from '../../src/client/identity.js';
@@ -65,11 +65,14 @@ function context(scripts: (Script | 'down')[]): { ctx: QuorumContext; channels: 
   return { ctx, channels };
 }
 
-/** A replica that reports `epoch` in status and grants any higher epoch. */
+/** A replica that reports `epoch` in status and grants any higher epoch within 1000 of it. */
 function honest(epoch: bigint): Script {
   return (body, index) => {
     if (body.type === 'status') return reply({ status: 'ok', epoch, leased: false, remainingMs: 0 });
-    if (body.type === 'acquire') return body.epoch > epoch ? granted(body, index) : reply({ status: 'stale', epoch });
+    if (body.type === 'acquire') {
+      if (body.epoch > epoch + 1000n) return reply({ status: 'too_far', epoch });
+      return body.epoch > epoch ? granted(body, index) : reply({ status: 'stale', epoch });
+    }
     return reply({ status: 'released' });
   };
 }
@@ -180,5 +183,43 @@ describe('acquire: refusals and unavailability', () => {
     const result = await acquire(ctx);
     expect(result.ok).toBe(true);
     expect(result.faults).toEqual([{ replica: 2, kind: 'protocol', message: '"epoch" out of range' }]);
+  });
+});
+
+describe('acquire under contention: leader-first, and a lying leader cannot stall it', () => {
+  const leader = leaderOf('orders', 4);
+  const contendedBefore = (ctx: QuorumContext, epoch: bigint) => ctx.epochHints.set('orders', { epoch, contended: true });
+
+  it('a contended resource asks its leader first, then the others once the leader granted', async () => {
+    const { ctx, channels } = context([honest(3n), honest(3n), honest(3n), honest(3n)]);
+    contendedBefore(ctx, 3n);
+    const result = await acquire(ctx);
+    expect(result.ok && result.grant.token.grant.epoch).toBe(4n);
+    for (const channel of channels) expect(channel.requests.map((r) => r.type)).toEqual(['acquire']);
+  });
+
+  it('a leader that says busy to everyone costs at most the leader-first window', async () => {
+    const liar: Script = (body) =>
+      body.type === 'status' ? reply({ status: 'ok', epoch: 3n, leased: true, remainingMs: 60_000 }) : reply({ status: 'busy', epoch: 3n, remainingMs: 60_000 });
+    const scripts = [honest(3n), honest(3n), honest(3n), honest(3n)];
+    scripts[leader - 1] = liar;
+    const { ctx } = context(scripts);
+    contendedBefore(ctx, 3n);
+    const started = performance.now();
+    const result = await acquire(ctx, 5000);
+    expect(result.ok && result.grant.token.grant.epoch).toBe(4n);
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  it('a leader that reports a made-up epoch cannot keep the client away from the honest one', async () => {
+    const huge = 1n << 62n;
+    const liar: Script = (body) =>
+      body.type === 'status' ? reply({ status: 'ok', epoch: huge, leased: false, remainingMs: 0 }) : reply({ status: 'stale', epoch: huge });
+    const scripts = [honest(3n), honest(3n), honest(3n), honest(3n)];
+    scripts[leader - 1] = liar;
+    const { ctx } = context(scripts);
+    contendedBefore(ctx, 3n);
+    const result = await acquire(ctx, 5000);
+    expect(result.ok && result.grant.token.grant.epoch).toBe(4n);
   });
 });
