@@ -12,7 +12,6 @@ import { parseReplicaKey } from '../cluster/replica-key.js';
 import { loadAccessRules } from '../replica/access.js';
 import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
-import { ReplicaServer } from '../replica/server.js';
 import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js';
 import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
 
@@ -133,6 +132,8 @@ async function runReplica(argv: string[]): Promise<number> {
   // Checks the share against the cluster's public share (itself checked against the commitments).
   const key = parseReplicaKey(keyJson, cluster, keyPath);
 
+  // Loaded here, not at the top: export and import need none of the network stack.
+  const { ReplicaServer } = await import('../replica/server.js');
   const logger = createLogger('replica');
   let fatalError: Error | undefined;
   let stop: () => void = () => undefined;
