@@ -3,6 +3,9 @@
  * name is listed on purpose; internals (rounds, connections, the collector)
  * stay private to the folder.
  */
+// The cluster description is what a client is created from, so its loaders are part of this entry point too.
+export { loadClusterFile, parseCluster, type Cluster } from '../cluster/description.js';
+export { QuorumFenceError, isQuorumFenceError, type ErrorCode } from '../common/errors.js';
 export { QuorumFenceClient, type AcquireOptions, type AcquireResult, type ClientConstructionOptions, type ClientEvents, type ReplicaConnectionInfo } from './client.js';
 export type { AcquireRefusal, AcquireRefusalReason } from './acquire.js';
 export { Lease, type LeaseEnd, type LeaseEndReason, type LeaseEvents } from './lease.js';
