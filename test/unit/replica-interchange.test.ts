@@ -1,0 +1,50 @@
+/** Interchange documents: every field checked at the boundary. */
+import { describe, expect, it } from 'vitest';
+import { isQuorumFenceError } from '../../src/common/errors.js';
+import { toHex } from '../../src/common/bytes.js';
+import { grantDigest } from '../../src/token/grant.js';
+import { INTERCHANGE_FORMAT, parseInterchange } from '../../src/replica/interchange.js';
+
+function codeOf(fn: () => unknown): string | undefined {
+  try {
+    fn();
+  } catch (error) {
+    return isQuorumFenceError(error) ? error.code : String(error);
+  }
+  return undefined;
+}
+
+const alice = new Uint8Array(32).fill(0xa1);
+
+describe('interchange parsing', () => {
+  const clusterId = new Uint8Array(32).fill(4);
+  const entry = (resource: string, epoch: bigint) => ({
+    resource,
+    epoch: epoch.toString(),
+    holder: toHex(alice),
+    grantDigest: toHex(grantDigest({ clusterId, resource, epoch, holder: alice })),
+  });
+  const doc = (entries: unknown[]) => ({ format: INTERCHANGE_FORMAT, clusterId: toHex(clusterId), replica: 1, entries });
+
+  it('accepts a well-formed document', () => {
+    expect(parseInterchange(doc([entry('a', 1n), entry('b', (1n << 63n) - 1n)]), clusterId).entries).toHaveLength(2);
+  });
+
+  it('refuses every malformed field with BAD_INTERCHANGE', () => {
+    for (const bad of [
+      doc([{ ...entry('a', 1n), epoch: '0' }]),
+      doc([{ ...entry('a', 1n), epoch: '01' }]),
+      doc([{ ...entry('a', 1n), epoch: (1n << 63n).toString() }]),
+      doc([{ ...entry('a', 1n), holder: 'zz' }]),
+      doc([{ ...entry('a', 1n), resource: '' }]),
+      doc([entry('a', 1n), entry('a', 2n)]),
+      doc([{ ...entry('a', 1n), grantDigest: entry('a', 2n).grantDigest }]),
+      { ...doc([]), replica: 0 },
+      { ...doc([]), entries: {} },
+      [],
+    ]) {
+      expect(codeOf(() => parseInterchange(bad, clusterId))).toBe('BAD_INTERCHANGE');
+    }
+    expect(codeOf(() => parseInterchange({ ...doc([]), clusterId: '11'.repeat(32) }, clusterId))).toBe('CLUSTER_MISMATCH');
+  });
+});
