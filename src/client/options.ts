@@ -21,8 +21,10 @@ export interface ClientOptions {
   reconnectBaseMs: number;
   /** Ceiling of the reconnect delay: a restarted replica is found again within about this long. */
   reconnectMaxMs: number;
-  /** Requests outstanding on one connection; beyond it a request counts as unanswered (the replica bounds it too). */
+  /** Requests sent and unanswered on one connection; more wait in a queue (the replica refuses beyond its own bound). */
   maxInFlightPerReplica: number;
+  /** Requests waiting for a slot on one connection; beyond it a request counts as unanswered at once. */
+  maxQueuedPerReplica: number;
   /** Largest frame accepted from a replica. */
   maxFrameBytes: number;
 
@@ -70,6 +72,8 @@ export const DEFAULT_CLIENT_OPTIONS: Readonly<ClientOptions> = Object.freeze({
   reconnectMaxMs: 2000,
   // Matches the replica's default per-connection bound, so the client never trips it alone.
   maxInFlightPerReplica: 64,
+  // A few thousand concurrent operations per client; past that the caller is overloading itself.
+  maxQueuedPerReplica: 4096,
   maxFrameBytes: 16 * 1024,
   defaultTtlMs: 10_000,
   acquireTimeoutMs: 5000,
@@ -113,6 +117,7 @@ export function resolveClientOptions(options: Partial<ClientOptions> = {}): Clie
     'reconnectBaseMs',
     'reconnectMaxMs',
     'maxInFlightPerReplica',
+    'maxQueuedPerReplica',
     'maxFrameBytes',
     'defaultTtlMs',
     'acquireTimeoutMs',

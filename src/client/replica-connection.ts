@@ -74,6 +74,8 @@ interface InFlight {
   readonly resolve: (answer: ReplicaAnswer<RequestKind>) => void;
   readonly timer: NodeJS.Timeout;
   readonly detach: () => void;
+  /** The encoded request while it waits for a free slot; undefined once sent. */
+  frame: Uint8Array | undefined;
 }
 
 const HELLO_ID = 0;
@@ -88,7 +90,11 @@ export class ReplicaConnection implements ReplicaChannel {
   #handshakeTimer: NodeJS.Timeout | undefined;
   #retryTimer: NodeJS.Timeout | undefined;
   #nextId = HELLO_ID + 1;
+  /** Every open request, sent or waiting for a slot, by id. */
   readonly #inFlight = new Map<number, InFlight>();
+  /** Ids waiting for a slot, oldest first (the replica bounds requests in flight per connection). */
+  readonly #waiting: number[] = [];
+  #sent = 0;
 
   constructor(replica: ReplicaInfo, context: ConnectionContext) {
     this.index = replica.index;
@@ -121,22 +127,45 @@ export class ReplicaConnection implements ReplicaChannel {
     if (this.#state.phase !== 'ready' || !socket || socket.readyState !== WebSocket.OPEN) {
       return Promise.resolve({ kind: 'unreachable', message: this.#describeDown() });
     }
-    if (this.#inFlight.size >= this.#context.options.maxInFlightPerReplica) {
-      return Promise.resolve({ kind: 'error', code: 'RATE_LIMITED', message: 'too many requests in flight on this connection (client limit)' });
+    const { maxInFlightPerReplica, maxQueuedPerReplica } = this.#context.options;
+    if (this.#waiting.length >= maxQueuedPerReplica) {
+      return Promise.resolve({ kind: 'error', code: 'RATE_LIMITED', message: 'too many requests queued on this connection (client limit)' });
     }
     const id = this.#allocateId();
     return new Promise<ReplicaAnswer<K>>((resolve) => {
       const onAbort = () => this.#settle(id, { kind: 'aborted' });
       signal?.addEventListener('abort', onAbort, { once: true });
+      // The timeout counts from the call, queueing included: the caller's deadline is what matters.
       const timer = setTimeout(() => this.#settle(id, { kind: 'timeout' }), Math.max(0, timeoutMs));
+      const frame = encodeMessage({ ...body, id } as ClientMessage);
       this.#inFlight.set(id, {
         kind: body.type,
         resolve: resolve as (answer: ReplicaAnswer<RequestKind>) => void,
         timer,
         detach: () => signal?.removeEventListener('abort', onAbort),
+        frame,
       });
-      socket.send(encodeMessage({ ...body, id } as ClientMessage));
+      if (this.#sent < maxInFlightPerReplica) this.#transmit(id);
+      else this.#waiting.push(id);
     });
+  }
+
+  #transmit(id: number): void {
+    const entry = this.#inFlight.get(id);
+    const socket = this.#socket;
+    if (!entry || !entry.frame || !socket || socket.readyState !== WebSocket.OPEN) return;
+    socket.send(entry.frame);
+    entry.frame = undefined;
+    this.#sent++;
+  }
+
+  /** Sends queued requests while slots are free. */
+  #pump(): void {
+    const max = this.#context.options.maxInFlightPerReplica;
+    while (this.#sent < max && this.#waiting.length > 0) {
+      const id = this.#waiting.shift()!;
+      if (this.#inFlight.has(id)) this.#transmit(id);
+    }
   }
 
   #describeDown(): string {
@@ -161,11 +190,21 @@ export class ReplicaConnection implements ReplicaChannel {
     this.#inFlight.delete(id);
     clearTimeout(entry.timer);
     entry.detach();
+    if (entry.frame === undefined) {
+      this.#sent--;
+      this.#pump();
+    } else {
+      const position = this.#waiting.indexOf(id);
+      if (position >= 0) this.#waiting.splice(position, 1);
+    }
     entry.resolve(answer);
   }
 
   #settleAll(answer: ReplicaAnswer<RequestKind>): void {
+    // Queued ones first, so that freeing slots does not send them on a connection that is going away.
+    for (const id of this.#waiting.splice(0)) this.#settle(id, answer);
     for (const id of [...this.#inFlight.keys()]) this.#settle(id, answer);
+    this.#sent = 0;
   }
 
   #apply(event: ConnectionEvent): void {

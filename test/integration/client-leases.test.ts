@@ -73,6 +73,17 @@ describe('S1 uniqueness: two holders racing for one resource', () => {
   }, 60_000);
 });
 
+describe('One client, many leases', () => {
+  it('concurrent acquires beyond the per-connection bound wait their turn instead of failing', async () => {
+    const client = await newClient({ maxInFlightPerReplica: 4 });
+    const results = await Promise.all(Array.from({ length: 40 }, (_, k) => client.acquire(`many/${k}`, { ttlMs: 5000 })));
+    expect(results.filter((r) => !r.ok)).toEqual([]);
+    expect(client.leases()).toHaveLength(40);
+    const released = await Promise.all(results.map((r) => (r.ok ? r.lease.release() : undefined)));
+    expect(released.every((r) => r?.ok)).toBe(true);
+  });
+});
+
 describe('Lease handover', () => {
   it('a holder that stops renewing loses the lease after its ttl; the next holder gets a larger epoch', async () => {
     const first = await newClient();
