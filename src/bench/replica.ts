@@ -1,0 +1,241 @@
+/**
+ * Replica benchmark (never a test): one real replica process with the
+ * default (native) backend, driven over WebSocket by a pipelining load
+ * generator in this process.
+ *
+ *   grants        signed, durable grants per second for distinct resources,
+ *                 for each signing-thread count (0 = main thread); every
+ *                 grant is an LMDB record flushed to disk before its partial
+ *                 leaves (group commit shares the flushes)
+ *   signing       the worker-thread signer alone (this process): partial
+ *                 signatures per second with 1 and 2 threads, and the ratio
+ *   store         the signing record alone (this process): durable
+ *                 check-and-record operations per second, distinct resources
+ *
+ * The load generator shares the machine with the replica, so `grants` is a
+ * floor for what a replica on its own cores would do.
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ed25519 } from '@noble/curves/ed25519.js';
+import { WebSocket } from 'ws';
+import { dealLocalCluster, startLocalCluster } from '../cluster/launcher.js';
+import { loadClusterFile } from '../cluster/description.js';
+import { QuorumFenceError } from '../common/errors.js';
+import { decodeServerMessage, encodeMessage } from '../protocol/codec.js';
+import { authTranscript } from '../protocol/messages.js';
+import { grantDigest, grantMessage } from '../token/grant.js';
+import { startWorkerSigner } from '../replica/signer.js';
+import { SigningRecord } from '../replica/signing-record.js';
+import { summarise, type Timing } from './measure.js';
+
+export interface ReplicaBenchOptions {
+  /** Shorter runs. */
+  readonly quick?: boolean;
+  /** Signing-thread counts to measure end to end (default 0, 1, 2). */
+  readonly workerCounts?: readonly number[];
+  /** Connections from the load generator (default 8). */
+  readonly connections?: number;
+  /** Acquires kept in flight per connection (default 64). */
+  readonly depth?: number;
+  /** Measured seconds per configuration, after a warm-up second (default 5, quick 2). */
+  readonly seconds?: number;
+  readonly progress?: (line: string) => void;
+}
+
+export interface GrantRate {
+  readonly signingWorkers: number;
+  readonly grants: number;
+  readonly seconds: number;
+  readonly perSecond: number;
+  /** Acquire round trip under this load. */
+  readonly latencyMs: Timing;
+}
+
+export interface ReplicaBenchFigures {
+  readonly backend: string;
+  readonly connections: number;
+  readonly depth: number;
+  readonly grants: GrantRate[];
+  readonly signing: { readonly oneThreadPerSecond: number; readonly twoThreadsPerSecond: number; readonly scaling: number };
+  readonly store: { readonly recordsPerSecond: number };
+}
+
+interface LoadConnection {
+  readonly socket: WebSocket;
+  readonly sent: Map<number, number>;
+}
+
+/** Opens an authenticated raw connection (the same handshake a client does). */
+function connect(url: string, index: number): Promise<LoadConnection> {
+  const { secretKey, publicKey } = ed25519.keygen();
+  return new Promise((resolve, reject) => {
+    const socket = new WebSocket(url, { perMessageDeflate: false });
+    socket.binaryType = 'nodebuffer';
+    socket.once('error', reject);
+    let state: 'challenge' | 'welcome' = 'challenge';
+    const onMessage = (data: Buffer): void => {
+      const message = decodeServerMessage(new Uint8Array(data));
+      if (state === 'challenge' && message.type === 'challenge') {
+        const signature = ed25519.sign(authTranscript(message.nonce, message.clusterId, message.replica), secretKey);
+        socket.send(encodeMessage({ type: 'hello', id: 0, holder: publicKey, signature }));
+        state = 'welcome';
+      } else if (state === 'welcome' && message.type === 'welcome') {
+        socket.off('message', onMessage);
+        resolve({ socket, sent: new Map() });
+      } else {
+        reject(new QuorumFenceError('CONNECTION_FAILED', `load connection ${index}: unexpected ${message.type}`));
+      }
+    };
+    socket.on('message', onMessage);
+  });
+}
+
+async function measureGrants(
+  url: string,
+  signingWorkers: number,
+  options: { connections: number; depth: number; seconds: number },
+): Promise<GrantRate> {
+  const connections = await Promise.all(Array.from({ length: options.connections }, (_, k) => connect(url, k)));
+  const warmupEnds = performance.now() + 1_000;
+  const ends = warmupEnds + options.seconds * 1_000;
+  let grants = 0;
+  let refused = 0;
+  const latencies: number[] = [];
+  let sequence = 0;
+  let stopping = false;
+  const done = connections.map(
+    (connection, c) =>
+      new Promise<void>((resolve) => {
+        const send = (): void => {
+          const id = ++sequence;
+          connection.sent.set(id, performance.now());
+          connection.socket.send(encodeMessage({ type: 'acquire', id, resource: `bench/${signingWorkers}/${c}/${id}`, epoch: 1n, ttlMs: 1_000 }));
+        };
+        connection.socket.on('message', (data: Buffer) => {
+          const message = decodeServerMessage(new Uint8Array(data));
+          if (message.type !== 'reply' && message.type !== 'error') return;
+          const id = message.id ?? -1;
+          const sentAt = connection.sent.get(id);
+          connection.sent.delete(id);
+          const now = performance.now();
+          if (now >= warmupEnds && now < ends && sentAt !== undefined) {
+            if (message.type === 'reply' && message.outcome.status === 'granted') {
+              grants++;
+              if (latencies.length < 200_000) latencies.push(now - sentAt);
+            } else {
+              refused++;
+            }
+          }
+          if (now >= ends) stopping = true;
+          if (!stopping) send();
+          else if (connection.sent.size === 0) resolve();
+        });
+        connection.socket.once('close', () => resolve());
+        for (let k = 0; k < options.depth; k++) send();
+      }),
+  );
+  await Promise.all(done);
+  await Promise.all(connections.map((c) => new Promise((r) => (c.socket.once('close', r), c.socket.close()))));
+  if (refused > 0) throw new QuorumFenceError('INTERNAL', `${refused} acquires were not granted; the benchmark load must be all distinct resources`);
+  return { signingWorkers, grants, seconds: options.seconds, perSecond: grants / options.seconds, latencyMs: summarise(latencies) };
+}
+
+async function measureSigning(dir: string, workers: number, signatures: number): Promise<number> {
+  const cluster = JSON.parse(readFileSync(join(dir, 'cluster.json'), 'utf8')) as unknown;
+  const key = JSON.parse(readFileSync(join(dir, 'replica-1.key'), 'utf8')) as unknown;
+  const signer = await startWorkerSigner({ workers, cluster, key, backend: loadClusterFile(join(dir, 'cluster.json')).backend.name });
+  try {
+    const clusterId = new Uint8Array(32);
+    const holder = new Uint8Array(32).fill(1);
+    const messages = Array.from({ length: signatures }, (_, k) => grantMessage({ clusterId, resource: `sign/${k}`, epoch: 1n, holder }));
+    // Warm both threads, then keep 256 in flight.
+    await Promise.all(messages.slice(0, 64).map((m) => signer.sign(m)));
+    const start = performance.now();
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 256 }, async () => {
+        while (next < messages.length) await signer.sign(messages[next++]!);
+      }),
+    );
+    return signatures / ((performance.now() - start) / 1000);
+  } finally {
+    await signer.close();
+  }
+}
+
+async function measureStore(dir: string, records: number): Promise<number> {
+  const clusterId = new Uint8Array(32).fill(2);
+  const store = SigningRecord.open(dir, { clusterId, replicaIndex: 1 });
+  try {
+    const holder = new Uint8Array(32).fill(3);
+    const start = performance.now();
+    let next = 0;
+    // As many concurrent grants as the replica would have in flight: they share transactions and syncs.
+    await Promise.all(
+      Array.from({ length: 512 }, async () => {
+        while (next < records) {
+          const resource = `store/${next++}`;
+          await store.checkAndRecord(resource, () => ({
+            record: { epoch: 1n, holder, grantDigest: grantDigest({ clusterId, resource, epoch: 1n, holder }), released: false },
+            result: undefined,
+          }));
+        }
+      }),
+    );
+    return records / ((performance.now() - start) / 1000);
+  } finally {
+    await store.close();
+  }
+}
+
+/** Runs the replica benchmark; takes about 30 s (quick: about 12 s). */
+export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<ReplicaBenchFigures> {
+  const progress = options.progress ?? (() => undefined);
+  const quick = options.quick ?? false;
+  const seconds = options.seconds ?? (quick ? 2 : 5);
+  const connections = options.connections ?? 8;
+  const depth = options.depth ?? 64;
+  const root = mkdtempSync(join(tmpdir(), 'qf-bench-replica-'));
+  try {
+    const keys = join(root, 'keys');
+    dealLocalCluster(keys);
+    const backend = loadClusterFile(join(keys, 'cluster.json')).backend.name;
+
+    const grants: GrantRate[] = [];
+    for (const workers of options.workerCounts ?? [0, 1, 2]) {
+      progress(`replica: ${workers} signing thread(s), ${connections} connections x ${depth} in flight, ${seconds} s ...`);
+      const local = await startLocalCluster({
+        dir: keys,
+        indices: [1],
+        dataRoot: join(root, `data-${workers}`),
+        extraArgs: ['--signing-workers', String(workers), '--max-in-flight', String(depth), '--rate-limit', '1000000', '--max-ttl', '60s'],
+      });
+      try {
+        grants.push(await measureGrants(local.replica(1).url, workers, { connections, depth, seconds }));
+      } finally {
+        await local.close();
+      }
+    }
+
+    progress('replica: signer threads alone ...');
+    const count = quick ? 2_000 : 6_000;
+    const one = await measureSigning(keys, 1, count);
+    const two = await measureSigning(keys, 2, count);
+
+    progress('replica: signing record alone ...');
+    const recordsPerSecond = await measureStore(join(root, 'store'), quick ? 20_000 : 100_000);
+
+    return {
+      backend,
+      connections,
+      depth,
+      grants,
+      signing: { oneThreadPerSecond: one, twoThreadsPerSecond: two, scaling: two / one },
+      store: { recordsPerSecond },
+    };
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+}
