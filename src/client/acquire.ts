@@ -117,6 +117,13 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   const deadline = start + request.timeoutMs;
   const waitUntil = start + request.waitMs;
   const faults = new CallFaults();
+  // Replicas whose last connection ended because they broke the protocol are named even though no request reached them.
+  for (const channel of ctx.channels.channels) {
+    const failure = channel.state.lastFailure;
+    if (channel.state.phase !== 'ready' && failure && (failure.kind === 'protocol' || failure.kind === 'bad_challenge')) {
+      faults.add(channel.index, failure.kind, failure.message);
+    }
+  }
   const refuse = (reason: Exclude<AcquireRefusalReason, 'busy'>, message: string): AcquireRefusal => ({
     ok: false,
     reason,

@@ -39,7 +39,9 @@ type Behaviour =
   /** Answers every request with an undecodable frame. */
   | 'garbage_frames'
   /** Completes the handshake, then never answers a request. */
-  | 'mute';
+  | 'mute'
+  /** Sends a challenge naming another cluster. */
+  | 'bad_challenge';
 
 /** A faulty replica for index `index` of `cluster`. */
 class FaultyReplica {
@@ -65,7 +67,8 @@ class FaultyReplica {
       if (behaviour === 'silent') return;
       const send = (message: ServerMessage) => socket.send(encodeMessage(message));
       let holder: Uint8Array | undefined;
-      send({ type: 'challenge', nonce: new Uint8Array(randomBytes(32)), clusterId: cluster.id, replica: index });
+      const clusterId = behaviour === 'bad_challenge' ? new Uint8Array(randomBytes(32)) : cluster.id;
+      send({ type: 'challenge', nonce: new Uint8Array(randomBytes(32)), clusterId, replica: index });
       socket.on('message', (data) => {
         let message;
         try {
@@ -199,6 +202,7 @@ for (const f of [1, 2]) {
 
     async function acquireOk(cluster: Cluster, resource: string, liarsPresent = true) {
       const client = await connect(fixture!, cluster);
+      if (process.env.QF_DEBUG) console.log(resource, JSON.stringify(client.replicas().map((r) => [r.replica, r.state.phase, r.state.lastFailure?.kind])));
       const started = performance.now();
       const result = await client.acquire(resource, { ttlMs: 5000 });
       const elapsed = performance.now() - started;
@@ -226,12 +230,13 @@ for (const f of [1, 2]) {
       ['garbage_partial', 'undecodable_partial'],
       ['other_partial', 'invalid_partial'],
       ['garbage_frames', 'protocol'],
+      ['bad_challenge', 'bad_challenge'],
     ] as const satisfies readonly (readonly [Behaviour, FaultKind])[]) {
       it(`with f replicas sending ${behaviour.replace('_', ' ')}, naming them`, async () => {
         const { client, result } = await acquireOk(await clusterWithFaulty(fixture!, liars, [behaviour], true), behaviour);
         expect(result.faults.map((x) => x.replica).sort()).toEqual([...liars].sort());
         expect(new Set(result.faults.map((x) => x.kind))).toEqual(new Set([kind]));
-        if (kind !== 'protocol') {
+        if (kind === 'undecodable_partial' || kind === 'invalid_partial') {
           const evidence = client.evidence();
           expect(evidence.map((e) => e.replica).sort()).toEqual([...liars].sort());
           for (const item of evidence) {
