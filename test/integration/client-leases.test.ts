@@ -84,6 +84,28 @@ describe('One client, many leases', () => {
   });
 });
 
+describe('Reconnection: a restarted replica is used again', () => {
+  it('works with one replica down, reconnects to it after its restart, then works with another one down', async () => {
+    const client = await newClient({ reconnectMaxMs: 200 });
+    await local!.replica(1).kill('SIGKILL');
+    const during = await client.acquire('reconnect/a', { ttlMs: 5000 });
+    expect(during.ok).toBe(true);
+    await local!.replica(1).restart();
+    const started = performance.now();
+    while (client.replicas()[0]!.state.phase !== 'ready' && performance.now() - started < 10_000) await new Promise((r) => setTimeout(r, 20));
+    expect(client.replicas()[0]!.state.phase).toBe('ready');
+    await local!.replica(2).kill('SIGKILL');
+    try {
+      const after = await client.acquire('reconnect/b', { ttlMs: 5000 });
+      expect(after.ok).toBe(true);
+      if (after.ok) expect(after.lease.signers).toContain(1);
+    } finally {
+      await local!.replica(2).restart();
+    }
+    if (during.ok) await during.lease.release();
+  }, 60_000);
+});
+
 describe('Lease handover', () => {
   it('a holder that stops renewing loses the lease after its ttl; the next holder gets a larger epoch', async () => {
     const first = await newClient();
