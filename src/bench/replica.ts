@@ -14,10 +14,13 @@
  *
  * The load generator shares the machine with the replica, so `grants` is a
  * floor for what a replica on its own cores would do.
+ *
+ * Run: npx tsc -p tsconfig.json && node dist/src/bench/replica.js [--quick]
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { WebSocket } from 'ws';
 import { dealLocalCluster, startLocalCluster } from '../cluster/launcher.js';
@@ -39,8 +42,14 @@ export interface ReplicaBenchOptions {
   readonly connections?: number;
   /** Acquires kept in flight per connection (default 64). */
   readonly depth?: number;
-  /** Measured seconds per configuration, after a warm-up second (default 5, quick 2). */
+  /** Measured seconds per run, after a warm-up second (default 5, quick 2). */
   readonly seconds?: number;
+  /**
+   * Runs per configuration (default 3, quick 1). Figures are reported per
+   * run, with the median and the best: on a shared machine other processes
+   * steal cores, and the best run is the one closest to an idle machine.
+   */
+  readonly repeats?: number;
   readonly progress?: (line: string) => void;
 }
 
@@ -53,13 +62,44 @@ export interface GrantRate {
   readonly latencyMs: Timing;
 }
 
+export interface GrantFigures {
+  readonly signingWorkers: number;
+  readonly runs: GrantRate[];
+  readonly medianPerSecond: number;
+  readonly bestPerSecond: number;
+}
+
+export interface SigningFigures {
+  /** Signatures per second for one and two threads, run by run (alternating, so both see the same machine). */
+  readonly runs: { readonly oneThread: number; readonly twoThreads: number; readonly scaling: number }[];
+  readonly medianScaling: number;
+  readonly bestScaling: number;
+}
+
 export interface ReplicaBenchFigures {
   readonly backend: string;
   readonly connections: number;
   readonly depth: number;
-  readonly grants: GrantRate[];
-  readonly signing: { readonly oneThreadPerSecond: number; readonly twoThreadsPerSecond: number; readonly scaling: number };
+  /** 1-minute load average and the share of CPU time stolen by the hypervisor while the benchmark ran. */
+  readonly machine: { readonly loadAverageBefore: number; readonly loadAverageAfter: number; readonly stealPercent: number | undefined };
+  readonly grants: GrantFigures[];
+  readonly signing: SigningFigures;
   readonly store: { readonly recordsPerSecond: number };
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor((sorted.length - 1) / 2)] ?? NaN;
+}
+
+/** Total and steal jiffies from /proc/stat (Linux only). */
+function cpuTimes(): { total: number; steal: number } | undefined {
+  try {
+    const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    return { total: fields.reduce((a, b) => a + b, 0), steal: fields[7] ?? 0 };
+  } catch {
+    return undefined;
+  }
 }
 
 interface LoadConnection {
@@ -95,6 +135,7 @@ function connect(url: string, index: number): Promise<LoadConnection> {
 async function measureGrants(
   url: string,
   signingWorkers: number,
+  run: number,
   options: { connections: number; depth: number; seconds: number },
 ): Promise<GrantRate> {
   const connections = await Promise.all(Array.from({ length: options.connections }, (_, k) => connect(url, k)));
@@ -108,10 +149,21 @@ async function measureGrants(
   const done = connections.map(
     (connection, c) =>
       new Promise<void>((resolve) => {
+        // Cork the stream for the rest of this turn, so a burst of requests goes out in one write.
+        const stream = (connection.socket as unknown as { _socket?: import('node:stream').Duplex })._socket;
+        let corked = false;
         const send = (): void => {
+          if (stream && !corked) {
+            corked = true;
+            stream.cork();
+            setImmediate(() => {
+              corked = false;
+              stream.uncork();
+            });
+          }
           const id = ++sequence;
           connection.sent.set(id, performance.now());
-          connection.socket.send(encodeMessage({ type: 'acquire', id, resource: `bench/${signingWorkers}/${c}/${id}`, epoch: 1n, ttlMs: 1_000 }));
+          connection.socket.send(encodeMessage({ type: 'acquire', id, resource: `bench/${signingWorkers}/${run}/${c}/${id}`, epoch: 1n, ttlMs: 1_000 }));
         };
         connection.socket.on('message', (data: Buffer) => {
           const message = decodeServerMessage(new Uint8Array(data));
@@ -190,11 +242,14 @@ async function measureStore(dir: string, records: number): Promise<number> {
   }
 }
 
-/** Runs the replica benchmark; takes about 30 s (quick: about 12 s). */
+/** Runs the replica benchmark; takes about 90 s (quick: about 15 s). */
 export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<ReplicaBenchFigures> {
   const progress = options.progress ?? (() => undefined);
   const quick = options.quick ?? false;
   const seconds = options.seconds ?? (quick ? 2 : 5);
+  const repeats = options.repeats ?? (quick ? 1 : 3);
+  const loadAverageBefore = loadavg()[0]!;
+  const cpuBefore = cpuTimes();
   const connections = options.connections ?? 8;
   const depth = options.depth ?? 64;
   const root = mkdtempSync(join(tmpdir(), 'qf-bench-replica-'));
@@ -203,39 +258,59 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
     dealLocalCluster(keys);
     const backend = loadClusterFile(join(keys, 'cluster.json')).backend.name;
 
-    const grants: GrantRate[] = [];
+    const grants: GrantFigures[] = [];
     for (const workers of options.workerCounts ?? [0, 1, 2]) {
-      progress(`replica: ${workers} signing thread(s), ${connections} connections x ${depth} in flight, ${seconds} s ...`);
       const local = await startLocalCluster({
         dir: keys,
         indices: [1],
         dataRoot: join(root, `data-${workers}`),
         extraArgs: ['--signing-workers', String(workers), '--max-in-flight', String(depth), '--rate-limit', '1000000', '--max-ttl', '60s'],
       });
+      const runs: GrantRate[] = [];
       try {
-        grants.push(await measureGrants(local.replica(1).url, workers, { connections, depth, seconds }));
+        for (let run = 1; run <= repeats; run++) {
+          progress(`replica: ${workers} signing thread(s), ${connections} connections x ${depth} in flight, ${seconds} s, run ${run}/${repeats} ...`);
+          runs.push(await measureGrants(local.replica(1).url, workers, run, { connections, depth, seconds }));
+        }
       } finally {
         await local.close();
       }
+      const rates = runs.map((r) => r.perSecond);
+      grants.push({ signingWorkers: workers, runs, medianPerSecond: median(rates), bestPerSecond: Math.max(...rates) });
     }
 
-    progress('replica: signer threads alone ...');
-    const count = quick ? 2_000 : 6_000;
-    const one = await measureSigning(keys, 1, count);
-    const two = await measureSigning(keys, 2, count);
+    const count = quick ? 2_000 : 4_000;
+    const signingRuns: SigningFigures['runs'][number][] = [];
+    for (let run = 1; run <= repeats + 2; run++) {
+      progress(`replica: signer threads alone, run ${run}/${repeats + 2} ...`);
+      const oneThread = await measureSigning(keys, 1, count);
+      const twoThreads = await measureSigning(keys, 2, count);
+      signingRuns.push({ oneThread, twoThreads, scaling: twoThreads / oneThread });
+    }
 
     progress('replica: signing record alone ...');
     const recordsPerSecond = await measureStore(join(root, 'store'), quick ? 20_000 : 100_000);
 
+    const cpuAfter = cpuTimes();
+    const stealPercent =
+      cpuBefore && cpuAfter && cpuAfter.total > cpuBefore.total ? (100 * (cpuAfter.steal - cpuBefore.steal)) / (cpuAfter.total - cpuBefore.total) : undefined;
+    const scalings = signingRuns.map((r) => r.scaling);
     return {
       backend,
       connections,
       depth,
+      machine: { loadAverageBefore, loadAverageAfter: loadavg()[0]!, stealPercent },
       grants,
-      signing: { oneThreadPerSecond: one, twoThreadsPerSecond: two, scaling: two / one },
+      signing: { runs: signingRuns, medianScaling: median(scalings), bestScaling: Math.max(...scalings) },
       store: { recordsPerSecond },
     };
   } finally {
     rmSync(root, { recursive: true, force: true });
   }
+}
+
+// `node dist/src/bench/replica.js [--quick]`: run it and print the figures as JSON.
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const figures = await benchReplica({ quick: process.argv.includes('--quick'), progress: (line) => process.stderr.write(`${line}\n`) });
+  process.stdout.write(JSON.stringify(figures, (_key, value: unknown) => (typeof value === 'number' ? Math.round(value * 100) / 100 : value), 2) + '\n');
 }

@@ -66,6 +66,10 @@ export interface ReplicaServerOptions {
 
 interface Connection {
   readonly socket: WebSocket;
+  /** The TCP/TLS stream under the WebSocket, for corking (ws keeps it in `_socket`). */
+  readonly stream: Duplex | undefined;
+  /** Replies written this turn are held in the stream until setImmediate uncorks it. */
+  corked: boolean;
   readonly nonce: Uint8Array;
   holder: Uint8Array | undefined;
   inFlight: number;
@@ -267,6 +271,8 @@ export class ReplicaServer {
   #onConnection(socket: WebSocket): void {
     const connection: Connection = {
       socket,
+      stream: (socket as unknown as { _socket?: Duplex })._socket,
+      corked: false,
       nonce: new Uint8Array(randomBytes(NONCE_BYTES)),
       holder: undefined,
       inFlight: 0,
@@ -373,6 +379,17 @@ export class ReplicaServer {
       this.metrics.closes.inc({ code: 'dropped' });
       socket.terminate();
       return;
+    }
+    // Signing threads answer in batches, so many replies become ready in one
+    // turn; corking the stream makes them one write instead of one each.
+    const stream = connection.stream;
+    if (stream && !connection.corked) {
+      connection.corked = true;
+      stream.cork();
+      setImmediate(() => {
+        connection.corked = false;
+        stream.uncork();
+      });
     }
     socket.send(encodeMessage(message));
   }

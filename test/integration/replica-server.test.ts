@@ -181,6 +181,45 @@ describe('authentication and access: unauthenticated and unauthorised clients ne
   });
 });
 
+describe('wire limits', () => {
+  it('answers requests over the in-flight bound or the rate with RATE_LIMITED and keeps the connection', async () => {
+    const limited = await startLocalCluster({
+      dir: join(root, 'keys'),
+      indices: [2],
+      dataRoot: join(root, 'data-limited'),
+      extraArgs: ['--rate-limit', '10', '--max-in-flight', '4'],
+    });
+    try {
+      const client = await RawClient.open(limited.replica(2).url);
+      const answers = await Promise.all(Array.from({ length: 30 }, (_, k) => client.acquire(`limited/${k}`, 1n)));
+      const limitedCount = answers.filter((a) => 'error' in a && a.error.code === 'RATE_LIMITED').length;
+      const granted = answers.filter((a) => 'outcome' in a && a.outcome.status === 'granted').length;
+      expect(limitedCount + granted).toBe(30);
+      expect(granted).toBeGreaterThanOrEqual(1);
+      expect(granted).toBeLessThanOrEqual(10);
+      // The bucket refills at 10/s: the same connection works again.
+      await new Promise((r) => setTimeout(r, 300));
+      expect(outcomeOf(await client.status('limited/0')).status).toBe('ok');
+      const metrics = await (await fetch(limited.replica(2).healthUrl.replace('/healthz', '/metrics'))).text();
+      expect(metrics).toMatch(/quorumfence_replica_wire_errors_total\{code="RATE_LIMITED"[^}]*\} [1-9]/);
+      await client.close();
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it('counts grants and refusals by reason in /metrics', async () => {
+    const metrics = await (await fetch(url.replace('ws', 'http') + '/metrics')).text();
+    expect(metrics).toMatch(/quorumfence_replica_grants_signed_total\{kind="new"[^}]*\} [1-9]/);
+    expect(metrics).toMatch(/quorumfence_replica_grants_signed_total\{kind="resend"[^}]*\} [1-9]/);
+    for (const reason of ['stale', 'busy', 'too_far', 'invalid', 'forbidden', 'not_holder']) {
+      expect(metrics).toMatch(new RegExp(`quorumfence_replica_refusals_total\\{reason="${reason}"[^}]*\\} [1-9]`));
+    }
+    expect(metrics).toMatch(/quorumfence_replica_flush_seconds_count\{[^}]*\} [1-9]/);
+    expect(metrics).toMatch(/quorumfence_replica_sign_seconds_count\{[^}]*\} [1-9]/);
+  });
+});
+
 describe('S1 uniqueness at one replica: concurrent acquires', () => {
   it('signs exactly one of many holders racing for the same (resource, epoch)', async () => {
     const clients = await Promise.all(Array.from({ length: 24 }, () => RawClient.open(url)));
