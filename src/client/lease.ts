@@ -188,14 +188,14 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     const { clock } = this.#ctx.options;
     const now = clock.now();
     clearTimeout(this.#expiryTimer);
-    this.#expiryTimer = setTimeout(() => this.#checkExpiry(), Math.max(0, this.expiresAt - now));
+    this.#expiryTimer = setTimeout(() => this.#guard(() => this.#checkExpiry()), Math.max(0, this.expiresAt - now));
     this.#expiryTimer.unref();
     if (this.#options.autoRenew) this.#scheduleRenewal(Math.max(0, renewalTime(this.#sentAt, this.ttlMs, this.#ctx.options) - now));
   }
 
   #scheduleRenewal(delayMs: number): void {
     clearTimeout(this.#renewTimer);
-    this.#renewTimer = setTimeout(() => void this.#autoRenew(), delayMs);
+    this.#renewTimer = setTimeout(() => this.#guard(() => this.#autoRenew()), delayMs);
     this.#renewTimer.unref();
   }
 
@@ -210,12 +210,26 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     if (left > 0) this.#scheduleRenewal(Math.min(pause, left));
   }
 
+  /**
+   * Timer-driven work: a listener of `renewed`, `lost` or `ended` that throws would otherwise become an
+   * uncaught exception in a timer and end the process; it is logged instead.
+   */
+  #guard(work: () => void | Promise<void>): void {
+    const report = (error: unknown) => this.#ctx.options.logger.error({ err: error, resource: this.resource }, 'a lease event listener threw');
+    try {
+      const pending = work();
+      if (pending) pending.catch(report);
+    } catch (error) {
+      report(error);
+    }
+  }
+
   #checkExpiry(): void {
     if (this.#end) return;
     const left = this.expiresAt - this.#ctx.options.clock.now();
     if (left > 0) {
       // Timers may fire early relative to an injected clock; wait out the rest.
-      this.#expiryTimer = setTimeout(() => this.#checkExpiry(), left);
+      this.#expiryTimer = setTimeout(() => this.#guard(() => this.#checkExpiry()), left);
       this.#expiryTimer.unref();
       return;
     }
