@@ -177,7 +177,12 @@ export class ReplicaServer {
           access: options.access ?? OPEN_ACCESS,
         },
       });
-      const http = options.tls ? createHttpsServer({ cert: options.tls.cert, key: options.tls.key }) : createHttpServer();
+      let http: HttpServer;
+      try {
+        http = options.tls ? createHttpsServer({ cert: options.tls.cert, key: options.tls.key }) : createHttpServer();
+      } catch (error) {
+        throw new QuorumFenceError('INVALID_OPTION', `TLS certificate or key unusable: ${(error as Error).message}`, undefined, { cause: error });
+      }
       const wss = new WebSocketServer({ noServer: true, maxPayload: limits.maxFrameBytes, perMessageDeflate: false, clientTracking: false });
       const host = options.host ?? '127.0.0.1';
       await new Promise<void>((resolve, reject) => {
