@@ -15,16 +15,16 @@
  * - contended (split votes): retry after jittered exponential backoff,
  *   releasing whatever partial grants we got so the other contender is not
  *   blocked by our half-won lease;
- *
- * Under contention (any retry, or a resource that needed retries last time)
- * an attempt goes leader-first: it asks one replica chosen by the resource
- * name, and the others only once that one granted. Contenders then queue at
- * one replica instead of splitting the votes of all of them, and a waiter's
- * poll costs one request instead of N. A replica that refuses everyone
- * cannot stall a client this way: every LEADER_FIRST_WINDOW_MS at least one
- * attempt asks all replicas, whose (f+1)-th rules decide again.
  * - forbidden / invalid (f+1 say so, so at least one honest replica): stop;
  * - unavailable (fewer than t replicas could answer): stop at once.
+ *
+ * Under contention (any retry, or a resource whose last acquire needed
+ * retries) an attempt goes leader-first: it asks one replica chosen by the
+ * resource name, and the others only once that one granted. Contenders then
+ * queue at one replica instead of splitting the votes of all of them, and a
+ * waiter's poll costs one request instead of N. A replica that refuses
+ * everyone cannot stall a client this way: every LEADER_FIRST_WINDOW_MS at
+ * least one attempt asks all replicas, whose (f+1)-th rules decide again.
  *
  * Nothing a replica sends can make this throw, and every wait is cut short
  * by the caller's deadline and AbortSignal.
@@ -144,7 +144,9 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   let retries = 0;
   let lastEpoch = 0n;
   let retryAtOnce = false;
+  // Leader-first mode; `retried` is what we remember for next time, so a resource that calms down goes back to full fan-out.
   let contended = remembered?.contended ?? false;
+  let retried = false;
   const leader = leaderOf(request.resource, cluster.n);
   let lastFullAttemptAt = start;
 
@@ -187,10 +189,10 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     const attempt = await attemptEpoch(ctx, request, epoch, deadline, report, faults, leaderFirst ? leader : undefined, (released) => {
       if (released >= floor) floor = released + 1n;
     });
-    if (attempt.kind !== 'granted') contended = true;
+    if (attempt.kind !== 'granted') contended = retried = true;
     switch (attempt.kind) {
       case 'granted':
-        rememberEpoch(ctx.epochHints, request.resource, { epoch, contended }, options.epochHintCacheSize);
+        rememberEpoch(ctx.epochHints, request.resource, { epoch, contended: retried }, options.epochHintCacheSize);
         return { ok: true, grant: attempt.grant, faults: faults.list() };
       case 'stop':
         return refuse(attempt.reason, attempt.message);
