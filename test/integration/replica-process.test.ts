@@ -122,6 +122,34 @@ describe('replica start-up refuses what it cannot trust', () => {
   });
 });
 
+describe('S6 leases across a restart', () => {
+  it('counts every recorded, unreleased lease as running for maxTtl after a SIGKILL and restart; released ones not', async () => {
+    const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot: join(root, 'd-restart-lease'), extraArgs: ['--min-ttl', '50ms', '--max-ttl', '1500ms'] });
+    try {
+      const replica = local.replica(1);
+      const alice = await RawClient.open(replica.url);
+      expect(outcomeOf(await alice.acquire('lease/held', 1n, 50)).status).toBe('granted');
+      expect(outcomeOf(await alice.acquire('lease/released', 1n, 1_000)).status).toBe('granted');
+      expect(outcomeOf(await alice.release('lease/released', 1n)).status).toBe('released');
+      await replica.kill('SIGKILL');
+      await replica.restart();
+      const bob = await RawClient.open(replica.url);
+      // Alice asked for 50 ms, but the replica forgot that: it must assume the longest lease, from the restart.
+      const busy = outcomeOf(await bob.acquire('lease/held', 2n, 50));
+      expect(busy.status).toBe('busy');
+      expect((busy as { remainingMs: number }).remainingMs).toBeGreaterThan(500);
+      expect(outcomeOf(await bob.status('lease/held'))).toMatchObject({ epoch: 1n, leased: true });
+      expect(outcomeOf(await bob.acquire('lease/released', 2n, 50)).status).toBe('granted');
+      // The restart lease runs out on the replica's clock.
+      await new Promise((r) => setTimeout(r, (busy as { remainingMs: number }).remainingMs + 50));
+      expect(outcomeOf(await bob.acquire('lease/held', 2n, 50)).status).toBe('granted');
+      await bob.close();
+    } finally {
+      await local.close();
+    }
+  });
+});
+
 describe('replica shutdown and transport', () => {
   it('on SIGTERM answers the requests in flight, closes connections with 1001, and exits 0', async () => {
     const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot: join(root, 'd-term') });
