@@ -258,25 +258,36 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
     dealLocalCluster(keys);
     const backend = loadClusterFile(join(keys, 'cluster.json')).backend.name;
 
-    const grants: GrantFigures[] = [];
-    for (const workers of options.workerCounts ?? [0, 1, 2]) {
-      const local = await startLocalCluster({
-        dir: keys,
-        indices: [1],
-        dataRoot: join(root, `data-${workers}`),
-        extraArgs: ['--signing-workers', String(workers), '--max-in-flight', String(depth), '--rate-limit', '1000000', '--max-ttl', '60s'],
-      });
-      const runs: GrantRate[] = [];
-      try {
-        for (let run = 1; run <= repeats; run++) {
-          progress(`replica: ${workers} signing thread(s), ${connections} connections x ${depth} in flight, ${seconds} s, run ${run}/${repeats} ...`);
-          runs.push(await measureGrants(local.replica(1).url, workers, run, { connections, depth, seconds }));
-        }
-      } finally {
-        await local.close();
+    // One replica per thread count, all started up front and measured in
+    // turn, run after run: on a machine other work shares, each configuration
+    // then sees the same background load.
+    const workerCounts = options.workerCounts ?? [0, 1, 2];
+    const replicas: Awaited<ReturnType<typeof startLocalCluster>>[] = [];
+    let grants: GrantFigures[];
+    try {
+      for (const workers of workerCounts) {
+        replicas.push(
+          await startLocalCluster({
+            dir: keys,
+            indices: [1],
+            dataRoot: join(root, `data-${workers}`),
+            extraArgs: ['--signing-workers', String(workers), '--max-in-flight', String(depth), '--rate-limit', '1000000', '--max-ttl', '60s'],
+          }),
+        );
       }
-      const rates = runs.map((r) => r.perSecond);
-      grants.push({ signingWorkers: workers, runs, medianPerSecond: median(rates), bestPerSecond: Math.max(...rates) });
+      const runs: GrantRate[][] = workerCounts.map(() => []);
+      for (let run = 1; run <= repeats; run++) {
+        for (const [k, workers] of workerCounts.entries()) {
+          progress(`replica: ${workers} signing thread(s), ${connections} connections x ${depth} in flight, ${seconds} s, run ${run}/${repeats} ...`);
+          runs[k]!.push(await measureGrants(replicas[k]!.replica(1).url, workers, run, { connections, depth, seconds }));
+        }
+      }
+      grants = workerCounts.map((workers, k) => {
+        const rates = runs[k]!.map((r) => r.perSecond);
+        return { signingWorkers: workers, runs: runs[k]!, medianPerSecond: median(rates), bestPerSecond: Math.max(...rates) };
+      });
+    } finally {
+      await Promise.all(replicas.map((r) => r.close()));
     }
 
     const count = quick ? 2_000 : 4_000;
