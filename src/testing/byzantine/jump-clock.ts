@@ -1,0 +1,42 @@
+/**
+ * A monotonic clock that can be jumped forward, for the replica inside the
+ * Byzantine entry point (S6: replicas use only their own monotonic clock, so
+ * a jump is how a test makes one replica's leases end early, as a fast clock
+ * or a suspended VM would). It never goes backwards.
+ */
+import type { MonotonicClock } from '../../common/clock.js';
+import { QuorumFenceError } from '../../common/errors.js';
+
+export class JumpClock implements MonotonicClock {
+  readonly #base: MonotonicClock;
+  #offsetMs = 0;
+  #jumps = 0;
+
+  constructor(base: MonotonicClock = { now: () => performance.now() }) {
+    this.#base = base;
+  }
+
+  now(): number {
+    return this.#base.now() + this.#offsetMs;
+  }
+
+  /**
+   * Moves the clock forward by `ms`.
+   * @throws QuorumFenceError INVALID_ARGUMENT for a negative or non-finite value (monotonic clocks only move forward)
+   */
+  jump(ms: number): void {
+    if (typeof ms !== 'number' || !(Number.isFinite(ms) && ms >= 0)) {
+      throw new QuorumFenceError('INVALID_ARGUMENT', `"jumpClockMs" expected a finite number >= 0, got ${String(ms)}`, { field: 'jumpClockMs' });
+    }
+    this.#offsetMs += ms;
+    this.#jumps++;
+  }
+
+  get offsetMs(): number {
+    return this.#offsetMs;
+  }
+
+  get jumps(): number {
+    return this.#jumps;
+  }
+}
