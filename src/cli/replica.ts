@@ -167,13 +167,14 @@ async function runReplica(argv: string[]): Promise<number> {
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
   // Launched by a test harness or supervisor that holds our stdin: exit when it goes away, leaving no orphans.
-  if (process.env.QUORUMFENCE_EXIT_WITH_STDIN === '1') {
+  const watchStdin = process.env.QUORUMFENCE_EXIT_WITH_STDIN === '1';
+  if (watchStdin) {
     process.stdin.on('end', stop);
     process.stdin.on('close', stop);
     process.stdin.resume();
   }
   await stopped;
-  process.stdin.pause();
+  if (watchStdin) process.stdin.pause();
   await server.close();
   process.off('SIGTERM', onSignal);
   process.off('SIGINT', onSignal);
