@@ -41,6 +41,8 @@ beforeAll(async () => {
     dir: join(root, 'keys'),
     indices: [1],
     dataRoot: join(root, 'data'),
+    // REPLICA_ENTRY runs the same loop against another build (e.g. a deliberately broken one, to see the test fail).
+    ...(process.env.REPLICA_ENTRY ? { entry: process.env.REPLICA_ENTRY } : {}),
     // Short leases so hot resources change hands within a cycle, and restart leases (maxTtl) end quickly.
     extraArgs: ['--min-ttl', '10ms', '--max-ttl', '150ms', '--signing-workers', '1', '--max-in-flight', '64'],
   });
