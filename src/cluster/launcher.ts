@@ -5,14 +5,10 @@
  * the actual url from the replica's "listening" log line, waits for /healthz,
  * and hands back the cluster description rebuilt with those endpoints.
  *
- * No orphans: children get QUORUMFENCE_EXIT_WITH_STDIN=1 and a stdin pipe,
- * so they stop when this process dies, even by SIGKILL; `close()` and this
- * process's exit kill whatever is left.
+ * The process handling (listening line, health, no orphans) is
+ * local-process.ts; this file knows what a replica and a resource need.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
-import { get as httpGet } from 'node:http';
-import { get as httpsGet } from 'node:https';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { QuorumFenceError } from '../common/errors.js';
@@ -21,6 +17,7 @@ import { systemRandom } from '../crypto/random.js';
 import { dealKey } from '../crypto/threshold.js';
 import { describeDealtKey, loadClusterFile, localEndpoints, withEndpoints, type Cluster } from './description.js';
 import { replicaKeyJson } from './replica-key.js';
+import { listenAddress, localProcess, type LocalProcess } from './local-process.js';
 
 export interface StartLocalClusterOptions {
   /** Folder with cluster.json and replica-<i>.key (as `quorumfence keygen` or `dealLocalCluster` write them). */
@@ -43,26 +40,9 @@ export interface StartLocalClusterOptions {
   readonly entry?: string;
 }
 
-export interface LocalReplica {
+export interface LocalReplica extends LocalProcess {
   readonly index: number;
   readonly dataDir: string;
-  /** ws:// or wss:// url; stays the same across restarts (same port). */
-  readonly url: string;
-  readonly healthUrl: string;
-  readonly port: number;
-  /** The current process id (changes on restart). */
-  readonly pid: number;
-  readonly running: boolean;
-  /** SIGTERM and wait for the exit (SIGKILL after 15 s); resolves with the exit code. */
-  stop(): Promise<number | null>;
-  /** Send a signal (default SIGKILL) and wait for the exit. */
-  kill(signal?: NodeJS.Signals): Promise<void>;
-  /** Stop it if running, then start it again on the same port. */
-  restart(): Promise<void>;
-  /** The last lines the process wrote to stderr (for error messages). */
-  stderrTail(): string;
-  /** Every JSON log line the current process wrote to stdout so far. */
-  logLines(): readonly Record<string, unknown>[];
 }
 
 export interface LocalCluster {
@@ -72,25 +52,6 @@ export interface LocalCluster {
   replica(index: number): LocalReplica;
   /** Kills every replica (SIGTERM, then SIGKILL) and waits for the exits. */
   close(): Promise<void>;
-}
-
-const DEFAULT_START_TIMEOUT_MS = 30_000;
-const STOP_GRACE_MS = 15_000;
-/** Enough stderr to show a stack trace, bounded so a chatty child cannot grow the parent. */
-const TAIL_BYTES = 8 * 1024;
-const MAX_LOG_LINES = 1_000;
-
-const live = new Set<ChildProcess>();
-let exitHookInstalled = false;
-function track(child: ChildProcess): void {
-  live.add(child);
-  child.once('exit', () => live.delete(child));
-  if (!exitHookInstalled) {
-    exitHookInstalled = true;
-    process.once('exit', () => {
-      for (const c of live) c.kill('SIGKILL');
-    });
-  }
 }
 
 function packageRoot(): string {
@@ -106,6 +67,11 @@ function packageRoot(): string {
 /** The compiled replica entry point of this package. */
 export function replicaEntryPoint(): string {
   return join(packageRoot(), 'dist', 'nodes', 'replica.js');
+}
+
+/** The compiled reference resource entry point of this package. */
+export function resourceEntryPoint(): string {
+  return join(packageRoot(), 'dist', 'nodes', 'resource.js');
 }
 
 /**
@@ -128,177 +94,28 @@ export function dealLocalCluster(dir: string, n = 4): { clusterPath: string; key
   return { clusterPath, keyPaths };
 }
 
-function getHealth(url: string): Promise<number> {
-  return new Promise((resolveStatus) => {
-    const get = url.startsWith('https:') ? httpsGet : httpGet;
-    // Health only: a local self-signed test certificate is fine here.
-    const req = get(url, { timeout: 2_000, rejectUnauthorized: false }, (res) => {
-      res.resume();
-      resolveStatus(res.statusCode ?? 0);
-    });
-    req.on('timeout', () => req.destroy());
-    req.on('error', () => resolveStatus(0));
-  });
-}
-
-class ReplicaProcess implements LocalReplica {
-  readonly index: number;
-  readonly dataDir: string;
-  url = '';
-  healthUrl = '';
-  port = 0;
-  #child: ChildProcess | undefined;
-  #exited: Promise<number | null> = Promise.resolve(null);
-  #stderr = '';
-  #logs: Record<string, unknown>[] = [];
-  readonly #args: (port: number) => string[];
-  readonly #options: StartLocalClusterOptions;
-  readonly #entry: string;
-  readonly #host: string;
-
-  constructor(index: number, options: StartLocalClusterOptions, entry: string, host: string) {
-    this.index = index;
-    this.#options = options;
-    this.#entry = entry;
-    this.#host = host;
-    this.dataDir = join(resolve(options.dataRoot), `replica-${index}`);
-    const extra = typeof options.extraArgs === 'function' ? options.extraArgs(index) : (options.extraArgs ?? []);
-    this.#args = (port) => [
-      this.#entry,
+function startReplicaProcess(index: number, options: StartLocalClusterOptions, entry: string, host: string): LocalReplica {
+  const dir = resolve(options.dir);
+  const dataDir = join(resolve(options.dataRoot), `replica-${index}`);
+  const extra = typeof options.extraArgs === 'function' ? options.extraArgs(index) : (options.extraArgs ?? []);
+  const server = localProcess({
+    name: `replica ${index}`,
+    entry,
+    args: (port) => [
       '--cluster',
-      join(resolve(options.dir), 'cluster.json'),
+      join(dir, 'cluster.json'),
       '--key',
-      join(resolve(options.dir), `replica-${index}.key`),
+      join(dir, `replica-${index}.key`),
       '--data',
-      this.dataDir,
+      dataDir,
       '--listen',
-      `${host.includes(':') ? `[${host}]` : host}:${port}`,
+      listenAddress(host, port),
       ...extra,
-    ];
-  }
-
-  get pid(): number {
-    return this.#child?.pid ?? 0;
-  }
-
-  get running(): boolean {
-    return this.#child !== undefined && this.#child.exitCode === null && this.#child.signalCode === null;
-  }
-
-  stderrTail(): string {
-    return this.#stderr.trim();
-  }
-
-  logLines(): readonly Record<string, unknown>[] {
-    return this.#logs;
-  }
-
-  async start(): Promise<void> {
-    if (this.running) throw new QuorumFenceError('INVALID_ARGUMENT', `replica ${this.index} is already running`);
-    const timeoutMs = this.#options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
-    this.#stderr = '';
-    this.#logs = [];
-    const child = spawn(process.execPath, this.#args(this.port), {
-      stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1', ...this.#options.env },
-    });
-    this.#child = child;
-    track(child);
-    this.#exited = new Promise((r) => child.once('exit', (code, signal) => r(code ?? (signal ? -1 : null))));
-    child.stdin!.on('error', () => undefined);
-    child.stderr!.setEncoding('utf8');
-    child.stderr!.on('data', (chunk: string) => {
-      this.#stderr = (this.#stderr + chunk).slice(-TAIL_BYTES);
-    });
-    const listening = new Promise<string>((resolveUrl, reject) => {
-      let buffered = '';
-      child.stdout!.setEncoding('utf8');
-      child.stdout!.on('data', (chunk: string) => {
-        buffered += chunk;
-        let newline;
-        while ((newline = buffered.indexOf('\n')) >= 0) {
-          const line = buffered.slice(0, newline);
-          buffered = buffered.slice(newline + 1);
-          let entry: Record<string, unknown>;
-          try {
-            entry = JSON.parse(line) as Record<string, unknown>;
-          } catch {
-            continue; // Not a log line.
-          }
-          if (this.#logs.length < MAX_LOG_LINES) this.#logs.push(entry);
-          if (entry.msg === 'listening' && typeof entry.url === 'string') resolveUrl(entry.url);
-        }
-      });
-      void this.#exited.then((code) =>
-        reject(
-          new QuorumFenceError('INTERNAL', `replica ${this.index} exited (${code}) before listening: ${this.stderrTail().split('\n').slice(-5).join(' | ') || '(no stderr)'}`, {
-            index: this.index,
-            exitCode: code,
-            stderr: this.stderrTail(),
-          }),
-        ),
-      );
-    });
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () =>
-          reject(
-            new QuorumFenceError('TIMEOUT', `replica ${this.index} did not become healthy within ${timeoutMs} ms; stderr: ${this.stderrTail().slice(-2000) || '(empty)'}`, {
-              index: this.index,
-            }),
-          ),
-        timeoutMs,
-      );
-    });
-    try {
-      const url = await Promise.race([listening, timeout]);
-      this.url = url;
-      this.port = Number(new URL(url).port);
-      this.healthUrl = url.replace(/^ws/, 'http') + '/healthz';
-      // Health after the listening line: the replica logs it only when ready, but /healthz is the contract.
-      await Promise.race([
-        (async () => {
-          while ((await getHealth(this.healthUrl)) !== 200) {
-            if (!this.running) throw new QuorumFenceError('INTERNAL', `replica ${this.index} exited while starting: ${this.stderrTail().slice(-2000)}`);
-            await new Promise((r) => setTimeout(r, 50));
-          }
-        })(),
-        timeout,
-        this.#exited.then(() => {
-          throw new QuorumFenceError('INTERNAL', `replica ${this.index} exited while starting: ${this.stderrTail().slice(-2000)}`);
-        }),
-      ]);
-    } catch (error) {
-      child.kill('SIGKILL');
-      await this.#exited;
-      throw error;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  async stop(): Promise<number | null> {
-    if (!this.running) return this.#exited;
-    this.#child!.kill('SIGTERM');
-    const timer = setTimeout(() => this.#child?.kill('SIGKILL'), STOP_GRACE_MS);
-    try {
-      return await this.#exited;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
-    if (!this.running) return;
-    this.#child!.kill(signal);
-    await this.#exited;
-  }
-
-  async restart(): Promise<void> {
-    await this.stop();
-    await this.start();
-  }
+    ],
+    env: options.env,
+    startTimeoutMs: options.startTimeoutMs,
+  });
+  return Object.assign(server, { index, dataDir });
 }
 
 /**
@@ -315,7 +132,7 @@ export async function startLocalCluster(options: StartLocalClusterOptions): Prom
   }
   const entry = options.entry ?? replicaEntryPoint();
   if (!existsSync(entry)) throw new QuorumFenceError('IO_ERROR', `replica entry point ${entry} is missing; build first (npx tsc -p tsconfig.json)`);
-  const replicas = indices.map((i) => new ReplicaProcess(i, options, entry, options.host ?? '127.0.0.1'));
+  const replicas = indices.map((i) => startReplicaProcess(i, options, entry, options.host ?? '127.0.0.1'));
   const started = await Promise.allSettled(replicas.map((r) => r.start()));
   const failed = started.find((s) => s.status === 'rejected');
   if (failed) {
@@ -336,4 +153,39 @@ export async function startLocalCluster(options: StartLocalClusterOptions): Prom
       await Promise.all(replicas.map((r) => r.stop()));
     },
   };
+}
+
+export interface StartLocalResourceOptions {
+  /** The cluster description the resource checks tokens against. */
+  readonly clusterFile: string;
+  /** Data, barriers and guard log live here. */
+  readonly dataDir: string;
+  /** Listen address (default 127.0.0.1, port picked by the OS). */
+  readonly host?: string;
+  readonly port?: number;
+  readonly extraArgs?: readonly string[];
+  readonly env?: NodeJS.ProcessEnv;
+  readonly startTimeoutMs?: number;
+}
+
+/**
+ * Starts the reference guarded resource (`quorumfence resource`) as a local
+ * process and resolves once it is healthy; `url` is its http:// base.
+ * @throws QuorumFenceError TIMEOUT, INTERNAL (it exited), IO_ERROR (not built)
+ */
+export async function startLocalResource(options: StartLocalResourceOptions): Promise<LocalProcess> {
+  const entry = resourceEntryPoint();
+  if (!existsSync(entry)) throw new QuorumFenceError('IO_ERROR', `resource entry point ${entry} is missing; build first (npx tsc -p tsconfig.json)`);
+  const host = options.host ?? '127.0.0.1';
+  let firstPort = options.port ?? 0;
+  const resource = localProcess({
+    name: 'resource',
+    entry,
+    args: (port) => ['--cluster', resolve(options.clusterFile), '--data', resolve(options.dataDir), '--listen', listenAddress(host, port || firstPort), ...(options.extraArgs ?? [])],
+    env: options.env,
+    startTimeoutMs: options.startTimeoutMs,
+  });
+  await resource.start();
+  firstPort = resource.port;
+  return resource;
 }

@@ -1,96 +1,43 @@
 /**
- * The reference resource as a real process (build first: `npm test` does):
- * spawned from dist, its url read from the `listening` log line, and always
- * killed by `stopAllResources()` in an afterAll/afterEach. The child also
- * exits when our stdin pipe closes, so a crashed test runner leaves no orphan.
+ * The reference resource as a real process for tests (build first: `npm test`
+ * does), through the same launcher the demo and chaos runs use. Every
+ * process started here is killed by `stopAllResources()` in an afterAll.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-
-export const RESOURCE_PATH = fileURLToPath(new URL('../../dist/nodes/resource.js', import.meta.url));
-/** Start-up is node + LMDB open + BLS backend load: well under a second; 20 s tolerates a loaded CI box. */
-const START_TIMEOUT_MS = 20_000;
+import { startLocalResource } from '../../src/cluster/launcher.js';
+import type { LocalProcess } from '../../src/cluster/local-process.js';
 
 export interface ResourceProcess {
   readonly url: string;
-  readonly child: ChildProcess;
+  readonly running: boolean;
   /** Every JSON log line so far. */
-  readonly lines: Record<string, unknown>[];
-  /** Resolves with the exit code (or signal name) once the process is gone. */
-  readonly exited: Promise<number | string>;
-  /** Sends `signal` and waits for the exit. */
-  stop(signal?: NodeJS.Signals): Promise<number | string>;
+  readonly lines: readonly Record<string, unknown>[];
+  /** SIGTERM: waits for the graceful exit and resolves with the exit code. Another signal: sends it, waits, resolves with its name. */
+  stop(signal?: NodeJS.Signals): Promise<number | string | null>;
 }
 
-const live = new Set<ChildProcess>();
+const live = new Set<LocalProcess>();
 
-export function startResource(options: { clusterFile: string; dataDir: string; args?: string[] }): Promise<ResourceProcess> {
-  const child = spawn(
-    process.execPath,
-    [RESOURCE_PATH, '--cluster', options.clusterFile, '--data', options.dataDir, '--listen', '127.0.0.1:0', ...(options.args ?? [])],
-    { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' } },
-  );
-  live.add(child);
-  const lines: Record<string, unknown>[] = [];
-  let stderr = '';
-  const exited = new Promise<number | string>((resolve) => {
-    child.once('exit', (code, signal) => {
-      live.delete(child);
-      resolve(code ?? signal ?? 'unknown');
-    });
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`resource did not start in ${START_TIMEOUT_MS} ms\n${stderr}`));
-    }, START_TIMEOUT_MS);
-    let pending = '';
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
-      pending += chunk;
-      let newline: number;
-      while ((newline = pending.indexOf('\n')) >= 0) {
-        const line = pending.slice(0, newline);
-        pending = pending.slice(newline + 1);
-        let json: Record<string, unknown>;
-        try {
-          json = JSON.parse(line) as Record<string, unknown>;
-        } catch {
-          continue;
-        }
-        lines.push(json);
-        if (json.msg === 'listening') {
-          clearTimeout(timer);
-          resolve({
-            url: json.url as string,
-            child,
-            lines,
-            exited,
-            stop: (signal = 'SIGTERM') => {
-              if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-              return exited;
-            },
-          });
-        }
-      }
-    });
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`resource exited (${code}) before listening\n${stderr}`));
-    });
-  });
+export async function startResource(options: { clusterFile: string; dataDir: string; args?: string[] }): Promise<ResourceProcess> {
+  const server = await startLocalResource({ clusterFile: options.clusterFile, dataDir: options.dataDir, extraArgs: options.args });
+  live.add(server);
+  return {
+    url: server.url,
+    get running() {
+      return server.running;
+    },
+    get lines() {
+      return server.logLines();
+    },
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (signal === 'SIGTERM') return server.stop();
+      await server.kill(signal);
+      return signal;
+    },
+  };
 }
 
 /** Kills every resource process still running (for afterAll/afterEach). */
 export async function stopAllResources(): Promise<void> {
-  await Promise.all(
-    [...live].map(
-      (child) =>
-        new Promise<void>((resolve) => {
-          if (child.exitCode !== null || child.signalCode !== null) return resolve();
-          child.once('exit', () => resolve());
-          child.kill('SIGKILL');
-        }),
-    ),
-  );
+  await Promise.all([...live].map((server) => server.kill('SIGKILL')));
+  live.clear();
 }

@@ -16,7 +16,7 @@ beforeAll(async () => {
   await new Promise((resolve) => echo.once('listening', resolve));
   echo.on('connection', (socket) => socket.on('message', (data, binary) => socket.send(data, { binary })));
   const address = echo.address();
-  echoUrl = `ws://127.0.0.1:${typeof address === 'object' ? address.port : 0}`;
+  echoUrl = `ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
 });
 
 afterAll(async () => {
