@@ -12,6 +12,7 @@ const verbs: Record<string, () => Promise<{ command: Command }>> = {
   replica: () => import('./replica.js'),
   resource: () => import('./resource.js'),
   bench: () => import('./bench.js'),
+  demo: () => import('./demo.js'),
   acquire: () => import('./acquire.js'),
   status: () => import('./status.js'),
   identity: () => import('./identity.js'),

@@ -1,0 +1,272 @@
+/**
+ * `quorumfence demo` (what `npm start` runs): a whole cluster on this machine
+ * and the story the project exists for, told as a timeline.
+ *
+ *  1. Worker A takes the lease and writes. A stalls past its lease (a stand-in
+ *     for a GC pause). Worker B gets a larger epoch and writes. A wakes and
+ *     writes with its old token: the resource refuses it.
+ *  2. Replica 4 turns malicious (equivocates, sends garbage partials). Both
+ *     workers keep taking turns: every acquire succeeds, no two tokens share
+ *     an epoch (the history checker reads the resource's guard log and every
+ *     token), and the liar is named.
+ *
+ * Every child process stops when this one exits or gets Ctrl-C. With --keep
+ * the cluster stays up and the demo prints commands to use against it.
+ */
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
+import { QuorumFenceError } from '../common/errors.js';
+import { clusterToJson, withEndpoints, type Cluster } from '../cluster/description.js';
+import { dealLocalCluster, startLocalCluster, startLocalResource, type LocalCluster } from '../cluster/launcher.js';
+import type { LocalProcess } from '../cluster/local-process.js';
+import { QuorumFenceClient } from '../client/client.js';
+import { createIdentityFile, generateIdentity, type Identity } from '../client/identity.js';
+import type { Lease } from '../client/lease.js';
+import type { ReplicaFault } from '../client/evidence.js';
+import { parseGuardLogEntry, type GuardLogEntry } from '../guard/log.js';
+import { byzantineEntryPoint, controlByzantine } from '../testing/byzantine/control.js';
+import { checkHistory, formatViolation } from '../testing/history-checker.js';
+import { parseDuration, parseFlags, type Command } from './args.js';
+
+const usage = `usage: quorumfence demo [--keep] [--dir DIR] [--ttl DURATION] [--pause DURATION] [--rounds N]
+
+Starts 4 replicas (f = 1) and the reference guarded resource as separate
+processes on 127.0.0.1, then plays two scenes:
+  1. a worker stalls past its lease and writes with its old token: refused;
+  2. replica 4 turns malicious (equivocates, sends garbage): acquires still
+     succeed, tokens stay unique, and the liar is named.
+Prints a timeline and a summary; exits 0 when every expectation held.
+
+options:
+  --keep            leave the cluster running afterwards (Ctrl-C stops it) and
+                    print quorumfence commands to use against it
+  --dir DIR         where keys and data go (default .quorumfence/demo; emptied first)
+  --ttl DURATION    lease length in scene 1   (default 2s)
+  --pause DURATION  worker A's stall          (default 3.5s; longer than --ttl)
+  --rounds N        turns per worker in scene 2 (default 6)
+`;
+
+const MARKER = '.quorumfence-demo';
+const RESOURCE = 'demo/orders';
+const LEDGER = 'demo/ledger';
+
+interface Context {
+  readonly startedAt: number;
+  readonly cluster: Cluster;
+  readonly resourceUrl: string;
+  readonly capturedTokens: string[];
+  readonly faults: ReplicaFault[];
+}
+
+function say(ctx: { startedAt: number }, who: string, text: string): void {
+  const seconds = ((performance.now() - ctx.startedAt) / 1000).toFixed(2).padStart(6);
+  process.stdout.write(`[${seconds}s] ${who.padEnd(9)} ${text}\n`);
+}
+
+function heading(text: string): void {
+  process.stdout.write(`\n${text}\n${'-'.repeat(text.length)}\n`);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function put(ctx: Context, resource: string, key: string, token: string, value: string) {
+  const response = await fetch(`${ctx.resourceUrl}/kv/${encodeURIComponent(resource)}/${encodeURIComponent(key)}`, {
+    method: 'PUT',
+    headers: { authorization: `QuorumFence ${token}` },
+    body: value,
+    signal: AbortSignal.timeout(10_000),
+  });
+  const body = (await response.json()) as { ok: boolean; code?: string; barrier?: string | number; epoch?: string | number };
+  return { status: response.status, ...body };
+}
+
+async function read(ctx: Context, resource: string, key: string): Promise<string> {
+  const response = await fetch(`${ctx.resourceUrl}/kv/${encodeURIComponent(resource)}/${encodeURIComponent(key)}`, { signal: AbortSignal.timeout(10_000) });
+  return response.ok ? await response.text() : `(${response.status})`;
+}
+
+async function guardLog(ctx: Context): Promise<GuardLogEntry[]> {
+  const entries: GuardLogEntry[] = [];
+  for (let after = 0; ; ) {
+    const response = await fetch(`${ctx.resourceUrl}/log?after=${after}&limit=500`, { signal: AbortSignal.timeout(10_000) });
+    const page = ((await response.json()) as { entries: unknown[] }).entries.map(parseGuardLogEntry);
+    if (page.length === 0) return entries;
+    entries.push(...page);
+    after = page[page.length - 1]!.seq;
+  }
+}
+
+async function acquire(ctx: Context, who: string, client: QuorumFenceClient, resource: string, options: { ttlMs: number; waitMs: number; autoRenew?: boolean }): Promise<Lease> {
+  const result = await client.acquire(resource, options);
+  ctx.faults.push(...result.faults);
+  if (!result.ok) throw new QuorumFenceError('INTERNAL', `${who} could not acquire ${resource}: ${result.reason} (${result.message})`);
+  ctx.capturedTokens.push(result.lease.tokenText);
+  return result.lease;
+}
+
+/** Scene 1. Returns whether the stale write was refused. */
+async function staleWriteScene(ctx: Context, a: QuorumFenceClient, b: QuorumFenceClient, ttlMs: number, pauseMs: number): Promise<boolean> {
+  heading('Scene 1: a paused worker writes with an expired lease');
+  const leaseA = await acquire(ctx, 'A', a, RESOURCE, { ttlMs, waitMs: 0, autoRenew: false });
+  say(ctx, 'worker A', `acquired ${RESOURCE} at epoch ${leaseA.epoch} (lease ${ttlMs} ms, token ${leaseA.tokenText.slice(0, 12)}…)`);
+  const first = await put(ctx, RESOURCE, 'total', leaseA.tokenText, '100');
+  say(ctx, 'worker A', `PUT total=100 with epoch ${leaseA.epoch} → ${first.status} ${first.ok ? 'accepted' : first.code} (barrier ${first.barrier})`);
+  say(ctx, 'worker A', `stalls for ${pauseMs} ms (a stand-in for a GC pause): it cannot renew, and its lease runs out`);
+  const waking = sleep(pauseMs);
+
+  say(ctx, 'worker B', `asks for ${RESOURCE}; the replicas say it is busy until A's lease ends`);
+  const leaseB = await acquire(ctx, 'B', b, RESOURCE, { ttlMs: 10_000, waitMs: ttlMs + 10_000 });
+  say(ctx, 'worker B', `acquired ${RESOURCE} at epoch ${leaseB.epoch} once A's lease had run out`);
+  const second = await put(ctx, RESOURCE, 'total', leaseB.tokenText, '250');
+  say(ctx, 'worker B', `PUT total=250 with epoch ${leaseB.epoch} → ${second.status} ${second.ok ? 'accepted' : second.code} (barrier ${second.barrier})`);
+  await leaseB.release();
+  say(ctx, 'worker B', 'released the lease');
+
+  await waking;
+  say(ctx, 'worker A', `wakes up, still believing it holds the lease, and writes with its epoch-${leaseA.epoch} token`);
+  const stale = await put(ctx, RESOURCE, 'total', leaseA.tokenText, '101');
+  const refused = stale.status === 409 && stale.code === 'stale';
+  say(ctx, 'resource', `PUT total=101 with epoch ${leaseA.epoch} → ${stale.status} ${stale.code ?? 'accepted'}: barrier is ${stale.barrier}, ${refused ? 'REFUSED' : 'ACCEPTED (this must not happen)'}`);
+  say(ctx, 'resource', `total = ${await read(ctx, RESOURCE, 'total')} (B's write survived; without the fence A would have overwritten it)`);
+  return refused;
+}
+
+/** Scene 2. Returns the malicious replica's index as named by clients, and whether the history is clean. */
+async function maliciousReplicaScene(ctx: Context, clients: [QuorumFenceClient, QuorumFenceClient], liarUrl: string, rounds: number) {
+  heading('Scene 2: replica 4 turns malicious');
+  await controlByzantine(liarUrl, { behaviours: ['equivocate', 'garbage'], rate: 1 });
+  say(ctx, 'replica 4', 'now equivocates (signs any holder at any epoch) and sends garbage partials');
+  say(ctx, 'replica 4', 'a token needs 3 signatures and each honest replica signs one holder per epoch, so its extra votes never make a second token');
+  const faultsBefore = ctx.faults.length;
+  let granted = 0;
+  await Promise.all(
+    clients.map(async (client, k) => {
+      const who = k === 0 ? 'worker A' : 'worker B';
+      for (let round = 1; round <= rounds; round++) {
+        const lease = await acquire(ctx, who, client, LEDGER, { ttlMs: 5_000, waitMs: 15_000 });
+        granted++;
+        const write = await put(ctx, LEDGER, 'last-writer', lease.tokenText, `${who} round ${round}`);
+        say(ctx, who, `epoch ${String(lease.epoch).padStart(2)} → PUT ${write.status} ${write.ok ? 'accepted' : write.code}`);
+        await lease.release();
+        // A moment between turns, so the other worker gets in and the turns interleave.
+        await sleep(10 + Math.random() * 30);
+      }
+    }),
+  );
+  const blamed = new Map<number, Set<string>>();
+  for (const fault of ctx.faults.slice(faultsBefore)) {
+    if (!blamed.has(fault.replica)) blamed.set(fault.replica, new Set());
+    blamed.get(fault.replica)!.add(fault.kind);
+  }
+  for (const [replica, kinds] of blamed) say(ctx, 'clients', `caught replica ${replica} lying: ${[...kinds].join(', ')}`);
+  return { granted, blamed };
+}
+
+function prepareDir(dir: string): void {
+  if (existsSync(dir)) {
+    if (!existsSync(join(dir, MARKER))) {
+      throw new QuorumFenceError('FILE_EXISTS', `${dir} exists and was not made by the demo; choose another --dir`);
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  writeFileSync(join(dir, MARKER), 'made by quorumfence demo; deleted by the next run\n');
+}
+
+export const command: Command = {
+  summary: 'run a local cluster and show a stale write refused and a lying replica outvoted',
+  usage,
+  async run(argv) {
+    const { values } = parseFlags(argv, {
+      keep: { type: 'boolean' },
+      dir: { type: 'string' },
+      ttl: { type: 'string' },
+      pause: { type: 'string' },
+      rounds: { type: 'string' },
+    });
+    const ttlMs = parseDuration(values.ttl, 'ttl', 2_000);
+    const pauseMs = parseDuration(values.pause, 'pause', 3_500);
+    if (pauseMs <= ttlMs) throw new QuorumFenceError('INVALID_OPTION', `--pause (${pauseMs} ms) must be longer than --ttl (${ttlMs} ms) for the lease to run out`);
+    const rounds = Number(values.rounds ?? 6);
+    if (!Number.isInteger(rounds) || rounds < 1 || rounds > 100) throw new QuorumFenceError('INVALID_OPTION', `--rounds expects 1..100, got "${values.rounds}"`);
+    const dir = resolve(values.dir ?? join('.quorumfence', 'demo'));
+    const startedAt = performance.now();
+    const stops: (() => Promise<unknown>)[] = [];
+    const stopAll = async () => {
+      for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
+    };
+    const onSignal = () => {
+      process.stdout.write('\nstopping the demo cluster...\n');
+      void stopAll().then(() => process.exit(130));
+    };
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
+
+    try {
+      process.stdout.write('quorumfence demo: 4 replicas (f = 1, any 3 sign) and a guarded key-value resource, as processes on this machine\n');
+      prepareDir(dir);
+      const keys = join(dir, 'keys');
+      dealLocalCluster(keys, 4);
+      const honest = await startLocalCluster({ dir: keys, dataRoot: join(dir, 'data'), indices: [1, 2, 3] });
+      stops.push(() => honest.close());
+      // Replica 4 is the real replica behind a front that can lie; it starts honest.
+      const wrapped: LocalCluster = await startLocalCluster({ dir: keys, dataRoot: join(dir, 'data'), indices: [4], entry: byzantineEntryPoint() });
+      stops.push(() => wrapped.close());
+      const cluster = withEndpoints(honest.cluster, [...honest.replicas.map((r) => r.url), wrapped.replica(4).url]);
+      const clusterFile = join(dir, 'cluster.json');
+      writeFileSync(clusterFile, JSON.stringify(clusterToJson(cluster), null, 2) + '\n');
+      const resource: LocalProcess = await startLocalResource({ clusterFile, dataDir: join(dir, 'data', 'resource') });
+      stops.push(() => resource.stop());
+      const ctx: Context = { startedAt, cluster, resourceUrl: resource.url, capturedTokens: [], faults: [] };
+      say(ctx, 'setup', `cluster ${cluster.idHex.slice(0, 16)}… keys in ${relative(process.cwd(), keys) || keys}`);
+      say(ctx, 'setup', `replicas ${cluster.replicas.map((r) => r.endpoint).join(' ')}`);
+      say(ctx, 'setup', `resource ${resource.url}`);
+
+      const identities: Identity[] = [generateIdentity(), generateIdentity()];
+      const [a, b] = await Promise.all(identities.map((identity) => QuorumFenceClient.connect(cluster, identity)));
+      stops.push(() => a!.close(), () => b!.close());
+
+      const refused = await staleWriteScene(ctx, a!, b!, ttlMs, pauseMs);
+      const scene2 = await maliciousReplicaScene(ctx, [a!, b!], wrapped.replica(4).url, rounds);
+
+      heading('Summary');
+      const log = await guardLog(ctx);
+      const check = checkHistory({ guardLogs: [log], capturedTokens: ctx.capturedTokens }, cluster);
+      const accepted = log.filter((e) => e.accepted).length;
+      const liarNamed = scene2.blamed.has(4) && [...scene2.blamed.keys()].every((replica) => replica === 4);
+      const lines = [
+        `stale write refused by the resource: ${refused ? 'yes' : 'NO'}`,
+        `acquires with a malicious replica: ${scene2.granted} of ${2 * rounds} succeeded`,
+        `tokens issued: ${ctx.capturedTokens.length}; resource log: ${log.length} attempts, ${accepted} accepted`,
+        `history check (epochs never down, one token per epoch, every accepted token valid): ${check.ok ? 'clean' : 'VIOLATED'}`,
+        `liar named: ${liarNamed ? 'replica 4' : `NO (blamed: ${[...scene2.blamed.keys()].join(', ') || 'nobody'})`}`,
+      ];
+      process.stdout.write(lines.map((l) => `  ${l}\n`).join(''));
+      if (!check.ok) for (const violation of check.violations) process.stdout.write(formatViolation(violation) + '\n');
+      const ok = refused && scene2.granted === 2 * rounds && check.ok && liarNamed;
+
+      if (values.keep) {
+        const me = join(dir, 'me.key');
+        createIdentityFile(me);
+        await controlByzantine(wrapped.replica(4).url, { behaviours: [], rate: 1 });
+        const rel = (p: string) => relative(process.cwd(), p) || p;
+        process.stdout.write(
+          `\nThe cluster keeps running (replica 4 honest again). In another terminal:\n` +
+            `  npx quorumfence status ${RESOURCE} --cluster ${rel(clusterFile)} --identity ${rel(me)}\n` +
+            `  npx quorumfence acquire ${RESOURCE} --cluster ${rel(clusterFile)} --identity ${rel(me)} --ttl 30s --json\n` +
+            `  npx quorumfence verify <token> --cluster ${rel(clusterFile)}\n` +
+            `  curl -X PUT -H "Authorization: QuorumFence <token>" --data 42 ${resource.url}/kv/${encodeURIComponent(RESOURCE)}/total\n` +
+            `  curl ${resource.url}/log      curl ${resource.url}/metrics      curl ${cluster.replicas[0]!.endpoint.replace(/^ws/, 'http')}/metrics\n` +
+            `Press Ctrl-C to stop it.\n`,
+        );
+        await new Promise(() => undefined); // Until Ctrl-C.
+      }
+      process.stdout.write(ok ? '\nEvery expectation held.\n' : '\nSome expectation failed (see above).\n');
+      return ok ? 0 : 1;
+    } finally {
+      await stopAll();
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    }
+  },
+};

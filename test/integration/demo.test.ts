@@ -1,0 +1,79 @@
+/**
+ * `npm start` as a user runs it: the demo exits 0, shows the stale write
+ * refused and the liar named; with --keep it stays up until Ctrl-C and then
+ * leaves no process behind.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { fileURLToPath } from 'node:url';
+
+const DEMO = fileURLToPath(new URL('../../dist/nodes/demo.js', import.meta.url));
+const root = mkdtempSync(join(tmpdir(), 'qf-demo-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+function run(args: string[], onOutput?: (text: string, child: ReturnType<typeof spawn>) => void) {
+  const child = spawn(process.execPath, [DEMO, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk) => {
+    stdout += chunk;
+    onOutput?.(stdout, child);
+  });
+  child.stderr.on('data', (chunk) => (stderr += chunk));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) =>
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    }),
+  );
+}
+
+function portOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: '127.0.0.1', port }, () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.on('error', () => resolve(false));
+  });
+}
+
+describe('npm start (the demo)', () => {
+  it('refuses the stale write, survives a malicious replica, names it, and exits 0', async () => {
+    const result = await run(['--dir', join(root, 'once')]);
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(/PUT total=101 with epoch 1 → 409 stale: barrier is 2, REFUSED/);
+    expect(result.stdout).toMatch(/stale write refused by the resource: yes/);
+    expect(result.stdout).toMatch(/acquires with a malicious replica: 12 of 12 succeeded/);
+    expect(result.stdout).toMatch(/history check .*: clean/);
+    expect(result.stdout).toMatch(/liar named: replica 4\n/);
+  });
+
+  it('with --keep stays up for the printed commands, and Ctrl-C stops every process', async () => {
+    const dir = join(root, 'keep');
+    let ports: number[] = [];
+    let interrupted = false;
+    const result = await run(['--dir', dir, '--rounds', '2'], undefined);
+    expect(result.code).toBe(0);
+    const kept = await run(['--dir', dir, '--rounds', '2', '--keep'], (text, child) => {
+      if (!interrupted && text.includes('Press Ctrl-C')) {
+        interrupted = true;
+        const cluster = JSON.parse(readFileSync(join(dir, 'cluster.json'), 'utf8')) as { replicas: { endpoint: string }[] };
+        ports = cluster.replicas.map((r) => Number(new URL(r.endpoint).port));
+        void Promise.all(ports.map(portOpen)).then((open) => {
+          expect(open).toEqual([true, true, true, true]);
+          child.kill('SIGINT');
+        });
+      }
+    });
+    expect(kept.stdout).toMatch(/npx quorumfence status demo\/orders --cluster .*cluster\.json --identity .*me\.key/);
+    expect(kept.code).toBe(130);
+    expect(await Promise.all(ports.map(portOpen))).toEqual([false, false, false, false]);
+  });
+});
