@@ -13,6 +13,7 @@ const verbs: Record<string, () => Promise<{ command: Command }>> = {
   resource: () => import('./resource.js'),
   bench: () => import('./bench.js'),
   demo: () => import('./demo.js'),
+  worker: () => import('./worker.js'),
   acquire: () => import('./acquire.js'),
   status: () => import('./status.js'),
   identity: () => import('./identity.js'),

@@ -1,0 +1,171 @@
+/**
+ * docker-compose.yml, exercised without a Docker engine (none runs here and no
+ * image can be pulled): Debian's docker-compose validates the file, and this
+ * test runs every service's command and environment, as written in the file,
+ * as a local process. Each service gets its own loopback address; service
+ * names (and network aliases) resolve to those addresses; named volumes become
+ * folders; `depends_on` conditions and health checks are honoured; the image's
+ * ENTRYPOINT comes from nodes/Dockerfile. The demo workers must finish with
+ * the refusal the story expects, with the honest and the byzantine profile.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const compose = parse(readFileSync(join(ROOT, 'docker-compose.yml'), 'utf8')) as {
+  services: Record<string, Service>;
+  volumes: Record<string, unknown>;
+};
+const dockerfile = readFileSync(join(ROOT, 'nodes', 'Dockerfile'), 'utf8');
+const imageEntrypoint = JSON.parse(/^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(dockerfile)![1]!) as string[];
+
+interface Service {
+  command?: string[];
+  entrypoint?: string[];
+  environment?: Record<string, string>;
+  volumes?: string[];
+  profiles?: string[];
+  healthcheck?: { test: string[] };
+  depends_on?: Record<string, { condition: string }>;
+  networks?: { default?: { aliases?: string[] } };
+  restart?: string;
+}
+
+const root = mkdtempSync(join(tmpdir(), 'qf-compose-'));
+const children = new Set<ChildProcess>();
+afterAll(() => {
+  for (const child of children) child.kill('SIGKILL');
+  rmSync(root, { recursive: true, force: true });
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The services a profile runs: those without profiles, plus those naming it. */
+function servicesFor(profile: string): string[] {
+  return Object.entries(compose.services)
+    .filter(([, s]) => !s.profiles || s.profiles.includes(profile))
+    .map(([name]) => name);
+}
+
+interface Running {
+  child: ChildProcess;
+  exited: Promise<number | null>;
+  output: () => string;
+}
+
+async function runProfile(profile: string, baseOctet: number): Promise<Record<string, Running>> {
+  const names = servicesFor(profile);
+  const address = new Map<string, string>();
+  names.forEach((name, k) => address.set(name, `127.0.${baseOctet}.${k + 2}`));
+  for (const name of names) for (const alias of compose.services[name]!.networks?.default?.aliases ?? []) address.set(alias, address.get(name)!);
+  const volumes = join(root, profile);
+
+  /** What the container would see, translated for a local process of `service`. */
+  const translate = (service: string, arg: string): string => {
+    let out = arg;
+    for (const mount of compose.services[service]!.volumes ?? []) {
+      const [volume, path] = mount.split(':') as [string, string];
+      if (out === path || out.startsWith(path + '/')) out = join(volumes, volume) + out.slice(path.length);
+    }
+    // Inside a container, 0.0.0.0 and 127.0.0.1 are the container itself.
+    out = out.replace(/\b(0\.0\.0\.0|127\.0\.0\.1)\b/g, address.get(service)!);
+    for (const [host, ip] of address) out = out.replace(new RegExp(`(//|^)${host}(?=:)`, 'g'), `$1${ip}`);
+    return out;
+  };
+  const local = (service: string, argv: string[]): string[] => {
+    const [program, ...rest] = argv;
+    expect(program).toBe('node');
+    return rest.map((a, k) => (k === 0 && a.startsWith('dist/') ? join(ROOT, a) : translate(service, a)));
+  };
+
+  const running: Record<string, Running> = {};
+  const healthy = async (service: string) => {
+    const test = compose.services[service]!.healthcheck!.test;
+    expect(test[0]).toBe('CMD');
+    for (let attempt = 0; attempt < 150; attempt++) {
+      if (spawnSync(process.execPath, local(service, test.slice(1)), { timeout: 5000 }).status === 0) return;
+      const exited = await Promise.race([running[service]!.exited.then(() => true), sleep(200).then(() => false)]);
+      if (exited) throw new Error(`${service} exited before it was healthy:\n${running[service]!.output()}`);
+    }
+    throw new Error(`${service} never became healthy:\n${running[service]!.output()}`);
+  };
+  const start = async (service: string) => {
+    const s = compose.services[service]!;
+    for (const [dependency, { condition }] of Object.entries(s.depends_on ?? {})) {
+      if (!running[dependency]) throw new Error(`${service} depends on ${dependency}, which was not started first`);
+      if (condition === 'service_completed_successfully') expect(await running[dependency]!.exited).toBe(0);
+      else if (condition === 'service_healthy') await healthy(dependency);
+      else throw new Error(`condition ${condition} is not handled here`);
+    }
+    for (const mount of s.volumes ?? []) mkdirSync(join(volumes, mount.split(':')[0]!), { recursive: true });
+    const argv = local(service, [...(s.entrypoint ?? imageEntrypoint), ...(s.command ?? [])]);
+    const child = spawn(process.execPath, argv, { env: { ...process.env, ...s.environment }, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.add(child);
+    let output = '';
+    child.stdout!.on('data', (chunk) => (output += chunk));
+    child.stderr!.on('data', (chunk) => (output += chunk));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    running[service] = { child, exited, output: () => output.slice(-4000) };
+  };
+
+  // Compose starts a service once its dependencies' conditions hold; this does the same, in file order.
+  const pending = [...names];
+  const order: string[] = [];
+  while (pending.length > 0) {
+    const next = pending.findIndex((name) => Object.keys(compose.services[name]!.depends_on ?? {}).every((d) => order.includes(d)));
+    expect(next).toBeGreaterThanOrEqual(0);
+    order.push(pending.splice(next, 1)[0]!);
+  }
+  // Spawning does not wait for health: only a dependant's conditions do, as in compose.
+  for (const name of order) await start(name);
+  return running;
+}
+
+describe('docker-compose.yml', () => {
+  it('is valid for docker-compose (static check, no engine needed)', () => {
+    const version = spawnSync('docker-compose', ['version'], { encoding: 'utf8' });
+    if (version.error) {
+      throw new Error('docker-compose is not installed; install it (Debian: apt-get install docker-compose) to validate the compose file');
+    }
+    for (const profiles of ['honest', 'byzantine']) {
+      const result = spawnSync('docker-compose', ['config', '-q'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, COMPOSE_PROFILES: profiles } });
+      expect(result.stderr).toBe('');
+      expect(result.status).toBe(0);
+    }
+  });
+
+  it('has the services the deployment promises', () => {
+    expect(Object.keys(compose.services).sort()).toEqual(
+      ['keygen', 'replica-1', 'replica-2', 'replica-3', 'replica-4', 'replica-4-byzantine', 'resource', 'worker-a', 'worker-b'].sort(),
+    );
+    expect(readFileSync(join(ROOT, '.env'), 'utf8')).toMatch(/^COMPOSE_PROFILES=honest$/m);
+    expect(dockerfile).toMatch(/npm ci --omit=dev/);
+    expect(dockerfile).toMatch(/^USER quorumfence$/m);
+  });
+
+  it.each([
+    ['honest', 11],
+    ['byzantine', 12],
+  ])('runs every service of the %s profile as local processes; the workers finish with the expected refusal', async (profile, octet) => {
+    const running = await runProfile(profile, octet);
+    const workers = Object.keys(running).filter((name) => name.startsWith('worker-'));
+    expect(workers).toEqual(['worker-a', 'worker-b']);
+    const codes = await Promise.all(workers.map((w) => running[w]!.exited));
+    const outputs = workers.map((w) => running[w]!.output());
+    expect(codes, outputs.join('\n')).toEqual([0, 0]);
+    expect(outputs[0]).toMatch(/worker A: write epoch=1 status=200 outcome=accepted/);
+    expect(outputs[0]).toMatch(/worker A: write epoch=1 status=409 outcome=stale barrier=2/);
+    expect(outputs[1]).toMatch(/worker B: write epoch=2 status=200 outcome=accepted/);
+    // The long-running services are still up when the workers are done.
+    for (const name of Object.keys(running).filter((n) => n.startsWith('replica') || n === 'resource')) {
+      expect(running[name]!.child.exitCode, `${name}:\n${running[name]!.output()}`).toBeNull();
+    }
+    for (const { child } of Object.values(running)) child.kill('SIGTERM');
+    await Promise.all(Object.values(running).map((r) => r.exited));
+  });
+});
