@@ -13,6 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer } from 'node:net';
 import { QuorumFenceError } from '../common/errors.js';
+import { summarise, type Timing } from './measure.js';
+import type { LoopRate } from './system.js';
 
 export interface EtcdCluster {
   readonly clientUrls: readonly string[];
@@ -132,5 +134,73 @@ export class EtcdLockClient {
 
   async close(): Promise<void> {
     if (this.#lease) await post(`${this.#url}/v3/lease/revoke`, { ID: this.#lease }).catch(() => undefined);
+  }
+}
+
+export interface EtcdFigures {
+  readonly members: number;
+  /** lock + read of the lock key's create revision, uncontended. */
+  readonly acquireMs: Timing;
+  readonly loops: { readonly one: LoopRate; readonly distinct: LoopRate; readonly hot: LoopRate };
+}
+
+async function etcdLoop(urls: readonly string[], clients: number, seconds: number, nameOf: (k: number) => string): Promise<LoopRate> {
+  // Spread clients over the members, as a client library does.
+  const lockers = Array.from({ length: clients }, (_, k) => new EtcdLockClient(urls[k % urls.length]!));
+  await Promise.all(lockers.map((l) => l.open()));
+  try {
+    const cycle = async (locker: EtcdLockClient, name: string) => {
+      const { key } = await locker.acquire(name);
+      await locker.release(key);
+    };
+    await Promise.all(lockers.map((l, k) => cycle(l, nameOf(k)))); // warm-up
+    const cycles: number[] = [];
+    const start = performance.now();
+    const end = start + seconds * 1000;
+    await Promise.all(
+      lockers.map(async (locker, k) => {
+        while (performance.now() < end) {
+          const t0 = performance.now();
+          await cycle(locker, nameOf(k));
+          cycles.push(performance.now() - t0);
+        }
+      }),
+    );
+    const elapsed = (performance.now() - start) / 1000;
+    return { clients, operations: cycles.length, seconds: elapsed, perSecond: cycles.length / elapsed, cycleMs: summarise(cycles) };
+  } finally {
+    await Promise.all(lockers.map((l) => l.close()));
+  }
+}
+
+/** The same workloads as benchSystem, through etcd's lock API. */
+export async function benchEtcd(options: { quick?: boolean; clients?: number; progress?: (line: string) => void } = {}): Promise<EtcdFigures> {
+  const quick = options.quick ?? false;
+  const clients = options.clients ?? 16;
+  const seconds = quick ? 2 : 6;
+  const progress = options.progress ?? (() => undefined);
+  progress('etcd: starting a 3-member cluster ...');
+  const cluster = await startEtcdCluster();
+  try {
+    progress('etcd: uncontended lock latency ...');
+    const locker = new EtcdLockClient(cluster.clientUrls[0]!);
+    await locker.open();
+    const samples: number[] = [];
+    for (let i = 0; i < (quick ? 150 : 600); i++) {
+      const t0 = performance.now();
+      const { key } = await locker.acquire('bench/latency');
+      if (i >= 30) samples.push(performance.now() - t0);
+      await locker.release(key);
+    }
+    await locker.close();
+    progress('etcd: 1 client loop ...');
+    const one = await etcdLoop(cluster.clientUrls, 1, seconds, () => 'bench/one');
+    progress(`etcd: ${clients} clients on distinct locks ...`);
+    const distinct = await etcdLoop(cluster.clientUrls, clients, seconds, (k) => `bench/distinct/${k}`);
+    progress(`etcd: ${clients} clients on one hot lock ...`);
+    const hot = await etcdLoop(cluster.clientUrls, clients, seconds, () => 'bench/hot');
+    return { members: cluster.clientUrls.length, acquireMs: summarise(samples), loops: { one, distinct, hot } };
+  } finally {
+    await cluster.close();
   }
 }

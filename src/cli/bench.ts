@@ -1,29 +1,47 @@
 /**
  * `quorumfence bench [SECTION...]`: the benchmark. Prints a table with a
  * progress line while it runs and writes every figure, the machine and the
- * exact command as JSON. It never fails on speed.
+ * exact command as JSON. It never fails on speed: targets are printed as
+ * ratios beside the figures, all measured in the same run.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { availableParallelism, cpus } from 'node:os';
+import { availableParallelism, cpus, loadavg } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { loadBackend } from '../crypto/load.js';
 import { benchCrypto, type CryptoFigures } from '../bench/crypto.js';
-import { parseFlags, type Command } from './args.js';
+import { benchEtcd, findEtcd, type EtcdFigures } from '../bench/etcd.js';
+import { benchGuard, type GuardBenchFigures } from '../bench/guard.js';
+import type { Timing } from '../bench/measure.js';
+import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
+import { benchSystem, type LoopRate, type SystemFigures } from '../bench/system.js';
+import { integerFlag, parseFlags, type Command } from './args.js';
 
-const SECTIONS = ['crypto'] as const;
+const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd'] as const;
 type Section = (typeof SECTIONS)[number];
 
-const usage = `usage: quorumfence bench [SECTION...] [--quick] [--out FILE] [--json]
+const usage = `usage: quorumfence bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json]
 
-Measures quorumfence on this machine and writes every figure as JSON.
-Sections (default: all): ${SECTIONS.join(', ')}
-  crypto   sign, verify partial, combine (t = 3, 7, 21), verify token; both backends
+Measures quorumfence on this machine, every process on this one box, and
+writes every figure as JSON. It never fails on speed.
+
+sections (default: all):
+  crypto    sign, verify partial, combine (t = 3, 7, 21), verify token; both backends
+  replica   one replica: durable grants/s with 0, 1, 2 signing threads; signer scaling
+  guard     guarded writes/s with a cached token; first use of a new token
+  system    N replicas + the reference resource: uncontended acquire p50/p99;
+            acquire + guarded write + release with 1 and 16 clients, and 16 on one
+            hot resource; CPU per grant of all processes against the crypto floor
+  etcd      a 3-member etcd cluster on loopback, the same loops through its lock API
+            (lock, read the key's create revision as the token, unlock); needs
+            etcd on PATH (Debian: apt-get install etcd-server), skipped otherwise
 
 options:
-  --quick        shorter runs (under a minute in all)
-  --out FILE     where to write the JSON   (default bench-results/bench-<time>.json)
-  --json         print the JSON to stdout instead of the table
+  --quick          short runs (about a minute in all)
+  --replicas N     cluster size for the system section: 4 or 7   (default 4)
+  --postgres URL   also measure the PostgreSQL guard (postgres://user:pass@host/db)
+  --out FILE       where to write the JSON   (default bench-results/bench-<time>.json)
+  --json           print the JSON to stdout instead of the table
 `;
 
 function progress(line: string): void {
@@ -32,67 +50,186 @@ function progress(line: string): void {
 }
 
 function ms(value: number): string {
-  return value >= 10 ? value.toFixed(1) : value.toFixed(3);
+  return value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
 }
 
-function cryptoTable(figures: CryptoFigures[]): string {
-  const rows: [string, ...string[]][] = [['operation (median ms)', ...figures.map((f) => f.backend)]];
-  rows.push(['sign', ...figures.map((f) => ms(f.signMs.median))]);
-  rows.push(['verify partial', ...figures.map((f) => ms(f.verifyPartialMs.median))]);
-  rows.push(['verify token (decode + pairing)', ...figures.map((f) => ms(f.verifyTokenMs.median))]);
-  for (const t of Object.keys(figures[0]!.combineMs)) rows.push([`combine t = ${t}`, ...figures.map((f) => ms(f.combineMs[t]!.median))]);
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
   return rows.map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('   ')).join('\n');
 }
 
+function cryptoTable(figures: CryptoFigures[]): string {
+  const rows: string[][] = [['crypto (median ms)', ...figures.map((f) => f.backend)]];
+  rows.push(['sign', ...figures.map((f) => ms(f.signMs.median))]);
+  rows.push(['verify partial', ...figures.map((f) => ms(f.verifyPartialMs.median))]);
+  rows.push(['verify token (decode + pairing)', ...figures.map((f) => ms(f.verifyTokenMs.median))]);
+  for (const t of Object.keys(figures[0]!.combineMs)) rows.push([`combine t = ${t}`, ...figures.map((f) => (f.combineMs[t] ? ms(f.combineMs[t]!.median) : '-'))]);
+  return table(rows);
+}
+
+const timing = (t: Timing) => `p50 ${ms(t.median)} ms, p99 ${ms(t.p99)} ms`;
+const rate = (r: LoopRate) => `${r.perSecond.toFixed(0)}/s`;
+
+/** The crypto floor of one grant, ms: N signs + combine + client verify + guard verify (DESIGN.md's pieces, no I/O). */
+function floorMs(crypto: CryptoFigures, n: number): number {
+  const t = String((2 * n + 1) / 3);
+  const combine = crypto.combineMs[t]?.median ?? crypto.combineMs['3']!.median;
+  return n * crypto.signMs.median + combine + 2 * crypto.verifyTokenMs.median;
+}
+
 export const command: Command = {
-  summary: 'measure crypto, replicas, clients and guards on this machine',
+  summary: 'measure crypto, replicas, guards and the whole system (and etcd beside it)',
   usage,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, { quick: { type: 'boolean' }, out: { type: 'string' }, json: { type: 'boolean' } }, { max: SECTIONS.length });
+    const { values, positionals } = parseFlags(
+      argv,
+      { quick: { type: 'boolean' }, out: { type: 'string' }, json: { type: 'boolean' }, replicas: { type: 'string' }, postgres: { type: 'string' } },
+      { max: SECTIONS.length },
+    );
     for (const p of positionals) {
-      if (!(SECTIONS as readonly string[]).includes(p)) {
-        throw new QuorumFenceError('INVALID_OPTION', `unknown section "${p}"; sections are ${SECTIONS.join(', ')}`);
-      }
+      if (!(SECTIONS as readonly string[]).includes(p)) throw new QuorumFenceError('INVALID_OPTION', `unknown section "${p}"; sections are ${SECTIONS.join(', ')}`);
     }
-    const sections = (positionals.length > 0 ? positionals : [...SECTIONS]) as Section[];
+    const sections = new Set((positionals.length > 0 ? positionals : [...SECTIONS]) as Section[]);
     const quick = values.quick ?? false;
+    const n = integerFlag(values.replicas, 'replicas', 4, 4, 7);
+    if (n !== 4 && n !== 7) throw new QuorumFenceError('INVALID_OPTION', `--replicas is 4 or 7, got ${n}`);
+    const cores = availableParallelism();
     const report: Record<string, unknown> = {
       command: ['quorumfence', 'bench', ...argv].join(' '),
       startedAt: new Date().toISOString(),
       machine: {
-        cores: availableParallelism(),
+        cores,
         cpu: cpus()[0]?.model ?? 'unknown',
         node: process.version,
         platform: `${process.platform}-${process.arch}`,
-        defaultBackend: loadBackend().name,
+        backend: loadBackend().name,
+        loadAverageAtStart: loadavg()[0],
       },
       quick,
     };
-    const tables: string[] = [];
+    const out: string[] = [];
 
-    if (sections.includes('crypto')) {
-      const figures: CryptoFigures[] = [];
-      for (const backend of ['blst', 'noble'] as const) {
+    let crypto: CryptoFigures[] = [];
+    // The system section's floor needs the native crypto figures from this same run.
+    if (sections.has('crypto') || sections.has('system')) {
+      for (const backend of sections.has('crypto') ? (['blst', 'noble'] as const) : (['blst'] as const)) {
         progress(`crypto: ${backend} ...`);
         try {
-          figures.push(benchCrypto(backend, { quick }));
+          crypto.push(benchCrypto(backend, { quick, thresholds: quick && backend === 'noble' ? [3, 7] : [3, 7, 21] }));
         } catch (error) {
           if (!(error instanceof QuorumFenceError && error.code === 'BACKEND_UNAVAILABLE')) throw error;
           progress(`crypto: ${backend} unavailable, skipped`);
         }
       }
-      report.crypto = figures;
-      tables.push(`Crypto floor\n${cryptoTable(figures)}`);
+      crypto = crypto.filter(Boolean);
+      report.crypto = crypto;
+      if (sections.has('crypto')) out.push(cryptoTable(crypto));
+    }
+
+    if (sections.has('replica')) {
+      const replica: ReplicaBenchFigures = await benchReplica({ quick, workerCounts: [1, 2], repeats: quick ? 1 : 3, progress });
+      report.replica = replica;
+      const rows = [['one replica, durable grants', 'median/s', 'best/s']];
+      for (const g of replica.grants) rows.push([`${g.signingWorkers} signing thread(s)`, g.medianPerSecond.toFixed(0), g.bestPerSecond.toFixed(0)]);
+      rows.push(['signer alone, 2 threads / 1 thread', `${replica.signing.medianScaling.toFixed(2)}x`, `${replica.signing.bestScaling.toFixed(2)}x`]);
+      rows.push(['signing record alone (records/s)', replica.store.recordsPerSecond.toFixed(0), '']);
+      out.push(table(rows));
+    }
+
+    if (sections.has('guard')) {
+      progress('guard: LMDB cached token, first use ...');
+      const postgres = values.postgres ? { connectionString: values.postgres } : undefined;
+      const guard: GuardBenchFigures = await benchGuard({ quick, ...(postgres ? { postgres } : {}) });
+      report.guard = guard;
+      const rows = [
+        ['guard', 'figure'],
+        ['LMDB, cached token, durable writes/s', guard.lmdbCachedToken.perSecond.toFixed(0)],
+        ['first use of a new token: verify', timing(guard.firstUse.verifyMs)],
+        ['first use of a new token: whole durable write', timing(guard.firstUse.writeMs)],
+      ];
+      if (guard.postgres) {
+        rows.push(['PostgreSQL guarded writes/s', guard.postgres.guarded.perSecond.toFixed(0)]);
+        rows.push(['PostgreSQL plain UPDATE/s', guard.postgres.plainUpdate.perSecond.toFixed(0)]);
+        rows.push(['guarded / plain', guard.postgres.ratio.toFixed(2)]);
+      }
+      out.push(table(rows));
+    }
+
+    let system: SystemFigures | undefined;
+    if (sections.has('system')) {
+      system = await benchSystem({ replicas: n, quick, progress });
+      report.system = system;
+    }
+    let etcd: EtcdFigures | undefined;
+    if (sections.has('etcd')) {
+      if (findEtcd()) {
+        etcd = await benchEtcd({ quick, progress });
+        report.etcd = etcd;
+      } else {
+        report.etcd = { skipped: 'etcd is not on PATH (Debian: apt-get install etcd-server)' };
+        out.push('etcd: skipped; install it to compare (Debian: apt-get install etcd-server)');
+      }
+    }
+    if (system || etcd) {
+      const rows = [['acquire + guarded write + release (quorumfence) | lock + read revision + unlock (etcd)', system ? `quorumfence N=${n}` : '', etcd ? 'etcd x3' : '', system && etcd ? 'ratio' : '']];
+      const line = (label: string, q: string | undefined, e: string | undefined, ratio?: number) => rows.push([label, q ?? '', e ?? '', ratio === undefined ? '' : `${ratio.toFixed(2)}x`]);
+      line('uncontended acquire p50 (ms)', system && ms(system.acquireMs.median), etcd && ms(etcd.acquireMs.median), system && etcd ? system.acquireMs.median / etcd.acquireMs.median : undefined);
+      line('uncontended acquire p99 (ms)', system && ms(system.acquireMs.p99), etcd && ms(etcd.acquireMs.p99));
+      for (const [key, label] of [
+        ['one', '1 client (cycles/s)'],
+        ['distinct', '16 clients, distinct resources (cycles/s)'],
+        ['hot', '16 clients, one hot resource (handoffs/s)'],
+      ] as const) {
+        line(label, system && rate(system.loops[key]), etcd && rate(etcd.loops[key]), system && etcd ? system.loops[key].perSecond / etcd.loops[key].perSecond : undefined);
+      }
+      out.push(table(rows));
+    }
+    if (system && crypto[0]) {
+      const floor = floorMs(crypto[0], n);
+      const cpuBound = (cores * 1000) / floor;
+      const targets = {
+        floorMs: floor,
+        cpuBoundGrantsPerSecond: cpuBound,
+        cpuPerGrantOverFloor: system.cpuPerGrantMs / floor,
+        distinctOverCpuBound: system.loops.distinct.perSecond / cpuBound,
+        ...(etcd
+          ? {
+              acquireP50OverEtcd: system.acquireMs.median / etcd.acquireMs.median,
+              oneClientOverEtcd: system.loops.one.perSecond / etcd.loops.one.perSecond,
+              hotOverEtcd: system.loops.hot.perSecond / etcd.loops.hot.perSecond,
+            }
+          : {}),
+      };
+      report.targets = targets;
+      const b = system.cpuBreakdownMs;
+      out.push(
+        table([
+          ['CPU per grant (all processes)', 'figure', 'target'],
+          [`crypto floor: ${n} signs + combine + 2 token verifies`, `${ms(floor)} ms`, ''],
+          [`CPU-bound rate on ${cores} cores`, `${cpuBound.toFixed(0)}/s`, ''],
+          [`measured: replicas ${ms(b.replicas)} + resource ${ms(b.resource)} + client ${ms(b.client)}`, `${ms(system.cpuPerGrantMs)} ms`, ''],
+          ['CPU per grant / floor', `${targets.cpuPerGrantOverFloor.toFixed(2)}x`, '<= 1.3x'],
+          ['16 distinct clients / CPU-bound rate', `${targets.distinctOverCpuBound.toFixed(2)}x`, '>= 0.9x'],
+          ...(etcd
+            ? [
+                ['acquire p50 / etcd lock p50', `${targets.acquireP50OverEtcd!.toFixed(2)}x`, '<= 1.25x'],
+                ['1-client cycles / etcd', `${targets.oneClientOverEtcd!.toFixed(2)}x`, '>= 1.0x'],
+                ['hot handoffs / etcd', `${targets.hotOverEtcd!.toFixed(2)}x`, '>= 3x'],
+              ]
+            : []),
+        ]),
+      );
     }
     progress('done');
     if (process.stderr.isTTY) process.stderr.write('\n');
+    (report.machine as Record<string, unknown>).loadAverageAtEnd = loadavg()[0];
 
-    const out = resolve(values.out ?? `bench-results/bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
-    mkdirSync(dirname(out), { recursive: true });
-    writeFileSync(out, JSON.stringify(report, null, 2) + '\n');
-    if (values.json) process.stdout.write(JSON.stringify(report, null, 2) + '\n');
-    else process.stdout.write(`${tables.join('\n\n')}\n\nfigures written to ${out}\n`);
+    const file = resolve(values.out ?? `bench-results/bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+    mkdirSync(dirname(file), { recursive: true });
+    const json = JSON.stringify(report, (_, v) => (typeof v === 'bigint' ? v.toString() : v), 2) + '\n';
+    writeFileSync(file, json);
+    if (values.json) process.stdout.write(json);
+    else process.stdout.write(`${out.join('\n\n')}\n\nmachine: ${cores} cores, ${report.machine && (report.machine as { cpu: string }).cpu}, node ${process.version}\nfigures written to ${file}\n`);
     return 0;
   },
 };
