@@ -1,0 +1,29 @@
+/**
+ * `quorumfence chaos` as a user runs it (a real process): a short soak ends by
+ * itself with a clean history and a report; bad flags are one line and exit 2.
+ * The soak itself is the product here; longer runs: `quorumfence chaos --duration 3m`.
+ */
+import { describe, expect, it } from 'vitest';
+import type { ChaosReport } from '../../src/testing/chaos.js';
+import { runCli } from '../support/cli.js';
+
+describe('quorumfence chaos', () => {
+  it('a short seeded soak stops by itself, injects faults, and finds no violation', async () => {
+    const result = await runCli(['chaos', '--duration', '6s', '--seed', '3', '--json'], { timeoutMs: 90_000 });
+    expect(result.code, result.stderr).toBe(0);
+    const report = JSON.parse(result.stdout) as ChaosReport;
+    expect(report.seed).toBe(3);
+    expect(report.violations).toEqual([]);
+    expect(report.counterMismatches).toEqual([]);
+    expect(report.operations).toBeGreaterThan(0);
+    expect(report.accepted).toBeGreaterThan(0);
+    expect(Object.values(report.faults).reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    expect(result.stderr).toMatch(/seed 3/);
+  }, 90_000);
+
+  it('refuses a cluster size other than 4 or 7', async () => {
+    const result = await runCli(['chaos', '--replicas', '5']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/--replicas expects 4 or 7.*INVALID_OPTION/);
+  });
+});
