@@ -17,6 +17,7 @@ const verbs: Record<string, () => Promise<{ command: Command }>> = {
   acquire: () => import('./acquire.js'),
   status: () => import('./status.js'),
   identity: () => import('./identity.js'),
+  chaos: () => import('./chaos.js'),
 };
 
 function verbList(loaded: [string, Command][]): string {
