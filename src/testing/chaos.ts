@@ -164,8 +164,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     }
   };
 
-  /** The holder process: increments under its own lease; a pause-holder fault stops it mid-lease. */
-  let holderBusy: Promise<void> = Promise.resolve();
+  /** The holder process: increments under its own lease; a pause-holder fault stops it mid-lease. One round at a time. */
+  let holderQueue: Promise<void> = Promise.resolve();
+  const holderTurn = (round: () => Promise<void>): Promise<void> => (holderQueue = holderQueue.then(round).catch(() => undefined));
   const holderRound = async (local: SeededRandom, paused: boolean) => {
     const resource = counter(local.int(0, counters - 1));
     recorder.operations++;
@@ -181,7 +182,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       faults['pause-holder'] = (faults['pause-holder'] ?? 0) + 1;
       try {
         await sleep(HOLDER_TTL_MS + local.int(100, 500));
-        await incrementCounter(clients[0]!, guard, resource, 'n', recorder, { ttlMs: 1_000, waitMs: 3_000, timeoutMs: 5_000 });
+        // Retried (bounded): a replica killed a moment ago may still be reconnecting.
+        for (let attempt = 0; attempt < 10; attempt++) {
+          const takeover = await incrementCounter(clients[0]!, guard, resource, 'n', recorder, { ttlMs: 1_000, waitMs: 3_000, timeoutMs: 5_000 });
+          if (takeover.kind !== 'not_acquired') break;
+          await sleep(200);
+        }
       } finally {
         holder.resume();
       }
@@ -202,8 +208,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   };
   const holderLoop = async (local: SeededRandom) => {
     while (!stop.signal.aborted) {
-      holderBusy = holderRound(local, false).catch(() => undefined);
-      await holderBusy;
+      await holderTurn(() => holderRound(local, false));
       await sleep(local.int(50, 300), stop.signal);
     }
   };
@@ -281,9 +286,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         break;
       }
       case 'pause-holder': {
-        await holderBusy;
-        holderBusy = holderRound(random, true).catch(() => undefined);
-        await holderBusy;
+        await holderTurn(() => holderRound(random, true));
         break;
       }
       case 'clock-jump': {
