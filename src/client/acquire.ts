@@ -260,7 +260,21 @@ async function waitWhileBusy(
   // Jitter spreads the waiters' polls, so the first to see the release is not always the same one.
   const poll = busyPollMs * (0.5 + random());
   const pause = Math.min(busy.remainingMs + BUSY_SLACK_MS, poll, limit - now);
-  return (await delay(pause, request.signal)) ? 'retry' : 'aborted';
+  // A replica's release notice ends the wait early; the poll still bounds it, since a notice may never come.
+  return new Promise((resolve) => {
+    const signal = request.signal;
+    const finish = (result: 'retry' | 'aborted') => {
+      clearTimeout(timer);
+      stopListening();
+      signal?.removeEventListener('abort', onAbort);
+      resolve(result);
+    };
+    const onAbort = () => finish('aborted');
+    const timer = setTimeout(() => finish('retry'), Math.max(0, pause));
+    const stopListening = ctx.onReleased(request.resource, () => finish('retry'));
+    if (signal?.aborted) finish('aborted');
+    else signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 type StatusForEpoch =

@@ -64,6 +64,8 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   readonly options: Readonly<ClientOptions>;
   readonly #connections: ReplicaConnection[];
   readonly #listeners = new Set<() => void>();
+  /** Resource → the busy waiters of this client listening for a release notice (only while they wait). */
+  readonly #releaseListeners = new Map<string, Set<() => void>>();
   readonly #leases = new Set<Lease>();
   readonly #evidence: EvidenceLog;
   readonly #ctx: QuorumContext;
@@ -97,6 +99,9 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
             logger.warn({ replica: fault.replica, kind: fault.kind, message: fault.message }, 'replica fault');
             this.emit('fault', fault);
           },
+          onReleased: (_replica, resource) => {
+            for (const listener of this.#releaseListeners.get(resource) ?? []) listener();
+          },
         }),
     );
     this.#ctx = {
@@ -113,6 +118,15 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
       },
       evidence: this.#evidence,
       epochHints: new Map(),
+      onReleased: (resource, listener) => {
+        let listeners = this.#releaseListeners.get(resource);
+        if (!listeners) this.#releaseListeners.set(resource, (listeners = new Set()));
+        listeners.add(listener);
+        return () => {
+          listeners.delete(listener);
+          if (listeners.size === 0) this.#releaseListeners.delete(resource);
+        };
+      },
     };
     for (const connection of this.#connections) connection.start();
   }

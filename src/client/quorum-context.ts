@@ -23,6 +23,8 @@ export interface QuorumContext {
    * round, and whether getting it took retries, so a repeat acquire of a contended resource starts leader-first.
    */
   readonly epochHints: Map<string, EpochHint>;
+  /** Listens for replicas' release notices on `resource`; returns a function that stops listening. */
+  onReleased(resource: string, listener: () => void): () => void;
 }
 
 /** The faults seen during one call, one entry per (replica, kind). */

@@ -67,6 +67,8 @@ export interface ConnectionContext {
   readonly onChange: (connection: ReplicaConnection) => void;
   /** Called when the replica misbehaves. */
   readonly onFault: (fault: ReplicaFault) => void;
+  /** Called when the replica says the holder of `resource` released it (a hint to retry; proves nothing). */
+  readonly onReleased?: (replica: number, resource: string) => void;
 }
 
 interface InFlight {
@@ -330,6 +332,10 @@ export class ReplicaConnection implements ReplicaChannel {
     }
     if (message.type === 'error') {
       if (message.id !== undefined) this.#settle(message.id, { kind: 'error', code: message.code, message: message.message });
+      return;
+    }
+    if (message.type === 'released') {
+      this.#context.onReleased?.(this.index, message.resource);
       return;
     }
     this.#fault('protocol', `an unexpected ${message.type} after the handshake`);

@@ -166,6 +166,9 @@ export function decodeServerMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
       }
       return { type: 'reply', id: int(f, 'id', 0, MAX_ID), outcome: outcome as Fields };
     }
+    case 'released':
+      onlyKeys(f, ['resource']);
+      return { type: 'released', resource: string(f, 'resource') };
     case 'error': {
       onlyKeys(f, ['id', 'code', 'message']);
       const code = f.code as WireErrorCode;

@@ -7,7 +7,8 @@
  *   client  → replica hello     { id, holder, signature }   signature = Ed25519(authTranscript)
  *   replica → client  welcome   { id, replica }
  *   then requests (acquire, renew, release, status), each answered by a
- *   reply { id, outcome } or an error { id, code, message }.
+ *   reply { id, outcome } or an error { id, code, message }; and, unasked,
+ *   released { resource } to clients the replica told it was held.
  */
 import { concatBytes, u16be } from '../common/bytes.js';
 
@@ -153,4 +154,15 @@ export interface ErrorMessage {
   readonly message: string;
 }
 
-export type ServerMessage = Challenge | Welcome | Reply | ErrorMessage;
+/**
+ * Pushed unasked to the connections a replica told that `resource` is held
+ * (a `busy` acquire, or a status with `leased`), when its holder releases it: retry now instead of at the next poll. A hint,
+ * not a proof: clients still poll, and a replica that sends false notices only
+ * makes its clients ask again.
+ */
+export interface ReleasedNotice {
+  readonly type: 'released';
+  readonly resource: string;
+}
+
+export type ServerMessage = Challenge | Welcome | Reply | ErrorMessage | ReleasedNotice;

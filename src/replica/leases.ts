@@ -21,6 +21,8 @@ export class LeaseTable {
   readonly #restartLeaseEndsAt: number;
   /** Resource → lease end (0 when released or never leased since the restart). */
   readonly #ends = new Map<string, number>();
+  /** Resource → the epoch its holder released since the start (volatile, see policy.ts; compared by epoch, so a later grant makes it moot). */
+  readonly #released = new Map<string, bigint>();
   /** Unreleased records from before the restart that nobody has touched yet (for the active-lease gauge). */
   #untouchedRestartLeases: number;
   #lastSweep: number;
@@ -50,6 +52,17 @@ export class LeaseTable {
     this.#sweepSometimes();
   }
 
+  /** Whether the grant in `record` was released: durably (older stores, imports) or since this start. */
+  isReleased(resource: string, record: SignedRecord): boolean {
+    return record.released || this.#released.get(resource) === record.epoch;
+  }
+
+  /** Ends the lease on `resource` and remembers that the holder of `record`'s epoch released it. */
+  release(resource: string, record: SignedRecord): void {
+    this.set(resource, record, 0);
+    this.#released.set(resource, record.epoch);
+  }
+
   /** Leases running now. */
   activeCount(): number {
     const now = this.#clock.now();
@@ -64,6 +77,11 @@ export class LeaseTable {
     // expired too; before that, forgetting would bring the default back.
     if (now < this.#restartLeaseEndsAt || now - this.#lastSweep < SWEEP_INTERVAL_MS) return;
     this.#lastSweep = now;
-    for (const [resource, end] of this.#ends) if (end <= now) this.#ends.delete(resource);
+    for (const [resource, end] of this.#ends) {
+      if (end <= now) {
+        this.#ends.delete(resource);
+        this.#released.delete(resource);
+      }
+    }
   }
 }

@@ -32,6 +32,10 @@ export interface ReplicaLimits {
   readonly signingWorkers: number;
   /** How long SIGTERM waits for in-flight requests before closing connections anyway. */
   readonly shutdownTimeoutMs: number;
+  /** Resources whose `busy` waiters are remembered, to be told of a release (oldest forgotten first). */
+  readonly maxWatchedResources: number;
+  /** Waiters remembered per resource; beyond it, the others find the release by polling. */
+  readonly maxWaitersPerResource: number;
 }
 
 export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
@@ -60,6 +64,10 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   // cores the replica does not share, so one is the default and --signing-workers raises it.
   signingWorkers: 1,
   shutdownTimeoutMs: 10_000,
+  // A notice is only a hint (clients still poll), so forgetting waiters costs latency, never correctness:
+  // 10,000 contended resources and 256 waiters each bound the memory at a few MiB.
+  maxWatchedResources: 10_000,
+  maxWaitersPerResource: 256,
 };
 
 function bad(field: string, message: string): never {
@@ -89,6 +97,8 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'minTtlMs',
     'maxTtlMs',
     'shutdownTimeoutMs',
+    'maxWatchedResources',
+    'maxWaitersPerResource',
   ] as const) {
     positiveInteger(limits, field);
   }

@@ -25,6 +25,9 @@
  *     that ran out, since nobody else was signed in between.
  *   - release ends the lease only for the recorded holder at the recorded
  *     epoch; releasing an already released grant answers `released` again.
+ *     The release is kept in memory, not in the signing record: who may be
+ *     signed never depends on it, and after a restart the lease simply counts
+ *     as running for maxTtl, as every recorded lease does.
  */
 import { bytesEqual } from '../common/bytes.js';
 import { isQuorumFenceError } from '../common/errors.js';
@@ -68,8 +71,12 @@ export type Decision =
   | { readonly action: 'resend'; readonly leaseEndsAt: number }
   /** Set the volatile lease end; nothing durable changes. */
   | { readonly action: 'renew'; readonly leaseEndsAt: number; readonly outcome: RenewOutcome }
-  /** Record the released flag durably, end the lease, then answer. */
-  | { readonly action: 'release'; readonly record: SignedRecord; readonly outcome: ReleaseOutcome };
+  /**
+   * End the lease and remember the release (volatile: a release lost in a crash
+   * only means the restart rule keeps the lease for maxTtl, a liveness cost, so
+   * it is not worth an fsync), then answer.
+   */
+  | { readonly action: 'release'; readonly outcome: ReleaseOutcome };
 
 /** Lease times on the wire fit in 2^31-1 ms (the codec's bound). */
 const MAX_WIRE_MS = 0x7fff_ffff;
@@ -131,8 +138,7 @@ export function decide(record: PolicyRecord | undefined, request: Request, holde
         return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? 0n } };
       }
       if (record.released) return { action: 'reply', outcome: { status: 'released' } };
-      const { leaseEndsAt: _volatile, ...durable } = record;
-      return { action: 'release', record: { ...durable, released: true }, outcome: { status: 'released' } };
+      return { action: 'release', outcome: { status: 'released' } };
     }
     case 'status':
       return { action: 'reply', outcome: statusOf(record, now) };

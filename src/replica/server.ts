@@ -16,6 +16,10 @@
  *   hello with a bad signature (or replayed) → close 1008
  *   second hello                             → close 1002
  *   over the in-flight bound or rate         → error RATE_LIMITED (closed with 1008 after many in a row)
+ *
+ * Connections told that a resource is held (a busy acquire, a status with a
+ * running lease) get a `released` notice when its holder releases it, so
+ * waiters need not poll fast; the waiter sets are bounded (ReplicaLimits).
  *   no hello within authTimeoutMs            → close 1008
  */
 import { randomBytes } from 'node:crypto';
@@ -81,6 +85,8 @@ interface Connection {
 
 export class ReplicaServer {
   readonly url: string;
+  /** Resource → connections told `busy` for it since its last release (insertion order = age). */
+  readonly #waiters = new Map<string, Set<Connection>>();
   readonly healthUrl: string;
   readonly port: number;
   readonly service: ReplicaService;
@@ -366,7 +372,14 @@ export class ReplicaServer {
     connection.inFlight++;
     this.#inFlight++;
     this.service.handle(request, holder).then(
-      (outcome) => this.#send(connection, { type: 'reply', id: request.id, outcome }),
+      (outcome) => {
+        this.#send(connection, { type: 'reply', id: request.id, outcome });
+        // Whoever learned that someone holds the lease (a busy acquire, or a status showing it) hears of its release.
+        if ((request.type === 'acquire' && outcome.status === 'busy') || (request.type === 'status' && outcome.status === 'ok' && outcome.leased)) {
+          this.#watch(request.resource, connection);
+        }
+        else if (request.type === 'release' && outcome.status === 'released') this.#announceRelease(request.resource);
+      },
       (error: unknown) => {
         this.#logger.error({ err: error, resource: request.resource.slice(0, 64), type: request.type }, 'request failed');
         this.#sendError(connection, request.id, 'INTERNAL', error instanceof QuorumFenceError ? error.code : 'internal error');
@@ -375,6 +388,25 @@ export class ReplicaServer {
       connection.inFlight--;
       this.#inFlight--;
     });
+  }
+
+  /** Remembers that `connection` waits for `resource` (bounded; see maxWatchedResources). */
+  #watch(resource: string, connection: Connection): void {
+    let waiters = this.#waiters.get(resource);
+    if (!waiters) {
+      if (this.#waiters.size >= this.limits.maxWatchedResources) this.#waiters.delete(this.#waiters.keys().next().value!);
+      waiters = new Set();
+      this.#waiters.set(resource, waiters);
+    }
+    if (waiters.size < this.limits.maxWaitersPerResource) waiters.add(connection);
+  }
+
+  /** Tells the connections waiting for `resource` that its holder released it. */
+  #announceRelease(resource: string): void {
+    const waiters = this.#waiters.get(resource);
+    if (!waiters) return;
+    this.#waiters.delete(resource);
+    for (const waiter of waiters) this.#send(waiter, { type: 'released', resource });
   }
 
   #send(connection: Connection, message: ServerMessage): void {

@@ -62,7 +62,8 @@ function run(steps: Step[], observe: (decision: Decision, request: Request, hold
         leases.set(request.resource, decision.leaseEndsAt);
         break;
       case 'release':
-        durable.set(request.resource, decision.record);
+        // The service keeps the release beside the lease (volatile); the model keeps it on the record.
+        durable.set(request.resource, { ...current!, released: true });
         leases.set(request.resource, 0);
         break;
       case 'resend':

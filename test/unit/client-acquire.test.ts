@@ -61,6 +61,7 @@ function context(scripts: (Script | 'down')[]): { ctx: QuorumContext; channels: 
     channels: { channels, subscribe: () => () => undefined },
     evidence: new EvidenceLog(),
     epochHints: new Map(),
+    onReleased: () => () => undefined,
   };
   return { ctx, channels };
 }
