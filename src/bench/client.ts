@@ -113,8 +113,8 @@ async function uncontended(local: LocalCluster, iterations: number): Promise<Cli
 async function parallel(local: LocalCluster, clients: number, seconds: number, hot: boolean): Promise<Rate> {
   const connected = await Promise.all(
     Array.from({ length: clients }, () =>
-      // Waiters on the hot resource poll every few ms: replicas do not push releases.
-      QuorumFenceClient.connect(local.cluster, generateIdentity(), hot ? { busyPollMs: 4 } : {}),
+      // Default options: waiters on the hot resource hear of each release from the replicas.
+      QuorumFenceClient.connect(local.cluster, generateIdentity()),
     ),
   );
   try {

@@ -42,7 +42,7 @@ export interface ClientOptions {
    * cannot stall contended acquires.
    */
   stragglerMinMs: number;
-  /** While a resource is busy, poll at least this often: replicas do not push releases, so polling is how a waiter sees one. */
+  /** While a resource is busy, poll at least this often. Replicas push a notice when the holder releases; polling covers a lease that simply runs out, and a replica that never sends the notice. */
   busyPollMs: number;
 
   /** Share of the ttl kept as a margin at the end of the holder's lease view (clock rate differences between processes). */
