@@ -95,7 +95,8 @@ export const command: Command = {
     if (n !== 4 && n !== 7) throw new QuorumFenceError('INVALID_OPTION', `--replicas is 4 or 7, got ${n}`);
     const cores = availableParallelism();
     const report: Record<string, unknown> = {
-      command: ['quorumfence', 'bench', ...argv].join(' '),
+      // A --postgres URL may carry a password: the report keeps the user and host only.
+      command: ['quorumfence', 'bench', ...argv].join(' ').replace(/(\/\/[^:/@\s]+):[^@\s]*@/g, '$1:***@'),
       startedAt: new Date().toISOString(),
       machine: {
         cores,
