@@ -4,9 +4,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { QuorumFenceError, type ErrorCode } from '../common/errors.js';
+import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
-import { writeFileDurably } from '../common/files.js';
+import { readJsonFile, writeFileDurably } from '../common/files.js';
 import { loadClusterFile, parseCluster } from '../cluster/description.js';
 import { parseReplicaKey } from '../cluster/replica-key.js';
 import { loadAccessRules } from '../replica/access.js';
@@ -14,6 +14,7 @@ import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
 import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js';
 import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
+import { watchForStop } from './lifecycle.js';
 
 const d = DEFAULT_REPLICA_LIMITS;
 
@@ -60,20 +61,6 @@ export const command: Command = {
   },
 };
 
-function readJson(path: string, what: string, code: ErrorCode): unknown {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new QuorumFenceError('IO_ERROR', `cannot read ${what} ${path}: ${(error as Error).message}`, { path });
-  }
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw new QuorumFenceError(code, `${what} ${path} is not valid JSON`, { path });
-  }
-}
-
 function readPem(path: string, flag: string): Buffer {
   try {
     return readFileSync(path);
@@ -82,45 +69,48 @@ function readPem(path: string, flag: string): Buffer {
   }
 }
 
-async function runReplica(argv: string[]): Promise<number> {
-  const { values } = parseFlags(argv, {
-    cluster: { type: 'string' },
-    key: { type: 'string' },
-    data: { type: 'string' },
-    listen: { type: 'string' },
-    config: { type: 'string' },
-    'signing-workers': { type: 'string' },
-    'min-ttl': { type: 'string' },
-    'max-ttl': { type: 'string' },
-    'max-in-flight': { type: 'string' },
-    'rate-limit': { type: 'string' },
-    'max-connections': { type: 'string' },
-    'tls-cert': { type: 'string' },
-    'tls-key': { type: 'string' },
-  });
+/** The run flags a replica process takes (the Byzantine replica takes them too, but TLS). */
+export const REPLICA_RUN_FLAGS = {
+  cluster: { type: 'string' },
+  key: { type: 'string' },
+  data: { type: 'string' },
+  listen: { type: 'string' },
+  config: { type: 'string' },
+  'signing-workers': { type: 'string' },
+  'min-ttl': { type: 'string' },
+  'max-ttl': { type: 'string' },
+  'max-in-flight': { type: 'string' },
+  'rate-limit': { type: 'string' },
+  'max-connections': { type: 'string' },
+} as const;
+
+type RunFlagValues = { readonly [K in keyof typeof REPLICA_RUN_FLAGS]?: string | undefined };
+
+/**
+ * Checks the run flags and loads what they name: the cluster description, the
+ * key file (checked against the cluster's public share, itself checked
+ * against the commitments), the access rules. The signing record is probed
+ * separately, in a child process, by the caller.
+ * @throws QuorumFenceError INVALID_OPTION, IO_ERROR, BAD_CLUSTER, BAD_KEY_FILE, SHARE_MISMATCH, CLUSTER_MISMATCH, UNKNOWN_VERSION
+ */
+export function loadReplicaRunSettings(values: RunFlagValues) {
   const clusterPath = resolve(required(values.cluster, 'cluster'));
   const keyPath = resolve(required(values.key, 'key'));
-  const dataDir = resolve(required(values.data, 'data'));
-  const listen = parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 });
-  if ((values['tls-cert'] === undefined) !== (values['tls-key'] === undefined)) {
-    throw new QuorumFenceError('INVALID_OPTION', '--tls-cert and --tls-key go together');
-  }
-  const limits = {
-    signingWorkers: integerFlag(values['signing-workers'], 'signing-workers', d.signingWorkers, 0, 64),
-    minTtlMs: parseDuration(values['min-ttl'], 'min-ttl', d.minTtlMs),
-    maxTtlMs: parseDuration(values['max-ttl'], 'max-ttl', d.maxTtlMs),
-    maxInFlightPerConnection: integerFlag(values['max-in-flight'], 'max-in-flight', d.maxInFlightPerConnection),
-    requestsPerSecondPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.requestsPerSecondPerConnection),
-    burstPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.burstPerConnection),
-    maxConnections: integerFlag(values['max-connections'], 'max-connections', d.maxConnections),
+  const settings = {
+    dataDir: resolve(required(values.data, 'data')),
+    listen: parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }),
+    limits: {
+      signingWorkers: integerFlag(values['signing-workers'], 'signing-workers', d.signingWorkers, 0, 64),
+      minTtlMs: parseDuration(values['min-ttl'], 'min-ttl', d.minTtlMs),
+      maxTtlMs: parseDuration(values['max-ttl'], 'max-ttl', d.maxTtlMs),
+      maxInFlightPerConnection: integerFlag(values['max-in-flight'], 'max-in-flight', d.maxInFlightPerConnection),
+      requestsPerSecondPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.requestsPerSecondPerConnection),
+      burstPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.burstPerConnection),
+      maxConnections: integerFlag(values['max-connections'], 'max-connections', d.maxConnections),
+    },
+    access: values.config ? loadAccessRules(resolve(values.config)) : undefined,
   };
-  // The store check runs in a child process; start it now so it overlaps loading the key.
-  const storeProbe = probeSigningRecord(dataDir);
-  storeProbe.catch(() => undefined); // Reported when ReplicaServer.start awaits it.
-  const tls = values['tls-cert'] ? { cert: readPem(values['tls-cert'], 'tls-cert'), key: readPem(values['tls-key']!, 'tls-key') } : undefined;
-  const access = values.config ? loadAccessRules(resolve(values.config)) : undefined;
-
-  const clusterJson = readJson(clusterPath, 'cluster description', 'BAD_CLUSTER');
+  const clusterJson = readJsonFile(clusterPath, 'cluster description', 'BAD_CLUSTER');
   let cluster;
   try {
     cluster = parseCluster(clusterJson);
@@ -128,16 +118,26 @@ async function runReplica(argv: string[]): Promise<number> {
     if (error instanceof QuorumFenceError) throw new QuorumFenceError(error.code, `${clusterPath}: ${error.message}`, error.details);
     throw error;
   }
-  const keyJson = readJson(keyPath, 'replica key', 'BAD_KEY_FILE');
-  // Checks the share against the cluster's public share (itself checked against the commitments).
-  const key = parseReplicaKey(keyJson, cluster, keyPath);
+  const keyJson = readJsonFile(keyPath, 'replica key', 'BAD_KEY_FILE');
+  return { ...settings, clusterJson, cluster, keyJson, key: parseReplicaKey(keyJson, cluster, keyPath) };
+}
+
+async function runReplica(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, { ...REPLICA_RUN_FLAGS, 'tls-cert': { type: 'string' }, 'tls-key': { type: 'string' } });
+  if ((values['tls-cert'] === undefined) !== (values['tls-key'] === undefined)) {
+    throw new QuorumFenceError('INVALID_OPTION', '--tls-cert and --tls-key go together');
+  }
+  // The store check runs in a child process; start it now so it overlaps loading the key.
+  const storeProbe = probeSigningRecord(resolve(required(values.data, 'data')));
+  storeProbe.catch(() => undefined); // Reported when ReplicaServer.start awaits it.
+  const tls = values['tls-cert'] ? { cert: readPem(values['tls-cert'], 'tls-cert'), key: readPem(values['tls-key']!, 'tls-key') } : undefined;
+  const { dataDir, listen, limits, access, clusterJson, cluster, keyJson, key } = loadReplicaRunSettings(values);
 
   // Loaded here, not at the top: export and import need none of the network stack.
   const { ReplicaServer } = await import('../replica/server.js');
   const logger = createLogger('replica');
+  const watch = watchForStop(logger);
   let fatalError: Error | undefined;
-  let stop: () => void = () => undefined;
-  const stopped = new Promise<void>((r) => (stop = r));
   const server = await ReplicaServer.start({
     cluster,
     key,
@@ -153,31 +153,16 @@ async function runReplica(argv: string[]): Promise<number> {
     logger,
     onFatal: (error) => {
       fatalError = error;
-      stop();
+      watch.stop();
     },
   });
   logger.info(
     { url: server.url, healthUrl: server.healthUrl, replica: key.index, clusterId: cluster.idHex, backend: cluster.backend.name, signingWorkers: limits.signingWorkers, dataDir },
     'listening',
   );
-  const onSignal = (signal: NodeJS.Signals) => {
-    logger.info({ signal }, 'stopping');
-    stop();
-  };
-  process.once('SIGTERM', onSignal);
-  process.once('SIGINT', onSignal);
-  // Launched by a test harness or supervisor that holds our stdin: exit when it goes away, leaving no orphans.
-  const watchStdin = process.env.QUORUMFENCE_EXIT_WITH_STDIN === '1';
-  if (watchStdin) {
-    process.stdin.on('end', stop);
-    process.stdin.on('close', stop);
-    process.stdin.resume();
-  }
-  await stopped;
-  if (watchStdin) process.stdin.pause();
+  await watch.stopped;
   await server.close();
-  process.off('SIGTERM', onSignal);
-  process.off('SIGINT', onSignal);
+  watch.dispose();
   if (fatalError) throw new QuorumFenceError('INTERNAL', fatalError.message);
   return 0;
 }
@@ -200,7 +185,7 @@ async function importRecord(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, { data: { type: 'string' }, in: { type: 'string' }, cluster: { type: 'string' } });
   const cluster = loadClusterFile(resolve(required(values.cluster, 'cluster')));
   const inPath = resolve(required(values.in, 'in'));
-  const { replica, entries } = parseInterchange(readJson(inPath, 'interchange file', 'BAD_INTERCHANGE'), cluster.id);
+  const { replica, entries } = parseInterchange(readJsonFile(inPath, 'interchange file', 'BAD_INTERCHANGE'), cluster.id);
   if (replica > cluster.n) throw new QuorumFenceError('BAD_INTERCHANGE', `interchange: "replica" ${replica} is not in this cluster of ${cluster.n}`);
   const store = SigningRecord.open(resolve(required(values.data, 'data')), { clusterId: cluster.id, replicaIndex: replica });
   try {

@@ -8,6 +8,7 @@ import { DEFAULT_MAX_KEY_BYTES } from '../guard/core.js';
 import { DEFAULT_MAX_BODY_BYTES, ResourceServer } from '../guard/resource-server.js';
 import { DEFAULT_TOKEN_CACHE_SIZE } from '../guard/verifier.js';
 import { integerFlag, parseFlags, parseListen, required, type Command } from './args.js';
+import { watchForStop } from './lifecycle.js';
 
 const usage = `usage: quorumfence resource --cluster FILE --data DIR [options]
 
@@ -67,25 +68,10 @@ export const command: Command = {
       audience: values.audience ?? '',
       logger,
     });
-    let stop: () => void = () => undefined;
-    const stopped = new Promise<void>((r) => (stop = r));
-    const onSignal = (signal: NodeJS.Signals) => {
-      logger.info({ signal }, 'stopping');
-      stop();
-    };
-    process.once('SIGTERM', onSignal);
-    process.once('SIGINT', onSignal);
-    // Launched by a test harness or supervisor that holds our stdin: exit when it goes away, leaving no orphans.
-    if (process.env.QUORUMFENCE_EXIT_WITH_STDIN === '1') {
-      process.stdin.on('end', stop);
-      process.stdin.on('close', stop);
-      process.stdin.resume();
-    }
-    await stopped;
-    process.stdin.pause();
+    const watch = watchForStop(logger);
+    await watch.stopped;
     await server.close();
-    process.off('SIGTERM', onSignal);
-    process.off('SIGINT', onSignal);
+    watch.dispose();
     logger.info('stopped');
     return 0;
   },

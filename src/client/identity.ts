@@ -6,12 +6,11 @@
  * Key file (JSON, mode 0600, never overwritten):
  *   { "format": "quorumfence/identity/v1", "publicKey": hex(32), "secretKey": hex(32) }
  */
-import { readFileSync } from 'node:fs';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
 import { expectBytes } from '../common/check.js';
-import { writeFileDurably } from '../common/files.js';
+import { readJsonFile, writeFileDurably } from '../common/files.js';
 import { HOLDER_KEY_BYTES } from '../protocol/messages.js';
 
 export const IDENTITY_FORMAT = 'quorumfence/identity/v1';
@@ -93,27 +92,7 @@ export function parseIdentity(json: unknown, path = '(identity)'): Identity {
  * @throws QuorumFenceError IO_ERROR (missing or unreadable), BAD_KEY_FILE, UNKNOWN_VERSION
  */
 export function loadIdentityFile(path: string): Identity {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
-    throw new QuorumFenceError(
-      'IO_ERROR',
-      missing
-        ? `identity ${path} does not exist; make one with "quorumfence identity new ${path}"`
-        : `cannot read identity ${path}: ${(error as Error).message}`,
-      { path },
-      { cause: error },
-    );
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    bad(path, 'not valid JSON');
-  }
-  return parseIdentity(json, path);
+  return parseIdentity(readJsonFile(path, 'identity', 'BAD_KEY_FILE', `make one with "quorumfence identity new ${path}"`), path);
 }
 
 /**

@@ -2,11 +2,11 @@
  * The public cluster description: format, sizes, group key, commitments,
  * scaled key shares, endpoints, and the cluster id that binds them.
  */
-import { readFileSync } from 'node:fs';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { concatBytes, fromHex, toHex, u16be } from '../common/bytes.js';
 import { describe } from '../common/check.js';
+import { readJsonFile } from '../common/files.js';
 import { MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
 import { PUBLIC_KEY_BYTES, type BlsBackend, type PublicKey } from '../crypto/backend.js';
 import { loadBackend } from '../crypto/load.js';
@@ -166,19 +166,7 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
  * @throws QuorumFenceError IO_ERROR when unreadable, BAD_CLUSTER when not JSON, and everything parseCluster throws.
  */
 export function loadClusterFile(path: string, options: { backend?: BlsBackend } = {}): Cluster {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new QuorumFenceError('IO_ERROR', `cannot read cluster description ${path}: ${(error as Error).message}`, { path }, { cause: error });
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new QuorumFenceError('BAD_CLUSTER', `cluster description ${path} is not valid JSON: ${(error as Error).message}`, { path });
-  }
-  return parseCluster(json, options);
+  return parseCluster(readJsonFile(path, 'cluster description', 'BAD_CLUSTER'), options);
 }
 
 /** The JSON form of a cluster, canonical field order. */

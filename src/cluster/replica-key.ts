@@ -4,9 +4,9 @@
  * the cluster and that the share matches the published public key share
  * (which the cluster load already checked against the Feldman commitments).
  */
-import { readFileSync } from 'node:fs';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
+import { readJsonFile } from '../common/files.js';
 import { SECRET_KEY_BYTES, type SecretKey } from '../crypto/backend.js';
 import { publicKeyShareOf, type DealtShare } from '../crypto/threshold.js';
 import type { Cluster } from './description.js';
@@ -39,19 +39,7 @@ function bad(path: string, message: string): never {
  * @throws QuorumFenceError IO_ERROR, BAD_KEY_FILE, UNKNOWN_VERSION, CLUSTER_MISMATCH, SHARE_MISMATCH
  */
 export function loadReplicaKeyFile(path: string, cluster: Cluster): ReplicaKey {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new QuorumFenceError('IO_ERROR', `cannot read replica key ${path}: ${(error as Error).message}`, { path }, { cause: error });
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    bad(path, 'not valid JSON');
-  }
-  return parseReplicaKey(json, cluster, path);
+  return parseReplicaKey(readJsonFile(path, 'replica key', 'BAD_KEY_FILE'), cluster, path);
 }
 
 export function parseReplicaKey(json: unknown, cluster: Cluster, path = '(key)'): ReplicaKey {

@@ -6,10 +6,9 @@
  */
 import type * as blst from '@chainsafe/blst';
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesToBigInt } from '../common/bytes.js';
 import type { BlsBackend, CombineTerm, PublicKey, SecretKey, Signature } from './backend.js';
 import { checkCompressedPoint, negateUncompressedG2 } from './point-encoding.js';
-import { SCALAR_ORDER } from './threshold.js';
+import { secretScalar } from './threshold.js';
 
 class BlstPublicKey implements PublicKey {
   readonly backend = 'blst' as const;
@@ -109,13 +108,7 @@ export function createBlstBackend(native: BlstModule): BlsBackend {
     },
 
     secretKeyFromBytes(bytes) {
-      if (!(bytes instanceof Uint8Array) || bytes.length !== 32) {
-        throw new QuorumFenceError('BAD_LENGTH', '"secretKey" expected 32 bytes');
-      }
-      const scalar = bytesToBigInt(bytes);
-      if (scalar === 0n || scalar >= SCALAR_ORDER) {
-        throw new QuorumFenceError('BAD_KEY_FILE', '"secretKey" must be in 1 .. r-1');
-      }
+      secretScalar(bytes);
       return new BlstSecretKey(native.SecretKey.fromBytes(bytes));
     },
 

@@ -5,7 +5,6 @@
  */
 import { bls12_381 } from '@noble/curves/bls12-381.js';
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesToBigInt } from '../common/bytes.js';
 import {
   SIGNATURE_DST,
   type BlsBackend,
@@ -15,7 +14,7 @@ import {
   type Signature,
 } from './backend.js';
 import { checkCompressedPoint } from './point-encoding.js';
-import { SCALAR_ORDER } from './threshold.js';
+import { SCALAR_ORDER, secretScalar } from './threshold.js';
 
 const long = bls12_381.longSignatures;
 type G1Point = ReturnType<typeof long.getPublicKey>;
@@ -88,13 +87,7 @@ export function createNobleBackend(): BlsBackend {
     },
 
     secretKeyFromBytes(bytes) {
-      if (!(bytes instanceof Uint8Array) || bytes.length !== 32) {
-        throw new QuorumFenceError('BAD_LENGTH', '"secretKey" expected 32 bytes');
-      }
-      const scalar = bytesToBigInt(bytes);
-      if (scalar === 0n || scalar >= SCALAR_ORDER) {
-        throw new QuorumFenceError('BAD_KEY_FILE', '"secretKey" must be in 1 .. r-1');
-      }
+      secretScalar(bytes);
       return new NobleSecretKey(bytes.slice());
     },
 

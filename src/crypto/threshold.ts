@@ -190,11 +190,20 @@ export function sharesNotMatchingCommitments(
   return mismatched;
 }
 
+/**
+ * A secret scalar from its 32-byte big-endian encoding, checked to be in 1 .. r-1.
+ * @throws QuorumFenceError BAD_LENGTH, BAD_KEY_FILE
+ */
+export function secretScalar(bytes: Uint8Array): bigint {
+  if (!(bytes instanceof Uint8Array) || bytes.length !== 32) {
+    throw new QuorumFenceError('BAD_LENGTH', '"secretKey" expected 32 bytes');
+  }
+  const scalar = bytesToBigInt(bytes);
+  if (scalar === 0n || scalar >= SCALAR_ORDER) throw new QuorumFenceError('BAD_KEY_FILE', '"secretKey" must be in 1 .. r-1');
+  return scalar;
+}
+
 /** (scaled share)·G1 for a secret scalar given as 32 bytes; used to check a key file against its public share. */
 export function publicKeyShareOf(scaledSecretShare: Uint8Array): Uint8Array {
-  const scalar = bytesToBigInt(scaledSecretShare);
-  if (scalar === 0n || scalar >= SCALAR_ORDER) {
-    throw new QuorumFenceError('BAD_KEY_FILE', 'secret share must be in 1 .. r-1');
-  }
-  return G1.BASE.multiply(scalar).toBytes(true);
+  return G1.BASE.multiply(secretScalar(scaledSecretShare)).toBytes(true);
 }

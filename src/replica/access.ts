@@ -15,7 +15,7 @@
  * defaults). Without a config file every authenticated holder may use every
  * resource.
  */
-import { readFileSync } from 'node:fs';
+import { readJsonFile } from '../common/files.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { fromHex, toHex } from '../common/bytes.js';
 import { describe } from '../common/check.js';
@@ -92,17 +92,5 @@ export function parseAccessRules(json: unknown): AccessRules {
  * @throws QuorumFenceError IO_ERROR, INVALID_OPTION, UNKNOWN_VERSION
  */
 export function loadAccessRules(path: string): AccessRules {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new QuorumFenceError('IO_ERROR', `cannot read access config ${path}: ${(error as Error).message}`, { path }, { cause: error });
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new QuorumFenceError('INVALID_OPTION', `access config ${path} is not valid JSON: ${(error as Error).message}`, { path });
-  }
-  return parseAccessRules(json);
+  return parseAccessRules(readJsonFile(path, 'access config', 'INVALID_OPTION'));
 }

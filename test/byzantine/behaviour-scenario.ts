@@ -27,7 +27,7 @@ import { byzantineState, controlByzantine } from '../../src/testing/byzantine/co
 import { checkHistory, formatViolation } from '../../src/testing/history-checker.js';
 import { HolderProcess } from '../../src/testing/holder-process.js';
 import { ScenarioCluster } from '../../src/testing/scenario-cluster.js';
-import { ResourceHttpClient, WorkloadRecorder, incrementCounter, lostIncrements, writeIncrement } from '../../src/testing/workload.js';
+import { ResourceHttpClient, WorkloadRecorder, incrementCounter, lostIncrements } from '../../src/testing/workload.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

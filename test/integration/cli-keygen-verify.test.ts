@@ -6,7 +6,6 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadBackend } from '../../src/crypto/load.js';
 import { loadClusterFile } from '../../src/cluster/description.js';
 import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
 import { combinePartials } from '../../src/crypto/threshold.js';

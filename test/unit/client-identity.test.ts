@@ -4,20 +4,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isQuorumFenceError } from '../../src/common/errors.js';
 import { createIdentityFile, generateIdentity, identityFromSecretKey, IDENTITY_FORMAT, loadIdentityFile, parseIdentity } from '../../src/client/identity.js';
+import { codeOf } from '../support/error-code.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'qf-client-identity-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (error) {
-    return isQuorumFenceError(error) ? error.code : `not a QuorumFenceError: ${String(error)}`;
-  }
-  return undefined;
-}
 
 describe('client identity', () => {
   it('signs with Ed25519 under its public key', () => {

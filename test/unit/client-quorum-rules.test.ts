@@ -1,20 +1,12 @@
 /** The client's pure rules: epoch choice, busy waits, backoff, the lease view, option checks. */
 import { describe, expect, it } from 'vitest';
-import { isQuorumFenceError } from '../../src/common/errors.js';
 import { MAX_EPOCH } from '../../src/common/limits.js';
 import { backoffDelay } from '../../src/client/backoff.js';
 import { chooseEpoch, quorumRemainingMs } from '../../src/client/epoch-choice.js';
 import { expiryMarginMs, localExpiry, renewalTime } from '../../src/client/lease-timing.js';
 import { DEFAULT_CLIENT_OPTIONS, resolveClientOptions } from '../../src/client/options.js';
+import { codeOf } from '../support/error-code.js';
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (error) {
-    return isQuorumFenceError(error) ? error.code : 'not a QuorumFenceError';
-  }
-  return undefined;
-}
 
 describe('epoch choice: the (f+1)-th largest reported epoch, plus one', () => {
   it('takes the (f+1)-th largest', () => {

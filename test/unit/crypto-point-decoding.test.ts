@@ -7,21 +7,12 @@ import { bls12_381 } from '@noble/curves/bls12-381.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import { FIELD_MODULUS } from '../../src/crypto/point-encoding.js';
 import { bigIntToBytes } from '../../src/common/bytes.js';
-import { isQuorumFenceError } from '../../src/common/errors.js';
+import { codeOf } from '../support/error-code.js';
 
 const backends = [loadBackend('noble'), loadBackend('blst')];
 const Fp = bls12_381.fields.Fp;
 const Fp2 = bls12_381.fields.Fp2;
 
-function codeOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (error) {
-    if (isQuorumFenceError(error)) return error.code;
-    throw error;
-  }
-  return 'accepted';
-}
 
 /** A compressed G1 encoding of some x: on the curve (y² = x³ + 4) or not, as asked. */
 function g1Encoding(onCurve: boolean): Uint8Array {

@@ -1,17 +1,9 @@
 /** Access rules: who may use which resources. */
 import { describe, expect, it } from 'vitest';
-import { isQuorumFenceError } from '../../src/common/errors.js';
 import { toHex } from '../../src/common/bytes.js';
 import { mayAccess, OPEN_ACCESS, parseAccessRules } from '../../src/replica/access.js';
+import { codeOf } from '../support/error-code.js';
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (error) {
-    return isQuorumFenceError(error) ? error.code : String(error);
-  }
-  return undefined;
-}
 
 const alice = new Uint8Array(32).fill(0xa1);
 const bob = new Uint8Array(32).fill(0xb0);

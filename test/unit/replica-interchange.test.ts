@@ -1,18 +1,10 @@
 /** Interchange documents: every field checked at the boundary. */
 import { describe, expect, it } from 'vitest';
-import { isQuorumFenceError } from '../../src/common/errors.js';
 import { toHex } from '../../src/common/bytes.js';
 import { grantDigest } from '../../src/token/grant.js';
 import { INTERCHANGE_FORMAT, parseInterchange } from '../../src/replica/interchange.js';
+import { codeOf } from '../support/error-code.js';
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (error) {
-    return isQuorumFenceError(error) ? error.code : String(error);
-  }
-  return undefined;
-}
 
 const alice = new Uint8Array(32).fill(0xa1);
 

@@ -1,16 +1,8 @@
 /** The replica limits object: defaults and refusals. */
 import { describe, expect, it } from 'vitest';
-import { isQuorumFenceError } from '../../src/common/errors.js';
 import { DEFAULT_REPLICA_LIMITS, replicaLimits } from '../../src/replica/options.js';
+import { codeOf } from '../support/error-code.js';
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (error) {
-    return isQuorumFenceError(error) ? error.code : String(error);
-  }
-  return undefined;
-}
 
 
 describe('replica limits', () => {

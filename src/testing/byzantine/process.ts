@@ -12,16 +12,16 @@
  * stdin closes, as the replica does.
  */
 import { randomInt } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { QuorumFenceError, type ErrorCode } from '../../common/errors.js';
+import { QuorumFenceError } from '../../common/errors.js';
 import { createLogger } from '../../common/log.js';
-import { parseCluster } from '../../cluster/description.js';
-import { loadReplicaKeyFile, parseReplicaKey } from '../../cluster/replica-key.js';
-import { loadAccessRules } from '../../replica/access.js';
+import { loadReplicaKeyFile } from '../../cluster/replica-key.js';
 import { DEFAULT_REPLICA_LIMITS } from '../../replica/options.js';
 import { probeSigningRecord } from '../../replica/signing-record.js';
-import { integerFlag, parseDuration, parseFlags, parseListen, required } from '../../cli/args.js';
+import { integerFlag, parseDuration, parseFlags, required } from '../../cli/args.js';
+import { watchForStop } from '../../cli/lifecycle.js';
+import { loadReplicaRunSettings, REPLICA_RUN_FLAGS } from '../../cli/replica.js';
 import { BEHAVIOUR_DESCRIPTIONS, BYZANTINE_BEHAVIOURS, DEFAULT_BYZANTINE_PARAMS, byzantineParams, parseBehaviours } from './behaviours.js';
 import { PartialForger } from './forge.js';
 import { ByzantineFront } from './front.js';
@@ -60,20 +60,6 @@ acted), PUT /byzantine {"behaviours":[...],"rate":1,"slowMs":500,"floodCount":10
 the real replica's.
 `;
 
-function readJson(path: string, what: string, code: ErrorCode): unknown {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    throw new QuorumFenceError('IO_ERROR', `cannot read ${what} ${path}: ${(error as Error).message}`, { path });
-  }
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw new QuorumFenceError(code, `${what} ${path} is not valid JSON`, { path });
-  }
-}
-
 function rateFlag(value: string | undefined): number {
   if (value === undefined) return p.rate;
   const rate = Number(value);
@@ -91,17 +77,7 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
     return 0;
   }
   const { values } = parseFlags(argv, {
-    cluster: { type: 'string' },
-    key: { type: 'string' },
-    data: { type: 'string' },
-    listen: { type: 'string' },
-    config: { type: 'string' },
-    'signing-workers': { type: 'string' },
-    'min-ttl': { type: 'string' },
-    'max-ttl': { type: 'string' },
-    'max-in-flight': { type: 'string' },
-    'rate-limit': { type: 'string' },
-    'max-connections': { type: 'string' },
+    ...REPLICA_RUN_FLAGS,
     behaviour: { type: 'string' },
     rate: { type: 'string' },
     seed: { type: 'string' },
@@ -110,10 +86,6 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
     'other-key': { type: 'string' },
     'clock-jump': { type: 'string' },
   });
-  const clusterPath = resolve(required(values.cluster, 'cluster'));
-  const keyPath = resolve(required(values.key, 'key'));
-  const dataRoot = resolve(required(values.data, 'data'));
-  const listen = parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 });
   const behaviours = parseBehaviours(values.behaviour ?? '');
   const seed = values.seed === undefined ? randomInt(0, 2 ** 31) : integerFlag(values.seed, 'seed', 0, 0, 2 ** 32 - 1);
   const params = byzantineParams({
@@ -122,18 +94,10 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
     floodCount: integerFlag(values.flood, 'flood', p.floodCount, 0, 100_000),
     clockJumpMs: parseDuration(values['clock-jump'], 'clock-jump', p.clockJumpMs),
   });
-  const limits = {
-    signingWorkers: integerFlag(values['signing-workers'], 'signing-workers', d.signingWorkers, 0, 64),
-    minTtlMs: parseDuration(values['min-ttl'], 'min-ttl', d.minTtlMs),
-    maxTtlMs: parseDuration(values['max-ttl'], 'max-ttl', d.maxTtlMs),
-    maxInFlightPerConnection: integerFlag(values['max-in-flight'], 'max-in-flight', d.maxInFlightPerConnection),
-    requestsPerSecondPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.requestsPerSecondPerConnection),
-    burstPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.burstPerConnection),
-    maxConnections: integerFlag(values['max-connections'], 'max-connections', d.maxConnections),
-  };
 
   // no-record: the real signing record, in a directory that does not outlive the process.
   const noRecord = behaviours.includes('no-record');
+  const dataRoot = resolve(required(values.data, 'data'));
   const dataDir = noRecord ? join(dataRoot, 'no-record') : dataRoot;
   if (noRecord) {
     rmSync(dataDir, { recursive: true, force: true });
@@ -142,20 +106,16 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
   const storeProbe = probeSigningRecord(dataDir);
   storeProbe.catch(() => undefined); // Reported when ReplicaServer.start awaits it.
 
-  const clusterJson = readJson(clusterPath, 'cluster description', 'BAD_CLUSTER');
-  const cluster = parseCluster(clusterJson);
-  const keyJson = readJson(keyPath, 'replica key', 'BAD_KEY_FILE');
-  const key = parseReplicaKey(keyJson, cluster, keyPath);
+  // The real replica's flags, checked and loaded the way the replica does it.
+  const { listen, limits, access, clusterJson, cluster, keyJson, key } = loadReplicaRunSettings(values);
   const otherKey = values['other-key'] ? loadReplicaKeyFile(resolve(values['other-key']), cluster) : undefined;
   if (otherKey && otherKey.index === key.index) throw new QuorumFenceError('INVALID_OPTION', '--other-key must be another replica\'s key');
-  const access = values.config ? loadAccessRules(resolve(values.config)) : undefined;
 
   const { ReplicaServer } = await import('../../replica/server.js');
   const logger = createLogger('byzantine-replica');
   const clock = new JumpClock();
+  const watch = watchForStop(logger);
   let fatalError: Error | undefined;
-  let stop: () => void = () => undefined;
-  const stopped = new Promise<void>((r) => (stop = r));
   const server = await ReplicaServer.start({
     cluster,
     key,
@@ -171,7 +131,7 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
     logger,
     onFatal: (error) => {
       fatalError = error;
-      stop();
+      watch.stop();
     },
   });
   let front: ByzantineFront;
@@ -207,28 +167,15 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
     },
     'listening',
   );
-  const onSignal = (signal: NodeJS.Signals) => {
-    logger.info({ signal }, 'stopping');
-    stop();
-  };
   const onJump = () => {
     clock.jump(front.state().params.clockJumpMs);
     logger.info({ offsetMs: clock.offsetMs }, 'clock jumped');
   };
-  process.once('SIGTERM', onSignal);
-  process.once('SIGINT', onSignal);
   process.on('SIGUSR2', onJump);
-  if (process.env.QUORUMFENCE_EXIT_WITH_STDIN === '1') {
-    process.stdin.on('end', stop);
-    process.stdin.on('close', stop);
-    process.stdin.resume();
-  }
-  await stopped;
-  process.stdin.pause();
+  await watch.stopped;
   await front.close();
   await server.close();
-  process.off('SIGTERM', onSignal);
-  process.off('SIGINT', onSignal);
+  watch.dispose();
   process.off('SIGUSR2', onJump);
   if (fatalError) throw new QuorumFenceError('INTERNAL', fatalError.message);
   return 0;
