@@ -177,15 +177,14 @@ export async function startLocalResource(options: StartLocalResourceOptions): Pr
   const entry = resourceEntryPoint();
   if (!existsSync(entry)) throw new QuorumFenceError('IO_ERROR', `resource entry point ${entry} is missing; build first (npx tsc -p tsconfig.json)`);
   const host = options.host ?? '127.0.0.1';
-  let firstPort = options.port ?? 0;
   const resource = localProcess({
     name: 'resource',
     entry,
-    args: (port) => ['--cluster', resolve(options.clusterFile), '--data', resolve(options.dataDir), '--listen', listenAddress(host, port || firstPort), ...(options.extraArgs ?? [])],
+    // `port` is 0 before the first start (then the requested port, or one the OS picks) and the bound port after.
+    args: (port) => ['--cluster', resolve(options.clusterFile), '--data', resolve(options.dataDir), '--listen', listenAddress(host, port || (options.port ?? 0)), ...(options.extraArgs ?? [])],
     env: options.env,
     startTimeoutMs: options.startTimeoutMs,
   });
   await resource.start();
-  firstPort = resource.port;
   return resource;
 }
