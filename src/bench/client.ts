@@ -134,7 +134,10 @@ async function parallel(local: LocalCluster, clients: number, seconds: number, h
         const resource = hot ? 'bench/hot' : `bench/distinct/${k}`;
         while (performance.now() < end) {
           const t0 = performance.now();
-          const r = await client.acquire(resource, { ttlMs: 10_000, waitMs: Math.max(1, Math.ceil(end - performance.now())) });
+          const r = await client.acquire(resource, {
+            ttlMs: 10_000,
+            waitMs: Math.max(1, Math.ceil(end - performance.now())),
+          });
           if (!r.ok) {
             if (r.reason === 'busy' || r.reason === 'timeout') continue;
             fail(hot ? 'hot' : 'distinct', r.reason, r.message);
@@ -174,7 +177,8 @@ export async function benchClient(options: ClientBenchOptions = {}): Promise<Cli
 /** The figures as a small table. */
 export function formatClientFigures(figures: ClientBenchFigures): string {
   const t = (x: Timing) => `p50 ${x.median.toFixed(2)} ms, p99 ${x.p99.toFixed(2)} ms`;
-  const r = (x: Rate) => `${x.perSecond.toFixed(0)}/s (${x.operations} in ${x.seconds.toFixed(1)} s, ${x.clients} clients; ${t(x.latencyMs)})`;
+  const r = (x: Rate) =>
+    `${x.perSecond.toFixed(0)}/s (${x.operations} in ${x.seconds.toFixed(1)} s, ${x.clients} clients; ${t(x.latencyMs)})`;
   return [
     `client (${figures.replicas} replicas, ${figures.backend})`,
     `  acquire, resource held before      ${t(figures.uncontended.repeatAcquireMs)}`,

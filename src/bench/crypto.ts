@@ -21,7 +21,10 @@ export interface CryptoFigures {
   combineMs: Record<string, Timing>;
 }
 
-export function benchCrypto(backendName: BackendName, options: { quick?: boolean; thresholds?: number[] } = {}): CryptoFigures {
+export function benchCrypto(
+  backendName: BackendName,
+  options: { quick?: boolean; thresholds?: number[] } = {},
+): CryptoFigures {
   const backend: BlsBackend = loadBackend(backendName);
   const slow = backendName === 'noble';
   const budgetMs = (options.quick ? 300 : 1500) * (slow ? 2 : 1);
@@ -33,12 +36,19 @@ export function benchCrypto(backendName: BackendName, options: { quick?: boolean
     const n = (3 * t - 1) / 2; // t = 2f+1, n = 3f+1
     const key = dealKey(n, t, seededRandom(new Uint8Array([n])));
     const cluster = parseCluster(describeDealtKey(key, localEndpoints(n)), { backend });
-    const grant = makeGrant({ clusterId: cluster.id, resource: 'bench/resource', epoch: 42n, holder: new Uint8Array(32).fill(7) });
+    const grant = makeGrant({
+      clusterId: cluster.id,
+      resource: 'bench/resource',
+      epoch: 42n,
+      holder: new Uint8Array(32).fill(7),
+    });
     const message = grantMessage(grant);
     const secretKeys = key.shares.map((s) => backend.secretKeyFromBytes(s.scaledSecretShare));
     const partials = secretKeys.map((sk, k) => ({ index: k + 1, signature: backend.sign(sk, message) }));
     // Rotate through different signer sets so the coefficient cache is exercised as a client would.
-    const sets = Array.from({ length: Math.min(n, 8) }, (_, r) => partials.slice(r).concat(partials.slice(0, r)).slice(0, t));
+    const sets = Array.from({ length: Math.min(n, 8) }, (_, r) =>
+      partials.slice(r).concat(partials.slice(0, r)).slice(0, t),
+    );
     let round = 0;
     combineMs[t] = timeSync(() => combinePartials(backend, n, sets[round++ % sets.length]!), budget);
 
@@ -47,7 +57,10 @@ export function benchCrypto(backendName: BackendName, options: { quick?: boolean
       const token = encodeToken(grant, signature);
       first = {
         signMs: timeSync(() => backend.sign(secretKeys[0]!, message), budget),
-        verifyPartialMs: timeSync(() => backend.verify(cluster.replicas[0]!.publicKeyShare, message, partials[0]!.signature), budget),
+        verifyPartialMs: timeSync(
+          () => backend.verify(cluster.replicas[0]!.publicKeyShare, message, partials[0]!.signature),
+          budget,
+        ),
         verifyTokenMs: timeSync(() => checkToken(token.bytes, cluster), budget),
       };
     }

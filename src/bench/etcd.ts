@@ -40,15 +40,31 @@ async function freePort(host: string): Promise<number> {
   });
 }
 
-async function post(url: string, body: unknown, signal?: AbortSignal): Promise<Record<string, any>> {
-  const response = await fetch(url, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' }, signal });
-  const json = (await response.json()) as Record<string, any>;
-  if (!response.ok || json.error) throw new QuorumFenceError('INTERNAL', `etcd ${url}: ${response.status} ${JSON.stringify(json).slice(0, 200)}`);
+/** The fields of etcd gateway answers the bench reads. */
+interface EtcdAnswer {
+  error?: unknown;
+  ID?: string;
+  key?: string;
+  kvs?: { create_revision: string }[];
+}
+
+async function post(url: string, body: unknown, signal?: AbortSignal): Promise<EtcdAnswer> {
+  const response = await fetch(url, {
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json' },
+    signal,
+  });
+  const json = (await response.json()) as EtcdAnswer;
+  if (!response.ok || json.error)
+    throw new QuorumFenceError('INTERNAL', `etcd ${url}: ${response.status} ${JSON.stringify(json).slice(0, 200)}`);
   return json;
 }
 
 /** Starts a 3-member etcd cluster on 127.0.0.1 and waits until it elects a leader. */
-export async function startEtcdCluster(options: { members?: number; startTimeoutMs?: number } = {}): Promise<EtcdCluster> {
+export async function startEtcdCluster(
+  options: { members?: number; startTimeoutMs?: number } = {},
+): Promise<EtcdCluster> {
   const binary = findEtcd();
   if (!binary) throw new QuorumFenceError('IO_ERROR', 'etcd is not on PATH (Debian: apt-get install etcd-server)');
   const members = options.members ?? 3;
@@ -63,16 +79,26 @@ export async function startEtcdCluster(options: { members?: number; startTimeout
     spawn(
       binary,
       [
-        '--name', name,
-        '--data-dir', join(dir, name),
-        '--listen-client-urls', clientUrls[k]!,
-        '--advertise-client-urls', clientUrls[k]!,
-        '--listen-peer-urls', peerUrl(k),
-        '--initial-advertise-peer-urls', peerUrl(k),
-        '--initial-cluster', initialCluster,
-        '--initial-cluster-state', 'new',
-        '--initial-cluster-token', 'quorumfence-bench',
-        '--log-level', 'error',
+        '--name',
+        name,
+        '--data-dir',
+        join(dir, name),
+        '--listen-client-urls',
+        clientUrls[k]!,
+        '--advertise-client-urls',
+        clientUrls[k]!,
+        '--listen-peer-urls',
+        peerUrl(k),
+        '--initial-advertise-peer-urls',
+        peerUrl(k),
+        '--initial-cluster',
+        initialCluster,
+        '--initial-cluster-state',
+        'new',
+        '--initial-cluster-token',
+        'quorumfence-bench',
+        '--log-level',
+        'error',
       ],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     ),
@@ -95,7 +121,11 @@ export async function startEtcdCluster(options: { members?: number; startTimeout
   for (;;) {
     try {
       // A write goes through only once a leader exists.
-      await post(`${clientUrls[0]}/v3/kv/put`, { key: Buffer.from('ready').toString('base64'), value: 'AQ==' }, AbortSignal.timeout(1000));
+      await post(
+        `${clientUrls[0]}/v3/kv/put`,
+        { key: Buffer.from('ready').toString('base64'), value: 'AQ==' },
+        AbortSignal.timeout(1000),
+      );
       return { clientUrls, close };
     } catch (error) {
       if (Date.now() > deadline) {
@@ -122,10 +152,15 @@ export class EtcdLockClient {
 
   /** Locks `name` and returns the lock key and its create revision (the fencing token). */
   async acquire(name: string): Promise<{ key: string; fence: bigint }> {
-    const locked = await post(`${this.#url}/v3/lock/lock`, { name: Buffer.from(name).toString('base64'), lease: this.#lease });
+    const locked = await post(`${this.#url}/v3/lock/lock`, {
+      name: Buffer.from(name).toString('base64'),
+      lease: this.#lease,
+    });
     const key = locked.key as string;
     const range = await post(`${this.#url}/v3/kv/range`, { key });
-    return { key, fence: BigInt(range.kvs[0].create_revision) };
+    const created = range.kvs?.[0]?.create_revision;
+    if (created === undefined) throw new QuorumFenceError('INTERNAL', `etcd lock key ${key} has no revision`);
+    return { key, fence: BigInt(created) };
   }
 
   async release(key: string): Promise<void> {
@@ -144,7 +179,12 @@ export interface EtcdFigures {
   readonly loops: { readonly one: LoopRate; readonly distinct: LoopRate; readonly hot: LoopRate };
 }
 
-async function etcdLoop(urls: readonly string[], clients: number, seconds: number, nameOf: (k: number) => string): Promise<LoopRate> {
+async function etcdLoop(
+  urls: readonly string[],
+  clients: number,
+  seconds: number,
+  nameOf: (k: number) => string,
+): Promise<LoopRate> {
   // Spread clients over the members, as a client library does.
   const lockers = Array.from({ length: clients }, (_, k) => new EtcdLockClient(urls[k % urls.length]!));
   await Promise.all(lockers.map((l) => l.open()));
@@ -167,14 +207,22 @@ async function etcdLoop(urls: readonly string[], clients: number, seconds: numbe
       }),
     );
     const elapsed = (performance.now() - start) / 1000;
-    return { clients, operations: cycles.length, seconds: elapsed, perSecond: cycles.length / elapsed, cycleMs: summarise(cycles) };
+    return {
+      clients,
+      operations: cycles.length,
+      seconds: elapsed,
+      perSecond: cycles.length / elapsed,
+      cycleMs: summarise(cycles),
+    };
   } finally {
     await Promise.all(lockers.map((l) => l.close()));
   }
 }
 
 /** The same workloads as benchSystem, through etcd's lock API. */
-export async function benchEtcd(options: { quick?: boolean; clients?: number; progress?: (line: string) => void } = {}): Promise<EtcdFigures> {
+export async function benchEtcd(
+  options: { quick?: boolean; clients?: number; progress?: (line: string) => void } = {},
+): Promise<EtcdFigures> {
   const quick = options.quick ?? false;
   const clients = options.clients ?? 16;
   const seconds = quick ? 2 : 6;

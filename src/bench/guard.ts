@@ -72,7 +72,9 @@ function makeIssuer(backendName: BackendName | undefined): Issuer {
   const backend = loadBackend(backendName);
   const key: DealtKey = dealKey(4, 3, systemRandom);
   const cluster = parseCluster(describeDealtKey(key, localEndpoints(4)), { backend });
-  const secrets = key.shares.slice(0, key.t).map((s) => ({ index: s.index, key: backend.secretKeyFromBytes(s.scaledSecretShare) }));
+  const secrets = key.shares
+    .slice(0, key.t)
+    .map((s) => ({ index: s.index, key: backend.secretKeyFromBytes(s.scaledSecretShare) }));
   const holder = new Uint8Array(32).fill(7);
   return {
     cluster,
@@ -90,7 +92,11 @@ function makeIssuer(backendName: BackendName | undefined): Issuer {
 }
 
 /** Runs `writers` loops of `write` until `seconds` pass; counts completed writes. */
-async function measureThroughput(writers: number, seconds: number, write: (writer: number, n: number) => Promise<boolean>): Promise<Throughput> {
+async function measureThroughput(
+  writers: number,
+  seconds: number,
+  write: (writer: number, n: number) => Promise<boolean>,
+): Promise<Throughput> {
   const deadline = performance.now() + seconds * 1000;
   let writes = 0;
   const start = performance.now();
@@ -120,7 +126,8 @@ export async function benchGuard(options: GuardBenchOptions = {}): Promise<Guard
       const token = issuer.issue('bench/cached', 1n);
       const concurrency = options.concurrency ?? 256;
       const keys = Array.from({ length: concurrency }, (_, k) => `key-${k}`);
-      for (let warm = 0; warm < 200; warm++) await guard.write({ token, resource: 'bench/cached', key: keys[0]! }, (tx) => tx.put(keys[0]!, value));
+      for (let warm = 0; warm < 200; warm++)
+        await guard.write({ token, resource: 'bench/cached', key: keys[0]! }, (tx) => tx.put(keys[0]!, value));
       lmdbCachedToken = await measureThroughput(concurrency, seconds, async (writer) => {
         const key = keys[writer]!;
         return (await guard.write({ token, resource: 'bench/cached', key, op: 'put' }, (tx) => tx.put(key, value))).ok;
@@ -132,7 +139,9 @@ export async function benchGuard(options: GuardBenchOptions = {}): Promise<Guard
       const samples: number[] = [];
       for (const t of fresh) {
         const start = performance.now();
-        const result = await guard.write({ token: t, resource: 'bench/first-use', key: 'k', op: 'put' }, (tx) => tx.put('k', value));
+        const result = await guard.write({ token: t, resource: 'bench/first-use', key: 'k', op: 'put' }, (tx) =>
+          tx.put('k', value),
+        );
         samples.push(performance.now() - start);
         if (!result.ok) throw new Error(`first-use write refused: ${result.reason}`);
       }
@@ -141,7 +150,9 @@ export async function benchGuard(options: GuardBenchOptions = {}): Promise<Guard
       await guard.close();
     }
 
-    const verifyTokens = Array.from({ length: options.quick ? 100 : 400 }, (_, i) => issuer.issue('bench/verify', BigInt(i + 1)));
+    const verifyTokens = Array.from({ length: options.quick ? 100 : 400 }, (_, i) =>
+      issuer.issue('bench/verify', BigInt(i + 1)),
+    );
     const verifier = new TokenVerifier(issuer.cluster, { cacheSize: 0 });
     const verifySamples = verifyTokens.map((t) => {
       const start = performance.now();
@@ -155,20 +166,31 @@ export async function benchGuard(options: GuardBenchOptions = {}): Promise<Guard
       firstUse: { verifyMs: summarise(verifySamples), writeMs },
     };
     if (!options.postgres) return figures;
-    return { ...figures, postgres: await benchPostgres(issuer, options.postgres, options.postgresConcurrency ?? 16, seconds, value) };
+    return {
+      ...figures,
+      postgres: await benchPostgres(issuer, options.postgres, options.postgresConcurrency ?? 16, seconds, value),
+    };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
-async function benchPostgres(issuer: Issuer, config: PoolConfig, concurrency: number, seconds: number, value: Uint8Array): Promise<NonNullable<GuardBenchFigures['postgres']>> {
+async function benchPostgres(
+  issuer: Issuer,
+  config: PoolConfig,
+  concurrency: number,
+  seconds: number,
+  value: Uint8Array,
+): Promise<NonNullable<GuardBenchFigures['postgres']>> {
   const { default: pg } = await import('pg');
   const pool = new pg.Pool({ ...config, max: concurrency });
   const prefix = `bench_${process.pid}_`;
   const table = `${prefix}kv`;
   const text = new TextDecoder().decode(value);
   try {
-    await pool.query(`CREATE TABLE ${table} (resource text NOT NULL, key text NOT NULL, value text NOT NULL, PRIMARY KEY (resource, key))`);
+    await pool.query(
+      `CREATE TABLE ${table} (resource text NOT NULL, key text NOT NULL, value text NOT NULL, PRIMARY KEY (resource, key))`,
+    );
     // One resource (and row) per writer: independent holders, as with independent locks.
     const resources = Array.from({ length: concurrency }, (_, w) => `bench/pg/${w}`);
     for (const resource of resources) await pool.query(`INSERT INTO ${table} VALUES ($1, 'k', '')`, [resource]);
@@ -177,11 +199,15 @@ async function benchPostgres(issuer: Issuer, config: PoolConfig, concurrency: nu
     const update = `UPDATE ${table} SET value = $3 WHERE resource = $1 AND key = $2`;
     try {
       for (let w = 0; w < concurrency; w++) {
-        await guard.write({ token: tokens[w]!, resource: resources[w]!, key: 'k' }, (tx) => tx.query(update, [resources[w], 'k', text]));
+        await guard.write({ token: tokens[w]!, resource: resources[w]!, key: 'k' }, (tx) =>
+          tx.query(update, [resources[w], 'k', text]),
+        );
       }
       const guarded = await measureThroughput(concurrency, seconds, async (writer) => {
         const resource = resources[writer]!;
-        const result = await guard.write({ token: tokens[writer]!, resource, key: 'k', op: 'put' }, (tx) => tx.query(update, [resource, 'k', text]));
+        const result = await guard.write({ token: tokens[writer]!, resource, key: 'k', op: 'put' }, (tx) =>
+          tx.query(update, [resource, 'k', text]),
+        );
         return result.ok;
       });
       const plainUpdate = await measureThroughput(concurrency, seconds, async (writer) => {

@@ -81,7 +81,11 @@ export interface ReplicaBenchFigures {
   readonly connections: number;
   readonly depth: number;
   /** 1-minute load average and the share of CPU time stolen by the hypervisor while the benchmark ran. */
-  readonly machine: { readonly loadAverageBefore: number; readonly loadAverageAfter: number; readonly stealPercent: number | undefined };
+  readonly machine: {
+    readonly loadAverageBefore: number;
+    readonly loadAverageAfter: number;
+    readonly stealPercent: number | undefined;
+  };
   readonly grants: GrantFigures[];
   readonly signing: SigningFigures;
   readonly store: { readonly recordsPerSecond: number };
@@ -163,7 +167,15 @@ async function measureGrants(
           }
           const id = ++sequence;
           connection.sent.set(id, performance.now());
-          connection.socket.send(encodeMessage({ type: 'acquire', id, resource: `bench/${signingWorkers}/${run}/${c}/${id}`, epoch: 1n, ttlMs: 1_000 }));
+          connection.socket.send(
+            encodeMessage({
+              type: 'acquire',
+              id,
+              resource: `bench/${signingWorkers}/${run}/${c}/${id}`,
+              epoch: 1n,
+              ttlMs: 1_000,
+            }),
+          );
         };
         connection.socket.on('message', (data: Buffer) => {
           const message = decodeServerMessage(new Uint8Array(data));
@@ -190,18 +202,35 @@ async function measureGrants(
   );
   await Promise.all(done);
   await Promise.all(connections.map((c) => new Promise((r) => (c.socket.once('close', r), c.socket.close()))));
-  if (refused > 0) throw new QuorumFenceError('INTERNAL', `${refused} acquires were not granted; the benchmark load must be all distinct resources`);
-  return { signingWorkers, grants, seconds: options.seconds, perSecond: grants / options.seconds, latencyMs: summarise(latencies) };
+  if (refused > 0)
+    throw new QuorumFenceError(
+      'INTERNAL',
+      `${refused} acquires were not granted; the benchmark load must be all distinct resources`,
+    );
+  return {
+    signingWorkers,
+    grants,
+    seconds: options.seconds,
+    perSecond: grants / options.seconds,
+    latencyMs: summarise(latencies),
+  };
 }
 
 async function measureSigning(dir: string, workers: number, signatures: number): Promise<number> {
   const cluster = JSON.parse(readFileSync(join(dir, 'cluster.json'), 'utf8')) as unknown;
   const key = JSON.parse(readFileSync(join(dir, 'replica-1.key'), 'utf8')) as unknown;
-  const signer = await startWorkerSigner({ workers, cluster, key, backend: loadClusterFile(join(dir, 'cluster.json')).backend.name });
+  const signer = await startWorkerSigner({
+    workers,
+    cluster,
+    key,
+    backend: loadClusterFile(join(dir, 'cluster.json')).backend.name,
+  });
   try {
     const clusterId = new Uint8Array(32);
     const holder = new Uint8Array(32).fill(1);
-    const messages = Array.from({ length: signatures }, (_, k) => grantMessage({ clusterId, resource: `sign/${k}`, epoch: 1n, holder }));
+    const messages = Array.from({ length: signatures }, (_, k) =>
+      grantMessage({ clusterId, resource: `sign/${k}`, epoch: 1n, holder }),
+    );
     // Warm both threads, then keep 256 in flight.
     await Promise.all(messages.slice(0, 64).map((m) => signer.sign(m)));
     const start = performance.now();
@@ -230,7 +259,12 @@ async function measureStore(dir: string, records: number): Promise<number> {
         while (next < records) {
           const resource = `store/${next++}`;
           await store.checkAndRecord(resource, () => ({
-            record: { epoch: 1n, holder, grantDigest: grantDigest({ clusterId, resource, epoch: 1n, holder }), released: false },
+            record: {
+              epoch: 1n,
+              holder,
+              grantDigest: grantDigest({ clusterId, resource, epoch: 1n, holder }),
+              released: false,
+            },
             result: undefined,
           }));
         }
@@ -271,20 +305,38 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
             dir: keys,
             indices: [1],
             dataRoot: join(root, `data-${workers}`),
-            extraArgs: ['--signing-workers', String(workers), '--max-in-flight', String(depth), '--rate-limit', '1000000', '--max-ttl', '60s'],
+            extraArgs: [
+              '--signing-workers',
+              String(workers),
+              '--max-in-flight',
+              String(depth),
+              '--rate-limit',
+              '1000000',
+              '--max-ttl',
+              '60s',
+            ],
           }),
         );
       }
       const runs: GrantRate[][] = workerCounts.map(() => []);
       for (let run = 1; run <= repeats; run++) {
         for (const [k, workers] of workerCounts.entries()) {
-          progress(`replica: ${workers} signing thread(s), ${connections} connections x ${depth} in flight, ${seconds} s, run ${run}/${repeats} ...`);
-          runs[k]!.push(await measureGrants(replicas[k]!.replica(1).url, workers, run, { connections, depth, seconds }));
+          progress(
+            `replica: ${workers} signing thread(s), ${connections} connections x ${depth} in flight, ${seconds} s, run ${run}/${repeats} ...`,
+          );
+          runs[k]!.push(
+            await measureGrants(replicas[k]!.replica(1).url, workers, run, { connections, depth, seconds }),
+          );
         }
       }
       grants = workerCounts.map((workers, k) => {
         const rates = runs[k]!.map((r) => r.perSecond);
-        return { signingWorkers: workers, runs: runs[k]!, medianPerSecond: median(rates), bestPerSecond: Math.max(...rates) };
+        return {
+          signingWorkers: workers,
+          runs: runs[k]!,
+          medianPerSecond: median(rates),
+          bestPerSecond: Math.max(...rates),
+        };
       });
     } finally {
       await Promise.all(replicas.map((r) => r.close()));
@@ -304,7 +356,9 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
 
     const cpuAfter = cpuTimes();
     const stealPercent =
-      cpuBefore && cpuAfter && cpuAfter.total > cpuBefore.total ? (100 * (cpuAfter.steal - cpuBefore.steal)) / (cpuAfter.total - cpuBefore.total) : undefined;
+      cpuBefore && cpuAfter && cpuAfter.total > cpuBefore.total
+        ? (100 * (cpuAfter.steal - cpuBefore.steal)) / (cpuAfter.total - cpuBefore.total)
+        : undefined;
     const scalings = signingRuns.map((r) => r.scaling);
     return {
       backend,
@@ -322,6 +376,15 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
 
 // `node dist/src/bench/replica.js [--quick]`: run it and print the figures as JSON.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const figures = await benchReplica({ quick: process.argv.includes('--quick'), progress: (line) => process.stderr.write(`${line}\n`) });
-  process.stdout.write(JSON.stringify(figures, (_key, value: unknown) => (typeof value === 'number' ? Math.round(value * 100) / 100 : value), 2) + '\n');
+  const figures = await benchReplica({
+    quick: process.argv.includes('--quick'),
+    progress: (line) => process.stderr.write(`${line}\n`),
+  });
+  process.stdout.write(
+    JSON.stringify(
+      figures,
+      (_key, value: unknown) => (typeof value === 'number' ? Math.round(value * 100) / 100 : value),
+      2,
+    ) + '\n',
+  );
 }

@@ -85,7 +85,8 @@ async function guardedWrite(resourceUrl: string, resource: string, token: string
     body,
   });
   await response.arrayBuffer();
-  if (response.status !== 200) throw new QuorumFenceError('INTERNAL', `benchmark: the guard refused a write with ${response.status}`);
+  if (response.status !== 200)
+    throw new QuorumFenceError('INTERNAL', `benchmark: the guard refused a write with ${response.status}`);
 }
 
 async function loop(
@@ -96,7 +97,9 @@ async function loop(
   resourceOf: (k: number) => string,
 ): Promise<LoopRate> {
   // Default client options throughout: waiters on a hot resource hear of each release from the replicas.
-  const connected = await Promise.all(Array.from({ length: clients }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())));
+  const connected = await Promise.all(
+    Array.from({ length: clients }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
+  );
   try {
     const cycle = async (client: QuorumFenceClient, resource: string, waitMs: number): Promise<boolean> => {
       const acquired = await client.acquire(resource, { ttlMs: 10_000, waitMs, autoRenew: false });
@@ -171,9 +174,17 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     const one = await loop(local, resource.url, 1, seconds, () => 'bench/one');
     progress(`system: ${clients} clients on distinct resources ...`);
     const pids = local.replicas.map((r) => r.pid);
-    const before = { replicas: pids.reduce((s, p) => s + processCpuMs(p), 0), resource: processCpuMs(resource.pid), client: ownCpuMs() };
+    const before = {
+      replicas: pids.reduce((s, p) => s + processCpuMs(p), 0),
+      resource: processCpuMs(resource.pid),
+      client: ownCpuMs(),
+    };
     const distinct = await loop(local, resource.url, clients, seconds, (k) => `bench/distinct/${k}`);
-    const after = { replicas: pids.reduce((s, p) => s + processCpuMs(p), 0), resource: processCpuMs(resource.pid), client: ownCpuMs() };
+    const after = {
+      replicas: pids.reduce((s, p) => s + processCpuMs(p), 0),
+      resource: processCpuMs(resource.pid),
+      client: ownCpuMs(),
+    };
     // The loop's warm-up grants count too: one per client.
     const grants = distinct.operations + clients;
     const breakdown = {

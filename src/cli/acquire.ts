@@ -33,19 +33,27 @@ options:
 `;
 
 /** Loads the cluster and identity files and connects; shared with the status verb. */
-export async function openClient(values: { cluster?: string | undefined; identity?: string | undefined }): Promise<QuorumFenceClient> {
+export async function openClient(values: {
+  cluster?: string | undefined;
+  identity?: string | undefined;
+}): Promise<QuorumFenceClient> {
   const clusterPath = required(values.cluster, 'cluster');
   let cluster: Cluster;
   try {
     cluster = loadClusterFile(clusterPath);
   } catch (error) {
     if (error instanceof QuorumFenceError && error.code === 'IO_ERROR') {
-      throw new QuorumFenceError('IO_ERROR', `cannot read the cluster description ${clusterPath}; pass the cluster.json that "quorumfence keygen" wrote`);
+      throw new QuorumFenceError(
+        'IO_ERROR',
+        `cannot read the cluster description ${clusterPath}; pass the cluster.json that "quorumfence keygen" wrote`,
+      );
     }
     throw error;
   }
   const identity = loadIdentityFile(required(values.identity, 'identity'));
-  const client = await QuorumFenceClient.connect(cluster, identity, { logger: createLogger('client', { level: 'warn', destination: 2 }) });
+  const client = await QuorumFenceClient.connect(cluster, identity, {
+    logger: createLogger('client', { level: 'warn', destination: 2 }),
+  });
   const ready = client.replicas().filter((r) => r.state.phase === 'ready').length;
   if (ready === 0) {
     const failures = client.replicas().map((r) => `${r.endpoint}: ${r.state.lastFailure?.message ?? r.state.phase}`);
@@ -101,9 +109,17 @@ export const command: Command = {
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
     try {
-      const result = await client.acquire(resource, { ttlMs, waitMs, signal: interrupted.signal, autoRenew: values.hold === true });
+      const result = await client.acquire(resource, {
+        ttlMs,
+        waitMs,
+        signal: interrupted.signal,
+        autoRenew: values.hold === true,
+      });
       if (!result.ok) {
-        if (values.json) process.stdout.write(JSON.stringify({ ok: false, reason: result.reason, message: result.message, faults: result.faults }) + '\n');
+        if (values.json)
+          process.stdout.write(
+            JSON.stringify({ ok: false, reason: result.reason, message: result.message, faults: result.faults }) + '\n',
+          );
         else process.stderr.write(`quorumfence acquire: ${result.reason}: ${refusalHint(result, client, resource)}\n`);
         return 1;
       }
@@ -122,8 +138,11 @@ export const command: Command = {
           }) + '\n',
         );
       } else {
-        process.stdout.write(`resource  ${resource}\nepoch     ${lease.epoch}\nholder    ${lease.holderHex}\nttl       ${ttlMs} ms\ntoken     ${lease.tokenText}\n`);
-        for (const fault of result.faults) process.stderr.write(`warning: replica ${fault.replica} misbehaved (${fault.kind}): ${fault.message}\n`);
+        process.stdout.write(
+          `resource  ${resource}\nepoch     ${lease.epoch}\nholder    ${lease.holderHex}\nttl       ${ttlMs} ms\ntoken     ${lease.tokenText}\n`,
+        );
+        for (const fault of result.faults)
+          process.stderr.write(`warning: replica ${fault.replica} misbehaved (${fault.kind}): ${fault.message}\n`);
       }
       if (!values.hold) return 0;
 
@@ -134,11 +153,17 @@ export const command: Command = {
         lease.once('lost', () => resolveEnd('lost'));
       });
       if (ended === 'lost') {
-        process.stderr.write(`quorumfence acquire: lost the lease on "${resource}": ${lease.ended?.reason} (${lease.ended?.message})\n`);
+        process.stderr.write(
+          `quorumfence acquire: lost the lease on "${resource}": ${lease.ended?.reason} (${lease.ended?.message})\n`,
+        );
         return 1;
       }
       const released = await lease.release();
-      process.stderr.write(released.ok ? `released "${resource}" at epoch ${lease.epoch}\n` : `release of "${resource}" not confirmed (${released.reason}): ${released.message}; the lease ends by itself after the ttl\n`);
+      process.stderr.write(
+        released.ok
+          ? `released "${resource}" at epoch ${lease.epoch}\n`
+          : `release of "${resource}" not confirmed (${released.reason}): ${released.message}; the lease ends by itself after the ttl\n`,
+      );
       return 0;
     } finally {
       process.off('SIGINT', onSignal);

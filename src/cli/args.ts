@@ -23,15 +23,22 @@ export function parseFlags<O extends OptionSpec>(
   argv: string[],
   options: O,
   positionals: { min?: number; max?: number } = {},
-): { values: ReturnType<typeof parseArgs<{ options: O; allowPositionals: true; strict: true }>>['values']; positionals: string[] } {
+): {
+  values: ReturnType<typeof parseArgs<{ options: O; allowPositionals: true; strict: true }>>['values'];
+  positionals: string[];
+} {
   let parsed;
   try {
     parsed = parseArgs({ args: argv, options, allowPositionals: true, strict: true });
   } catch (error) {
-    throw new QuorumFenceError('INVALID_OPTION', (error as Error).message.replace(/\. To specify a positional.*$/s, ''));
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      (error as Error).message.replace(/\. To specify a positional.*$/s, ''),
+    );
   }
   const { min = 0, max = 0 } = positionals;
-  if (parsed.positionals.length < min) throw new QuorumFenceError('INVALID_OPTION', `expected ${min} argument(s), got ${parsed.positionals.length}`);
+  if (parsed.positionals.length < min)
+    throw new QuorumFenceError('INVALID_OPTION', `expected ${min} argument(s), got ${parsed.positionals.length}`);
   if (parsed.positionals.length > max) {
     throw new QuorumFenceError('INVALID_OPTION', `unexpected argument "${parsed.positionals[max]}"`);
   }
@@ -45,7 +52,13 @@ export function required(value: string | undefined, flag: string): string {
 }
 
 /** A positive integer flag. @throws QuorumFenceError INVALID_OPTION */
-export function integerFlag(value: string | undefined, flag: string, fallback: number, min = 1, max = Number.MAX_SAFE_INTEGER): number {
+export function integerFlag(
+  value: string | undefined,
+  flag: string,
+  fallback: number,
+  min = 1,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   if (value === undefined) return fallback;
   const n = Number(value);
   if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < min || n > max) {
@@ -63,12 +76,17 @@ const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3
 export function parseDuration(value: string | undefined, flag: string, fallback: number): number {
   if (value === undefined) return fallback;
   const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(value.trim());
-  if (!match) throw new QuorumFenceError('INVALID_OPTION', `--${flag} expects a duration like 500ms, 10s or 2m, got "${value}"`);
+  if (!match)
+    throw new QuorumFenceError('INVALID_OPTION', `--${flag} expects a duration like 500ms, 10s or 2m, got "${value}"`);
   return Math.round(Number(match[1]) * DURATION_UNITS[match[2] ?? 'ms']!);
 }
 
 /** "host:port" → parts. @throws QuorumFenceError INVALID_OPTION */
-export function parseListen(value: string | undefined, flag: string, fallback: { host: string; port: number }): { host: string; port: number } {
+export function parseListen(
+  value: string | undefined,
+  flag: string,
+  fallback: { host: string; port: number },
+): { host: string; port: number } {
   if (value === undefined) return fallback;
   const match = /^(.*):(\d+)$/.exec(value);
   const port = match ? Number(match[2]) : NaN;

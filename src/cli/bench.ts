@@ -55,7 +55,9 @@ function ms(value: number): string {
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
-  return rows.map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('   ')).join('\n');
+  return rows
+    .map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('   '))
+    .join('\n');
 }
 
 function cryptoTable(figures: CryptoFigures[]): string {
@@ -63,7 +65,8 @@ function cryptoTable(figures: CryptoFigures[]): string {
   rows.push(['sign', ...figures.map((f) => ms(f.signMs.median))]);
   rows.push(['verify partial', ...figures.map((f) => ms(f.verifyPartialMs.median))]);
   rows.push(['verify token (decode + pairing)', ...figures.map((f) => ms(f.verifyTokenMs.median))]);
-  for (const t of Object.keys(figures[0]!.combineMs)) rows.push([`combine t = ${t}`, ...figures.map((f) => (f.combineMs[t] ? ms(f.combineMs[t]!.median) : '-'))]);
+  for (const t of Object.keys(figures[0]!.combineMs))
+    rows.push([`combine t = ${t}`, ...figures.map((f) => (f.combineMs[t] ? ms(f.combineMs[t]!.median) : '-'))]);
   return table(rows);
 }
 
@@ -83,11 +86,18 @@ export const command: Command = {
   async run(argv) {
     const { values, positionals } = parseFlags(
       argv,
-      { quick: { type: 'boolean' }, out: { type: 'string' }, json: { type: 'boolean' }, replicas: { type: 'string' }, postgres: { type: 'string' } },
+      {
+        quick: { type: 'boolean' },
+        out: { type: 'string' },
+        json: { type: 'boolean' },
+        replicas: { type: 'string' },
+        postgres: { type: 'string' },
+      },
       { max: SECTIONS.length },
     );
     for (const p of positionals) {
-      if (!(SECTIONS as readonly string[]).includes(p)) throw new QuorumFenceError('INVALID_OPTION', `unknown section "${p}"; sections are ${SECTIONS.join(', ')}`);
+      if (!(SECTIONS as readonly string[]).includes(p))
+        throw new QuorumFenceError('INVALID_OPTION', `unknown section "${p}"; sections are ${SECTIONS.join(', ')}`);
     }
     const sections = new Set((positionals.length > 0 ? positionals : [...SECTIONS]) as Section[]);
     const quick = values.quick ?? false;
@@ -128,11 +138,21 @@ export const command: Command = {
     }
 
     if (sections.has('replica')) {
-      const replica: ReplicaBenchFigures = await benchReplica({ quick, workerCounts: [1, 2], repeats: quick ? 1 : 3, progress });
+      const replica: ReplicaBenchFigures = await benchReplica({
+        quick,
+        workerCounts: [1, 2],
+        repeats: quick ? 1 : 3,
+        progress,
+      });
       report.replica = replica;
       const rows = [['one replica, durable grants', 'median/s', 'best/s']];
-      for (const g of replica.grants) rows.push([`${g.signingWorkers} signing thread(s)`, g.medianPerSecond.toFixed(0), g.bestPerSecond.toFixed(0)]);
-      rows.push(['signer alone, 2 threads / 1 thread', `${replica.signing.medianScaling.toFixed(2)}x`, `${replica.signing.bestScaling.toFixed(2)}x`]);
+      for (const g of replica.grants)
+        rows.push([`${g.signingWorkers} signing thread(s)`, g.medianPerSecond.toFixed(0), g.bestPerSecond.toFixed(0)]);
+      rows.push([
+        'signer alone, 2 threads / 1 thread',
+        `${replica.signing.medianScaling.toFixed(2)}x`,
+        `${replica.signing.bestScaling.toFixed(2)}x`,
+      ]);
       rows.push(['signing record alone (records/s)', replica.store.recordsPerSecond.toFixed(0), '']);
       out.push(table(rows));
     }
@@ -172,16 +192,34 @@ export const command: Command = {
       }
     }
     if (system || etcd) {
-      const rows = [['acquire + guarded write + release (quorumfence) | lock + read revision + unlock (etcd)', system ? `quorumfence N=${n}` : '', etcd ? 'etcd x3' : '', system && etcd ? 'ratio' : '']];
-      const line = (label: string, q: string | undefined, e: string | undefined, ratio?: number) => rows.push([label, q ?? '', e ?? '', ratio === undefined ? '' : `${ratio.toFixed(2)}x`]);
-      line('uncontended acquire p50 (ms)', system && ms(system.acquireMs.median), etcd && ms(etcd.acquireMs.median), system && etcd ? system.acquireMs.median / etcd.acquireMs.median : undefined);
+      const rows = [
+        [
+          'acquire + guarded write + release (quorumfence) | lock + read revision + unlock (etcd)',
+          system ? `quorumfence N=${n}` : '',
+          etcd ? 'etcd x3' : '',
+          system && etcd ? 'ratio' : '',
+        ],
+      ];
+      const line = (label: string, q: string | undefined, e: string | undefined, ratio?: number) =>
+        rows.push([label, q ?? '', e ?? '', ratio === undefined ? '' : `${ratio.toFixed(2)}x`]);
+      line(
+        'uncontended acquire p50 (ms)',
+        system && ms(system.acquireMs.median),
+        etcd && ms(etcd.acquireMs.median),
+        system && etcd ? system.acquireMs.median / etcd.acquireMs.median : undefined,
+      );
       line('uncontended acquire p99 (ms)', system && ms(system.acquireMs.p99), etcd && ms(etcd.acquireMs.p99));
       for (const [key, label] of [
         ['one', '1 client (cycles/s)'],
         ['distinct', '16 clients, distinct resources (cycles/s)'],
         ['hot', '16 clients, one hot resource (handoffs/s)'],
       ] as const) {
-        line(label, system && rate(system.loops[key]), etcd && rate(etcd.loops[key]), system && etcd ? system.loops[key].perSecond / etcd.loops[key].perSecond : undefined);
+        line(
+          label,
+          system && rate(system.loops[key]),
+          etcd && rate(etcd.loops[key]),
+          system && etcd ? system.loops[key].perSecond / etcd.loops[key].perSecond : undefined,
+        );
       }
       out.push(table(rows));
     }
@@ -208,7 +246,11 @@ export const command: Command = {
           ['CPU per grant (all processes)', 'figure', 'target'],
           [`crypto floor: ${n} signs + combine + 2 token verifies`, `${ms(floor)} ms`, ''],
           [`CPU-bound rate on ${cores} cores`, `${cpuBound.toFixed(0)}/s`, ''],
-          [`measured: replicas ${ms(b.replicas)} + resource ${ms(b.resource)} + client ${ms(b.client)}`, `${ms(system.cpuPerGrantMs)} ms`, ''],
+          [
+            `measured: replicas ${ms(b.replicas)} + resource ${ms(b.resource)} + client ${ms(b.client)}`,
+            `${ms(system.cpuPerGrantMs)} ms`,
+            '',
+          ],
           ['CPU per grant / floor', `${targets.cpuPerGrantOverFloor.toFixed(2)}x`, '<= 1.3x'],
           ['16 distinct clients / CPU-bound rate', `${targets.distinctOverCpuBound.toFixed(2)}x`, '>= 0.9x'],
           ...(etcd
@@ -230,7 +272,10 @@ export const command: Command = {
     const json = JSON.stringify(report, (_, v) => (typeof v === 'bigint' ? v.toString() : v), 2) + '\n';
     writeFileSync(file, json);
     if (values.json) process.stdout.write(json);
-    else process.stdout.write(`${out.join('\n\n')}\n\nmachine: ${cores} cores, ${report.machine && (report.machine as { cpu: string }).cpu}, node ${process.version}\nfigures written to ${file}\n`);
+    else
+      process.stdout.write(
+        `${out.join('\n\n')}\n\nmachine: ${cores} cores, ${report.machine && (report.machine as { cpu: string }).cpu}, node ${process.version}\nfigures written to ${file}\n`,
+      );
     return 0;
   },
 };

@@ -46,13 +46,17 @@ export const command: Command = {
     });
     const durationMs = parseDuration(values.duration, 'duration', DEFAULT_DURATION_MS);
     if (durationMs < 1_000) throw new QuorumFenceError('INVALID_OPTION', '--duration must be at least 1s');
-    const seed = values.seed === undefined ? randomInt(1, 2 ** 31) : integerFlag(values.seed, 'seed', 0, 0, 2 ** 31 - 1);
+    const seed =
+      values.seed === undefined ? randomInt(1, 2 ** 31) : integerFlag(values.seed, 'seed', 0, 0, 2 ** 31 - 1);
     const replicas = integerFlag(values.replicas, 'replicas', 4, 4, 7);
-    if (replicas !== 4 && replicas !== 7) throw new QuorumFenceError('INVALID_OPTION', `--replicas expects 4 or 7, got ${replicas}`);
+    if (replicas !== 4 && replicas !== 7)
+      throw new QuorumFenceError('INVALID_OPTION', `--replicas expects 4 or 7, got ${replicas}`);
     const workers = integerFlag(values.workers, 'workers', 3, 1, 32);
     const { runChaos, formatChaosReport } = await import('../testing/chaos.js');
     const tty = process.stderr.isTTY === true;
-    process.stderr.write(`quorumfence chaos: ${Math.round(durationMs / 1000)} s, seed ${seed}, ${replicas} replicas; starting the cluster...\n`);
+    process.stderr.write(
+      `quorumfence chaos: ${Math.round(durationMs / 1000)} s, seed ${seed}, ${replicas} replicas; starting the cluster...\n`,
+    );
     let lastLine = 0;
     const report = await runChaos({
       durationMs,

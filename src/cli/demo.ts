@@ -76,19 +76,28 @@ async function put(ctx: Context, resource: string, key: string, token: string, v
     body: value,
     signal: AbortSignal.timeout(10_000),
   });
-  const body = (await response.json()) as { ok: boolean; code?: string; barrier?: string | number; epoch?: string | number };
+  const body = (await response.json()) as {
+    ok: boolean;
+    code?: string;
+    barrier?: string | number;
+    epoch?: string | number;
+  };
   return { status: response.status, ...body };
 }
 
 async function read(ctx: Context, resource: string, key: string): Promise<string> {
-  const response = await fetch(`${ctx.resourceUrl}/kv/${encodeURIComponent(resource)}/${encodeURIComponent(key)}`, { signal: AbortSignal.timeout(10_000) });
+  const response = await fetch(`${ctx.resourceUrl}/kv/${encodeURIComponent(resource)}/${encodeURIComponent(key)}`, {
+    signal: AbortSignal.timeout(10_000),
+  });
   return response.ok ? await response.text() : `(${response.status})`;
 }
 
 async function guardLog(ctx: Context): Promise<GuardLogEntry[]> {
   const entries: GuardLogEntry[] = [];
-  for (let after = 0; ; ) {
-    const response = await fetch(`${ctx.resourceUrl}/log?after=${after}&limit=500`, { signal: AbortSignal.timeout(10_000) });
+  for (let after = 0; ;) {
+    const response = await fetch(`${ctx.resourceUrl}/log?after=${after}&limit=500`, {
+      signal: AbortSignal.timeout(10_000),
+    });
     const page = ((await response.json()) as { entries: unknown[] }).entries.map(parseGuardLogEntry);
     if (page.length === 0) return entries;
     entries.push(...page);
@@ -96,21 +105,45 @@ async function guardLog(ctx: Context): Promise<GuardLogEntry[]> {
   }
 }
 
-async function acquire(ctx: Context, who: string, client: QuorumFenceClient, resource: string, options: { ttlMs: number; waitMs: number; autoRenew?: boolean }): Promise<Lease> {
+async function acquire(
+  ctx: Context,
+  who: string,
+  client: QuorumFenceClient,
+  resource: string,
+  options: { ttlMs: number; waitMs: number; autoRenew?: boolean },
+): Promise<Lease> {
   const result = await client.acquire(resource, options);
   ctx.faults.push(...result.faults);
-  if (!result.ok) throw new QuorumFenceError('INTERNAL', `${who} could not acquire ${resource}: ${result.reason} (${result.message})`);
+  if (!result.ok)
+    throw new QuorumFenceError(
+      'INTERNAL',
+      `${who} could not acquire ${resource}: ${result.reason} (${result.message})`,
+    );
   ctx.capturedTokens.push(result.lease.tokenText);
   return result.lease;
 }
 
 /** Scene 1. Returns whether the stale write was refused. */
-async function staleWriteScene(ctx: Context, a: QuorumFenceClient, b: QuorumFenceClient, ttlMs: number, pauseMs: number): Promise<boolean> {
+async function staleWriteScene(
+  ctx: Context,
+  a: QuorumFenceClient,
+  b: QuorumFenceClient,
+  ttlMs: number,
+  pauseMs: number,
+): Promise<boolean> {
   heading('Scene 1: a paused worker writes with an expired lease');
   const leaseA = await acquire(ctx, 'A', a, RESOURCE, { ttlMs, waitMs: 0, autoRenew: false });
-  say(ctx, 'worker A', `acquired ${RESOURCE} at epoch ${leaseA.epoch} (lease ${ttlMs} ms, token ${leaseA.tokenText.slice(0, 12)}…)`);
+  say(
+    ctx,
+    'worker A',
+    `acquired ${RESOURCE} at epoch ${leaseA.epoch} (lease ${ttlMs} ms, token ${leaseA.tokenText.slice(0, 12)}…)`,
+  );
   const first = await put(ctx, RESOURCE, 'total', leaseA.tokenText, '100');
-  say(ctx, 'worker A', `PUT total=100 with epoch ${leaseA.epoch} → ${first.status} ${first.ok ? 'accepted' : first.code} (barrier ${first.barrier})`);
+  say(
+    ctx,
+    'worker A',
+    `PUT total=100 with epoch ${leaseA.epoch} → ${first.status} ${first.ok ? 'accepted' : first.code} (barrier ${first.barrier})`,
+  );
   say(ctx, 'worker A', `stalls for ${pauseMs} ms (a stand-in for a GC pause): it cannot renew, and its lease runs out`);
   const waking = sleep(pauseMs);
 
@@ -118,7 +151,11 @@ async function staleWriteScene(ctx: Context, a: QuorumFenceClient, b: QuorumFenc
   const leaseB = await acquire(ctx, 'B', b, RESOURCE, { ttlMs: 10_000, waitMs: ttlMs + 10_000 });
   say(ctx, 'worker B', `acquired ${RESOURCE} at epoch ${leaseB.epoch} once A's lease had run out`);
   const second = await put(ctx, RESOURCE, 'total', leaseB.tokenText, '250');
-  say(ctx, 'worker B', `PUT total=250 with epoch ${leaseB.epoch} → ${second.status} ${second.ok ? 'accepted' : second.code} (barrier ${second.barrier})`);
+  say(
+    ctx,
+    'worker B',
+    `PUT total=250 with epoch ${leaseB.epoch} → ${second.status} ${second.ok ? 'accepted' : second.code} (barrier ${second.barrier})`,
+  );
   await leaseB.release();
   say(ctx, 'worker B', 'released the lease');
 
@@ -126,24 +163,45 @@ async function staleWriteScene(ctx: Context, a: QuorumFenceClient, b: QuorumFenc
   say(ctx, 'worker A', `wakes up, still believing it holds the lease, and writes with its epoch-${leaseA.epoch} token`);
   const stale = await put(ctx, RESOURCE, 'total', leaseA.tokenText, '101');
   const refused = stale.status === 409 && stale.code === 'stale';
-  say(ctx, 'resource', `PUT total=101 with epoch ${leaseA.epoch} → ${stale.status} ${stale.code ?? 'accepted'}: barrier is ${stale.barrier}, ${refused ? 'REFUSED' : 'ACCEPTED (this must not happen)'}`);
-  say(ctx, 'resource', `total = ${await read(ctx, RESOURCE, 'total')} (B's write survived; without the fence A would have overwritten it)`);
+  say(
+    ctx,
+    'resource',
+    `PUT total=101 with epoch ${leaseA.epoch} → ${stale.status} ${stale.code ?? 'accepted'}: barrier is ${stale.barrier}, ${refused ? 'REFUSED' : 'ACCEPTED (this must not happen)'}`,
+  );
+  say(
+    ctx,
+    'resource',
+    `total = ${await read(ctx, RESOURCE, 'total')} (B's write survived; without the fence A would have overwritten it)`,
+  );
   return refused;
 }
 
 /** Scene 2. Returns the malicious replica's index as named by clients, and whether the history is clean. */
-async function maliciousReplicaScene(ctx: Context, clients: [QuorumFenceClient, QuorumFenceClient], liarUrl: string, rounds: number) {
+async function maliciousReplicaScene(
+  ctx: Context,
+  clients: [QuorumFenceClient, QuorumFenceClient],
+  liarUrl: string,
+  rounds: number,
+) {
   heading('Scene 2: replica 4 turns malicious');
   await controlByzantine(liarUrl, { behaviours: ['equivocate', 'garbage'], rate: 1 });
   say(ctx, 'replica 4', 'now equivocates (signs any holder at any epoch) and sends garbage partials');
-  say(ctx, 'replica 4', 'a token needs 3 signatures and each honest replica signs one holder per epoch, so its extra votes never make a second token');
+  say(
+    ctx,
+    'replica 4',
+    'a token needs 3 signatures and each honest replica signs one holder per epoch, so its extra votes never make a second token',
+  );
   const faultsBefore = ctx.faults.length;
   let granted = 0;
   const turn = async (client: QuorumFenceClient, who: string, round: number) => {
     const lease = await acquire(ctx, who, client, LEDGER, { ttlMs: 5_000, waitMs: 15_000 });
     granted++;
     const write = await put(ctx, LEDGER, 'last-writer', lease.tokenText, `${who} round ${round}`);
-    say(ctx, who, `epoch ${String(lease.epoch).padStart(2)} → PUT ${write.status} ${write.ok ? 'accepted' : write.code}`);
+    say(
+      ctx,
+      who,
+      `epoch ${String(lease.epoch).padStart(2)} → PUT ${write.status} ${write.ok ? 'accepted' : write.code}`,
+    );
     await lease.release();
   };
   await Promise.all(
@@ -165,13 +223,18 @@ async function maliciousReplicaScene(ctx: Context, clients: [QuorumFenceClient, 
   const state = await byzantineState(liarUrl);
   const acts = Object.entries(state.acts);
   const lies = acts.reduce((sum, [, count]) => sum + (count ?? 0), 0);
-  say(ctx, 'replica 4', `lied in ${lies} of ${state.requests} requests (${acts.map(([behaviour, count]) => `${behaviour} ${count}`).join(', ') || 'none'})`);
+  say(
+    ctx,
+    'replica 4',
+    `lied in ${lies} of ${state.requests} requests (${acts.map(([behaviour, count]) => `${behaviour} ${count}`).join(', ') || 'none'})`,
+  );
   const blamed = new Map<number, Set<string>>();
   for (const fault of ctx.faults.slice(faultsBefore)) {
     if (!blamed.has(fault.replica)) blamed.set(fault.replica, new Set());
     blamed.get(fault.replica)!.add(fault.kind);
   }
-  for (const [replica, kinds] of blamed) say(ctx, 'clients', `caught replica ${replica} lying: ${[...kinds].join(', ')}`);
+  for (const [replica, kinds] of blamed)
+    say(ctx, 'clients', `caught replica ${replica} lying: ${[...kinds].join(', ')}`);
   return { granted, blamed };
 }
 
@@ -199,9 +262,14 @@ export const command: Command = {
     });
     const ttlMs = parseDuration(values.ttl, 'ttl', 2_000);
     const pauseMs = parseDuration(values.pause, 'pause', 3_500);
-    if (pauseMs <= ttlMs) throw new QuorumFenceError('INVALID_OPTION', `--pause (${pauseMs} ms) must be longer than --ttl (${ttlMs} ms) for the lease to run out`);
+    if (pauseMs <= ttlMs)
+      throw new QuorumFenceError(
+        'INVALID_OPTION',
+        `--pause (${pauseMs} ms) must be longer than --ttl (${ttlMs} ms) for the lease to run out`,
+      );
     const rounds = Number(values.rounds ?? 6);
-    if (!Number.isInteger(rounds) || rounds < 1 || rounds > 100) throw new QuorumFenceError('INVALID_OPTION', `--rounds expects 1..100, got "${values.rounds}"`);
+    if (!Number.isInteger(rounds) || rounds < 1 || rounds > 100)
+      throw new QuorumFenceError('INVALID_OPTION', `--rounds expects 1..100, got "${values.rounds}"`);
     const dir = resolve(values.dir ?? join('.quorumfence', 'demo'));
     const startedAt = performance.now();
     const stops: (() => Promise<unknown>)[] = [];
@@ -216,14 +284,21 @@ export const command: Command = {
     process.once('SIGTERM', onSignal);
 
     try {
-      process.stdout.write('quorumfence demo: 4 replicas (f = 1, any 3 sign) and a guarded key-value resource, as processes on this machine\n');
+      process.stdout.write(
+        'quorumfence demo: 4 replicas (f = 1, any 3 sign) and a guarded key-value resource, as processes on this machine\n',
+      );
       prepareDir(dir);
       const keys = join(dir, 'keys');
       dealLocalCluster(keys, 4);
       const honest = await startLocalCluster({ dir: keys, dataRoot: join(dir, 'data'), indices: [1, 2, 3] });
       stops.push(() => honest.close());
       // Replica 4 is the real replica behind a front that can lie; it starts honest.
-      const wrapped: LocalCluster = await startLocalCluster({ dir: keys, dataRoot: join(dir, 'data'), indices: [4], entry: byzantineEntryPoint() });
+      const wrapped: LocalCluster = await startLocalCluster({
+        dir: keys,
+        dataRoot: join(dir, 'data'),
+        indices: [4],
+        entry: byzantineEntryPoint(),
+      });
       stops.push(() => wrapped.close());
       const cluster = withEndpoints(honest.cluster, [...honest.replicas.map((r) => r.url), wrapped.replica(4).url]);
       const clusterFile = join(dir, 'cluster.json');
@@ -237,7 +312,10 @@ export const command: Command = {
 
       const identities: Identity[] = [generateIdentity(), generateIdentity()];
       const [a, b] = await Promise.all(identities.map((identity) => QuorumFenceClient.connect(cluster, identity)));
-      stops.push(() => a!.close(), () => b!.close());
+      stops.push(
+        () => a!.close(),
+        () => b!.close(),
+      );
 
       const refused = await staleWriteScene(ctx, a!, b!, ttlMs, pauseMs);
       const scene2 = await maliciousReplicaScene(ctx, [a!, b!], wrapped.replica(4).url, rounds);

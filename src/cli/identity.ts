@@ -32,7 +32,10 @@ export const command: Command = {
         publicKey = createIdentityFile(path).publicKeyHex;
       } catch (error) {
         if (error instanceof QuorumFenceError && error.code === 'FILE_EXISTS') {
-          throw new QuorumFenceError('FILE_EXISTS', `${path} already exists; refusing to replace an identity (choose another FILE, or "identity show ${file}")`);
+          throw new QuorumFenceError(
+            'FILE_EXISTS',
+            `${path} already exists; refusing to replace an identity (choose another FILE, or "identity show ${file}")`,
+          );
         }
         throw error;
       }

@@ -54,17 +54,28 @@ export const command: Command = {
             throw new QuorumFenceError('INVALID_OPTION', `--endpoints: ${(error as Error).message}`);
           }
         })
-      : localEndpoints(n, integerFlag(values['base-port'], 'base-port', 7101, 1, 65535 - n), values.host ?? '127.0.0.1');
-    if (endpoints.length !== n) throw new QuorumFenceError('INVALID_OPTION', `--endpoints lists ${endpoints.length} URLs for ${n} replicas`);
+      : localEndpoints(
+          n,
+          integerFlag(values['base-port'], 'base-port', 7101, 1, 65535 - n),
+          values.host ?? '127.0.0.1',
+        );
+    if (endpoints.length !== n)
+      throw new QuorumFenceError('INVALID_OPTION', `--endpoints lists ${endpoints.length} URLs for ${n} replicas`);
 
-    const files = [join(out, 'cluster.json'), ...Array.from({ length: n }, (_, k) => join(out, `replica-${k + 1}.key`))];
+    const files = [
+      join(out, 'cluster.json'),
+      ...Array.from({ length: n }, (_, k) => join(out, `replica-${k + 1}.key`)),
+    ];
     const existing = files.filter((file) => existsSync(file));
     if (values['if-missing'] && existing.length === files.length) {
       process.stdout.write(`keys for ${n} replicas already in ${out}; nothing to do\n`);
       return 0;
     }
     if (existing.length > 0) {
-      throw new QuorumFenceError('FILE_EXISTS', `${existing[0]} already exists; refusing to overwrite keys (choose another --out)`);
+      throw new QuorumFenceError(
+        'FILE_EXISTS',
+        `${existing[0]} already exists; refusing to overwrite keys (choose another --out)`,
+      );
     }
     mkdirSync(out, { recursive: true, mode: 0o700 });
 
@@ -73,10 +84,14 @@ export const command: Command = {
     const description = describeDealtKey(key, endpoints);
     // Key files first, exclusively: if anything fails halfway, no cluster.json points at missing keys.
     for (const share of key.shares) {
-      writeFileDurably(files[share.index]!, JSON.stringify(replicaKeyJson(description.clusterId, share), null, 2) + '\n', {
-        mode: 0o600,
-        exclusive: true,
-      });
+      writeFileDurably(
+        files[share.index]!,
+        JSON.stringify(replicaKeyJson(description.clusterId, share), null, 2) + '\n',
+        {
+          mode: 0o600,
+          exclusive: true,
+        },
+      );
     }
     writeFileDurably(files[0]!, JSON.stringify(description, null, 2) + '\n', { exclusive: true });
 

@@ -28,8 +28,12 @@ function verbList(loaded: [string, Command][]): string {
 export async function main(argv: string[]): Promise<number> {
   const [verb, ...rest] = argv;
   if (verb === undefined || verb === '--help' || verb === '-h' || verb === 'help') {
-    const loaded = await Promise.all(Object.entries(verbs).map(async ([name, load]) => [name, (await load()).command] as [string, Command]));
-    process.stdout.write(`usage: quorumfence <command> [options]\n\ncommands:\n${verbList(loaded)}\n\nRun "quorumfence <command> --help" for a command's options.\n`);
+    const loaded = await Promise.all(
+      Object.entries(verbs).map(async ([name, load]) => [name, (await load()).command] as [string, Command]),
+    );
+    process.stdout.write(
+      `usage: quorumfence <command> [options]\n\ncommands:\n${verbList(loaded)}\n\nRun "quorumfence <command> --help" for a command's options.\n`,
+    );
     return verb === undefined ? 2 : 0;
   }
   const load = verbs[verb];

@@ -56,7 +56,8 @@ export const command: Command = {
     if (sub === 'export') return exportRecord(rest);
     if (sub === 'import') return importRecord(rest);
     if (sub === 'run') return runReplica(rest);
-    if (sub !== undefined && !sub.startsWith('-')) throw new QuorumFenceError('INVALID_OPTION', `unknown subcommand "${sub}" (run, export, import)`);
+    if (sub !== undefined && !sub.startsWith('-'))
+      throw new QuorumFenceError('INVALID_OPTION', `unknown subcommand "${sub}" (run, export, import)`);
     return runReplica(argv);
   },
 };
@@ -115,7 +116,8 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
   try {
     cluster = parseCluster(clusterJson);
   } catch (error) {
-    if (error instanceof QuorumFenceError) throw new QuorumFenceError(error.code, `${clusterPath}: ${error.message}`, error.details);
+    if (error instanceof QuorumFenceError)
+      throw new QuorumFenceError(error.code, `${clusterPath}: ${error.message}`, error.details);
     throw error;
   }
   const keyJson = readJsonFile(keyPath, 'replica key', 'BAD_KEY_FILE');
@@ -123,14 +125,20 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
 }
 
 async function runReplica(argv: string[]): Promise<number> {
-  const { values } = parseFlags(argv, { ...REPLICA_RUN_FLAGS, 'tls-cert': { type: 'string' }, 'tls-key': { type: 'string' } });
+  const { values } = parseFlags(argv, {
+    ...REPLICA_RUN_FLAGS,
+    'tls-cert': { type: 'string' },
+    'tls-key': { type: 'string' },
+  });
   if ((values['tls-cert'] === undefined) !== (values['tls-key'] === undefined)) {
     throw new QuorumFenceError('INVALID_OPTION', '--tls-cert and --tls-key go together');
   }
   // The store check runs in a child process; start it now so it overlaps loading the key.
   const storeProbe = probeSigningRecord(resolve(required(values.data, 'data')));
   storeProbe.catch(() => undefined); // Reported when ReplicaServer.start awaits it.
-  const tls = values['tls-cert'] ? { cert: readPem(values['tls-cert'], 'tls-cert'), key: readPem(values['tls-key']!, 'tls-key') } : undefined;
+  const tls = values['tls-cert']
+    ? { cert: readPem(values['tls-cert'], 'tls-cert'), key: readPem(values['tls-key']!, 'tls-key') }
+    : undefined;
   const { dataDir, listen, limits, access, clusterJson, cluster, keyJson, key } = loadReplicaRunSettings(values);
 
   // Loaded here, not at the top: export and import need none of the network stack.
@@ -157,7 +165,15 @@ async function runReplica(argv: string[]): Promise<number> {
     },
   });
   logger.info(
-    { url: server.url, healthUrl: server.healthUrl, replica: key.index, clusterId: cluster.idHex, backend: cluster.backend.name, signingWorkers: limits.signingWorkers, dataDir },
+    {
+      url: server.url,
+      healthUrl: server.healthUrl,
+      replica: key.index,
+      clusterId: cluster.idHex,
+      backend: cluster.backend.name,
+      signingWorkers: limits.signingWorkers,
+      dataDir,
+    },
     'listening',
   );
   await watch.stopped;
@@ -182,12 +198,26 @@ async function exportRecord(argv: string[]): Promise<number> {
 }
 
 async function importRecord(argv: string[]): Promise<number> {
-  const { values } = parseFlags(argv, { data: { type: 'string' }, in: { type: 'string' }, cluster: { type: 'string' } });
+  const { values } = parseFlags(argv, {
+    data: { type: 'string' },
+    in: { type: 'string' },
+    cluster: { type: 'string' },
+  });
   const cluster = loadClusterFile(resolve(required(values.cluster, 'cluster')));
   const inPath = resolve(required(values.in, 'in'));
-  const { replica, entries } = parseInterchange(readJsonFile(inPath, 'interchange file', 'BAD_INTERCHANGE'), cluster.id);
-  if (replica > cluster.n) throw new QuorumFenceError('BAD_INTERCHANGE', `interchange: "replica" ${replica} is not in this cluster of ${cluster.n}`);
-  const store = SigningRecord.open(resolve(required(values.data, 'data')), { clusterId: cluster.id, replicaIndex: replica });
+  const { replica, entries } = parseInterchange(
+    readJsonFile(inPath, 'interchange file', 'BAD_INTERCHANGE'),
+    cluster.id,
+  );
+  if (replica > cluster.n)
+    throw new QuorumFenceError(
+      'BAD_INTERCHANGE',
+      `interchange: "replica" ${replica} is not in this cluster of ${cluster.n}`,
+    );
+  const store = SigningRecord.open(resolve(required(values.data, 'data')), {
+    clusterId: cluster.id,
+    replicaIndex: replica,
+  });
   try {
     const summary = await store.raiseFrom(entries);
     process.stdout.write(

@@ -54,7 +54,9 @@ export const command: Command = {
     try {
       mkdirSync(dataDir, { recursive: true, mode: 0o700 });
     } catch (error) {
-      throw new QuorumFenceError('IO_ERROR', `cannot create --data ${dataDir}: ${(error as Error).message}`, { path: dataDir });
+      throw new QuorumFenceError('IO_ERROR', `cannot create --data ${dataDir}: ${(error as Error).message}`, {
+        path: dataDir,
+      });
     }
 
     const logger = createLogger('resource');

@@ -37,7 +37,12 @@ export const command: Command = {
   async run(argv) {
     const { values, positionals } = parseFlags(
       argv,
-      { cluster: { type: 'string' }, identity: { type: 'string' }, timeout: { type: 'string' }, json: { type: 'boolean' } },
+      {
+        cluster: { type: 'string' },
+        identity: { type: 'string' },
+        timeout: { type: 'string' },
+        json: { type: 'boolean' },
+      },
       { min: 1, max: 1 },
     );
     const resource = positionals[0]!;
@@ -53,9 +58,15 @@ export const command: Command = {
       const summary = !enough
         ? `only ${status.answered} of ${client.cluster.n} replicas answered (${2 * client.cluster.f + 1} needed for a quorum view)`
         : `epoch ${status.epoch}, ${status.leased ? `leased, about ${status.remainingMs} ms left` : 'free'}`;
-      const lines = [`resource ${JSON.stringify(resource)} on cluster ${toHex(client.cluster.id).slice(0, 16)}…: ${summary}`, 'replica  endpoint                      view'];
+      const lines = [
+        `resource ${JSON.stringify(resource)} on cluster ${toHex(client.cluster.id).slice(0, 16)}…: ${summary}`,
+        'replica  endpoint                      view',
+      ];
       for (const v of status.replicas) {
-        const view = v.state === 'ok' ? `epoch ${v.epoch}, ${v.leased ? `leased (${v.remainingMs} ms left)` : 'free'}` : `${v.state}: ${v.message}`;
+        const view =
+          v.state === 'ok'
+            ? `epoch ${v.epoch}, ${v.leased ? `leased (${v.remainingMs} ms left)` : 'free'}`
+            : `${v.state}: ${v.message}`;
         lines.push(`${String(v.replica).padEnd(8)} ${v.endpoint.padEnd(29)} ${view}`);
       }
       process.stdout.write(lines.join('\n') + '\n');

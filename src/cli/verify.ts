@@ -20,7 +20,11 @@ export const command: Command = {
   summary: 'check an admission token offline and print its fields',
   usage,
   async run(argv) {
-    const { values, positionals } = parseFlags(argv, { cluster: { type: 'string' }, json: { type: 'boolean' } }, { min: 1, max: 1 });
+    const { values, positionals } = parseFlags(
+      argv,
+      { cluster: { type: 'string' }, json: { type: 'boolean' } },
+      { min: 1, max: 1 },
+    );
     const cluster = loadClusterFile(required(values.cluster, 'cluster'));
     const text = positionals[0] === '-' ? readFileSync(0, 'utf8').trim() : positionals[0]!;
     const check = checkToken(text, cluster);
@@ -34,14 +38,23 @@ export const command: Command = {
         }
       : undefined;
     if (values.json) {
-      const result = check.ok ? { valid: true, ...fields } : { valid: false, reason: check.reason, ...('code' in check ? { code: check.code } : {}), message: check.message };
+      const result = check.ok
+        ? { valid: true, ...fields }
+        : {
+            valid: false,
+            reason: check.reason,
+            ...('code' in check ? { code: check.code } : {}),
+            message: check.message,
+          };
       process.stdout.write(JSON.stringify(result) + '\n');
     } else if (fields) {
       process.stdout.write(
         `valid token\n  resource  ${fields.resource}\n  epoch     ${fields.epoch}\n  holder    ${fields.holder}\n  cluster   ${fields.clusterId}\n  digest    ${fields.digest}\n`,
       );
     } else if (!check.ok) {
-      process.stdout.write(`invalid token: ${check.reason}${'code' in check ? ` (${check.code})` : ''}: ${check.message}\n`);
+      process.stdout.write(
+        `invalid token: ${check.reason}${'code' in check ? ` (${check.code})` : ''}: ${check.message}\n`,
+      );
     }
     return check.ok ? 0 : 1;
   },

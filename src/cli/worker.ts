@@ -56,7 +56,8 @@ export const command: Command = {
     const resource = required(values.resource, 'resource');
     const guard = required(values.guard, 'guard').replace(/\/+$/, '');
     const expect = values.expect ?? 'accepted';
-    if (expect !== 'accepted' && expect !== 'stale') throw new QuorumFenceError('INVALID_OPTION', `--expect is accepted or stale, got "${expect}"`);
+    if (expect !== 'accepted' && expect !== 'stale')
+      throw new QuorumFenceError('INVALID_OPTION', `--expect is accepted or stale, got "${expect}"`);
     const ttlMs = parseDuration(values.ttl, 'ttl', 3_000);
     const waitMs = parseDuration(values.wait, 'wait', 15_000);
     const pauseMs = values.pause === undefined ? undefined : parseDuration(values.pause, 'pause', 0);
@@ -66,7 +67,9 @@ export const command: Command = {
       process.stdout.write(
         values.json
           ? JSON.stringify({ worker: name, event, ...fields }) + '\n'
-          : `worker ${name}: ${event} ${Object.entries(fields).map(([k, v]) => `${k}=${v}`).join(' ')}\n`,
+          : `worker ${name}: ${event} ${Object.entries(fields)
+              .map(([k, v]) => `${k}=${v}`)
+              .join(' ')}\n`,
       );
 
     await sleep(parseDuration(values['start-after'], 'start-after', 0));
@@ -89,7 +92,10 @@ export const command: Command = {
             signal: AbortSignal.timeout(10_000),
           });
         } catch (error) {
-          throw new QuorumFenceError('CONNECTION_FAILED', `cannot reach the guarded resource at ${guard}: ${(error as Error).message}`);
+          throw new QuorumFenceError(
+            'CONNECTION_FAILED',
+            `cannot reach the guarded resource at ${guard}: ${(error as Error).message}`,
+          );
         }
         const body = (await response.json().catch(() => ({}))) as { code?: string; barrier?: unknown };
         const outcome = response.status === 200 ? 'accepted' : (body.code ?? `http-${response.status}`);

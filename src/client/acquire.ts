@@ -80,7 +80,8 @@ export type AcquireRefusal =
       readonly faults: readonly ReplicaFault[];
     };
 
-export type AcquireGrantResult = { readonly ok: true; readonly grant: AcquiredGrant; readonly faults: readonly ReplicaFault[] } | AcquireRefusal;
+export type AcquireGrantResult =
+  { readonly ok: true; readonly grant: AcquiredGrant; readonly faults: readonly ReplicaFault[] } | AcquireRefusal;
 
 type Attempt =
   | { readonly kind: 'granted'; readonly grant: AcquiredGrant }
@@ -120,7 +121,11 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   // Replicas whose last connection ended because they broke the protocol are named even though no request reached them.
   for (const channel of ctx.channels.channels) {
     const failure = channel.state.lastFailure;
-    if (channel.state.phase !== 'ready' && failure && (failure.kind === 'protocol' || failure.kind === 'bad_challenge')) {
+    if (
+      channel.state.phase !== 'ready' &&
+      failure &&
+      (failure.kind === 'protocol' || failure.kind === 'bad_challenge')
+    ) {
       faults.add(channel.index, failure.kind, failure.message);
     }
   }
@@ -166,17 +171,23 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       if (status.kind === 'slow') continue;
       if (status.kind === 'busy') {
         const waited = await waitWhileBusy(ctx, request, status, waitUntil, deadline);
-        if (waited !== 'retry') return waited === 'aborted' ? refuse('aborted', 'the caller aborted the acquire') : busyRefusal(status, faults);
+        if (waited !== 'retry')
+          return waited === 'aborted'
+            ? refuse('aborted', 'the caller aborted the acquire')
+            : busyRefusal(status, faults);
         continue;
       }
       epoch = maxEpoch(chooseEpoch([...known.values()], f), floor);
     }
     const leaderFirst =
-      contended && clock.now() - lastFullAttemptAt < LEADER_FIRST_WINDOW_MS && ctx.channels.channels[leader - 1]?.state.phase === 'ready';
+      contended &&
+      clock.now() - lastFullAttemptAt < LEADER_FIRST_WINDOW_MS &&
+      ctx.channels.channels[leader - 1]?.state.phase === 'ready';
     // Leader-first, the leader's own record decides, so follow it even when the (f+1)-th rule lags behind it:
     // a leader ahead of the quorum (partial grants it gave) would otherwise refuse every attempt as stale.
     const leaderEpoch = known.get(leader);
-    if (leaderFirst && leaderEpoch !== undefined && leaderEpoch + 1n > epoch && leaderEpoch < MAX_EPOCH) epoch = leaderEpoch + 1n;
+    if (leaderFirst && leaderEpoch !== undefined && leaderEpoch + 1n > epoch && leaderEpoch < MAX_EPOCH)
+      epoch = leaderEpoch + 1n;
     if (retryAtOnce && epoch <= lastEpoch) {
       // The answers did not move the epoch (liars, or a lagging quorum): back off as for a split vote.
       if (!(await pauseBeforeRetry())) return refuse('aborted', 'the caller aborted the acquire');
@@ -186,9 +197,18 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     lastEpoch = epoch;
 
     if (!leaderFirst) lastFullAttemptAt = clock.now();
-    const attempt = await attemptEpoch(ctx, request, epoch, deadline, report, faults, leaderFirst ? leader : undefined, (released) => {
-      if (released >= floor) floor = released + 1n;
-    });
+    const attempt = await attemptEpoch(
+      ctx,
+      request,
+      epoch,
+      deadline,
+      report,
+      faults,
+      leaderFirst ? leader : undefined,
+      (released) => {
+        if (released >= floor) floor = released + 1n;
+      },
+    );
     if (attempt.kind !== 'granted') contended = retried = true;
     switch (attempt.kind) {
       case 'granted':
@@ -198,7 +218,10 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
         return refuse(attempt.reason, attempt.message);
       case 'busy': {
         const waited = await waitWhileBusy(ctx, request, attempt, waitUntil, deadline);
-        if (waited !== 'retry') return waited === 'aborted' ? refuse('aborted', 'the caller aborted the acquire') : busyRefusal(attempt, faults);
+        if (waited !== 'retry')
+          return waited === 'aborted'
+            ? refuse('aborted', 'the caller aborted the acquire')
+            : busyRefusal(attempt, faults);
         retries = 0;
         continue;
       }
@@ -281,7 +304,11 @@ type StatusForEpoch =
   | { readonly kind: 'known' }
   | { readonly kind: 'slow' }
   | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number }
-  | { readonly kind: 'stop'; readonly reason: 'timeout' | 'unavailable' | 'aborted' | 'forbidden' | 'invalid'; readonly message: string };
+  | {
+      readonly kind: 'stop';
+      readonly reason: 'timeout' | 'unavailable' | 'aborted' | 'forbidden' | 'invalid';
+      readonly message: string;
+    };
 
 /** A status round: at least 2f+1 epochs for the (f+1)-th rule, and whether f+1 replicas see a lease running. */
 async function statusForEpoch(
@@ -327,13 +354,24 @@ async function statusForEpoch(
     round.close();
   }
   if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
-  if (forbidden > f) return { kind: 'stop', reason: 'forbidden', message: `${forbidden} replicas refuse this identity access to "${request.resource}"` };
-  if (invalid.length > f) return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
+  if (forbidden > f)
+    return {
+      kind: 'stop',
+      reason: 'forbidden',
+      message: `${forbidden} replicas refuse this identity access to "${request.resource}"`,
+    };
+  if (invalid.length > f)
+    return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
   if (answered < need) {
-    if (ended !== 'deadline') return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, answered, need) };
+    if (ended !== 'deadline')
+      return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, answered, need) };
     // Connected replicas that are slow: ask again while the caller's deadline allows.
     return roundDeadline >= deadline
-      ? { kind: 'stop', reason: 'timeout', message: `only ${answered} of the ${need} status answers needed arrived within ${request.timeoutMs} ms` }
+      ? {
+          kind: 'stop',
+          reason: 'timeout',
+          message: `only ${answered} of the ${need} status answers needed arrived within ${request.timeoutMs} ms`,
+        }
       : { kind: 'slow' };
   }
   if (leased.length > f) {
@@ -341,7 +379,14 @@ async function statusForEpoch(
       leased.map((l) => l.remainingMs),
       f,
     )!;
-    return { kind: 'busy', epoch: fPlusOneLargest(leased.map((l) => l.epoch), f), remainingMs };
+    return {
+      kind: 'busy',
+      epoch: fPlusOneLargest(
+        leased.map((l) => l.epoch),
+        f,
+      ),
+      remainingMs,
+    };
   }
   return { kind: 'known' };
 }
@@ -353,7 +398,10 @@ function fPlusOneLargest(epochs: readonly bigint[], f: number): bigint {
 
 function unavailableMessage(ctx: QuorumContext, answered: number, need: number): string {
   const down = ctx.channels.channels.filter((c) => c.state.phase !== 'ready').map((c) => c.index);
-  return `only ${answered} replicas answered and ${need} are needed` + (down.length ? `; not connected: replica ${down.join(', ')}` : '');
+  return (
+    `only ${answered} replicas answered and ${need} are needed` +
+    (down.length ? `; not connected: replica ${down.join(', ')}` : '')
+  );
 }
 
 /** One acquire round at `epoch`. */
@@ -376,12 +424,16 @@ async function attemptEpoch(
   // Taken before the first request leaves, so the holder's lease view starts before any replica's (DESIGN.md).
   const sentAt = clock.now();
   const roundDeadline = Math.min(deadline, sentAt + options.requestTimeoutMs);
-  const round = new Round<'acquire'>(ctx.channels, () => ({ type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs }), {
-    clock,
-    deadline: roundDeadline,
-    signal: request.signal,
-    first: leader,
-  });
+  const round = new Round<'acquire'>(
+    ctx.channels,
+    () => ({ type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs }),
+    {
+      clock,
+      deadline: roundDeadline,
+      signal: request.signal,
+      first: leader,
+    },
+  );
   // A leader that is slow to answer does not hold the attempt up for long: then everyone is asked.
   const leaderTimer = leader === undefined ? undefined : setTimeout(() => round.widen(), options.stragglerMinMs);
   let leaderRefusal: Attempt | undefined;
@@ -395,7 +447,7 @@ async function attemptEpoch(
   let straggling = false;
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
-  let reachable = 0;
+  let reachable: number;
   let signature: ReturnType<PartialCollector['tryCombine']> | undefined;
 
   try {
@@ -420,12 +472,19 @@ async function attemptEpoch(
           report(replica, epoch);
           const added = collector.add(replica, outcome.partial);
           if (!added.ok) {
-            if (added.reason !== 'duplicate') faults.add(replica, added.reason === 'undecodable' ? 'undecodable_partial' : 'invalid_partial', added.message);
+            if (added.reason !== 'duplicate')
+              faults.add(
+                replica,
+                added.reason === 'undecodable' ? 'undecodable_partial' : 'invalid_partial',
+                added.message,
+              );
             break;
           }
           if (collector.count >= t) {
             signature = collector.tryCombine();
-            if (!signature.ok) for (const bad of signature.bad) faults.add(bad, 'invalid_partial', `partial from replica ${bad} does not verify under its key share`);
+            if (!signature.ok)
+              for (const bad of signature.bad)
+                faults.add(bad, 'invalid_partial', `partial from replica ${bad} does not verify under its key share`);
           }
           break;
         }
@@ -476,7 +535,15 @@ async function attemptEpoch(
   if (leaderRefusal) return leaderRefusal;
 
   if (signature?.ok) {
-    return { kind: 'granted', grant: { token: encodeToken(grant, signature.signature), sentAt, ttlMs: request.ttlMs, signers: signature.signers } };
+    return {
+      kind: 'granted',
+      grant: {
+        token: encodeToken(grant, signature.signature),
+        sentAt,
+        ttlMs: request.ttlMs,
+        signers: signature.signers,
+      },
+    };
   }
 
   // No token: hand back what we half-won so that another contender is not kept out by it until the ttl runs out.
@@ -486,9 +553,21 @@ async function attemptEpoch(
   }
 
   if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
-  if (forbidden > f) return { kind: 'stop', reason: 'forbidden', message: `${forbidden} replicas refuse this identity access to "${request.resource}"` };
-  if (invalid.length > f) return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
-  if (busy.length > f) return { kind: 'busy', epoch: fPlusOneLargest(busyEpochs, f), remainingMs: quorumRemainingMs(busy, f)!, leaderOnly: false };
+  if (forbidden > f)
+    return {
+      kind: 'stop',
+      reason: 'forbidden',
+      message: `${forbidden} replicas refuse this identity access to "${request.resource}"`,
+    };
+  if (invalid.length > f)
+    return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
+  if (busy.length > f)
+    return {
+      kind: 'busy',
+      epoch: fPlusOneLargest(busyEpochs, f),
+      remainingMs: quorumRemainingMs(busy, f)!,
+      leaderOnly: false,
+    };
   if (granted.size === 0 && outdated > 0 && busy.length === 0) return { kind: 'outdated', leaderOnly: false };
   if (reachable >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}` };
   if (ended === 'deadline') {
@@ -501,7 +580,12 @@ async function attemptEpoch(
 }
 
 /** Fire and forget: a release that is lost only delays the other contender until our partial lease ends. */
-function releasePartialGrants(ctx: QuorumContext, resource: string, epoch: bigint, include: (replica: number) => boolean): void {
+function releasePartialGrants(
+  ctx: QuorumContext,
+  resource: string,
+  epoch: bigint,
+  include: (replica: number) => boolean,
+): void {
   for (const channel of ctx.channels.channels) {
     if (!include(channel.index) || channel.state.phase !== 'ready') continue;
     void channel.request<'release'>({ type: 'release', resource, epoch }, ctx.options.requestTimeoutMs);

@@ -110,7 +110,14 @@ export class Campaign extends EventEmitter<CampaignEvents> {
           }
           if (refusal.reason === 'unavailable' || refusal.reason === 'timeout') {
             // Too few replicas: wait a little before asking again, rather than spin on a dead cluster.
-            await delay(backoffDelay(failures++, { baseMs: options.reconnectBaseMs, maxMs: options.reconnectMaxMs }, options.random()), stop);
+            await delay(
+              backoffDelay(
+                failures++,
+                { baseMs: options.reconnectBaseMs, maxMs: options.reconnectMaxMs },
+                options.random(),
+              ),
+              stop,
+            );
           }
           continue;
         }

@@ -36,7 +36,8 @@ export interface AcquireOptions {
   readonly onLost?: (end: LeaseEnd) => void;
 }
 
-export type AcquireResult = { readonly ok: true; readonly lease: Lease; readonly faults: readonly ReplicaFault[] } | AcquireRefusal;
+export type AcquireResult =
+  { readonly ok: true; readonly lease: Lease; readonly faults: readonly ReplicaFault[] } | AcquireRefusal;
 
 export interface ClientConstructionOptions extends Partial<ClientOptions> {
   /** Share one evidence log between clients (e.g. several identities) to catch a replica signing two holders. */
@@ -81,7 +82,9 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
     this.cluster = cluster;
     this.identity = identity;
     this.options = resolveClientOptions(rest);
-    this.#evidence = evidenceLog ?? new EvidenceLog({ maxEvidence: this.options.maxEvidence, partialMemorySize: this.options.partialMemorySize });
+    this.#evidence =
+      evidenceLog ??
+      new EvidenceLog({ maxEvidence: this.options.maxEvidence, partialMemorySize: this.options.partialMemorySize });
     this.#evidence.subscribe((item) => this.emit('evidence', item));
     const logger = this.options.logger;
     this.#connections = cluster.replicas.map(
@@ -91,8 +94,15 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
           identity,
           options: this.options,
           onChange: (connection) => {
-            logger.debug({ replica: connection.index, phase: connection.state.phase, failure: connection.state.lastFailure }, 'replica connection');
-            this.emit('connection', { replica: connection.index, endpoint: connection.endpoint, state: connection.state });
+            logger.debug(
+              { replica: connection.index, phase: connection.state.phase, failure: connection.state.lastFailure },
+              'replica connection',
+            );
+            this.emit('connection', {
+              replica: connection.index,
+              endpoint: connection.endpoint,
+              state: connection.state,
+            });
             for (const listener of this.#listeners) listener();
           },
           onFault: (fault) => {
@@ -138,7 +148,11 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
    * come up. See `replicas()` for each connection's state.
    * @throws QuorumFenceError INVALID_ARGUMENT for bad options.
    */
-  static async connect(cluster: Cluster, identity: Identity, options: ClientConstructionOptions = {}): Promise<QuorumFenceClient> {
+  static async connect(
+    cluster: Cluster,
+    identity: Identity,
+    options: ClientConstructionOptions = {},
+  ): Promise<QuorumFenceClient> {
     const client = new QuorumFenceClient(cluster, identity, options);
     await client.#settled(client.options.handshakeTimeoutMs);
     return client;
@@ -195,7 +209,12 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
     expectResource(resource);
     const ttlMs = expectInteger(options.ttlMs ?? this.options.defaultTtlMs, 1, MAX_DURATION_MS, 'ttlMs');
     const waitMs = expectInteger(options.waitMs ?? 0, 0, MAX_DURATION_MS, 'waitMs');
-    const timeoutMs = expectInteger(options.timeoutMs ?? Math.min(MAX_DURATION_MS, waitMs + this.options.acquireTimeoutMs), 1, MAX_DURATION_MS, 'timeoutMs');
+    const timeoutMs = expectInteger(
+      options.timeoutMs ?? Math.min(MAX_DURATION_MS, waitMs + this.options.acquireTimeoutMs),
+      1,
+      MAX_DURATION_MS,
+      'timeoutMs',
+    );
     const result = await acquireGrant(this.#ctx, { resource, ttlMs, waitMs, timeoutMs, signal: options.signal });
     if (!result.ok) return result;
     if (this.#closed) {
@@ -208,10 +227,16 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   }
 
   #makeLease(grant: AcquiredGrant, faults: readonly ReplicaFault[], options: AcquireOptions): Lease {
-    return new Lease(this.#ctx, grant, faults, { autoRenew: options.autoRenew ?? true, onLost: options.onLost }, (lease) => {
-      this.#leases.add(lease);
-      return () => this.#leases.delete(lease);
-    });
+    return new Lease(
+      this.#ctx,
+      grant,
+      faults,
+      { autoRenew: options.autoRenew ?? true, onLost: options.onLost },
+      (lease) => {
+        this.#leases.add(lease);
+        return () => this.#leases.delete(lease);
+      },
+    );
   }
 
   /**
@@ -222,7 +247,12 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   async status(resource: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<ResourceStatus> {
     this.#assertOpen();
     expectResource(resource);
-    const timeoutMs = expectInteger(options.timeoutMs ?? this.options.requestTimeoutMs, 1, MAX_DURATION_MS, 'timeoutMs');
+    const timeoutMs = expectInteger(
+      options.timeoutMs ?? this.options.requestTimeoutMs,
+      1,
+      MAX_DURATION_MS,
+      'timeoutMs',
+    );
     return resourceStatus(this.#ctx, resource, timeoutMs, options.signal);
   }
 

@@ -44,7 +44,11 @@ export type ConnectionEvent =
   | { readonly type: 'retry' }
   | { readonly type: 'close' };
 
-export const INITIAL_CONNECTION_STATE: ConnectionState = Object.freeze({ phase: 'connecting', failures: 0, lastFailure: undefined });
+export const INITIAL_CONNECTION_STATE: ConnectionState = Object.freeze({
+  phase: 'connecting',
+  failures: 0,
+  lastFailure: undefined,
+});
 
 /**
  * Applies one event. Events that make no sense in the current phase (a late
@@ -64,7 +68,11 @@ export function transition(state: ConnectionState, event: ConnectionEvent): Conn
       return state.phase === 'awaiting_welcome' ? { phase: 'ready', failures: 0, lastFailure: undefined } : state;
     case 'failed':
       if (state.phase === 'backoff') return state;
-      return { phase: 'backoff', failures: state.failures + 1, lastFailure: { kind: event.kind, message: event.message } };
+      return {
+        phase: 'backoff',
+        failures: state.failures + 1,
+        lastFailure: { kind: event.kind, message: event.message },
+      };
     case 'retry':
       return state.phase === 'backoff' ? { ...state, phase: 'connecting' } : state;
   }

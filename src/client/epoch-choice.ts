@@ -19,13 +19,19 @@ import { MAX_EPOCH } from '../common/limits.js';
  */
 export function chooseEpoch(reported: readonly bigint[], f: number, floor = 1n): bigint {
   if (reported.length < 2 * f + 1) {
-    throw new QuorumFenceError('INVALID_ARGUMENT', `choosing an epoch needs at least ${2 * f + 1} answers, got ${reported.length}`);
+    throw new QuorumFenceError(
+      'INVALID_ARGUMENT',
+      `choosing an epoch needs at least ${2 * f + 1} answers, got ${reported.length}`,
+    );
   }
   const sorted = [...reported].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0));
   const candidate = sorted[f]! + 1n;
   const epoch = candidate > floor ? candidate : floor;
   if (epoch > MAX_EPOCH) {
-    throw new QuorumFenceError('EPOCH_OUT_OF_RANGE', `the epoch space of this resource is used up (next would be ${epoch})`);
+    throw new QuorumFenceError(
+      'EPOCH_OUT_OF_RANGE',
+      `the epoch space of this resource is used up (next would be ${epoch})`,
+    );
   }
   return epoch;
 }

@@ -68,10 +68,14 @@ export function parseIdentity(json: unknown, path = '(identity)'): Identity {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) bad(path, 'expected a JSON object');
   const k = json as Record<string, unknown>;
   if (k.format !== IDENTITY_FORMAT) {
-    throw new QuorumFenceError('UNKNOWN_VERSION', `identity ${path}: "format" expected "${IDENTITY_FORMAT}", got ${JSON.stringify(k.format)}`, {
-      path,
-      field: 'format',
-    });
+    throw new QuorumFenceError(
+      'UNKNOWN_VERSION',
+      `identity ${path}: "format" expected "${IDENTITY_FORMAT}", got ${JSON.stringify(k.format)}`,
+      {
+        path,
+        field: 'format',
+      },
+    );
   }
   let secretKey: Uint8Array;
   let publicKey: Uint8Array;
@@ -92,7 +96,10 @@ export function parseIdentity(json: unknown, path = '(identity)'): Identity {
  * @throws QuorumFenceError IO_ERROR (missing or unreadable), BAD_KEY_FILE, UNKNOWN_VERSION
  */
 export function loadIdentityFile(path: string): Identity {
-  return parseIdentity(readJsonFile(path, 'identity', 'BAD_KEY_FILE', `make one with "quorumfence identity new ${path}"`), path);
+  return parseIdentity(
+    readJsonFile(path, 'identity', 'BAD_KEY_FILE', `make one with "quorumfence identity new ${path}"`),
+    path,
+  );
 }
 
 /**
@@ -104,7 +111,11 @@ export function createIdentityFile(path: string): Identity {
   const secretKey = ed25519.utils.randomSecretKey();
   try {
     const identity = makeIdentity(secretKey);
-    const json: IdentityJson = { format: IDENTITY_FORMAT, publicKey: identity.publicKeyHex, secretKey: toHex(secretKey) };
+    const json: IdentityJson = {
+      format: IDENTITY_FORMAT,
+      publicKey: identity.publicKeyHex,
+      secretKey: toHex(secretKey),
+    };
     writeFileDurably(path, JSON.stringify(json, null, 2) + '\n', { mode: 0o600, exclusive: true });
     return identity;
   } finally {

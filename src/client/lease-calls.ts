@@ -32,16 +32,25 @@ export interface GrantRef {
 }
 
 /** One renewal round for `grant`, extending the lease by `ttlMs` from now. */
-export async function renewGrant(ctx: QuorumContext, grant: GrantRef, ttlMs: number, signal?: AbortSignal): Promise<RenewResult> {
+export async function renewGrant(
+  ctx: QuorumContext,
+  grant: GrantRef,
+  ttlMs: number,
+  signal?: AbortSignal,
+): Promise<RenewResult> {
   const { f, t } = ctx.cluster;
   const { clock, requestTimeoutMs } = ctx.options;
   const faults = new CallFaults();
   const sentAt = clock.now();
-  const round = new Round<'renew'>(ctx.channels, () => ({ type: 'renew', resource: grant.resource, epoch: grant.epoch, ttlMs }), {
-    clock,
-    deadline: sentAt + requestTimeoutMs,
-    signal,
-  });
+  const round = new Round<'renew'>(
+    ctx.channels,
+    () => ({ type: 'renew', resource: grant.resource, epoch: grant.epoch, ttlMs }),
+    {
+      clock,
+      deadline: sentAt + requestTimeoutMs,
+      signal,
+    },
+  );
   let renewed = 0;
   let notHolder = 0;
   let forbidden = 0;
@@ -68,13 +77,27 @@ export async function renewGrant(ctx: QuorumContext, grant: GrantRef, ttlMs: num
   }
   const list = faults.list();
   if (renewed >= t) return { ok: true, sentAt, faults: list };
-  if (ended === 'aborted') return { ok: false, reason: 'aborted', message: 'the caller aborted the renewal', faults: list };
+  if (ended === 'aborted')
+    return { ok: false, reason: 'aborted', message: 'the caller aborted the renewal', faults: list };
   if (notHolder > f) {
-    return { ok: false, reason: 'lost', message: `${notHolder} replicas no longer hold epoch ${grant.epoch} for this holder`, faults: list };
+    return {
+      ok: false,
+      reason: 'lost',
+      message: `${notHolder} replicas no longer hold epoch ${grant.epoch} for this holder`,
+      faults: list,
+    };
   }
-  if (forbidden > f) return { ok: false, reason: 'forbidden', message: `${forbidden} replicas refuse this identity`, faults: list };
-  if (invalid.length > f) return { ok: false, reason: 'invalid', message: `replicas refused the renewal: ${invalid[0]}`, faults: list };
-  if (ended === 'deadline') return { ok: false, reason: 'timeout', message: `only ${renewed} of ${t} renewals within ${requestTimeoutMs} ms`, faults: list };
+  if (forbidden > f)
+    return { ok: false, reason: 'forbidden', message: `${forbidden} replicas refuse this identity`, faults: list };
+  if (invalid.length > f)
+    return { ok: false, reason: 'invalid', message: `replicas refused the renewal: ${invalid[0]}`, faults: list };
+  if (ended === 'deadline')
+    return {
+      ok: false,
+      reason: 'timeout',
+      message: `only ${renewed} of ${t} renewals within ${requestTimeoutMs} ms`,
+      faults: list,
+    };
   return { ok: false, reason: 'unavailable', message: `only ${renewed} of ${t} replicas renewed`, faults: list };
 }
 
@@ -97,11 +120,15 @@ export async function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?:
   const { f, t } = ctx.cluster;
   const { clock, requestTimeoutMs } = ctx.options;
   const faults = new CallFaults();
-  const round = new Round<'release'>(ctx.channels, () => ({ type: 'release', resource: grant.resource, epoch: grant.epoch }), {
-    clock,
-    deadline: clock.now() + requestTimeoutMs,
-    signal,
-  });
+  const round = new Round<'release'>(
+    ctx.channels,
+    () => ({ type: 'release', resource: grant.resource, epoch: grant.epoch }),
+    {
+      clock,
+      deadline: clock.now() + requestTimeoutMs,
+      signal,
+    },
+  );
   let released = 0;
   let notHolder = 0;
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
@@ -124,10 +151,30 @@ export async function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?:
   }
   const list = faults.list();
   if (released >= t) return { ok: true, released, faults: list };
-  if (ended === 'aborted') return { ok: false, reason: 'aborted', message: 'the caller aborted the release', released, faults: list };
+  if (ended === 'aborted')
+    return { ok: false, reason: 'aborted', message: 'the caller aborted the release', released, faults: list };
   if (notHolder > f) {
-    return { ok: false, reason: 'not_holder', message: `${notHolder} replicas say epoch ${grant.epoch} is not held by this identity`, released, faults: list };
+    return {
+      ok: false,
+      reason: 'not_holder',
+      message: `${notHolder} replicas say epoch ${grant.epoch} is not held by this identity`,
+      released,
+      faults: list,
+    };
   }
-  if (ended === 'deadline') return { ok: false, reason: 'timeout', message: `only ${released} of ${t} releases confirmed within ${requestTimeoutMs} ms`, released, faults: list };
-  return { ok: false, reason: 'unavailable', message: `only ${released} of ${t} replicas confirmed the release`, released, faults: list };
+  if (ended === 'deadline')
+    return {
+      ok: false,
+      reason: 'timeout',
+      message: `only ${released} of ${t} releases confirmed within ${requestTimeoutMs} ms`,
+      released,
+      faults: list,
+    };
+  return {
+    ok: false,
+    reason: 'unavailable',
+    message: `only ${released} of ${t} replicas confirmed the release`,
+    released,
+    faults: list,
+  };
 }

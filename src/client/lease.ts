@@ -82,7 +82,13 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   readonly #detach: () => void;
 
   /** @internal */
-  constructor(ctx: QuorumContext, grant: AcquiredGrant, faults: readonly ReplicaFault[], options: LeaseOptions, track: (lease: Lease) => () => void) {
+  constructor(
+    ctx: QuorumContext,
+    grant: AcquiredGrant,
+    faults: readonly ReplicaFault[],
+    options: LeaseOptions,
+    track: (lease: Lease) => () => void,
+  ) {
     super();
     this.#ctx = ctx;
     this.#options = options;
@@ -135,11 +141,20 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
    * needed with `autoRenew: false`.
    */
   async renew(signal?: AbortSignal): Promise<RenewResult> {
-    if (this.#end) return { ok: false, reason: 'lost', message: `the lease already ended (${this.#end.reason})`, faults: [] };
+    if (this.#end)
+      return { ok: false, reason: 'lost', message: `the lease already ended (${this.#end.reason})`, faults: [] };
     const result = await renewGrant(this.#ctx, { resource: this.resource, epoch: this.epoch }, this.ttlMs, signal);
     // Read through the getter: TypeScript would otherwise keep the pre-await narrowing of #end.
     const ended = this.ended;
-    if (ended) return result.ok ? { ok: false, reason: 'lost', message: `the lease ended (${ended.reason}) before the renewal answered`, faults: result.faults } : result;
+    if (ended)
+      return result.ok
+        ? {
+            ok: false,
+            reason: 'lost',
+            message: `the lease ended (${ended.reason}) before the renewal answered`,
+            faults: result.faults,
+          }
+        : result;
     if (result.ok) {
       // A renewal only ever moves the view later; a slow one overtaken by a newer one changes nothing.
       if (result.sentAt > this.#sentAt) this.#sentAt = result.sentAt;
@@ -177,11 +192,15 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   }
 
   #lostError(end: LeaseEnd): QuorumFenceError {
-    return new QuorumFenceError('LEASE_LOST', `lease on "${this.resource}" at epoch ${this.epoch} ended: ${end.reason} (${end.message})`, {
-      resource: this.resource,
-      epoch: this.epoch.toString(),
-      reason: end.reason,
-    });
+    return new QuorumFenceError(
+      'LEASE_LOST',
+      `lease on "${this.resource}" at epoch ${this.epoch} ended: ${end.reason} (${end.message})`,
+      {
+        resource: this.resource,
+        epoch: this.epoch.toString(),
+        reason: end.reason,
+      },
+    );
   }
 
   #schedule(): void {
@@ -190,7 +209,8 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     clearTimeout(this.#expiryTimer);
     this.#expiryTimer = setTimeout(() => this.#guard(() => this.#checkExpiry()), Math.max(0, this.expiresAt - now));
     this.#expiryTimer.unref();
-    if (this.#options.autoRenew) this.#scheduleRenewal(Math.max(0, renewalTime(this.#sentAt, this.ttlMs, this.#ctx.options) - now));
+    if (this.#options.autoRenew)
+      this.#scheduleRenewal(Math.max(0, renewalTime(this.#sentAt, this.ttlMs, this.#ctx.options) - now));
   }
 
   #scheduleRenewal(delayMs: number): void {
@@ -205,7 +225,11 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     if (result.ok || this.#end) return;
     // Retry soon, but never past the end of the view; the expiry timer ends the lease if none succeeds.
     const { retryBaseMs, retryMaxMs, random, clock } = this.#ctx.options;
-    const pause = backoffDelay(this.#renewFailures++, { baseMs: Math.max(retryBaseMs, 10), maxMs: Math.max(retryMaxMs, 10) }, random());
+    const pause = backoffDelay(
+      this.#renewFailures++,
+      { baseMs: Math.max(retryBaseMs, 10), maxMs: Math.max(retryMaxMs, 10) },
+      random(),
+    );
     const left = this.expiresAt - clock.now();
     if (left > 0) this.#scheduleRenewal(Math.min(pause, left));
   }
@@ -215,7 +239,8 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
    * uncaught exception in a timer and end the process; it is logged instead.
    */
   #guard(work: () => void | Promise<void>): void {
-    const report = (error: unknown) => this.#ctx.options.logger.error({ err: error, resource: this.resource }, 'a lease event listener threw');
+    const report = (error: unknown) =>
+      this.#ctx.options.logger.error({ err: error, resource: this.resource }, 'a lease event listener threw');
     try {
       const pending = work();
       if (pending) pending.catch(report);
@@ -233,7 +258,10 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
       this.#expiryTimer.unref();
       return;
     }
-    this.#finish({ reason: 'expired', message: this.#options.autoRenew ? 'no renewal succeeded before the lease view ran out' : 'the ttl ran out' });
+    this.#finish({
+      reason: 'expired',
+      message: this.#options.autoRenew ? 'no renewal succeeded before the lease view ran out' : 'the ttl ran out',
+    });
   }
 
   #finish(end: LeaseEnd): void {

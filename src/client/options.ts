@@ -95,9 +95,13 @@ export const DEFAULT_CLIENT_OPTIONS: Readonly<ClientOptions> = Object.freeze({
 
 function positive(value: number, field: string, min = 0, integer = true): void {
   if (typeof value !== 'number' || !Number.isFinite(value) || value < min || (integer && !Number.isInteger(value))) {
-    throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" expected ${integer ? 'an integer' : 'a number'} >= ${min}, got ${String(value)}`, {
-      field,
-    });
+    throw new QuorumFenceError(
+      'INVALID_ARGUMENT',
+      `"${field}" expected ${integer ? 'an integer' : 'a number'} >= ${min}, got ${String(value)}`,
+      {
+        field,
+      },
+    );
   }
 }
 
@@ -109,7 +113,8 @@ export function resolveClientOptions(options: Partial<ClientOptions> = {}): Clie
   const o: ClientOptions = { ...DEFAULT_CLIENT_OPTIONS };
   for (const [key, value] of Object.entries(options)) {
     if (value === undefined) continue;
-    if (!(key in DEFAULT_CLIENT_OPTIONS)) throw new QuorumFenceError('INVALID_ARGUMENT', `unknown client option "${key}"`, { field: key });
+    if (!(key in DEFAULT_CLIENT_OPTIONS))
+      throw new QuorumFenceError('INVALID_ARGUMENT', `unknown client option "${key}"`, { field: key });
     (o as unknown as Record<string, unknown>)[key] = value;
   }
   for (const key of [
@@ -131,19 +136,37 @@ export function resolveClientOptions(options: Partial<ClientOptions> = {}): Clie
     'epochHintCacheSize',
     'partialMemorySize',
   ] as const) {
-    positive(o[key], key, key === 'maxInFlightPerReplica' || key === 'defaultTtlMs' || key === 'handshakeTimeoutMs' || key === 'requestTimeoutMs' || key === 'busyPollMs' ? 1 : 0);
+    positive(
+      o[key],
+      key,
+      key === 'maxInFlightPerReplica' ||
+        key === 'defaultTtlMs' ||
+        key === 'handshakeTimeoutMs' ||
+        key === 'requestTimeoutMs' ||
+        key === 'busyPollMs'
+        ? 1
+        : 0,
+    );
   }
   positive(o.expiryMarginFraction, 'expiryMarginFraction', 0, false);
   positive(o.renewAtFraction, 'renewAtFraction', 0, false);
-  if (o.expiryMarginFraction >= 0.5) throw new QuorumFenceError('INVALID_ARGUMENT', '"expiryMarginFraction" must be below 0.5', { field: 'expiryMarginFraction' });
+  if (o.expiryMarginFraction >= 0.5)
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"expiryMarginFraction" must be below 0.5', {
+      field: 'expiryMarginFraction',
+    });
   if (o.renewAtFraction <= 0 || o.renewAtFraction >= 1) {
     throw new QuorumFenceError('INVALID_ARGUMENT', '"renewAtFraction" must be in (0, 1)', { field: 'renewAtFraction' });
   }
   if (o.reconnectMaxMs < o.reconnectBaseMs) {
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"reconnectMaxMs" must be >= "reconnectBaseMs"', { field: 'reconnectMaxMs' });
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"reconnectMaxMs" must be >= "reconnectBaseMs"', {
+      field: 'reconnectMaxMs',
+    });
   }
-  if (o.retryMaxMs < o.retryBaseMs) throw new QuorumFenceError('INVALID_ARGUMENT', '"retryMaxMs" must be >= "retryBaseMs"', { field: 'retryMaxMs' });
-  if (typeof o.clock?.now !== 'function') throw new QuorumFenceError('INVALID_ARGUMENT', '"clock" expected an object with now()', { field: 'clock' });
-  if (typeof o.random !== 'function') throw new QuorumFenceError('INVALID_ARGUMENT', '"random" expected a function', { field: 'random' });
+  if (o.retryMaxMs < o.retryBaseMs)
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"retryMaxMs" must be >= "retryBaseMs"', { field: 'retryMaxMs' });
+  if (typeof o.clock?.now !== 'function')
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"clock" expected an object with now()', { field: 'clock' });
+  if (typeof o.random !== 'function')
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"random" expected a function', { field: 'random' });
   return o;
 }

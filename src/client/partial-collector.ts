@@ -77,7 +77,13 @@ export class PartialCollector {
     } catch (error) {
       if (!(error instanceof QuorumFenceError)) throw error;
       this.#rejected.add(replica);
-      this.#evidence.record({ kind: 'undecodable_partial', replica, grant: this.#grant, grantMessage: this.#message, partial: bytes.slice() });
+      this.#evidence.record({
+        kind: 'undecodable_partial',
+        replica,
+        grant: this.#grant,
+        grantMessage: this.#message,
+        partial: bytes.slice(),
+      });
       return { ok: false, reason: 'undecodable', message: `${error.message} (${error.code})` };
     }
     const held: Held = { replica, bytes: signature.bytes, signature, verified: false };
@@ -86,7 +92,11 @@ export class PartialCollector {
       // The same replica gave different bytes for this (resource, epoch) before. For the same holder one of
       // them is invalid (BLS signatures are unique); for another holder both may be valid: equivocation.
       if (!this.#verifyAlone(held)) {
-        return { ok: false, reason: 'invalid', message: `partial from replica ${replica} does not verify under its key share` };
+        return {
+          ok: false,
+          reason: 'invalid',
+          message: `partial from replica ${replica} does not verify under its key share`,
+        };
       }
       if (!bytesEqual(remembered.grant.holder, this.#grant.holder)) this.#checkEquivocation(held, remembered);
     }
@@ -111,12 +121,14 @@ export class PartialCollector {
       if (held.verified) continue;
       if (!this.#verifyAlone(held)) bad.push(held.replica);
     }
-    if (bad.length === 0) throw new QuorumFenceError('INTERNAL', 'valid partial signatures did not combine to a valid signature');
+    if (bad.length === 0)
+      throw new QuorumFenceError('INTERNAL', 'valid partial signatures did not combine to a valid signature');
     const valid = this.#held.filter((h) => h.verified);
     if (valid.length >= t) {
       const chosen = valid.slice(0, t);
       const again = this.#combineAndVerify(chosen);
-      if (!again) throw new QuorumFenceError('INTERNAL', 'valid partial signatures did not combine to a valid signature');
+      if (!again)
+        throw new QuorumFenceError('INTERNAL', 'valid partial signatures did not combine to a valid signature');
       return this.#succeed(chosen, again);
     }
     return { ok: false, bad };
@@ -147,7 +159,13 @@ export class PartialCollector {
     const position = this.#held.indexOf(held);
     if (position >= 0) this.#held.splice(position, 1);
     this.#rejected.add(held.replica);
-    this.#evidence.record({ kind: 'invalid_partial', replica: held.replica, grant: this.#grant, grantMessage: this.#message, partial: held.bytes });
+    this.#evidence.record({
+      kind: 'invalid_partial',
+      replica: held.replica,
+      grant: this.#grant,
+      grantMessage: this.#message,
+      partial: held.bytes,
+    });
     return false;
   }
 

@@ -56,7 +56,11 @@ export type ReplicaAnswer<K extends RequestKind> =
 export interface ReplicaChannel {
   readonly index: number;
   readonly state: ConnectionState;
-  request<K extends RequestKind>(body: RequestBody<K>, timeoutMs: number, signal?: AbortSignal): Promise<ReplicaAnswer<K>>;
+  request<K extends RequestKind>(
+    body: RequestBody<K>,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<ReplicaAnswer<K>>;
 }
 
 export interface ConnectionContext {
@@ -123,7 +127,11 @@ export class ReplicaConnection implements ReplicaChannel {
     this.#settleAll({ kind: 'unreachable', message: 'client closed' });
   }
 
-  request<K extends RequestKind>(body: RequestBody<K>, timeoutMs: number, signal?: AbortSignal): Promise<ReplicaAnswer<K>> {
+  request<K extends RequestKind>(
+    body: RequestBody<K>,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<ReplicaAnswer<K>> {
     if (signal?.aborted) return Promise.resolve({ kind: 'aborted' });
     const socket = this.#socket;
     if (this.#state.phase !== 'ready' || !socket || socket.readyState !== WebSocket.OPEN) {
@@ -131,7 +139,11 @@ export class ReplicaConnection implements ReplicaChannel {
     }
     const { maxInFlightPerReplica, maxQueuedPerReplica } = this.#context.options;
     if (this.#waiting.length >= maxQueuedPerReplica) {
-      return Promise.resolve({ kind: 'error', code: 'RATE_LIMITED', message: 'too many requests queued on this connection (client limit)' });
+      return Promise.resolve({
+        kind: 'error',
+        code: 'RATE_LIMITED',
+        message: 'too many requests queued on this connection (client limit)',
+      });
     }
     const id = this.#allocateId();
     return new Promise<ReplicaAnswer<K>>((resolve) => {
@@ -233,7 +245,8 @@ export class ReplicaConnection implements ReplicaChannel {
     this.#socket = socket;
     // The whole handshake (TCP, HTTP upgrade, challenge, welcome) shares one deadline: a silent replica costs at most this.
     this.#handshakeTimer = setTimeout(() => {
-      if (this.#socket === socket && this.#state.phase !== 'ready') this.#fail('handshake_timeout', `no welcome within ${options.handshakeTimeoutMs} ms`);
+      if (this.#socket === socket && this.#state.phase !== 'ready')
+        this.#fail('handshake_timeout', `no welcome within ${options.handshakeTimeoutMs} ms`);
     }, options.handshakeTimeoutMs);
     this.#handshakeTimer.unref();
     socket.on('open', () => {
@@ -248,7 +261,10 @@ export class ReplicaConnection implements ReplicaChannel {
     });
     socket.on('close', (code: number, reason: Buffer) => {
       if (this.#socket !== socket) return;
-      this.#fail('closed', `closed by the replica (${code}${reason.length ? ` ${reason.toString('utf8').slice(0, 100)}` : ''})`);
+      this.#fail(
+        'closed',
+        `closed by the replica (${code}${reason.length ? ` ${reason.toString('utf8').slice(0, 100)}` : ''})`,
+      );
     });
   }
 
@@ -306,7 +322,12 @@ export class ReplicaConnection implements ReplicaChannel {
       return;
     }
     if (message.type !== 'welcome' || message.id !== HELLO_ID || message.replica !== this.index) {
-      this.#fault('protocol', message.type === 'welcome' ? 'a welcome with the wrong id or replica index' : `expected a welcome, got ${message.type}`);
+      this.#fault(
+        'protocol',
+        message.type === 'welcome'
+          ? 'a welcome with the wrong id or replica index'
+          : `expected a welcome, got ${message.type}`,
+      );
       return;
     }
     clearTimeout(this.#handshakeTimer);
@@ -331,7 +352,8 @@ export class ReplicaConnection implements ReplicaChannel {
       return;
     }
     if (message.type === 'error') {
-      if (message.id !== undefined) this.#settle(message.id, { kind: 'error', code: message.code, message: message.message });
+      if (message.id !== undefined)
+        this.#settle(message.id, { kind: 'error', code: message.code, message: message.message });
       return;
     }
     if (message.type === 'released') {

@@ -33,7 +33,12 @@ export interface ResultStore {
 export interface KeyValueGuard {
   read(resource: string, key: string): { readonly value: Uint8Array } | undefined;
   write<T>(
-    request: { readonly token: Uint8Array | string; readonly resource: string; readonly op?: string; readonly key?: string },
+    request: {
+      readonly token: Uint8Array | string;
+      readonly resource: string;
+      readonly op?: string;
+      readonly key?: string;
+    },
     mutation: (tx: {
       get(key: string): { readonly value: Uint8Array } | undefined;
       put(key: string, value: Uint8Array): void;
@@ -60,7 +65,8 @@ export function guardResultStore(guard: KeyValueGuard): ResultStore {
       });
       if (outcome.ok) return { ok: true };
       if (outcome.reason === 'version_mismatch') return { ok: false, reason: 'exists', message: outcome.message };
-      if (outcome.reason === 'stale' || outcome.reason === 'conflict') return { ok: false, reason: 'fenced', message: outcome.message };
+      if (outcome.reason === 'stale' || outcome.reason === 'conflict')
+        return { ok: false, reason: 'fenced', message: outcome.message };
       return { ok: false, reason: 'refused', message: `${outcome.reason}: ${outcome.message}` };
     },
   };
@@ -111,8 +117,14 @@ export async function runOnce<T>(
   work: (context: OnceContext) => Promise<T> | T,
   options: RunOnceOptions<T> = {},
 ): Promise<RunOnceResult<T>> {
-  const { resourcePrefix = 'once/', encode = (v: T) => utf8.encode(JSON.stringify(v)), decode = (b: Uint8Array) => JSON.parse(utf8Decoder.decode(b)) as T, ...acquireOptions } = options;
-  if (typeof key !== 'string' || key.length === 0) throw new QuorumFenceError('INVALID_ARGUMENT', '"key" expected a non-empty string', { field: 'key' });
+  const {
+    resourcePrefix = 'once/',
+    encode = (v: T) => utf8.encode(JSON.stringify(v)),
+    decode = (b: Uint8Array) => JSON.parse(utf8Decoder.decode(b)) as T,
+    ...acquireOptions
+  } = options;
+  if (typeof key !== 'string' || key.length === 0)
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"key" expected a non-empty string', { field: 'key' });
   const resource = resourcePrefix + key;
   const stored = await store.read(resource);
   if (stored !== undefined) return { ok: true, value: decode(stored), ran: false };

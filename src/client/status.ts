@@ -10,7 +10,14 @@ import type { QuorumContext } from './quorum-context.js';
 import { Round } from './round.js';
 
 export type ReplicaView =
-  | { readonly replica: number; readonly endpoint: string; readonly state: 'ok'; readonly epoch: bigint; readonly leased: boolean; readonly remainingMs: number }
+  | {
+      readonly replica: number;
+      readonly endpoint: string;
+      readonly state: 'ok';
+      readonly epoch: bigint;
+      readonly leased: boolean;
+      readonly remainingMs: number;
+    }
   | {
       readonly replica: number;
       readonly endpoint: string;
@@ -35,7 +42,12 @@ export interface ResourceStatus {
 }
 
 /** Asks every replica for its view of `resource`, waiting up to `timeoutMs` for answers. */
-export async function resourceStatus(ctx: QuorumContext, resource: string, timeoutMs: number, signal?: AbortSignal): Promise<ResourceStatus> {
+export async function resourceStatus(
+  ctx: QuorumContext,
+  resource: string,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<ResourceStatus> {
   const { f } = ctx.cluster;
   const round = new Round<'status'>(ctx.channels, () => ({ type: 'status', resource }), {
     clock: ctx.options.clock,
@@ -57,7 +69,12 @@ export async function resourceStatus(ctx: QuorumContext, resource: string, timeo
             replica,
             o.status === 'ok'
               ? { replica, endpoint, state: 'ok', epoch: o.epoch, leased: o.leased, remainingMs: o.remainingMs }
-              : { replica, endpoint, state: 'refused', message: o.status === 'invalid' ? `invalid: ${o.message}` : 'forbidden' },
+              : {
+                  replica,
+                  endpoint,
+                  state: 'refused',
+                  message: o.status === 'invalid' ? `invalid: ${o.message}` : 'forbidden',
+                },
           );
           break;
         }
@@ -82,7 +99,8 @@ export async function resourceStatus(ctx: QuorumContext, resource: string, timeo
     if (view) return view;
     const endpoint = ctx.cluster.replicas[channel.index - 1]!.endpoint;
     const failure = channel.state.lastFailure;
-    if (channel.state.phase === 'ready') return { replica: channel.index, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` };
+    if (channel.state.phase === 'ready')
+      return { replica: channel.index, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` };
     return {
       replica: channel.index,
       endpoint,

@@ -61,7 +61,14 @@ export function computeClusterId(
   commitments: readonly Uint8Array[],
 ): Uint8Array {
   return sha256(
-    concatBytes(new TextEncoder().encode(CLUSTER_FORMAT), u16be(n), u16be(t), groupPublicKey, ...publicKeyShares, ...commitments),
+    concatBytes(
+      new TextEncoder().encode(CLUSTER_FORMAT),
+      u16be(n),
+      u16be(t),
+      groupPublicKey,
+      ...publicKeyShares,
+      ...commitments,
+    ),
   );
 }
 
@@ -106,12 +113,17 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
   if (typeof json !== 'object' || json === null || Array.isArray(json)) bad('(root)', 'expected a JSON object');
   const d = json as Record<string, unknown>;
   if (d.format !== CLUSTER_FORMAT) {
-    throw new QuorumFenceError('UNKNOWN_VERSION', `cluster description: "format" expected "${CLUSTER_FORMAT}", got ${JSON.stringify(d.format)}`, {
-      field: 'format',
-    });
+    throw new QuorumFenceError(
+      'UNKNOWN_VERSION',
+      `cluster description: "format" expected "${CLUSTER_FORMAT}", got ${JSON.stringify(d.format)}`,
+      {
+        field: 'format',
+      },
+    );
   }
   const { n, f, t } = d;
-  if (typeof f !== 'number' || !Number.isInteger(f) || f < 1) bad('f', `expected an integer >= 1, got ${JSON.stringify(f)}`);
+  if (typeof f !== 'number' || !Number.isInteger(f) || f < 1)
+    bad('f', `expected an integer >= 1, got ${JSON.stringify(f)}`);
   if (n !== 3 * f + 1) bad('n', `expected 3f+1 = ${3 * f + 1}, got ${JSON.stringify(n)}`);
   if (n < MIN_REPLICAS || n > MAX_REPLICAS) bad('n', `expected ${MIN_REPLICAS}..${MAX_REPLICAS}, got ${n}`);
   if (t !== 2 * f + 1) bad('t', `expected 2f+1 = ${2 * f + 1}, got ${JSON.stringify(t)}`);
@@ -128,7 +140,8 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
     const field = `replicas[${position}]`;
     if (typeof entry !== 'object' || entry === null) bad(field, 'expected an object');
     const r = entry as Record<string, unknown>;
-    if (r.index !== position + 1) bad(`${field}.index`, `expected ${position + 1} (replicas in index order), got ${JSON.stringify(r.index)}`);
+    if (r.index !== position + 1)
+      bad(`${field}.index`, `expected ${position + 1} (replicas in index order), got ${JSON.stringify(r.index)}`);
     return {
       index: position + 1,
       publicKeyShare: decodePoint(backend, r.publicKeyShare, `${field}.publicKeyShare`),
@@ -142,7 +155,10 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
     commitments,
   );
   if (mismatched.length > 0) {
-    bad(`replicas[${mismatched[0]! - 1}].publicKeyShare`, `does not match the commitments (replicas ${mismatched.join(', ')})`);
+    bad(
+      `replicas[${mismatched[0]! - 1}].publicKeyShare`,
+      `does not match the commitments (replicas ${mismatched.join(', ')})`,
+    );
   }
 
   const id = computeClusterId(
@@ -154,9 +170,13 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
   );
   const idHex = toHex(id);
   if (d.clusterId !== idHex) {
-    throw new QuorumFenceError('CLUSTER_MISMATCH', `cluster description: "clusterId" does not match its contents (computed ${idHex})`, {
-      field: 'clusterId',
-    });
+    throw new QuorumFenceError(
+      'CLUSTER_MISMATCH',
+      `cluster description: "clusterId" does not match its contents (computed ${idHex})`,
+      {
+        field: 'clusterId',
+      },
+    );
   }
   return { n, f, t, id, idHex, groupPublicKey, commitments, replicas, backend };
 }
@@ -178,7 +198,11 @@ export function clusterToJson(cluster: Cluster): ClusterDescriptionJson {
     t: cluster.t,
     groupPublicKey: toHex(cluster.groupPublicKey.bytes),
     commitments: cluster.commitments.map(toHex),
-    replicas: cluster.replicas.map((r) => ({ index: r.index, publicKeyShare: toHex(r.publicKeyShare.bytes), endpoint: r.endpoint })),
+    replicas: cluster.replicas.map((r) => ({
+      index: r.index,
+      publicKeyShare: toHex(r.publicKeyShare.bytes),
+      endpoint: r.endpoint,
+    })),
     clusterId: cluster.idHex,
   };
 }
@@ -196,7 +220,11 @@ export function describeDealtKey(key: DealtKey, endpoints: readonly string[]): C
     t: key.t,
     groupPublicKey: toHex(key.commitments[0]!),
     commitments: key.commitments.map(toHex),
-    replicas: key.shares.map((s, k) => ({ index: s.index, publicKeyShare: toHex(s.publicKeyShare), endpoint: endpoints[k]! })),
+    replicas: key.shares.map((s, k) => ({
+      index: s.index,
+      publicKeyShare: toHex(s.publicKeyShare),
+      endpoint: endpoints[k]!,
+    })),
     clusterId: toHex(computeClusterId(key.n, key.t, key.commitments[0]!, shares, key.commitments)),
   };
 }

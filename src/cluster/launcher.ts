@@ -59,7 +59,8 @@ function packageRoot(): string {
   for (;;) {
     if (existsSync(join(dir, 'package.json'))) return dir;
     const parent = dirname(dir);
-    if (parent === dir) throw new QuorumFenceError('IO_ERROR', 'cannot find the package root (package.json) above the launcher');
+    if (parent === dir)
+      throw new QuorumFenceError('IO_ERROR', 'cannot find the package root (package.json) above the launcher');
     dir = parent;
   }
 }
@@ -86,7 +87,10 @@ export function dealLocalCluster(dir: string, n = 4): { clusterPath: string; key
   const description = describeDealtKey(key, localEndpoints(n));
   const keyPaths = key.shares.map((share) => {
     const path = join(dir, `replica-${share.index}.key`);
-    writeFileDurably(path, JSON.stringify(replicaKeyJson(description.clusterId, share), null, 2) + '\n', { mode: 0o600, exclusive: true });
+    writeFileDurably(path, JSON.stringify(replicaKeyJson(description.clusterId, share), null, 2) + '\n', {
+      mode: 0o600,
+      exclusive: true,
+    });
     return path;
   });
   const clusterPath = join(dir, 'cluster.json');
@@ -94,7 +98,12 @@ export function dealLocalCluster(dir: string, n = 4): { clusterPath: string; key
   return { clusterPath, keyPaths };
 }
 
-function startReplicaProcess(index: number, options: StartLocalClusterOptions, entry: string, host: string): LocalReplica {
+function startReplicaProcess(
+  index: number,
+  options: StartLocalClusterOptions,
+  entry: string,
+  host: string,
+): LocalReplica {
   const dir = resolve(options.dir);
   const dataDir = join(resolve(options.dataRoot), `replica-${index}`);
   const extra = typeof options.extraArgs === 'function' ? options.extraArgs(index) : (options.extraArgs ?? []);
@@ -128,10 +137,15 @@ export async function startLocalCluster(options: StartLocalClusterOptions): Prom
   const base = loadClusterFile(join(resolve(options.dir), 'cluster.json'));
   const indices = options.indices ?? Array.from({ length: options.n ?? base.n }, (_, k) => k + 1);
   for (const i of indices) {
-    if (!Number.isInteger(i) || i < 1 || i > base.n) throw new QuorumFenceError('INVALID_ARGUMENT', `replica index ${i} is not in 1..${base.n}`);
+    if (!Number.isInteger(i) || i < 1 || i > base.n)
+      throw new QuorumFenceError('INVALID_ARGUMENT', `replica index ${i} is not in 1..${base.n}`);
   }
   const entry = options.entry ?? replicaEntryPoint();
-  if (!existsSync(entry)) throw new QuorumFenceError('IO_ERROR', `replica entry point ${entry} is missing; build first (npx tsc -p tsconfig.json)`);
+  if (!existsSync(entry))
+    throw new QuorumFenceError(
+      'IO_ERROR',
+      `replica entry point ${entry} is missing; build first (npx tsc -p tsconfig.json)`,
+    );
   const replicas = indices.map((i) => startReplicaProcess(i, options, entry, options.host ?? '127.0.0.1'));
   const started = await Promise.allSettled(replicas.map((r) => r.start()));
   const failed = started.find((s) => s.status === 'rejected');
@@ -175,13 +189,25 @@ export interface StartLocalResourceOptions {
  */
 export async function startLocalResource(options: StartLocalResourceOptions): Promise<LocalProcess> {
   const entry = resourceEntryPoint();
-  if (!existsSync(entry)) throw new QuorumFenceError('IO_ERROR', `resource entry point ${entry} is missing; build first (npx tsc -p tsconfig.json)`);
+  if (!existsSync(entry))
+    throw new QuorumFenceError(
+      'IO_ERROR',
+      `resource entry point ${entry} is missing; build first (npx tsc -p tsconfig.json)`,
+    );
   const host = options.host ?? '127.0.0.1';
   const resource = localProcess({
     name: 'resource',
     entry,
     // `port` is 0 before the first start (then the requested port, or one the OS picks) and the bound port after.
-    args: (port) => ['--cluster', resolve(options.clusterFile), '--data', resolve(options.dataDir), '--listen', listenAddress(host, port || (options.port ?? 0)), ...(options.extraArgs ?? [])],
+    args: (port) => [
+      '--cluster',
+      resolve(options.clusterFile),
+      '--data',
+      resolve(options.dataDir),
+      '--listen',
+      listenAddress(host, port || (options.port ?? 0)),
+      ...(options.extraArgs ?? []),
+    ],
     env: options.env,
     startTimeoutMs: options.startTimeoutMs,
   });

@@ -114,10 +114,14 @@ class ChildServer implements LocalProcess {
   }
 
   #failure(code: 'INTERNAL' | 'TIMEOUT', message: string): QuorumFenceError {
-    return new QuorumFenceError(code, `${this.name} ${message}; stderr: ${this.stderrTail().slice(-2000) || '(empty)'}`, {
-      name: this.name,
-      stderr: this.stderrTail(),
-    });
+    return new QuorumFenceError(
+      code,
+      `${this.name} ${message}; stderr: ${this.stderrTail().slice(-2000) || '(empty)'}`,
+      {
+        name: this.name,
+        stderr: this.stderrTail(),
+      },
+    );
   }
 
   async start(): Promise<void> {
@@ -162,7 +166,10 @@ class ChildServer implements LocalProcess {
     });
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(this.#failure('TIMEOUT', `did not become healthy within ${timeoutMs} ms`)), timeoutMs);
+      timer = setTimeout(
+        () => reject(this.#failure('TIMEOUT', `did not become healthy within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
     });
     try {
       const url = await Promise.race([listening, exitedEarly, timeout]);

@@ -27,7 +27,12 @@ export interface ReplicaKey {
 }
 
 export function replicaKeyJson(clusterIdHex: string, share: DealtShare): ReplicaKeyJson {
-  return { format: REPLICA_KEY_FORMAT, clusterId: clusterIdHex, index: share.index, secretShare: toHex(share.scaledSecretShare) };
+  return {
+    format: REPLICA_KEY_FORMAT,
+    clusterId: clusterIdHex,
+    index: share.index,
+    secretShare: toHex(share.scaledSecretShare),
+  };
 }
 
 function bad(path: string, message: string): never {
@@ -46,10 +51,16 @@ export function parseReplicaKey(json: unknown, cluster: Cluster, path = '(key)')
   if (typeof json !== 'object' || json === null) bad(path, 'expected a JSON object');
   const k = json as Record<string, unknown>;
   if (k.format !== REPLICA_KEY_FORMAT) {
-    throw new QuorumFenceError('UNKNOWN_VERSION', `replica key ${path}: "format" expected "${REPLICA_KEY_FORMAT}", got ${JSON.stringify(k.format)}`);
+    throw new QuorumFenceError(
+      'UNKNOWN_VERSION',
+      `replica key ${path}: "format" expected "${REPLICA_KEY_FORMAT}", got ${JSON.stringify(k.format)}`,
+    );
   }
   if (k.clusterId !== cluster.idHex) {
-    throw new QuorumFenceError('CLUSTER_MISMATCH', `replica key ${path} belongs to cluster ${String(k.clusterId).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`);
+    throw new QuorumFenceError(
+      'CLUSTER_MISMATCH',
+      `replica key ${path} belongs to cluster ${String(k.clusterId).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`,
+    );
   }
   if (typeof k.index !== 'number' || !Number.isInteger(k.index) || k.index < 1 || k.index > cluster.n) {
     bad(path, `"index" expected 1..${cluster.n}, got ${JSON.stringify(k.index)}`);

@@ -14,9 +14,13 @@ function fail(code: ErrorCode, field: string, message: string, details?: Record<
 
 /** @throws QuorumFenceError INVALID_ARGUMENT unless `value` is a Uint8Array of `length` bytes (BAD_LENGTH when only the length is wrong). */
 export function expectBytes(value: unknown, length: number, field: string): Uint8Array {
-  if (!(value instanceof Uint8Array)) fail('INVALID_ARGUMENT', field, `expected ${length} bytes, got ${describe(value)}`);
+  if (!(value instanceof Uint8Array))
+    fail('INVALID_ARGUMENT', field, `expected ${length} bytes, got ${describe(value)}`);
   if (value.length !== length) {
-    fail('BAD_LENGTH', field, `expected ${length} bytes, got ${value.length}`, { expected: length, actual: value.length });
+    fail('BAD_LENGTH', field, `expected ${length} bytes, got ${value.length}`, {
+      expected: length,
+      actual: value.length,
+    });
   }
   return value;
 }
@@ -26,14 +30,16 @@ export function expectInteger(value: unknown, min: number, max: number, field: s
   if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
     fail('INVALID_ARGUMENT', field, `expected an integer, got ${describe(value)}`);
   }
-  if (value < min || value > max) fail('INVALID_ARGUMENT', field, `expected ${min}..${max}, got ${value}`, { min, max });
+  if (value < min || value > max)
+    fail('INVALID_ARGUMENT', field, `expected ${min}..${max}, got ${value}`, { min, max });
   return value;
 }
 
 /** @throws QuorumFenceError INVALID_ARGUMENT unless `value` is a string of at most `maxLength` characters. */
 export function expectString(value: unknown, field: string, maxLength = 4096): string {
   if (typeof value !== 'string') fail('INVALID_ARGUMENT', field, `expected a string, got ${describe(value)}`);
-  if (value.length > maxLength) fail('INVALID_ARGUMENT', field, `expected at most ${maxLength} characters, got ${value.length}`);
+  if (value.length > maxLength)
+    fail('INVALID_ARGUMENT', field, `expected at most ${maxLength} characters, got ${value.length}`);
   return value;
 }
 

@@ -11,14 +11,24 @@ import { QuorumFenceError, type ErrorCode } from './errors.js';
  * @param exclusive refuse to replace an existing file (FILE_EXISTS)
  * @throws QuorumFenceError FILE_EXISTS, IO_ERROR
  */
-export function writeFileDurably(path: string, data: string | Uint8Array, options: { mode?: number; exclusive?: boolean } = {}): void {
+export function writeFileDurably(
+  path: string,
+  data: string | Uint8Array,
+  options: { mode?: number; exclusive?: boolean } = {},
+): void {
   let fd: number;
   try {
     fd = openSync(path, options.exclusive ? 'wx' : 'w', options.mode ?? 0o644);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST') throw new QuorumFenceError('FILE_EXISTS', `${path} already exists; refusing to overwrite it`, { path });
-    throw new QuorumFenceError('IO_ERROR', `cannot write ${path}: ${(error as Error).message}`, { path }, { cause: error });
+    if (code === 'EEXIST')
+      throw new QuorumFenceError('FILE_EXISTS', `${path} already exists; refusing to overwrite it`, { path });
+    throw new QuorumFenceError(
+      'IO_ERROR',
+      `cannot write ${path}: ${(error as Error).message}`,
+      { path },
+      { cause: error },
+    );
   }
   try {
     const bytes = typeof data === 'string' ? Buffer.from(data) : data;
@@ -54,7 +64,9 @@ export function readJsonFile(path: string, what: string, invalidCode: ErrorCode,
     const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
     throw new QuorumFenceError(
       'IO_ERROR',
-      missing && hint ? `${what} ${path} does not exist; ${hint}` : `cannot read ${what} ${path}: ${(error as Error).message}`,
+      missing && hint
+        ? `${what} ${path} does not exist; ${hint}`
+        : `cannot read ${what} ${path}: ${(error as Error).message}`,
       { path },
       { cause: error },
     );

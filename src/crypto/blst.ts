@@ -141,7 +141,9 @@ export function createBlstBackend(native: BlstModule): BlsBackend {
         if (coefficient === 0n) continue;
         // Negative coefficients multiply the negated point.
         points.push(
-          coefficient > 0n ? sig.inner : native.Signature.fromBytes(negateUncompressedG2(sig.inner.toBytes(false)), false),
+          coefficient > 0n
+            ? sig.inner
+            : native.Signature.fromBytes(negateUncompressedG2(sig.inner.toBytes(false)), false),
         );
         magnitudes.push(coefficient > 0n ? coefficient : -coefficient);
       }

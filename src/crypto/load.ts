@@ -49,9 +49,14 @@ export function loadBackend(choice?: BackendChoice): BlsBackend {
     case 'blst': {
       const backend = loadNative();
       if (!backend) {
-        throw new QuorumFenceError('BACKEND_UNAVAILABLE', `the native BLS backend did not load: ${String(nativeLoadError)}`, undefined, {
-          cause: nativeLoadError,
-        });
+        throw new QuorumFenceError(
+          'BACKEND_UNAVAILABLE',
+          `the native BLS backend did not load: ${String(nativeLoadError)}`,
+          undefined,
+          {
+            cause: nativeLoadError,
+          },
+        );
       }
       return backend;
     }

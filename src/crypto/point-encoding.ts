@@ -38,13 +38,17 @@ export function checkCompressedPoint(bytes: Uint8Array, length: 48 | 96, field: 
     // The identity has exactly one encoding (0xc0 then zeros); anything else with the flag is malformed.
     const restIsZero = (flags & 0x3f) === 0 && bytes.subarray(1).every((b) => b === 0);
     if (restIsZero) throw new QuorumFenceError('POINT_IDENTITY', `"${field}" is the point at infinity`, { field });
-    throw new QuorumFenceError('POINT_NOT_CANONICAL', `"${field}" has the infinity flag with a non-zero payload`, { field });
+    throw new QuorumFenceError('POINT_NOT_CANONICAL', `"${field}" has the infinity flag with a non-zero payload`, {
+      field,
+    });
   }
   for (let offset = 0; offset < length; offset += FIELD_ELEMENT_BYTES) {
     const coordinate = bytes.slice(offset, offset + FIELD_ELEMENT_BYTES);
     if (offset === 0) coordinate[0]! &= 0x1f;
     if (bytesToBigInt(coordinate) >= FIELD_MODULUS) {
-      throw new QuorumFenceError('POINT_NOT_CANONICAL', `"${field}" has a coordinate not below the field modulus`, { field });
+      throw new QuorumFenceError('POINT_NOT_CANONICAL', `"${field}" has a coordinate not below the field modulus`, {
+        field,
+      });
     }
   }
 }

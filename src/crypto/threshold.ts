@@ -199,7 +199,8 @@ export function secretScalar(bytes: Uint8Array): bigint {
     throw new QuorumFenceError('BAD_LENGTH', '"secretKey" expected 32 bytes');
   }
   const scalar = bytesToBigInt(bytes);
-  if (scalar === 0n || scalar >= SCALAR_ORDER) throw new QuorumFenceError('BAD_KEY_FILE', '"secretKey" must be in 1 .. r-1');
+  if (scalar === 0n || scalar >= SCALAR_ORDER)
+    throw new QuorumFenceError('BAD_KEY_FILE', '"secretKey" must be in 1 .. r-1');
   return scalar;
 }
 

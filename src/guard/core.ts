@@ -124,12 +124,17 @@ export function checkGuardRequest(request: GuardRequest, maxKeyBytes: number): v
   expectResource(request.resource, 'resource');
   if (request.op !== undefined) {
     expectString(request.op, 'op', MAX_OP_LENGTH);
-    if (request.op.length === 0) throw new QuorumFenceError('INVALID_ARGUMENT', '"op" must not be empty', { field: 'op' });
+    if (request.op.length === 0)
+      throw new QuorumFenceError('INVALID_ARGUMENT', '"op" must not be empty', { field: 'op' });
   }
   if (request.key !== undefined) {
     expectString(request.key, 'key', maxKeyBytes);
     if (!request.key.isWellFormed() || Buffer.byteLength(request.key) > maxKeyBytes) {
-      throw new QuorumFenceError('INVALID_ARGUMENT', `"key" expected well-formed text of at most ${maxKeyBytes} UTF-8 bytes`, { field: 'key' });
+      throw new QuorumFenceError(
+        'INVALID_ARGUMENT',
+        `"key" expected well-formed text of at most ${maxKeyBytes} UTF-8 bytes`,
+        { field: 'key' },
+      );
     }
   }
   const token = request.token;
@@ -179,13 +184,24 @@ export class GuardCore {
     }
     const { token, digest, digestHex, text, holderHex } = verified;
     const info = { token, digest, digestHex, text, holderHex };
-    const refuse = (reason: GuardRefusalReason, message: string): Admission => ({ ok: false, reason, message, errorCode: null, token, digestHex });
+    const refuse = (reason: GuardRefusalReason, message: string): Admission => ({
+      ok: false,
+      reason,
+      message,
+      errorCode: null,
+      token,
+      digestHex,
+    });
     if (token.grant.resource !== request.resource) {
-      return refuse('wrong_resource', `token is for resource ${JSON.stringify(token.grant.resource)}, not ${JSON.stringify(request.resource)}`);
+      return refuse(
+        'wrong_resource',
+        `token is for resource ${JSON.stringify(token.grant.resource)}, not ${JSON.stringify(request.resource)}`,
+      );
     }
     const proof = request.proof;
     if (proof === undefined) {
-      if (this.requireProof) return refuse('proof_required', 'this guard requires a proof of possession signed by the holder key');
+      if (this.requireProof)
+        return refuse('proof_required', 'this guard requires a proof of possession signed by the holder key');
       return { ok: true, counter: undefined, ...info };
     }
     const fields = {
@@ -197,7 +213,10 @@ export class GuardCore {
       tokenDigest: digest,
       counter: proof.counter,
     };
-    if (proof.signature.length !== PROOF_SIGNATURE_BYTES || !verifyRequestProof(token.grant.holder, fields, proof.signature)) {
+    if (
+      proof.signature.length !== PROOF_SIGNATURE_BYTES ||
+      !verifyRequestProof(token.grant.holder, fields, proof.signature)
+    ) {
       return refuse('bad_proof', "the request's proof of possession does not verify under the token's holder key");
     }
     return { ok: true, counter: proof.counter, ...info };
@@ -205,7 +224,11 @@ export class GuardCore {
 
   /** The fence and the replay window, on the barrier read inside the transaction. */
   decide(admitted: Extract<Admission, { ok: true }>, barrier: Barrier | undefined): FenceDecision {
-    return decideFence(barrier, { epoch: admitted.token.grant.epoch, digest: admitted.digest, bytes: admitted.token.bytes }, admitted.counter);
+    return decideFence(
+      barrier,
+      { epoch: admitted.token.grant.epoch, digest: admitted.digest, bytes: admitted.token.bytes },
+      admitted.counter,
+    );
   }
 
   /** The log entry for one attempt. */

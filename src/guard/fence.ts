@@ -60,7 +60,8 @@ export function decideFence(current: Barrier | undefined, token: FencedToken, co
     return { ok: false, reason: 'conflict', barrier: current.epoch, barrierToken: current.token };
   }
   if (counter === undefined) return { ok: true, raised: false, barrier: current };
-  if (current.replay === null) return { ok: true, raised: false, barrier: { ...current, replay: openReplayWindow(counter) } };
+  if (current.replay === null)
+    return { ok: true, raised: false, barrier: { ...current, replay: openReplayWindow(counter) } };
   const admitted = admitCounter(current.replay, counter);
   if (!admitted.ok) return { ok: false, reason: 'replayed', barrier: current.epoch };
   return { ok: true, raised: false, barrier: { ...current, replay: admitted.window } };

@@ -124,7 +124,8 @@ function toBarrier(record: BarrierRecord): Barrier {
     epoch: BigInt(record.epoch),
     tokenDigest: record.tokenDigest,
     token: record.token,
-    replay: record.replayHigh === null ? null : { high: BigInt(record.replayHigh), seen: BigInt(record.replaySeen ?? '0') },
+    replay:
+      record.replayHigh === null ? null : { high: BigInt(record.replayHigh), seen: BigInt(record.replaySeen ?? '0') },
   };
 }
 
@@ -155,8 +156,17 @@ class BufferedContext implements LmdbWriteContext {
   ) {}
 
   #key(key: string): string {
-    if (typeof key !== 'string' || key.length === 0 || !key.isWellFormed() || Buffer.byteLength(key) > this.maxKeyBytes) {
-      throw new QuorumFenceError('INVALID_ARGUMENT', `"key" expected 1..${this.maxKeyBytes} UTF-8 bytes of well-formed text`, { field: 'key' });
+    if (
+      typeof key !== 'string' ||
+      key.length === 0 ||
+      !key.isWellFormed() ||
+      Buffer.byteLength(key) > this.maxKeyBytes
+    ) {
+      throw new QuorumFenceError(
+        'INVALID_ARGUMENT',
+        `"key" expected 1..${this.maxKeyBytes} UTF-8 bytes of well-formed text`,
+        { field: 'key' },
+      );
     }
     return key;
   }
@@ -170,9 +180,14 @@ class BufferedContext implements LmdbWriteContext {
   }
 
   put(key: string, value: Uint8Array): void {
-    if (!(value instanceof Uint8Array)) throw new QuorumFenceError('INVALID_ARGUMENT', '"value" expected bytes', { field: 'value' });
+    if (!(value instanceof Uint8Array))
+      throw new QuorumFenceError('INVALID_ARGUMENT', '"value" expected bytes', { field: 'value' });
     if (value.length > this.maxValueBytes) {
-      throw new QuorumFenceError('INVALID_ARGUMENT', `"value" expected at most ${this.maxValueBytes} bytes, got ${value.length}`, { field: 'value' });
+      throw new QuorumFenceError(
+        'INVALID_ARGUMENT',
+        `"value" expected at most ${this.maxValueBytes} bytes, got ${value.length}`,
+        { field: 'value' },
+      );
     }
     this.changes.set(this.#key(key), value.slice());
   }
@@ -183,7 +198,7 @@ class BufferedContext implements LmdbWriteContext {
     return existed;
   }
 
-  refuse(reason: 'version_mismatch', message = 'the write\'s precondition does not hold'): MutationRefusal {
+  refuse(reason: 'version_mismatch', message = "the write's precondition does not hold"): MutationRefusal {
     const refusal = { refusal: reason, message };
     Object.defineProperty(refusal, REFUSAL, { value: true });
     return refusal;
@@ -229,7 +244,12 @@ export class LmdbGuard {
     try {
       root = open({ path, maxDbs: 8 });
     } catch (error) {
-      throw new QuorumFenceError('IO_ERROR', `cannot open the guard store at ${path}: ${(error as Error).message}`, { path }, { cause: error });
+      throw new QuorumFenceError(
+        'IO_ERROR',
+        `cannot open the guard store at ${path}: ${(error as Error).message}`,
+        { path },
+        { cause: error },
+      );
     }
     let guard: LmdbGuard;
     try {
@@ -254,10 +274,16 @@ export class LmdbGuard {
       return;
     }
     if (format !== LMDB_GUARD_FORMAT) {
-      throw new QuorumFenceError('STORE_CORRUPT', `guard store: unknown format ${JSON.stringify(format)} (expected ${LMDB_GUARD_FORMAT})`);
+      throw new QuorumFenceError(
+        'STORE_CORRUPT',
+        `guard store: unknown format ${JSON.stringify(format)} (expected ${LMDB_GUARD_FORMAT})`,
+      );
     }
     if (clusterId !== cluster.idHex) {
-      throw new QuorumFenceError('CLUSTER_MISMATCH', `guard store belongs to cluster ${String(clusterId).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`);
+      throw new QuorumFenceError(
+        'CLUSTER_MISMATCH',
+        `guard store belongs to cluster ${String(clusterId).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`,
+      );
     }
   }
 
@@ -290,13 +316,21 @@ export class LmdbGuard {
   }
 
   /** Runs inside the LMDB write transaction: reads, decides and writes synchronously. */
-  #decideAndApply<T>(request: LmdbWriteRequest, admission: Admission, mutation: LmdbMutation<T> | undefined): TxnOutcome<T> {
+  #decideAndApply<T>(
+    request: LmdbWriteRequest,
+    admission: Admission,
+    mutation: LmdbMutation<T> | undefined,
+  ): TxnOutcome<T> {
     const seq = ((this.#meta.get('lastSeq') as number | undefined) ?? 0) + 1;
     const stored = this.#barriers.get(request.resource);
     const barrier = stored ? toBarrier(stored) : undefined;
     const before = barrier?.epoch;
 
-    const refuse = (reason: GuardLogEntry['outcome'], message: string, conflictingToken?: Uint8Array): TxnOutcome<T> => {
+    const refuse = (
+      reason: GuardLogEntry['outcome'],
+      message: string,
+      conflictingToken?: Uint8Array,
+    ): TxnOutcome<T> => {
       const entry = this.core.entry({
         seq,
         request,
@@ -316,12 +350,19 @@ export class LmdbGuard {
     const epoch = admission.token.grant.epoch;
     const decision = this.core.decide(admission, barrier);
     if (!decision.ok) {
-      return refuse(decision.reason, fenceMessage(decision, epoch), decision.reason === 'conflict' ? decision.barrierToken : undefined);
+      return refuse(
+        decision.reason,
+        fenceMessage(decision, epoch),
+        decision.reason === 'conflict' ? decision.barrierToken : undefined,
+      );
     }
     if (request.ifVersion !== undefined) {
       const current = this.#data.get([request.resource, request.ifVersion.key])?.version ?? 0;
       if (current !== request.ifVersion.version) {
-        return refuse('version_mismatch', `key ${JSON.stringify(request.ifVersion.key)} is at version ${current}, not ${request.ifVersion.version}`);
+        return refuse(
+          'version_mismatch',
+          `key ${JSON.stringify(request.ifVersion.key)} is at version ${current}, not ${request.ifVersion.version}`,
+        );
       }
     }
 
@@ -338,7 +379,10 @@ export class LmdbGuard {
     try {
       result = mutation ? mutation(context) : (undefined as T);
       if (typeof (result as { then?: unknown } | null)?.then === 'function') {
-        throw new QuorumFenceError('INVALID_ARGUMENT', 'an LMDB guard mutation must be synchronous (it runs inside the write transaction)');
+        throw new QuorumFenceError(
+          'INVALID_ARGUMENT',
+          'an LMDB guard mutation must be synchronous (it runs inside the write transaction)',
+        );
       }
     } catch (error) {
       return { ...refuse('aborted', `the mutation threw: ${(error as Error).message}`), thrown: error };
@@ -362,7 +406,10 @@ export class LmdbGuard {
     });
     this.#meta.putSync('lastSeq', seq);
     this.#log.putSync(seq, entry);
-    return { entry, result: { ok: true, seq, epoch, barrier: decision.barrier.epoch, raised: decision.raised, version, result } };
+    return {
+      entry,
+      result: { ok: true, seq, epoch, barrier: decision.barrier.epoch, raised: decision.raised, version, result },
+    };
   }
 
   /** A plain, unfenced read of one key (the committed state). */

@@ -106,10 +106,12 @@ export function parseGuardLogEntry(json: unknown): GuardLogEntry {
   if (typeof e.resource !== 'string') bad('resource', `expected a string, got ${describe(e.resource)}`);
   if (typeof e.accepted !== 'boolean') bad('accepted', `expected a boolean, got ${describe(e.accepted)}`);
   const outcome = e.outcome;
-  if (outcome !== 'accepted' && !(GUARD_REFUSAL_REASONS as readonly unknown[]).includes(outcome)) bad('outcome', 'is not a known outcome');
+  if (outcome !== 'accepted' && !(GUARD_REFUSAL_REASONS as readonly unknown[]).includes(outcome))
+    bad('outcome', 'is not a known outcome');
   if (e.accepted !== (outcome === 'accepted')) bad('accepted', 'disagrees with "outcome"');
   const version = e.version ?? null;
-  if (version !== null && (typeof version !== 'number' || !Number.isSafeInteger(version) || version < 0)) bad('version', 'expected a non-negative integer or null');
+  if (version !== null && (typeof version !== 'number' || !Number.isSafeInteger(version) || version < 0))
+    bad('version', 'expected a non-negative integer or null');
   return {
     seq: e.seq,
     op: e.op,

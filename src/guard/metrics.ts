@@ -18,7 +18,10 @@ export class GuardMetrics implements GuardObserver {
   readonly verifySeconds: Histogram;
   readonly cacheLookups: Counter<'result'>;
 
-  constructor(labels: { cluster: string }, options: { tokenCacheEntries?: () => number; processMetrics?: boolean } = {}) {
+  constructor(
+    labels: { cluster: string },
+    options: { tokenCacheEntries?: () => number; processMetrics?: boolean } = {},
+  ) {
     this.registry.setDefaultLabels({ cluster: labels.cluster.slice(0, 16) });
     const registers = [this.registry];
     this.attempts = new Counter({

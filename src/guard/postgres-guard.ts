@@ -115,9 +115,18 @@ export class PostgresGuard {
     this.core = new GuardCore(cluster, options);
     const prefix = options.tablePrefix ?? 'quorumfence_';
     if (!TABLE_PREFIX.test(prefix)) {
-      throw new QuorumFenceError('INVALID_ARGUMENT', '"tablePrefix" expected lowercase letters, digits and underscores', { field: 'tablePrefix' });
+      throw new QuorumFenceError(
+        'INVALID_ARGUMENT',
+        '"tablePrefix" expected lowercase letters, digits and underscores',
+        { field: 'tablePrefix' },
+      );
     }
-    this.#t = { meta: `${prefix}meta`, barrier: `${prefix}barrier`, log: `${prefix}guard_log`, seq: `${prefix}guard_log_seq` };
+    this.#t = {
+      meta: `${prefix}meta`,
+      barrier: `${prefix}barrier`,
+      log: `${prefix}guard_log`,
+      seq: `${prefix}guard_log_seq`,
+    };
     this.#maxLogPage = expectInteger(options.maxLogPage ?? DEFAULT_MAX_LOG_PAGE, 1, 100_000, 'maxLogPage');
     this.#pool = pool;
   }
@@ -156,18 +165,26 @@ export class PostgresGuard {
          )`,
       );
       await client.query(`CREATE SEQUENCE IF NOT EXISTS ${t.seq}`);
-      await client.query(`CREATE TABLE IF NOT EXISTS ${t.log} (seq bigint PRIMARY KEY, resource text NOT NULL, entry jsonb NOT NULL)`);
-      await client.query(`INSERT INTO ${t.meta} (key, value) VALUES ('format', $1), ('clusterId', $2) ON CONFLICT (key) DO NOTHING`, [
-        POSTGRES_GUARD_FORMAT,
-        cluster.idHex,
-      ]);
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${t.log} (seq bigint PRIMARY KEY, resource text NOT NULL, entry jsonb NOT NULL)`,
+      );
+      await client.query(
+        `INSERT INTO ${t.meta} (key, value) VALUES ('format', $1), ('clusterId', $2) ON CONFLICT (key) DO NOTHING`,
+        [POSTGRES_GUARD_FORMAT, cluster.idHex],
+      );
       const rows = (await client.query<{ key: string; value: string }>(`SELECT key, value FROM ${t.meta}`)).rows;
       const meta = new Map(rows.map((r) => [r.key, r.value]));
       if (meta.get('format') !== POSTGRES_GUARD_FORMAT) {
-        throw new QuorumFenceError('STORE_CORRUPT', `guard tables: unknown format ${JSON.stringify(meta.get('format'))}`);
+        throw new QuorumFenceError(
+          'STORE_CORRUPT',
+          `guard tables: unknown format ${JSON.stringify(meta.get('format'))}`,
+        );
       }
       if (meta.get('clusterId') !== cluster.idHex) {
-        throw new QuorumFenceError('CLUSTER_MISMATCH', `guard tables belong to cluster ${String(meta.get('clusterId')).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`);
+        throw new QuorumFenceError(
+          'CLUSTER_MISMATCH',
+          `guard tables belong to cluster ${String(meta.get('clusterId')).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`,
+        );
       }
       await client.query('COMMIT');
     } catch (error) {
@@ -188,8 +205,15 @@ export class PostgresGuard {
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the guard is closed');
     checkGuardRequest(request, this.core.maxKeyBytes);
     // PostgreSQL text and jsonb cannot hold U+0000; refuse it here rather than fail inside a transaction.
-    for (const [field, value] of [['resource', request.resource], ['key', request.key ?? ''], ['op', request.op ?? '']] as const) {
-      if (value.includes('\u0000')) throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" must not contain U+0000 in a PostgreSQL guard`, { field });
+    for (const [field, value] of [
+      ['resource', request.resource],
+      ['key', request.key ?? ''],
+      ['op', request.op ?? ''],
+    ] as const) {
+      if (value.includes('\u0000'))
+        throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" must not contain U+0000 in a PostgreSQL guard`, {
+          field,
+        });
     }
     const admission = this.core.admit(request);
     this.#inFlight++;
@@ -210,12 +234,20 @@ export class PostgresGuard {
     }
   }
 
-  async #attempt<T>(client: PoolClient, request: GuardRequest, admission: Admission, mutation: PostgresMutation<T> | undefined): Promise<GuardResult<T>> {
+  async #attempt<T>(
+    client: PoolClient,
+    request: GuardRequest,
+    admission: Admission,
+    mutation: PostgresMutation<T> | undefined,
+  ): Promise<GuardResult<T>> {
     const t = this.#t;
     if (!admission.ok) {
       // Nothing to lock: the refusal needs no barrier. Its barrierBefore is what the table says now.
       const current = await this.#readBarrier(client, request.resource);
-      const entry = await this.#appendLog(client, this.#refusalEntry(request, admission, admission.reason, current?.epoch));
+      const entry = await this.#appendLog(
+        client,
+        this.#refusalEntry(request, admission, admission.reason, current?.epoch),
+      );
       this.core.committed(entry);
       return refusedResult(entry, admission.message, current?.epoch);
     }
@@ -239,7 +271,13 @@ export class PostgresGuard {
       const decision = this.core.decide(admission, barrier);
       if (!decision.ok) {
         if (placeholder) await client.query(`DELETE FROM ${t.barrier} WHERE resource = $1`, [request.resource]);
-        const entry = this.#refusalEntry(request, admission, decision.reason, before, decision.reason === 'conflict' ? decision.barrierToken : undefined);
+        const entry = this.#refusalEntry(
+          request,
+          admission,
+          decision.reason,
+          before,
+          decision.reason === 'conflict' ? decision.barrierToken : undefined,
+        );
         const logged = await this.#appendLog(client, entry);
         await client.query('COMMIT');
         open = false;
@@ -266,7 +304,15 @@ export class PostgresGuard {
       }
 
       const next = decision.barrier;
-      const entry = this.core.entry({ seq: 0, request, admission, outcome: 'accepted', barrierBefore: before, barrierAfter: next.epoch, version: null });
+      const entry = this.core.entry({
+        seq: 0,
+        request,
+        admission,
+        outcome: 'accepted',
+        barrierBefore: before,
+        barrierAfter: next.epoch,
+        version: null,
+      });
       const values = [
         JSON.stringify(entry),
         request.resource,
@@ -279,10 +325,14 @@ export class PostgresGuard {
       // One round trip: raise the barrier (when it changed) and append the entry with its seq.
       const changed = !sameBarrier(barrier, next);
       const logged = await client.query<{ entry: unknown }>(
-        `WITH ${changed ? `raised AS (
+        `WITH ${
+          changed
+            ? `raised AS (
            UPDATE ${t.barrier} SET epoch = $3, token_digest = $4, token = $5, replay_high = $6, replay_seen = $7
            WHERE resource = $2
-         ), ` : ''}next AS (SELECT nextval('${t.seq}') AS seq)
+         ), `
+            : ''
+        }next AS (SELECT nextval('${t.seq}') AS seq)
          INSERT INTO ${t.log} (seq, resource, entry)
          SELECT seq, $2, $1::jsonb || jsonb_build_object('seq', seq) FROM next
          RETURNING entry`,
@@ -292,7 +342,15 @@ export class PostgresGuard {
       open = false;
       const committed = parseGuardLogEntry(logged.rows[0]!.entry);
       this.core.committed(committed);
-      return { ok: true, seq: committed.seq, epoch, barrier: next.epoch, raised: decision.raised, version: null, result };
+      return {
+        ok: true,
+        seq: committed.seq,
+        epoch,
+        barrier: next.epoch,
+        raised: decision.raised,
+        version: null,
+        result,
+      };
     } finally {
       if (open) await client.query('ROLLBACK').catch(() => undefined);
     }
@@ -381,7 +439,10 @@ export class PostgresGuard {
   async readLog(query: GuardLogQuery = {}): Promise<GuardLogEntry[]> {
     const after = expectInteger(query.after ?? 0, 0, Number.MAX_SAFE_INTEGER, 'after');
     const limit = expectInteger(query.limit ?? this.#maxLogPage, 1, this.#maxLogPage, 'limit');
-    const result = await this.#pool.query<{ entry: unknown }>(`SELECT entry FROM ${this.#t.log} WHERE seq > $1 ORDER BY seq LIMIT $2`, [after, limit]);
+    const result = await this.#pool.query<{ entry: unknown }>(
+      `SELECT entry FROM ${this.#t.log} WHERE seq > $1 ORDER BY seq LIMIT $2`,
+      [after, limit],
+    );
     return result.rows.map((row) => parseGuardLogEntry(row.entry));
   }
 
@@ -399,4 +460,3 @@ class MutationFailure extends Error {
     super('mutation failed');
   }
 }
-

@@ -54,7 +54,8 @@ export interface RequestFields {
 function lengthPrefixed(text: string, field: string, widthBytes: 1 | 2): Uint8Array {
   const bytes = utf8.encode(text);
   const max = widthBytes === 1 ? 0xff : 0xffff;
-  if (bytes.length > max) throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" is longer than ${max} bytes`, { field });
+  if (bytes.length > max)
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" is longer than ${max} bytes`, { field });
   return concatBytes(widthBytes === 1 ? Uint8Array.of(bytes.length) : u16be(bytes.length), bytes);
 }
 
@@ -111,7 +112,11 @@ function holderKeyObject(holder: Uint8Array): KeyObject | undefined {
   let key = holderKeys.get(id);
   if (!key) {
     try {
-      key = createPublicKey({ key: Buffer.from(concatBytes(ED25519_SPKI_PREFIX, holder)), format: 'der', type: 'spki' });
+      key = createPublicKey({
+        key: Buffer.from(concatBytes(ED25519_SPKI_PREFIX, holder)),
+        format: 'der',
+        type: 'spki',
+      });
     } catch {
       return undefined; // not a point on the curve: no signature can verify under it
     }
@@ -163,7 +168,10 @@ export function openReplayWindow(counter: bigint): ReplayWindow {
  * Admits `counter` into the window or refuses it as a replay (already seen, or
  * more than REPLAY_WINDOW below the highest). Pure: returns the new window.
  */
-export function admitCounter(window: ReplayWindow, counter: bigint): { ok: true; window: ReplayWindow } | { ok: false } {
+export function admitCounter(
+  window: ReplayWindow,
+  counter: bigint,
+): { ok: true; window: ReplayWindow } | { ok: false } {
   if (counter > window.high) {
     const shift = counter - window.high;
     const seen = shift >= REPLAY_WINDOW ? 1n : ((window.seen << shift) | 1n) & WINDOW_MASK;

@@ -134,7 +134,13 @@ export class ResourceServer {
       res.once('close', () => {
         if (--this.#active === 0) this.#idle?.();
       });
-      if (this.#closing) return sendJson(res, 503, { ok: false, code: 'shutting_down', message: 'the resource is shutting down' }, { connection: 'close' });
+      if (this.#closing)
+        return sendJson(
+          res,
+          503,
+          { ok: false, code: 'shutting_down', message: 'the resource is shutting down' },
+          { connection: 'close' },
+        );
       this.#handle(req, res).catch((error: unknown) => this.#fail(res, error));
     });
     // Unparseable HTTP (bad request line, oversized headers): answer 400 and drop the socket.
@@ -151,9 +157,19 @@ export class ResourceServer {
   static async start(dataDir: string, cluster: Cluster, options: ResourceServerOptions = {}): Promise<ResourceServer> {
     const maxBodyBytes = expectInteger(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, 0, 1 << 30, 'maxBodyBytes');
     const logger = options.logger ?? silentLogger;
-    let guard: LmdbGuard | undefined;
-    const metrics = new GuardMetrics({ cluster: cluster.idHex }, { tokenCacheEntries: () => guard?.core.verifier.cacheEntries ?? 0, processMetrics: true });
-    guard = await LmdbGuard.open(dataDir, cluster, { ...options, maxValueBytes: maxBodyBytes, observer: metrics, logger });
+    // The metrics read the guard lazily: it opens after them so it can report to them.
+    const guardRef: { current?: LmdbGuard } = {};
+    const metrics = new GuardMetrics(
+      { cluster: cluster.idHex },
+      { tokenCacheEntries: () => guardRef.current?.core.verifier.cacheEntries ?? 0, processMetrics: true },
+    );
+    const guard = await LmdbGuard.open(dataDir, cluster, {
+      ...options,
+      maxValueBytes: maxBodyBytes,
+      observer: metrics,
+      logger,
+    });
+    guardRef.current = guard;
     const server = new ResourceServer(guard, metrics, logger, maxBodyBytes);
     try {
       await new Promise<void>((resolve, reject) => {
@@ -215,7 +231,12 @@ export class ResourceServer {
       this.#only(method, ['GET']);
       const resource = this.#resource(segments[1]!);
       const barrier = this.guard.barrier(resource);
-      if (!barrier) return sendJson(res, 404, { ok: false, code: 'not_found', message: 'no write was ever accepted for this resource' });
+      if (!barrier)
+        return sendJson(res, 404, {
+          ok: false,
+          code: 'not_found',
+          message: 'no write was ever accepted for this resource',
+        });
       return sendJson(res, 200, { resource, epoch: barrier.epoch.toString(), tokenDigest: toHex(barrier.tokenDigest) });
     }
     if (route === 'kv' && segments.length === 3) {
@@ -236,10 +257,18 @@ export class ResourceServer {
     const token = authorization === undefined ? undefined : AUTH_SCHEME.exec(authorization)?.[1];
     const proof = this.#proof(req, method, body);
     const ifVersion = this.#ifVersion(req, key);
-    const request = { token, resource, key, op: method.toLowerCase(), ...(proof ? { proof } : {}), ...(ifVersion ? { ifVersion } : {}) };
+    const request = {
+      token,
+      resource,
+      key,
+      op: method.toLowerCase(),
+      ...(proof ? { proof } : {}),
+      ...(ifVersion ? { ifVersion } : {}),
+    };
 
     let result: GuardResult<StoredValue | boolean | undefined>;
-    if (method === 'PUT') result = await this.guard.write(request, (tx) => {
+    if (method === 'PUT')
+      result = await this.guard.write(request, (tx) => {
         tx.put(key, body);
         return undefined;
       });
@@ -257,14 +286,19 @@ export class ResourceServer {
         ...(result.errorCode ? { errorCode: result.errorCode } : {}),
       });
     }
-    const fence = { 'quorumfence-seq': String(result.seq), 'quorumfence-epoch': result.epoch.toString(), 'quorumfence-barrier': result.barrier.toString() };
+    const fence = {
+      'quorumfence-seq': String(result.seq),
+      'quorumfence-epoch': result.epoch.toString(),
+      'quorumfence-barrier': result.barrier.toString(),
+    };
     const common = { ok: true, seq: result.seq, epoch: result.epoch, barrier: result.barrier, raised: result.raised };
     if (method === 'GET') {
       const value = result.result as StoredValue | undefined;
       if (!value) return sendJson(res, 404, { ...common, ok: false, code: 'not_found', message: 'no such key' }, fence);
       return sendValue(res, value, fence);
     }
-    if (method === 'DELETE') return sendJson(res, 200, { ...common, deleted: result.result as boolean, version: result.version }, fence);
+    if (method === 'DELETE')
+      return sendJson(res, 200, { ...common, deleted: result.result as boolean, version: result.version }, fence);
     return sendJson(res, 200, { ...common, version: result.version }, fence);
   }
 
@@ -277,7 +311,8 @@ export class ResourceServer {
     try {
       expectResource(resource);
     } catch (error) {
-      if (error instanceof QuorumFenceError) throw new BadRequest(400, 'bad_request', `${error.message} (${error.code})`);
+      if (error instanceof QuorumFenceError)
+        throw new BadRequest(400, 'bad_request', `${error.message} (${error.code})`);
       throw error;
     }
     return resource;
@@ -295,7 +330,8 @@ export class ResourceServer {
   #queryInteger(query: URLSearchParams, name: string, fallback: number): number {
     const text = query.get(name);
     if (text === null) return fallback;
-    if (!DECIMAL.test(text) || !Number.isSafeInteger(Number(text))) throw new BadRequest(400, 'bad_request', `"${name}" must be a non-negative integer`);
+    if (!DECIMAL.test(text) || !Number.isSafeInteger(Number(text)))
+      throw new BadRequest(400, 'bad_request', `"${name}" must be a non-negative integer`);
     return Number(text);
   }
 
@@ -305,7 +341,11 @@ export class ResourceServer {
     const match = typeof header === 'string' ? /^(\d{1,19})\.([A-Za-z0-9_-]{86})$/.exec(header.trim()) : null;
     const counter = match ? BigInt(match[1]!) : 0n;
     if (!match || counter < 1n || counter > MAX_PROOF_COUNTER) {
-      throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof must be "<counter 1..2^63-1>.<base64url Ed25519 signature>"');
+      throw new BadRequest(
+        400,
+        'bad_request',
+        'QuorumFence-Proof must be "<counter 1..2^63-1>.<base64url Ed25519 signature>"',
+      );
     }
     let signature: Uint8Array;
     try {
@@ -313,7 +353,8 @@ export class ResourceServer {
     } catch {
       throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof signature is not canonical base64url');
     }
-    if (signature.length !== PROOF_SIGNATURE_BYTES) throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof signature must be 64 bytes');
+    if (signature.length !== PROOF_SIGNATURE_BYTES)
+      throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof signature must be 64 bytes');
     // The digest of the body this server received, never one the client claims.
     return { method, bodyDigest: bodyDigest(body), counter, signature };
   }
@@ -337,7 +378,8 @@ export class ResourceServer {
     let size = 0;
     for await (const chunk of req as AsyncIterable<Buffer>) {
       size += chunk.length;
-      if (size > this.#maxBodyBytes) throw new BadRequest(413, 'body_too_large', `the body limit is ${this.#maxBodyBytes} bytes`);
+      if (size > this.#maxBodyBytes)
+        throw new BadRequest(413, 'body_too_large', `the body limit is ${this.#maxBodyBytes} bytes`);
       chunks.push(chunk);
     }
     return size === 0 ? EMPTY : new Uint8Array(Buffer.concat(chunks, size));
@@ -351,7 +393,13 @@ export class ResourceServer {
       return sendJson(res, error.status, { ok: false, code: error.code, message: error.message }, headers);
     }
     if (error instanceof QuorumFenceError && error.code === 'CLOSED') {
-      if (!res.headersSent) sendJson(res, 503, { ok: false, code: 'shutting_down', message: 'the resource is shutting down' }, { connection: 'close' });
+      if (!res.headersSent)
+        sendJson(
+          res,
+          503,
+          { ok: false, code: 'shutting_down', message: 'the resource is shutting down' },
+          { connection: 'close' },
+        );
       return;
     }
     this.#logger.error({ err: error }, 'request failed');
@@ -369,7 +417,10 @@ export class ResourceServer {
       this.#server.closeIdleConnections();
       if (this.#active > 0) {
         // Bounded: a client that never finishes sending its body must not hold the shutdown forever.
-        await Promise.race([new Promise<void>((resolve) => (this.#idle = resolve)), new Promise((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref())]);
+        await Promise.race([
+          new Promise<void>((resolve) => (this.#idle = resolve)),
+          new Promise((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref()),
+        ]);
       }
       this.#server.closeAllConnections();
       await this.guard.close();

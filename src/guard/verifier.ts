@@ -43,7 +43,12 @@ export interface VerifiedTokenInfo {
 
 export type VerifiedToken =
   | ({ readonly ok: true; readonly cached: boolean } & VerifiedTokenInfo)
-  | { readonly ok: false; readonly reason: 'missing_token' | 'malformed'; readonly code: ErrorCode | null; readonly message: string }
+  | {
+      readonly ok: false;
+      readonly reason: 'missing_token' | 'malformed';
+      readonly code: ErrorCode | null;
+      readonly message: string;
+    }
   | {
       readonly ok: false;
       readonly reason: 'bad_token' | 'wrong_cluster';
@@ -93,7 +98,12 @@ export class TokenVerifier {
     let text: string;
     if (typeof input === 'string') {
       if (input.length > MAX_TOKEN_TEXT_LENGTH) {
-        return { ok: false, reason: 'malformed', code: 'BAD_LENGTH', message: `admission token: longer than ${MAX_TOKEN_TEXT_LENGTH} characters` };
+        return {
+          ok: false,
+          reason: 'malformed',
+          code: 'BAD_LENGTH',
+          message: `admission token: longer than ${MAX_TOKEN_TEXT_LENGTH} characters`,
+        };
       }
       text = input;
       const hit = this.#lookup(text);
@@ -101,12 +111,18 @@ export class TokenVerifier {
       try {
         bytes = fromBase64Url(input, 'admission token');
       } catch (error) {
-        if (error instanceof QuorumFenceError) return { ok: false, reason: 'malformed', code: error.code, message: error.message };
+        if (error instanceof QuorumFenceError)
+          return { ok: false, reason: 'malformed', code: error.code, message: error.message };
         throw error;
       }
     } else {
       if (input.length > MAX_TOKEN_BYTES) {
-        return { ok: false, reason: 'malformed', code: 'BAD_LENGTH', message: `admission token: longer than ${MAX_TOKEN_BYTES} bytes` };
+        return {
+          ok: false,
+          reason: 'malformed',
+          code: 'BAD_LENGTH',
+          message: `admission token: longer than ${MAX_TOKEN_BYTES} bytes`,
+        };
       }
       bytes = input;
       text = toBase64Url(bytes);
@@ -116,7 +132,9 @@ export class TokenVerifier {
     const digest = sha256(bytes);
     const digestHex = toHex(digest);
     this.#observer?.cacheLookup(false);
-    const checked = this.#observer ? this.#observer.timeVerify(() => this.#decodeAndVerify(bytes)) : this.#decodeAndVerify(bytes);
+    const checked = this.#observer
+      ? this.#observer.timeVerify(() => this.#decodeAndVerify(bytes))
+      : this.#decodeAndVerify(bytes);
     if (!checked.ok) {
       if (checked.reason === 'malformed') return checked;
       return { ...checked, digestHex };
@@ -141,12 +159,19 @@ export class TokenVerifier {
     try {
       token = decodeToken(bytes, this.#cluster.backend);
     } catch (error) {
-      if (error instanceof QuorumFenceError) return { ok: false, reason: 'malformed', code: error.code, message: error.message };
+      if (error instanceof QuorumFenceError)
+        return { ok: false, reason: 'malformed', code: error.code, message: error.message };
       throw error;
     }
     const check = verifyToken(token, this.#cluster);
     if (check.ok) return { ok: true, token };
-    return { ok: false, reason: check.reason === 'bad_signature' ? 'bad_token' : 'wrong_cluster', code: null, message: check.message, token };
+    return {
+      ok: false,
+      reason: check.reason === 'bad_signature' ? 'bad_token' : 'wrong_cluster',
+      code: null,
+      message: check.message,
+      token,
+    };
   }
 
   #lookup(text: string): VerifiedToken | undefined {

@@ -61,17 +61,24 @@ function decodeFrame(frame: Uint8Array, maxBytes: number): Fields {
     // Truncated data, unknown extensions, trailing bytes and runaway nesting (RangeError) all land here.
     protocolError(`undecodable msgpack: ${(error as Error).message.slice(0, 100)}`);
   }
-  if (typeof value !== 'object' || value === null || Array.isArray(value) || Object.getPrototypeOf(value) !== Object.prototype) {
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    Array.isArray(value) ||
+    Object.getPrototypeOf(value) !== Object.prototype
+  ) {
     protocolError(`expected a map, got ${describe(value)}`);
   }
   const fields = value as Fields;
-  if (fields.v !== PROTOCOL_VERSION) protocolError(`unsupported protocol version ${JSON.stringify(String(fields.v)).slice(0, 20)}`);
+  if (fields.v !== PROTOCOL_VERSION)
+    protocolError(`unsupported protocol version ${JSON.stringify(String(fields.v)).slice(0, 20)}`);
   return fields;
 }
 
 function onlyKeys(fields: Fields, allowed: readonly string[]): void {
   for (const key of Object.keys(fields)) {
-    if (key !== 'v' && key !== 'type' && !allowed.includes(key)) protocolError(`unexpected field "${key.slice(0, 40)}" in ${String(fields.type)}`);
+    if (key !== 'v' && key !== 'type' && !allowed.includes(key))
+      protocolError(`unexpected field "${key.slice(0, 40)}" in ${String(fields.type)}`);
   }
 }
 
@@ -101,13 +108,15 @@ function reportedEpoch(fields: Fields, key: string, min: bigint): bigint {
 
 function bytes(fields: Fields, key: string, length: number): Uint8Array {
   const value = fields[key];
-  if (!(value instanceof Uint8Array) || value.length !== length) protocolError(`"${key}" expected ${length} bytes, got ${describe(value)}`);
+  if (!(value instanceof Uint8Array) || value.length !== length)
+    protocolError(`"${key}" expected ${length} bytes, got ${describe(value)}`);
   return new Uint8Array(value);
 }
 
 function string(fields: Fields, key: string): string {
   const value = fields[key];
-  if (typeof value !== 'string' || value.length > MAX_WIRE_STRING) protocolError(`"${key}" expected a string of at most ${MAX_WIRE_STRING} characters`);
+  if (typeof value !== 'string' || value.length > MAX_WIRE_STRING)
+    protocolError(`"${key}" expected a string of at most ${MAX_WIRE_STRING} characters`);
   return value;
 }
 
@@ -126,14 +135,30 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
   switch (f.type) {
     case 'hello':
       onlyKeys(f, ['id', 'holder', 'signature']);
-      return { type: 'hello', id: int(f, 'id', 0, MAX_ID), holder: bytes(f, 'holder', HOLDER_KEY_BYTES), signature: bytes(f, 'signature', HOLDER_SIGNATURE_BYTES) };
+      return {
+        type: 'hello',
+        id: int(f, 'id', 0, MAX_ID),
+        holder: bytes(f, 'holder', HOLDER_KEY_BYTES),
+        signature: bytes(f, 'signature', HOLDER_SIGNATURE_BYTES),
+      };
     case 'acquire':
     case 'renew':
       onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs']);
-      return { type: f.type, id: int(f, 'id', 0, MAX_ID), resource: string(f, 'resource'), epoch: wideInteger(f, 'epoch'), ttlMs: int(f, 'ttlMs', 0, MAX_MS) };
+      return {
+        type: f.type,
+        id: int(f, 'id', 0, MAX_ID),
+        resource: string(f, 'resource'),
+        epoch: wideInteger(f, 'epoch'),
+        ttlMs: int(f, 'ttlMs', 0, MAX_MS),
+      };
     case 'release':
       onlyKeys(f, ['id', 'resource', 'epoch']);
-      return { type: 'release', id: int(f, 'id', 0, MAX_ID), resource: string(f, 'resource'), epoch: wideInteger(f, 'epoch') };
+      return {
+        type: 'release',
+        id: int(f, 'id', 0, MAX_ID),
+        resource: string(f, 'resource'),
+        epoch: wideInteger(f, 'epoch'),
+      };
     case 'status':
       onlyKeys(f, ['id', 'resource']);
       return { type: 'status', id: int(f, 'id', 0, MAX_ID), resource: string(f, 'resource') };
@@ -154,14 +179,24 @@ export function decodeServerMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
   switch (f.type) {
     case 'challenge':
       onlyKeys(f, ['nonce', 'clusterId', 'replica']);
-      return { type: 'challenge', nonce: bytes(f, 'nonce', NONCE_BYTES), clusterId: bytes(f, 'clusterId', 32), replica: int(f, 'replica', 1, 0xffff) };
+      return {
+        type: 'challenge',
+        nonce: bytes(f, 'nonce', NONCE_BYTES),
+        clusterId: bytes(f, 'clusterId', 32),
+        replica: int(f, 'replica', 1, 0xffff),
+      };
     case 'welcome':
       onlyKeys(f, ['id', 'replica']);
       return { type: 'welcome', id: int(f, 'id', 0, MAX_ID), replica: int(f, 'replica', 1, 0xffff) };
     case 'reply': {
       onlyKeys(f, ['id', 'outcome']);
       const outcome = f.outcome;
-      if (typeof outcome !== 'object' || outcome === null || Array.isArray(outcome) || Object.getPrototypeOf(outcome) !== Object.prototype) {
+      if (
+        typeof outcome !== 'object' ||
+        outcome === null ||
+        Array.isArray(outcome) ||
+        Object.getPrototypeOf(outcome) !== Object.prototype
+      ) {
         protocolError('"outcome" expected a map');
       }
       return { type: 'reply', id: int(f, 'id', 0, MAX_ID), outcome: outcome as Fields };
@@ -172,9 +207,12 @@ export function decodeServerMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
     case 'error': {
       onlyKeys(f, ['id', 'code', 'message']);
       const code = f.code as WireErrorCode;
-      if (!WIRE_ERROR_CODES.includes(code)) protocolError(`unknown error code ${JSON.stringify(String(f.code)).slice(0, 40)}`);
+      if (!WIRE_ERROR_CODES.includes(code))
+        protocolError(`unknown error code ${JSON.stringify(String(f.code)).slice(0, 40)}`);
       const message = string(f, 'message');
-      return f.id === undefined ? { type: 'error', code, message } : { type: 'error', id: int(f, 'id', 0, MAX_ID), code, message };
+      return f.id === undefined
+        ? { type: 'error', code, message }
+        : { type: 'error', id: int(f, 'id', 0, MAX_ID), code, message };
     }
     default:
       protocolError(`unknown message type ${JSON.stringify(String(f.type)).slice(0, 40)}`);
@@ -198,7 +236,9 @@ export function parseOutcome<K extends Request['type']>(kind: K, outcome: Readon
     protocolError(`${kind} reply has an unexpected status ${JSON.stringify(String(status)).slice(0, 40)}`);
   }
   const keys = (...k: string[]) => {
-    for (const key of Object.keys(o)) if (key !== 'status' && !k.includes(key)) protocolError(`unexpected field "${key.slice(0, 40)}" in ${kind} reply`);
+    for (const key of Object.keys(o))
+      if (key !== 'status' && !k.includes(key))
+        protocolError(`unexpected field "${key.slice(0, 40)}" in ${kind} reply`);
   };
   let parsed: object;
   switch (status) {
@@ -227,7 +267,12 @@ export function parseOutcome<K extends Request['type']>(kind: K, outcome: Readon
       break;
     case 'ok':
       keys('epoch', 'leased', 'remainingMs');
-      parsed = { status, epoch: reportedEpoch(o, 'epoch', 0n), leased: bool(o, 'leased'), remainingMs: int(o, 'remainingMs', 0, MAX_MS) };
+      parsed = {
+        status,
+        epoch: reportedEpoch(o, 'epoch', 0n),
+        leased: bool(o, 'leased'),
+        remainingMs: int(o, 'remainingMs', 0, MAX_MS),
+      };
       break;
     default: // 'invalid'
       keys('message');

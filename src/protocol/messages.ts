@@ -120,7 +120,8 @@ export type RenewOutcome =
   | { readonly status: 'not_holder'; readonly epoch: bigint }
   | CommonRefusal;
 
-export type ReleaseOutcome = { readonly status: 'released' } | { readonly status: 'not_holder'; readonly epoch: bigint } | CommonRefusal;
+export type ReleaseOutcome =
+  { readonly status: 'released' } | { readonly status: 'not_holder'; readonly epoch: bigint } | CommonRefusal;
 
 export type StatusOutcome =
   /** `epoch` is 0 when the replica never signed for the resource. */

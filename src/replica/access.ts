@@ -39,7 +39,8 @@ export const OPEN_ACCESS: AccessRules = { defaultPrefixes: [''], holders: new Ma
 
 /** True when `holder` may acquire, renew, release or ask the status of `resource`. */
 export function mayAccess(rules: AccessRules, holder: Uint8Array, resource: string): boolean {
-  const prefixes = rules.holders.size === 0 ? rules.defaultPrefixes : (rules.holders.get(toHex(holder)) ?? rules.defaultPrefixes);
+  const prefixes =
+    rules.holders.size === 0 ? rules.defaultPrefixes : (rules.holders.get(toHex(holder)) ?? rules.defaultPrefixes);
   for (const prefix of prefixes) if (resource.startsWith(prefix)) return true;
   return false;
 }
@@ -52,7 +53,8 @@ function prefixList(value: unknown, field: string): string[] {
   if (!Array.isArray(value)) bad(field, `expected an array of strings, got ${describe(value)}`);
   if (value.length > MAX_PREFIXES_PER_HOLDER) bad(field, `expected at most ${MAX_PREFIXES_PER_HOLDER} prefixes`);
   return value.map((p: unknown, k) => {
-    if (typeof p !== 'string' || Buffer.byteLength(p) > MAX_RESOURCE_BYTES) bad(`${field}[${k}]`, `expected a string of at most ${MAX_RESOURCE_BYTES} bytes`);
+    if (typeof p !== 'string' || Buffer.byteLength(p) > MAX_RESOURCE_BYTES)
+      bad(`${field}[${k}]`, `expected a string of at most ${MAX_RESOURCE_BYTES} bytes`);
     return p;
   });
 }
@@ -65,20 +67,28 @@ export function parseAccessRules(json: unknown): AccessRules {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) bad('(root)', 'expected a JSON object');
   const c = json as Record<string, unknown>;
   if (c.format !== ACCESS_FORMAT) {
-    throw new QuorumFenceError('UNKNOWN_VERSION', `access config: "format" expected "${ACCESS_FORMAT}", got ${JSON.stringify(c.format)}`);
+    throw new QuorumFenceError(
+      'UNKNOWN_VERSION',
+      `access config: "format" expected "${ACCESS_FORMAT}", got ${JSON.stringify(c.format)}`,
+    );
   }
-  for (const key of Object.keys(c)) if (!['format', 'defaultPrefixes', 'holders'].includes(key)) bad(key, 'is not a known field');
+  for (const key of Object.keys(c))
+    if (!['format', 'defaultPrefixes', 'holders'].includes(key)) bad(key, 'is not a known field');
   const defaultPrefixes = c.defaultPrefixes === undefined ? [] : prefixList(c.defaultPrefixes, 'defaultPrefixes');
   const holders = new Map<string, string[]>();
   if (c.holders !== undefined) {
-    if (typeof c.holders !== 'object' || c.holders === null || Array.isArray(c.holders)) bad('holders', 'expected an object keyed by holder key hex');
+    if (typeof c.holders !== 'object' || c.holders === null || Array.isArray(c.holders))
+      bad('holders', 'expected an object keyed by holder key hex');
     const entries = Object.entries(c.holders);
     if (entries.length > MAX_HOLDERS) bad('holders', `expected at most ${MAX_HOLDERS} holders`);
     for (const [key, prefixes] of entries) {
       try {
         fromHex(key, 32, `holders.${key.slice(0, 70)}`);
       } catch (error) {
-        bad(`holders.${key.slice(0, 70)}`, `is not a 32-byte holder key in lowercase hex (${(error as QuorumFenceError).code})`);
+        bad(
+          `holders.${key.slice(0, 70)}`,
+          `is not a 32-byte holder key in lowercase hex (${(error as QuorumFenceError).code})`,
+        );
       }
       holders.set(key, prefixList(prefixes, `holders.${key}`));
     }

@@ -34,9 +34,19 @@ export interface InterchangeJson {
 export function exportInterchange(store: SigningRecord): InterchangeJson {
   const entries: InterchangeEntryJson[] = [];
   for (const { resource, record } of store.entries()) {
-    entries.push({ resource, epoch: record.epoch.toString(), holder: toHex(record.holder), grantDigest: toHex(record.grantDigest) });
+    entries.push({
+      resource,
+      epoch: record.epoch.toString(),
+      holder: toHex(record.holder),
+      grantDigest: toHex(record.grantDigest),
+    });
   }
-  return { format: INTERCHANGE_FORMAT, clusterId: toHex(store.identity.clusterId), replica: store.identity.replicaIndex, entries };
+  return {
+    format: INTERCHANGE_FORMAT,
+    clusterId: toHex(store.identity.clusterId),
+    replica: store.identity.replicaIndex,
+    entries,
+  };
 }
 
 function bad(field: string, message: string): never {
@@ -53,7 +63,10 @@ export function parseInterchange(json: unknown, clusterId: Uint8Array): { replic
   if (typeof json !== 'object' || json === null || Array.isArray(json)) bad('(root)', 'expected a JSON object');
   const d = json as Record<string, unknown>;
   if (d.format !== INTERCHANGE_FORMAT) {
-    throw new QuorumFenceError('UNKNOWN_VERSION', `interchange: "format" expected "${INTERCHANGE_FORMAT}", got ${JSON.stringify(d.format)?.slice(0, 60)}`);
+    throw new QuorumFenceError(
+      'UNKNOWN_VERSION',
+      `interchange: "format" expected "${INTERCHANGE_FORMAT}", got ${JSON.stringify(d.format)?.slice(0, 60)}`,
+    );
   }
   let fileCluster: Uint8Array;
   try {
@@ -67,7 +80,8 @@ export function parseInterchange(json: unknown, clusterId: Uint8Array): { replic
       `interchange file is from cluster ${toHex(fileCluster).slice(0, 16)}…, not this cluster ${toHex(clusterId).slice(0, 16)}…; nothing was imported`,
     );
   }
-  if (typeof d.replica !== 'number' || !Number.isInteger(d.replica) || d.replica < 1) bad('replica', `expected a replica index, got ${describe(d.replica)}`);
+  if (typeof d.replica !== 'number' || !Number.isInteger(d.replica) || d.replica < 1)
+    bad('replica', `expected a replica index, got ${describe(d.replica)}`);
   if (!Array.isArray(d.entries)) bad('entries', `expected an array, got ${describe(d.entries)}`);
   const entries: RecordEntry[] = [];
   let previousKey: Buffer | undefined;
@@ -82,7 +96,8 @@ export function parseInterchange(json: unknown, clusterId: Uint8Array): { replic
     } catch (error) {
       bad(`${field}.resource`, `is not a valid resource name (${(error as QuorumFenceError).code})`);
     }
-    if (typeof e.epoch !== 'string' || !/^[1-9][0-9]{0,18}$/.test(e.epoch)) bad(`${field}.epoch`, 'expected a decimal string without leading zeros');
+    if (typeof e.epoch !== 'string' || !/^[1-9][0-9]{0,18}$/.test(e.epoch))
+      bad(`${field}.epoch`, 'expected a decimal string without leading zeros');
     const epoch = BigInt(e.epoch);
     if (epoch < MIN_EPOCH || epoch > MAX_EPOCH) bad(`${field}.epoch`, 'expected 1 .. 2^63-1');
     let holder: Uint8Array;
@@ -97,7 +112,8 @@ export function parseInterchange(json: unknown, clusterId: Uint8Array): { replic
       bad(`${field}.grantDigest`, 'does not match the grant (cluster, resource, epoch, holder)');
     }
     const key = Buffer.from(resource, 'utf8');
-    if (previousKey && Buffer.compare(previousKey, key) >= 0) bad(`${field}.resource`, 'entries must be in strictly increasing resource order, without duplicates');
+    if (previousKey && Buffer.compare(previousKey, key) >= 0)
+      bad(`${field}.resource`, 'entries must be in strictly increasing resource order, without duplicates');
     previousKey = key;
     entries.push({ resource, record: { epoch, holder, grantDigest: digest, released: false } });
   });

@@ -47,7 +47,8 @@ export class LeaseTable {
    * before this change (to account for the restart lease it replaces).
    */
   set(resource: string, record: SignedRecord | undefined, endsAt: number): void {
-    if (!this.#ends.has(resource) && record && !record.released && this.#untouchedRestartLeases > 0) this.#untouchedRestartLeases--;
+    if (!this.#ends.has(resource) && record && !record.released && this.#untouchedRestartLeases > 0)
+      this.#untouchedRestartLeases--;
     this.#ends.set(resource, endsAt);
     this.#sweepSometimes();
   }

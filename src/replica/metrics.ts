@@ -29,18 +29,47 @@ export class ReplicaMetrics {
       labelNames: ['kind'],
       registers,
     });
-    this.refusals = new Counter({ name: 'quorumfence_replica_refusals_total', help: 'Requests refused, by reason', labelNames: ['reason'], registers });
-    this.requests = new Counter({ name: 'quorumfence_replica_requests_total', help: 'Authenticated requests, by type', labelNames: ['type'], registers });
-    this.signSeconds = new Histogram({ name: 'quorumfence_replica_sign_seconds', help: 'Time to compute one partial signature', buckets: LATENCY_BUCKETS, registers });
+    this.refusals = new Counter({
+      name: 'quorumfence_replica_refusals_total',
+      help: 'Requests refused, by reason',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.requests = new Counter({
+      name: 'quorumfence_replica_requests_total',
+      help: 'Authenticated requests, by type',
+      labelNames: ['type'],
+      registers,
+    });
+    this.signSeconds = new Histogram({
+      name: 'quorumfence_replica_sign_seconds',
+      help: 'Time to compute one partial signature',
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
     this.flushSeconds = new Histogram({
       name: 'quorumfence_replica_flush_seconds',
       help: 'Time from writing a signing record to it being on stable storage',
       buckets: LATENCY_BUCKETS,
       registers,
     });
-    this.connections = new Gauge({ name: 'quorumfence_replica_connections', help: 'Open WebSocket connections', registers });
-    this.closes = new Counter({ name: 'quorumfence_replica_connection_closes_total', help: 'Connections the replica closed, by close code', labelNames: ['code'], registers });
-    this.wireErrors = new Counter({ name: 'quorumfence_replica_wire_errors_total', help: 'Error frames sent, by code', labelNames: ['code'], registers });
+    this.connections = new Gauge({
+      name: 'quorumfence_replica_connections',
+      help: 'Open WebSocket connections',
+      registers,
+    });
+    this.closes = new Counter({
+      name: 'quorumfence_replica_connection_closes_total',
+      help: 'Connections the replica closed, by close code',
+      labelNames: ['code'],
+      registers,
+    });
+    this.wireErrors = new Counter({
+      name: 'quorumfence_replica_wire_errors_total',
+      help: 'Error frames sent, by code',
+      labelNames: ['code'],
+      registers,
+    });
     new Gauge({
       name: 'quorumfence_replica_active_leases',
       help: 'Leases running now (including the restart leases of untouched records)',

@@ -76,7 +76,8 @@ function bad(field: string, message: string): never {
 
 function positiveInteger(limits: ReplicaLimits, field: keyof ReplicaLimits, min = 1): void {
   const value = limits[field];
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) bad(field, `expected an integer >= ${min}, got ${String(value)}`);
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min)
+    bad(field, `expected an integer >= ${min}, got ${String(value)}`);
 }
 
 /**
@@ -84,7 +85,10 @@ function positiveInteger(limits: ReplicaLimits, field: keyof ReplicaLimits, min 
  * @throws QuorumFenceError INVALID_OPTION naming the field
  */
 export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLimits {
-  const limits: ReplicaLimits = { ...DEFAULT_REPLICA_LIMITS, ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)) };
+  const limits: ReplicaLimits = {
+    ...DEFAULT_REPLICA_LIMITS,
+    ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)),
+  };
   for (const field of [
     'maxFrameBytes',
     'maxInFlightPerConnection',
@@ -106,8 +110,11 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
   if (limits.signingWorkers > 64) bad('signingWorkers', `expected at most 64, got ${limits.signingWorkers}`);
   // The codec's lease fields are u31 milliseconds.
   if (limits.maxTtlMs > 0x7fff_ffff) bad('maxTtlMs', 'must fit in 2^31-1 ms');
-  if (limits.minTtlMs > limits.maxTtlMs) bad('minTtlMs', `(${limits.minTtlMs}) must not exceed maxTtlMs (${limits.maxTtlMs})`);
-  if (limits.maxFrameBytes < 512) bad('maxFrameBytes', 'must be at least 512 bytes: an acquire with a 256-byte resource must fit');
-  if (typeof limits.maxEpochStep !== 'bigint' || limits.maxEpochStep < 1n) bad('maxEpochStep', 'expected a bigint >= 1');
+  if (limits.minTtlMs > limits.maxTtlMs)
+    bad('minTtlMs', `(${limits.minTtlMs}) must not exceed maxTtlMs (${limits.maxTtlMs})`);
+  if (limits.maxFrameBytes < 512)
+    bad('maxFrameBytes', 'must be at least 512 bytes: an acquire with a 256-byte resource must fit');
+  if (typeof limits.maxEpochStep !== 'bigint' || limits.maxEpochStep < 1n)
+    bad('maxEpochStep', 'expected a bigint >= 1');
   return limits;
 }

@@ -34,7 +34,14 @@ import { isQuorumFenceError } from '../common/errors.js';
 import { expectResource } from '../common/check.js';
 import { MAX_EPOCH, MIN_EPOCH } from '../common/limits.js';
 import { grantDigest } from '../token/grant.js';
-import type { AcquireOutcome, Outcome, ReleaseOutcome, RenewOutcome, Request, StatusOutcome } from '../protocol/messages.js';
+import type {
+  AcquireOutcome,
+  Outcome,
+  ReleaseOutcome,
+  RenewOutcome,
+  Request,
+  StatusOutcome,
+} from '../protocol/messages.js';
 import { mayAccess, type AccessRules } from './access.js';
 
 /** What the signing record keeps durably per resource (never deleted, never lowered). */
@@ -109,7 +116,10 @@ export function precheck(request: Request, holder: Uint8Array, config: PolicyCon
   if (request.type !== 'status' && (request.epoch < MIN_EPOCH || request.epoch > MAX_EPOCH)) {
     return invalid(`"epoch" expected 1 .. 2^63-1, got ${request.epoch}`);
   }
-  if ((request.type === 'acquire' || request.type === 'renew') && (request.ttlMs < config.minTtlMs || request.ttlMs > config.maxTtlMs)) {
+  if (
+    (request.type === 'acquire' || request.type === 'renew') &&
+    (request.ttlMs < config.minTtlMs || request.ttlMs > config.maxTtlMs)
+  ) {
     return invalid(`"ttlMs" expected ${config.minTtlMs}..${config.maxTtlMs}, got ${request.ttlMs}`);
   }
   if (!mayAccess(config.access, holder, request.resource)) return FORBIDDEN;
@@ -120,7 +130,13 @@ export function precheck(request: Request, holder: Uint8Array, config: PolicyCon
  * The policy. `record` is undefined when the replica never signed for the resource.
  * Throws only for programmer errors (it is total over every decoded request).
  */
-export function decide(record: PolicyRecord | undefined, request: Request, holder: Uint8Array, now: number, config: PolicyConfig): Decision {
+export function decide(
+  record: PolicyRecord | undefined,
+  request: Request,
+  holder: Uint8Array,
+  now: number,
+  config: PolicyConfig,
+): Decision {
   const refused = precheck(request, holder, config);
   if (refused) return refused;
   switch (request.type) {
@@ -131,7 +147,11 @@ export function decide(record: PolicyRecord | undefined, request: Request, holde
         return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? 0n } };
       }
       const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
-      return { action: 'renew', leaseEndsAt, outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) } };
+      return {
+        action: 'renew',
+        leaseEndsAt,
+        outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) },
+      };
     }
     case 'release': {
       if (!record || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
@@ -156,11 +176,18 @@ function decideAcquire(
 ): Decision {
   const current = record?.epoch ?? 0n;
   if (record && record.epoch === epoch && bytesEqual(record.holder, holder)) {
-    return { action: 'resend', leaseEndsAt: record.released ? record.leaseEndsAt : Math.max(record.leaseEndsAt, now + ttlMs) };
+    return {
+      action: 'resend',
+      leaseEndsAt: record.released ? record.leaseEndsAt : Math.max(record.leaseEndsAt, now + ttlMs),
+    };
   }
-  if (epoch <= current) return { action: 'reply', outcome: { status: 'stale', epoch: current } satisfies AcquireOutcome };
+  if (epoch <= current)
+    return { action: 'reply', outcome: { status: 'stale', epoch: current } satisfies AcquireOutcome };
   if (record && leaseRunning(record, now) && !bytesEqual(record.holder, holder)) {
-    return { action: 'reply', outcome: { status: 'busy', epoch: record.epoch, remainingMs: remainingMs(record.leaseEndsAt, now) } };
+    return {
+      action: 'reply',
+      outcome: { status: 'busy', epoch: record.epoch, remainingMs: remainingMs(record.leaseEndsAt, now) },
+    };
   }
   if (epoch > current + config.maxEpochStep) return { action: 'reply', outcome: { status: 'too_far', epoch: current } };
   const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder });

@@ -23,7 +23,12 @@
  *   no hello within authTimeoutMs            → close 1008
  */
 import { randomBytes } from 'node:crypto';
-import { createServer as createHttpServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type Server as HttpServer,
+  type ServerResponse,
+} from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { ed25519 } from '@noble/curves/ed25519.js';
@@ -34,7 +39,14 @@ import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import type { ReplicaKey } from '../cluster/replica-key.js';
 import { decodeClientMessage, encodeMessage } from '../protocol/codec.js';
-import { CloseCode, NONCE_BYTES, authTranscript, type Request, type ServerMessage, type WireErrorCode } from '../protocol/messages.js';
+import {
+  CloseCode,
+  NONCE_BYTES,
+  authTranscript,
+  type Request,
+  type ServerMessage,
+  type WireErrorCode,
+} from '../protocol/messages.js';
 import { OPEN_ACCESS, type AccessRules } from './access.js';
 import { ReplicaMetrics } from './metrics.js';
 import { replicaLimits, type ReplicaLimits } from './options.js';
@@ -162,15 +174,19 @@ export class ReplicaServer {
     try {
       const probeFailure = await probing;
       if (probeFailure) throw probeFailure;
-      let metrics: ReplicaMetrics | undefined;
+      // Metrics and service refer to each other: each reads the other through a late-bound reference.
+      const late: { metrics?: ReplicaMetrics; service?: ReplicaService } = {};
       store = SigningRecord.open(
         options.dataDir,
         { clusterId: cluster.id, replicaIndex: key.index },
-        { onFlush: (ms) => metrics?.flushSeconds.observe(ms / 1000), probe: false },
+        { onFlush: (ms) => late.metrics?.flushSeconds.observe(ms / 1000), probe: false },
       );
-      let service: ReplicaService | undefined;
-      metrics = new ReplicaMetrics({ replica: key.index, cluster: cluster.idHex }, () => service?.leases.activeCount() ?? 0);
-      service = new ReplicaService({
+      const metrics = new ReplicaMetrics(
+        { replica: key.index, cluster: cluster.idHex },
+        () => late.service?.leases.activeCount() ?? 0,
+      );
+      late.metrics = metrics;
+      const service = new ReplicaService({
         store,
         signer,
         clock,
@@ -183,13 +199,24 @@ export class ReplicaServer {
           access: options.access ?? OPEN_ACCESS,
         },
       });
+      late.service = service;
       let http: HttpServer;
       try {
         http = options.tls ? createHttpsServer({ cert: options.tls.cert, key: options.tls.key }) : createHttpServer();
       } catch (error) {
-        throw new QuorumFenceError('INVALID_OPTION', `TLS certificate or key unusable: ${(error as Error).message}`, undefined, { cause: error });
+        throw new QuorumFenceError(
+          'INVALID_OPTION',
+          `TLS certificate or key unusable: ${(error as Error).message}`,
+          undefined,
+          { cause: error },
+        );
       }
-      const wss = new WebSocketServer({ noServer: true, maxPayload: limits.maxFrameBytes, perMessageDeflate: false, clientTracking: false });
+      const wss = new WebSocketServer({
+        noServer: true,
+        maxPayload: limits.maxFrameBytes,
+        perMessageDeflate: false,
+        clientTracking: false,
+      });
       const host = options.host ?? '127.0.0.1';
       await new Promise<void>((resolve, reject) => {
         http.once('error', reject);
@@ -198,7 +225,12 @@ export class ReplicaServer {
           resolve();
         });
       }).catch((error: NodeJS.ErrnoException) => {
-        throw new QuorumFenceError('IO_ERROR', `cannot listen on ${host}:${options.port ?? 0}: ${error.message}`, undefined, { cause: error });
+        throw new QuorumFenceError(
+          'IO_ERROR',
+          `cannot listen on ${host}:${options.port ?? 0}: ${error.message}`,
+          undefined,
+          { cause: error },
+        );
       });
       const address = http.address();
       const port = typeof address === 'object' && address ? address.port : (options.port ?? 0);
@@ -294,7 +326,10 @@ export class ReplicaServer {
     };
     this.#connections.add(connection);
     this.metrics.connections.inc();
-    connection.authTimer = setTimeout(() => this.#close(connection, CloseCode.POLICY_VIOLATION, 'authentication timeout'), this.limits.authTimeoutMs);
+    connection.authTimer = setTimeout(
+      () => this.#close(connection, CloseCode.POLICY_VIOLATION, 'authentication timeout'),
+      this.limits.authTimeoutMs,
+    );
     socket.on('message', (data, isBinary) => {
       try {
         this.#onFrame(connection, data as Buffer, isBinary);
@@ -306,14 +341,20 @@ export class ReplicaServer {
     });
     socket.on('error', (error: Error & { code?: string }) => {
       // ws reports frames over maxPayload here and then closes with 1009; other codes are transport errors.
-      if (error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') this.metrics.closes.inc({ code: String(CloseCode.MESSAGE_TOO_BIG) });
+      if (error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH')
+        this.metrics.closes.inc({ code: String(CloseCode.MESSAGE_TOO_BIG) });
       else if (error.code?.startsWith('WS_ERR_')) this.metrics.closes.inc({ code: String(CloseCode.PROTOCOL_ERROR) });
     });
     socket.on('close', () => {
       clearTimeout(connection.authTimer);
       if (this.#connections.delete(connection)) this.metrics.connections.dec();
     });
-    this.#send(connection, { type: 'challenge', nonce: connection.nonce, clusterId: this.#cluster.id, replica: this.#index });
+    this.#send(connection, {
+      type: 'challenge',
+      nonce: connection.nonce,
+      clusterId: this.#cluster.id,
+      replica: this.#index,
+    });
   }
 
   #onFrame(connection: Connection, data: Buffer, isBinary: boolean): void {
@@ -323,16 +364,24 @@ export class ReplicaServer {
     try {
       message = decodeClientMessage(data, this.limits.maxFrameBytes);
     } catch (error) {
-      return this.#close(connection, CloseCode.PROTOCOL_ERROR, error instanceof QuorumFenceError ? error.message : 'malformed frame');
+      return this.#close(
+        connection,
+        CloseCode.PROTOCOL_ERROR,
+        error instanceof QuorumFenceError ? error.message : 'malformed frame',
+      );
     }
     if (!connection.holder) {
       if (message.type !== 'hello') {
         this.#sendError(connection, message.id, 'UNAUTHENTICATED', 'authenticate (hello) before any request');
         return this.#close(connection, CloseCode.POLICY_VIOLATION, 'request before authentication');
       }
-      let valid = false;
+      let valid: boolean;
       try {
-        valid = ed25519.verify(message.signature, authTranscript(connection.nonce, this.#cluster.id, this.#index), message.holder);
+        valid = ed25519.verify(
+          message.signature,
+          authTranscript(connection.nonce, this.#cluster.id, this.#index),
+          message.holder,
+        );
       } catch {
         valid = false; // A malformed key or signature is just a failed proof.
       }
@@ -361,7 +410,10 @@ export class ReplicaServer {
     if (connection.inFlight >= this.limits.maxInFlightPerConnection) return false;
     const now = this.#clock.now();
     const rate = this.limits.requestsPerSecondPerConnection / 1000;
-    connection.tokens = Math.min(this.limits.burstPerConnection, connection.tokens + (now - connection.refilledAt) * rate);
+    connection.tokens = Math.min(
+      this.limits.burstPerConnection,
+      connection.tokens + (now - connection.refilledAt) * rate,
+    );
     connection.refilledAt = now;
     if (connection.tokens < 1) return false;
     connection.tokens -= 1;
@@ -371,30 +423,45 @@ export class ReplicaServer {
   #dispatch(connection: Connection, request: Request, holder: Uint8Array): void {
     connection.inFlight++;
     this.#inFlight++;
-    this.service.handle(request, holder).then(
-      (outcome) => {
-        this.#send(connection, { type: 'reply', id: request.id, outcome });
-        // Whoever learned that someone holds the lease (a busy acquire, or a status showing it) hears of its release.
-        if ((request.type === 'acquire' && outcome.status === 'busy') || (request.type === 'status' && outcome.status === 'ok' && outcome.leased)) {
-          this.#watch(request.resource, connection);
-        }
-        else if (request.type === 'release' && outcome.status === 'released') this.#announceRelease(request.resource);
-      },
-      (error: unknown) => {
-        this.#logger.error({ err: error, resource: request.resource.slice(0, 64), type: request.type }, 'request failed');
-        this.#sendError(connection, request.id, 'INTERNAL', error instanceof QuorumFenceError ? error.code : 'internal error');
-      },
-    ).finally(() => {
-      connection.inFlight--;
-      this.#inFlight--;
-    });
+    this.service
+      .handle(request, holder)
+      .then(
+        (outcome) => {
+          this.#send(connection, { type: 'reply', id: request.id, outcome });
+          // Whoever learned that someone holds the lease (a busy acquire, or a status showing it) hears of its release.
+          if (
+            (request.type === 'acquire' && outcome.status === 'busy') ||
+            (request.type === 'status' && outcome.status === 'ok' && outcome.leased)
+          ) {
+            this.#watch(request.resource, connection);
+          } else if (request.type === 'release' && outcome.status === 'released')
+            this.#announceRelease(request.resource);
+        },
+        (error: unknown) => {
+          this.#logger.error(
+            { err: error, resource: request.resource.slice(0, 64), type: request.type },
+            'request failed',
+          );
+          this.#sendError(
+            connection,
+            request.id,
+            'INTERNAL',
+            error instanceof QuorumFenceError ? error.code : 'internal error',
+          );
+        },
+      )
+      .finally(() => {
+        connection.inFlight--;
+        this.#inFlight--;
+      });
   }
 
   /** Remembers that `connection` waits for `resource` (bounded; see maxWatchedResources). */
   #watch(resource: string, connection: Connection): void {
     let waiters = this.#waiters.get(resource);
     if (!waiters) {
-      if (this.#waiters.size >= this.limits.maxWatchedResources) this.#waiters.delete(this.#waiters.keys().next().value!);
+      if (this.#waiters.size >= this.limits.maxWatchedResources)
+        this.#waiters.delete(this.#waiters.keys().next().value!);
       waiters = new Set();
       this.#waiters.set(resource, waiters);
     }
@@ -462,7 +529,8 @@ export class ReplicaServer {
     while (this.#inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     for (const connection of this.#connections) {
       clearTimeout(connection.authTimer);
-      if (connection.socket.readyState === connection.socket.OPEN) connection.socket.close(CloseCode.GOING_AWAY, 'replica shutting down');
+      if (connection.socket.readyState === connection.socket.OPEN)
+        connection.socket.close(CloseCode.GOING_AWAY, 'replica shutting down');
     }
     const closeDeadline = Date.now() + 1_000;
     while (this.#connections.size > 0 && Date.now() < closeDeadline) await new Promise((r) => setTimeout(r, 5));

@@ -52,7 +52,13 @@ export class ReplicaService {
     const refused = precheck(request, holder, this.#policy);
     if (refused) return this.#answer(refused);
     const { resource } = request;
-    const message = () => grantMessage({ clusterId: this.#policy.clusterId, resource, epoch: (request as Request & { epoch: bigint }).epoch, holder });
+    const message = () =>
+      grantMessage({
+        clusterId: this.#policy.clusterId,
+        resource,
+        epoch: (request as Request & { epoch: bigint }).epoch,
+        holder,
+      });
     /** A fresh grant's partial, computed while its record is being flushed; sent only after (S3). */
     let early: Promise<Uint8Array> | undefined;
     const decision = await this.store.checkAndRecord<Decision>(resource, (current) => {

@@ -79,39 +79,47 @@ export async function startWorkerSigner(options: WorkerSignerOptions): Promise<P
 
   const startLane = (): Promise<Lane> =>
     new Promise((resolve, reject) => {
-      const worker = new Worker(url, { workerData: { cluster: options.cluster, key: options.key, backend: options.backend } });
+      const worker = new Worker(url, {
+        workerData: { cluster: options.cluster, key: options.key, backend: options.backend },
+      });
       const lane: Lane = { worker, outbox: [], inFlight: new Map(), load: 0 };
       const timer = setTimeout(() => {
         reject(new QuorumFenceError('INTERNAL', 'a signing thread did not start in time'));
         void worker.terminate();
       }, options.startTimeoutMs ?? DEFAULT_WORKER_START_TIMEOUT_MS);
-      worker.on('message', (m: { ready?: true; fatal?: string; batch?: number; signatures?: Uint8Array; error?: string }) => {
-        if (m.ready) {
-          clearTimeout(timer);
-          resolve(lane);
-          return;
-        }
-        if (m.fatal !== undefined) {
-          clearTimeout(timer);
-          reject(new QuorumFenceError('INTERNAL', `signing thread: ${m.fatal}`));
-          void worker.terminate();
-          return;
-        }
-        const pendings = lane.inFlight.get(m.batch!);
-        if (!pendings) return;
-        lane.inFlight.delete(m.batch!);
-        lane.load -= pendings.length;
-        if (m.signatures) {
-          pendings.forEach((p, k) => p.resolve(m.signatures!.slice(k * SIGNATURE_BYTES, (k + 1) * SIGNATURE_BYTES)));
-        } else {
-          const error = new QuorumFenceError('INTERNAL', `signing failed: ${m.error}`);
-          for (const p of pendings) p.reject(error);
-        }
-      });
+      worker.on(
+        'message',
+        (m: { ready?: true; fatal?: string; batch?: number; signatures?: Uint8Array; error?: string }) => {
+          if (m.ready) {
+            clearTimeout(timer);
+            resolve(lane);
+            return;
+          }
+          if (m.fatal !== undefined) {
+            clearTimeout(timer);
+            reject(new QuorumFenceError('INTERNAL', `signing thread: ${m.fatal}`));
+            void worker.terminate();
+            return;
+          }
+          const pendings = lane.inFlight.get(m.batch!);
+          if (!pendings) return;
+          lane.inFlight.delete(m.batch!);
+          lane.load -= pendings.length;
+          if (m.signatures) {
+            pendings.forEach((p, k) => p.resolve(m.signatures!.slice(k * SIGNATURE_BYTES, (k + 1) * SIGNATURE_BYTES)));
+          } else {
+            const error = new QuorumFenceError('INTERNAL', `signing failed: ${m.error}`);
+            for (const p of pendings) p.reject(error);
+          }
+        },
+      );
       worker.on('error', (error) => {
         clearTimeout(timer);
         reject(error);
-        failLane(lane, new QuorumFenceError('INTERNAL', `a signing thread failed: ${error.message}`, undefined, { cause: error }));
+        failLane(
+          lane,
+          new QuorumFenceError('INTERNAL', `a signing thread failed: ${error.message}`, undefined, { cause: error }),
+        );
       });
       worker.on('exit', (code) => {
         clearTimeout(timer);
@@ -127,7 +135,9 @@ export async function startWorkerSigner(options: WorkerSignerOptions): Promise<P
     closing = true;
     await Promise.all(lanes.map((l) => l.worker.terminate()));
     const reason = (failure as PromiseRejectedResult).reason as unknown;
-    throw reason instanceof QuorumFenceError ? reason : new QuorumFenceError('INTERNAL', `signing thread: ${String(reason)}`);
+    throw reason instanceof QuorumFenceError
+      ? reason
+      : new QuorumFenceError('INTERNAL', `signing thread: ${String(reason)}`);
   }
 
   const flush = (lane: Lane): void => {

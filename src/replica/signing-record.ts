@@ -101,7 +101,12 @@ export interface ImportSummary {
 }
 
 function corrupt(dir: string, message: string, cause?: unknown): QuorumFenceError {
-  return new QuorumFenceError('STORE_CORRUPT', `signing record in ${dir}: ${message}`, { dir }, cause === undefined ? undefined : { cause });
+  return new QuorumFenceError(
+    'STORE_CORRUPT',
+    `signing record in ${dir}: ${message}`,
+    { dir },
+    cause === undefined ? undefined : { cause },
+  );
 }
 
 export function encodeRecord(record: SignedRecord): Uint8Array {
@@ -181,10 +186,15 @@ function takeLock(dir: string): () => void {
       };
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new QuorumFenceError('IO_ERROR', `cannot create ${path}: ${(error as Error).message}`, { path }, { cause: error });
+        throw new QuorumFenceError(
+          'IO_ERROR',
+          `cannot create ${path}: ${(error as Error).message}`,
+          { path },
+          { cause: error },
+        );
       }
     }
-    let owner = NaN;
+    let owner: number;
     try {
       owner = Number(readFileSync(path, 'utf8').trim());
     } catch {
@@ -289,7 +299,11 @@ function parseIdentity(text: string | undefined, where: string): StoreIdentity {
 }
 
 function identityText(identity: StoreIdentity): string {
-  const json: IdentityJson = { format: STORE_FORMAT, clusterId: toHex(identity.clusterId), replica: identity.replicaIndex };
+  const json: IdentityJson = {
+    format: STORE_FORMAT,
+    clusterId: toHex(identity.clusterId),
+    replica: identity.replicaIndex,
+  };
   return JSON.stringify(json);
 }
 
@@ -339,22 +353,37 @@ export class SigningRecord {
    */
   static open(dir: string, expected: StoreIdentity | undefined, options: SigningRecordOptions = {}): SigningRecord {
     const readOnly = options.readOnly ?? false;
-    if (!readOnly && !expected) throw new QuorumFenceError('INVALID_ARGUMENT', 'a writable signing record needs its cluster id and replica index');
-    if (readOnly && !existsSync(join(dir, 'data.mdb'))) throw corrupt(dir, 'no signing record here (data.mdb is missing)');
+    if (!readOnly && !expected)
+      throw new QuorumFenceError(
+        'INVALID_ARGUMENT',
+        'a writable signing record needs its cluster id and replica index',
+      );
+    if (readOnly && !existsSync(join(dir, 'data.mdb')))
+      throw corrupt(dir, 'no signing record here (data.mdb is missing)');
     if (!readOnly) {
       try {
         mkdirSync(dir, { recursive: true, mode: 0o700 });
       } catch (error) {
-        throw new QuorumFenceError('IO_ERROR', `cannot create data directory ${dir}: ${(error as Error).message}`, { dir }, { cause: error });
+        throw new QuorumFenceError(
+          'IO_ERROR',
+          `cannot create data directory ${dir}: ${(error as Error).message}`,
+          { dir },
+          { cause: error },
+        );
       }
     }
     const releaseLock = readOnly ? undefined : takeLock(dir);
     let env: RootDatabase | undefined;
     try {
       const fileIdentityPath = join(dir, IDENTITY_FILE);
-      const fileIdentity = existsSync(fileIdentityPath) ? parseIdentity(readFileSync(fileIdentityPath, 'utf8'), dir) : undefined;
+      const fileIdentity = existsSync(fileIdentityPath)
+        ? parseIdentity(readFileSync(fileIdentityPath, 'utf8'), dir)
+        : undefined;
       if (fileIdentity && !existsSync(join(dir, 'data.mdb'))) {
-        throw corrupt(dir, `data.mdb is missing but ${IDENTITY_FILE} says a store was created here; refusing to start from empty watermarks`);
+        throw corrupt(
+          dir,
+          `data.mdb is missing but ${IDENTITY_FILE} says a store was created here; refusing to start from empty watermarks`,
+        );
       }
       if ((options.probe ?? true) && existsSync(join(dir, 'data.mdb'))) probeStore(dir);
       try {
@@ -378,7 +407,11 @@ export class SigningRecord {
       }
       let identity: StoreIdentity;
       if (storedText === undefined) {
-        if (fileIdentity) throw corrupt(dir, `its LMDB data was reset (${IDENTITY_FILE} exists but the store has no identity); refusing to start from empty watermarks`);
+        if (fileIdentity)
+          throw corrupt(
+            dir,
+            `its LMDB data was reset (${IDENTITY_FILE} exists but the store has no identity); refusing to start from empty watermarks`,
+          );
         let empty: boolean;
         try {
           empty = records.getKeysCount() === 0;
@@ -392,7 +425,11 @@ export class SigningRecord {
         identity = expected;
       } else {
         identity = parseIdentity(storedText, dir);
-        if (fileIdentity && (!bytesEqual(fileIdentity.clusterId, identity.clusterId) || fileIdentity.replicaIndex !== identity.replicaIndex)) {
+        if (
+          fileIdentity &&
+          (!bytesEqual(fileIdentity.clusterId, identity.clusterId) ||
+            fileIdentity.replicaIndex !== identity.replicaIndex)
+        ) {
           throw corrupt(dir, `${IDENTITY_FILE} and the LMDB identity disagree`);
         }
       }
@@ -410,7 +447,8 @@ export class SigningRecord {
           { dir },
         );
       }
-      if (!readOnly && !fileIdentity) writeFileDurably(fileIdentityPath, identityText(identity) + '\n', { mode: 0o600 });
+      if (!readOnly && !fileIdentity)
+        writeFileDurably(fileIdentityPath, identityText(identity) + '\n', { mode: 0o600 });
       return new SigningRecord(dir, identity, env, records, options, releaseLock);
     } catch (error) {
       void env?.close().catch(() => undefined);
@@ -452,13 +490,19 @@ export class SigningRecord {
     return result;
   }
 
-  async #decideAndWrite<T>(resource: string, decide: (current: SignedRecord | undefined) => RecordChange<T>): Promise<T> {
+  async #decideAndWrite<T>(
+    resource: string,
+    decide: (current: SignedRecord | undefined) => RecordChange<T>,
+  ): Promise<T> {
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
     const current = this.get(resource);
     const change = decide(current);
     if (change.record) {
       if (!mayReplace(current, change.record)) {
-        throw new QuorumFenceError('INTERNAL', `refusing to lower the watermark or change the holder of "${resource.slice(0, 64)}" at epoch ${change.record.epoch}`);
+        throw new QuorumFenceError(
+          'INTERNAL',
+          `refusing to lower the watermark or change the holder of "${resource.slice(0, 64)}" at epoch ${change.record.epoch}`,
+        );
       }
       const started = performance.now();
       try {
@@ -466,7 +510,12 @@ export class SigningRecord {
         await this.#records.put(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(change.record)));
         await this.#env.flushed;
       } catch (error) {
-        throw new QuorumFenceError('INTERNAL', `cannot write the signing record: ${(error as Error).message}`, undefined, { cause: error });
+        throw new QuorumFenceError(
+          'INTERNAL',
+          `cannot write the signing record: ${(error as Error).message}`,
+          undefined,
+          { cause: error },
+        );
       }
       this.#onFlush?.(performance.now() - started);
     }
@@ -516,7 +565,10 @@ export class SigningRecord {
         } else if (current && record.epoch < current.epoch) {
           unchanged++;
         } else {
-          this.#records.putSync(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord({ ...record, released: false })));
+          this.#records.putSync(
+            Buffer.from(resource, 'utf8'),
+            Buffer.from(encodeRecord({ ...record, released: false })),
+          );
           raised++;
         }
       }

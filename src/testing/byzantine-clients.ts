@@ -40,7 +40,13 @@ export class RawReplicaSession {
    * Connects to `url` (replica `index` of `cluster`) and authenticates as `identity`.
    * @throws QuorumFenceError CONNECTION_FAILED, UNAUTHENTICATED, TIMEOUT
    */
-  static open(url: string, cluster: Cluster, index: number, identity: Identity, timeoutMs = DEFAULT_ANSWER_TIMEOUT_MS): Promise<RawReplicaSession> {
+  static open(
+    url: string,
+    cluster: Cluster,
+    index: number,
+    identity: Identity,
+    timeoutMs = DEFAULT_ANSWER_TIMEOUT_MS,
+  ): Promise<RawReplicaSession> {
     return new Promise((resolve, reject) => {
       const socket = new WebSocket(url, { perMessageDeflate: false });
       const session = new RawReplicaSession(socket);
@@ -56,7 +62,8 @@ export class RawReplicaSession {
       socket.on('close', () => {
         clearTimeout(timer);
         if (phase !== 'ready') reject(new QuorumFenceError('CONNECTION_FAILED', `${url} closed during the handshake`));
-        for (const waiter of session.#waiting.values()) waiter({ type: 'error', code: 'INTERNAL', message: 'connection closed' });
+        for (const waiter of session.#waiting.values())
+          waiter({ type: 'error', code: 'INTERNAL', message: 'connection closed' });
         session.#waiting.clear();
       });
       socket.on('message', (data: Buffer) => {
@@ -93,7 +100,10 @@ export class RawReplicaSession {
    * Sends one request; resolves with the checked outcome, or `{ error }` for an error frame or a closed connection.
    * @throws QuorumFenceError TIMEOUT, PROTOCOL_ERROR (an outcome the codec refuses)
    */
-  async request<K extends Request['type']>(body: RequestBody & { type: K }, timeoutMs = DEFAULT_ANSWER_TIMEOUT_MS): Promise<{ outcome: OutcomeByRequest[K] } | { error: string }> {
+  async request<K extends Request['type']>(
+    body: RequestBody & { type: K },
+    timeoutMs = DEFAULT_ANSWER_TIMEOUT_MS,
+  ): Promise<{ outcome: OutcomeByRequest[K] } | { error: string }> {
     const id = this.#nextId++;
     const message = await new Promise<ServerMessage>((resolve, reject) => {
       const timer = setTimeout(() => {
@@ -106,7 +116,8 @@ export class RawReplicaSession {
       });
       this.#socket.send(encodeMessage({ ...body, id } as Request));
     });
-    if (message.type !== 'reply') return { error: message.type === 'error' ? `${message.code}: ${message.message}` : message.type };
+    if (message.type !== 'reply')
+      return { error: message.type === 'error' ? `${message.code}: ${message.message}` : message.type };
     return { outcome: parseOutcome(body.type, message.outcome) };
   }
 

@@ -110,8 +110,12 @@ type FaultKind = (typeof FAULT_KINDS)[number];
  * @throws QuorumFenceError INVALID_ARGUMENT for bad options, and start-up failures of the deployment
  */
 export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
-  if (options.replicas !== 4 && options.replicas !== 7) throw new QuorumFenceError('INVALID_ARGUMENT', `"replicas" expected 4 or 7, got ${options.replicas}`, { field: 'replicas' });
-  if (!(options.durationMs >= 1_000)) throw new QuorumFenceError('INVALID_ARGUMENT', '"durationMs" expected at least 1000', { field: 'durationMs' });
+  if (options.replicas !== 4 && options.replicas !== 7)
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"replicas" expected 4 or 7, got ${options.replicas}`, {
+      field: 'replicas',
+    });
+  if (!(options.durationMs >= 1_000))
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"durationMs" expected at least 1000', { field: 'durationMs' });
   const n = options.replicas;
   const f = (n - 1) / 3;
   const t = 2 * f + 1;
@@ -128,7 +132,18 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     groups: workers + 1,
     seed: options.seed,
     replicaArgs: ['--signing-workers', '0', '--min-ttl', '50ms', '--max-ttl', '5s'],
-    byzantineArgs: (index) => ['--behaviour', 'no-record', '--seed', String(options.seed + index), '--other-key', join(dir, 'keys', 'replica-1.key'), '--slow', '300ms', '--flood', '20'],
+    byzantineArgs: (index) => [
+      '--behaviour',
+      'no-record',
+      '--seed',
+      String(options.seed + index),
+      '--other-key',
+      join(dir, 'keys', 'replica-1.key'),
+      '--slow',
+      '300ms',
+      '--flood',
+      '20',
+    ],
   });
   const guard = new ResourceHttpClient(deployment.resource.url);
   const recorder = new WorkloadRecorder();
@@ -147,8 +162,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   let clients: QuorumFenceClient[];
   let holder: HolderProcess;
   try {
-    clients = await Promise.all(Array.from({ length: workers }, (_, g) => QuorumFenceClient.connect(deployment.clusterFor(g), generateIdentity(), clientOptions)));
-    holder = await HolderProcess.start({ clusterFile: deployment.writeClusterFile(workers), resourceUrl: deployment.resource.url });
+    clients = await Promise.all(
+      Array.from({ length: workers }, (_, g) =>
+        QuorumFenceClient.connect(deployment.clusterFor(g), generateIdentity(), clientOptions),
+      ),
+    );
+    holder = await HolderProcess.start({
+      clusterFile: deployment.writeClusterFile(workers),
+      resourceUrl: deployment.resource.url,
+    });
   } catch (error) {
     await deployment.close();
     if (ownDir) rmSync(dir, { recursive: true, force: true });
@@ -159,14 +181,19 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
 
   const worker = async (client: QuorumFenceClient, local: SeededRandom) => {
     while (!stop.signal.aborted) {
-      const outcome = await incrementCounter(client, guard, counter(local.int(0, counters - 1)), 'n', recorder, { ttlMs: 1_000, waitMs: 2_000, timeoutMs: 5_000 });
+      const outcome = await incrementCounter(client, guard, counter(local.int(0, counters - 1)), 'n', recorder, {
+        ttlMs: 1_000,
+        waitMs: 2_000,
+        timeoutMs: 5_000,
+      });
       if (outcome.kind === 'not_acquired') await sleep(local.int(20, 100), stop.signal);
     }
   };
 
   /** The holder process: increments under its own lease; a pause-holder fault stops it mid-lease. One round at a time. */
   let holderQueue: Promise<void> = Promise.resolve();
-  const holderTurn = (round: () => Promise<void>): Promise<void> => (holderQueue = holderQueue.then(round).catch(() => undefined));
+  const holderTurn = (round: () => Promise<void>): Promise<void> =>
+    (holderQueue = holderQueue.then(round).catch(() => undefined));
   const holderRound = async (local: SeededRandom, paused: boolean) => {
     const resource = counter(local.int(0, counters - 1));
     recorder.operations++;
@@ -184,7 +211,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         await sleep(HOLDER_TTL_MS + local.int(100, 500));
         // Retried (bounded): a replica killed a moment ago may still be reconnecting.
         for (let attempt = 0; attempt < 10; attempt++) {
-          const takeover = await incrementCounter(clients[0]!, guard, resource, 'n', recorder, { ttlMs: 1_000, waitMs: 3_000, timeoutMs: 5_000 });
+          const takeover = await incrementCounter(clients[0]!, guard, resource, 'n', recorder, {
+            ttlMs: 1_000,
+            waitMs: 3_000,
+            timeoutMs: 5_000,
+          });
           if (takeover.kind !== 'not_acquired') break;
           await sleep(200);
         }
@@ -202,7 +233,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       if (answer.kind === 'refused') stale.refused++;
     }
     if (answer.kind === 'incremented') {
-      recorder.acknowledged.push({ guard: 0, resource, key: 'n', tokenDigest: answer.tokenDigest as string, version: answer.version as number });
+      recorder.acknowledged.push({
+        guard: 0,
+        resource,
+        key: 'n',
+        tokenDigest: answer.tokenDigest as string,
+        version: answer.version as number,
+      });
     }
     await holder.request({ cmd: 'release', resource });
   };
@@ -218,7 +255,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     const perRequest = BYZANTINE_BEHAVIOURS.filter((b) => !PROCESS_BEHAVIOURS.has(b));
     const chosen: ByzantineBehaviour[] = random.shuffle(perRequest).slice(0, random.int(1, 3));
     const rate = random.pick([0.3, 0.7, 1]);
-    await Promise.all(byzantine.map((i) => controlByzantine(deployment.replica(i).url, { behaviours: chosen, rate }).catch(() => undefined)));
+    await Promise.all(
+      byzantine.map((i) =>
+        controlByzantine(deployment.replica(i).url, { behaviours: chosen, rate }).catch(() => undefined),
+      ),
+    );
   };
   const count = (kind: string) => (faults[kind] = (faults[kind] ?? 0) + 1);
   const replicaIndex = () => random.int(1, n);
@@ -256,7 +297,14 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         count(kind);
         for (const set of deployment.proxies) {
           for (const proxy of set) {
-            if (random.chance(0.5)) proxy.setFaults({ delayMs: [0, random.int(5, 60)], dropRate: 0.03, duplicateRate: 0.05, reorderRate: 0.05, resetRate: 0.005 });
+            if (random.chance(0.5))
+              proxy.setFaults({
+                delayMs: [0, random.int(5, 60)],
+                dropRate: 0.03,
+                duplicateRate: 0.05,
+                reorderRate: 0.05,
+                resetRate: 0.005,
+              });
           }
         }
         await sleep(hold, stop.signal);
@@ -292,7 +340,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       case 'clock-jump': {
         const index = byzantine[random.int(0, byzantine.length - 1)]!;
         count(kind);
-        await controlByzantine(deployment.replica(index).url, { jumpClockMs: random.int(500, 5_000) }).catch(() => undefined);
+        await controlByzantine(deployment.replica(index).url, { jumpClockMs: random.int(500, 5_000) }).catch(
+          () => undefined,
+        );
         break;
       }
       case 'behaviour': {
@@ -317,7 +367,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         count(kind);
         const sessions = await openSessions(deployment.clusterFor(0), generateIdentity());
         try {
-          const answers = await askAll(sessions, { type: 'acquire', resource: counter(random.int(0, counters - 1)), epoch: 1n << 62n, ttlMs: 1_000 });
+          const answers = await askAll(sessions, {
+            type: 'acquire',
+            resource: counter(random.int(0, counters - 1)),
+            epoch: 1n << 62n,
+            ttlMs: 1_000,
+          });
           for (const [index, status] of answers) {
             const label = `huge-epoch ${status.startsWith('error') ? 'error' : status}${byzantine.includes(index) ? ' (Byzantine replica)' : ''}`;
             byzantineClients[label] = (byzantineClients[label] ?? 0) + 1;
@@ -369,9 +424,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       if (replica.running) process.kill(replica.pid, 'SIGCONT');
       else await replica.restart().catch(() => undefined);
     }
-    const states = await Promise.all(byzantine.map((i) => byzantineState(deployment.replica(i).url).catch(() => undefined)));
+    const states = await Promise.all(
+      byzantine.map((i) => byzantineState(deployment.replica(i).url).catch(() => undefined)),
+    );
     const byzantineActs: Record<string, number> = { ...actsBefore };
-    for (const state of states) for (const [name, acts] of Object.entries(state?.acts ?? {})) byzantineActs[name] = (byzantineActs[name] ?? 0) + (acts ?? 0);
+    for (const state of states)
+      for (const [name, acts] of Object.entries(state?.acts ?? {}))
+        byzantineActs[name] = (byzantineActs[name] ?? 0) + (acts ?? 0);
     const history = await recorder.history(guard);
     const check: HistoryCheck = checkHistory(history, deployment.direct);
     const finalValues = new Map<string, number>();
@@ -398,7 +457,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       byzantineActs,
       byzantineClients,
       violations: check.ok ? [] : check.violations.map(formatViolation),
-      counterMismatches: lostIncrements(history.guardLogs[0]!, finalValues).map((m) => `${m.slot.replace('\u0000', '/')}: value ${m.value}, ${m.accepted} accepted writes`),
+      counterMismatches: lostIncrements(history.guardLogs[0]!, finalValues).map(
+        (m) => `${m.slot.replace('\u0000', '/')}: value ${m.value}, ${m.accepted} accepted writes`,
+      ),
     };
   } finally {
     clearInterval(progress);
@@ -435,16 +496,27 @@ export function formatChaosReport(report: ChaosReport): string {
     [
       'paused holders',
       `${report.staleHolderWrites.attempted} resumed and wrote with their old token: ${report.staleHolderWrites.refused} refused as stale` +
-        (report.staleHolderWrites.attempted > report.staleHolderWrites.refused ? ', the rest accepted (no newer holder had reached the guard)' : ''),
+        (report.staleHolderWrites.attempted > report.staleHolderWrites.refused
+          ? ', the rest accepted (no newer holder had reached the guard)'
+          : ''),
     ],
     ['Byzantine acts', list(report.byzantineActs)],
     ['Byzantine clients', list(report.byzantineClients)],
-    ['counters', report.counterMismatches.length === 0 ? 'every value equals its accepted writes' : report.counterMismatches.join('; ')],
+    [
+      'counters',
+      report.counterMismatches.length === 0
+        ? 'every value equals its accepted writes'
+        : report.counterMismatches.join('; '),
+    ],
     ['violations', `${report.violations.length}`],
-    ['seed', `${report.seed} (replay: quorumfence chaos --seed ${report.seed} --replicas ${report.replicas} --duration ${Math.round(report.durationMs / 1000)}s)`],
+    [
+      'seed',
+      `${report.seed} (replay: quorumfence chaos --seed ${report.seed} --replicas ${report.replicas} --duration ${Math.round(report.durationMs / 1000)}s)`,
+    ],
   ];
   const width = Math.max(...rows.map(([k]) => k.length));
   const lines = rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`);
-  if (report.violations.length > 0) lines.push('', 'violations:', ...report.violations.map((v) => v.replace(/^/gm, '  ')));
+  if (report.violations.length > 0)
+    lines.push('', 'violations:', ...report.violations.map((v) => v.replace(/^/gm, '  ')));
   return lines.join('\n');
 }

@@ -87,7 +87,8 @@ class DeliveryQueue {
   #drain = (): void => {
     this.#timer = undefined;
     while (this.#items.length > 0 && this.#items[0]!.at <= performance.now()) this.#items.shift()!.deliver();
-    if (this.#items.length > 0) this.#timer = setTimeout(this.#drain, Math.max(1, this.#items[0]!.at - performance.now()));
+    if (this.#items.length > 0)
+      this.#timer = setTimeout(this.#drain, Math.max(1, this.#items[0]!.at - performance.now()));
   };
 }
 
@@ -105,7 +106,13 @@ class Link {
   #closed = false;
   sawPartition = false;
 
-  constructor(client: WebSocket, target: string, faults: () => LinkFaults, random: SeededRandom, stats: FaultProxyStats) {
+  constructor(
+    client: WebSocket,
+    target: string,
+    faults: () => LinkFaults,
+    random: SeededRandom,
+    stats: FaultProxyStats,
+  ) {
     this.#client = client;
     this.#faults = faults;
     this.#random = random;
@@ -202,7 +209,11 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
   const stats: FaultProxyStats = { connections: 0, forwarded: 0, dropped: 0, duplicated: 0, reordered: 0, resets: 0 };
   const links = new Set<Link>();
   const target = options.target.replace(/\/+$/, '');
-  const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxMessageBytes ?? 1024 * 1024, perMessageDeflate: false });
+  const wss = new WebSocketServer({
+    noServer: true,
+    maxPayload: options.maxMessageBytes ?? 1024 * 1024,
+    perMessageDeflate: false,
+  });
   const server: Server = createServer((_req, res) => {
     res.writeHead(426, { 'content-type': 'text/plain' }).end('fault proxy: WebSocket only\n');
   });

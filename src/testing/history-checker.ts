@@ -40,10 +40,17 @@ export interface History {
 }
 
 /** Where a token was seen: a guard log entry, or the captured list. */
-export type Sighting = { readonly guard: number; readonly entry: GuardLogEntry } | { readonly captured: number; readonly token: string };
+export type Sighting =
+  { readonly guard: number; readonly entry: GuardLogEntry } | { readonly captured: number; readonly token: string };
 
 export type Violation =
-  | { readonly kind: 'epoch_went_down'; readonly guard: number; readonly resource: string; readonly earlier: GuardLogEntry; readonly later: GuardLogEntry }
+  | {
+      readonly kind: 'epoch_went_down';
+      readonly guard: number;
+      readonly resource: string;
+      readonly earlier: GuardLogEntry;
+      readonly later: GuardLogEntry;
+    }
   | {
       readonly kind: 'duplicate_token';
       readonly resource: string;
@@ -52,7 +59,12 @@ export type Violation =
       readonly second: { readonly digest: string; readonly seen: Sighting };
     }
   | { readonly kind: 'invalid_token'; readonly guard: number; readonly entry: GuardLogEntry; readonly why: string }
-  | { readonly kind: 'lost_write'; readonly write: AcknowledgedWrite; readonly why: string; readonly entry?: GuardLogEntry };
+  | {
+      readonly kind: 'lost_write';
+      readonly write: AcknowledgedWrite;
+      readonly why: string;
+      readonly entry?: GuardLogEntry;
+    };
 
 export interface HistoryStats {
   readonly entries: number;
@@ -80,7 +92,13 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
     if (!result) {
       const check = checkToken(text, cluster);
       result = check.ok
-        ? { valid: true, resource: check.token.grant.resource, epoch: check.token.grant.epoch.toString(), digest: toHex(tokenDigest(check.token)), why: '' }
+        ? {
+            valid: true,
+            resource: check.token.grant.resource,
+            epoch: check.token.grant.epoch.toString(),
+            digest: toHex(tokenDigest(check.token)),
+            why: '',
+          }
         : { valid: false, resource: '', epoch: '', digest: '', why: `${check.reason}: ${check.message}` };
       verified.set(text, result);
     }
@@ -98,7 +116,13 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
     if (!first) firstToken.set(slot, { digest: token.digest, seen });
     else if (first.digest !== token.digest && !reportedPairs.has(`${slot}\u0000${token.digest}`)) {
       reportedPairs.add(`${slot}\u0000${token.digest}`);
-      violations.push({ kind: 'duplicate_token', resource: token.resource, epoch: token.epoch, first, second: { digest: token.digest, seen } });
+      violations.push({
+        kind: 'duplicate_token',
+        resource: token.resource,
+        epoch: token.epoch,
+        first,
+        second: { digest: token.digest, seen },
+      });
     }
   };
 
@@ -128,7 +152,12 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
       }
       const token = verify(entry.token);
       if (!token.valid || token.resource !== entry.resource || token.epoch !== entry.epoch) {
-        violations.push({ kind: 'invalid_token', guard, entry, why: token.valid ? 'token fields differ from the entry' : token.why });
+        violations.push({
+          kind: 'invalid_token',
+          guard,
+          entry,
+          why: token.valid ? 'token fields differ from the entry' : token.why,
+        });
         continue;
       }
       sawValidToken(entry.token, { guard, entry });
@@ -140,7 +169,8 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
       }
       if (entry.key !== null && (entry.op === 'put' || entry.op === 'delete')) {
         lastVersion.set(keyOf(entry.resource, entry.key), entry.op === 'delete' ? null : entry.version);
-        if (entry.version !== null) acceptedWrites.set(`${guard}\u0000${keyOf(entry.resource, entry.key)}\u0000${entry.version}`, entry);
+        if (entry.version !== null)
+          acceptedWrites.set(`${guard}\u0000${keyOf(entry.resource, entry.key)}\u0000${entry.version}`, entry);
       }
     }
   });
@@ -149,9 +179,19 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
 
   for (const write of history.acknowledged ?? []) {
     const entry = acceptedWrites.get(`${write.guard}\u0000${keyOf(write.resource, write.key)}\u0000${write.version}`);
-    if (!entry) violations.push({ kind: 'lost_write', write, why: 'acknowledged, but no accepted entry with that version is in the guard log' });
+    if (!entry)
+      violations.push({
+        kind: 'lost_write',
+        write,
+        why: 'acknowledged, but no accepted entry with that version is in the guard log',
+      });
     else if (entry.tokenDigest !== write.tokenDigest) {
-      violations.push({ kind: 'lost_write', write, entry, why: 'the guard log credits that version to a different token' });
+      violations.push({
+        kind: 'lost_write',
+        write,
+        entry,
+        why: 'the guard log credits that version to a different token',
+      });
     }
   }
 
@@ -161,8 +201,15 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
       const actual = finalVersions.get(slot);
       if (version !== null && actual !== version) {
         const [resource, key] = slot.split('\u0000') as [string, string];
-        const write = (history.acknowledged ?? []).find((w) => w.guard === guard && w.resource === resource && w.key === key && w.version === version);
-        if (write) violations.push({ kind: 'lost_write', write, why: `the store holds version ${actual ?? 'none'} at the end, not ${version}` });
+        const write = (history.acknowledged ?? []).find(
+          (w) => w.guard === guard && w.resource === resource && w.key === key && w.version === version,
+        );
+        if (write)
+          violations.push({
+            kind: 'lost_write',
+            write,
+            why: `the store holds version ${actual ?? 'none'} at the end, not ${version}`,
+          });
       }
     }
   });

@@ -35,24 +35,40 @@ if (!values.cluster || !values.resource) {
   process.stderr.write('usage: holder-child --cluster FILE --resource URL\n');
   process.exit(2);
 }
-const client = await QuorumFenceClient.connect(loadClusterFile(values.cluster), generateIdentity(), { handshakeTimeoutMs: 1000 });
+const client = await QuorumFenceClient.connect(loadClusterFile(values.cluster), generateIdentity(), {
+  handshakeTimeoutMs: 1000,
+});
 const resourceClient = new ResourceHttpClient(values.resource);
 const recorder = new WorkloadRecorder();
 const leases = new Map<string, Lease>();
-const answer = (body: Record<string, unknown>): void => void process.stdout.write(JSON.stringify(body, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)) + '\n');
+const answer = (body: Record<string, unknown>): void =>
+  void process.stdout.write(
+    JSON.stringify(body, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)) + '\n',
+  );
 
 async function run(command: Command): Promise<Record<string, unknown>> {
   switch (command.cmd) {
     case 'acquire': {
-      const result = await client.acquire(command.resource, { ttlMs: command.ttlMs ?? 1000, waitMs: command.waitMs ?? 0, autoRenew: command.autoRenew ?? true });
+      const result = await client.acquire(command.resource, {
+        ttlMs: command.ttlMs ?? 1000,
+        waitMs: command.waitMs ?? 0,
+        autoRenew: command.autoRenew ?? true,
+      });
       if (!result.ok) return { ok: false, reason: result.reason, message: result.message };
       leases.set(command.resource, result.lease);
-      return { ok: true, epoch: result.lease.epoch, token: result.lease.tokenText, tokenDigest: tokenDigestHex(result.lease.token) };
+      return {
+        ok: true,
+        epoch: result.lease.epoch,
+        token: result.lease.tokenText,
+        tokenDigest: tokenDigestHex(result.lease.token),
+      };
     }
     case 'increment': {
       const lease = leases.get(command.resource);
       if (!lease) return { kind: 'no_lease' };
-      const outcome = await writeIncrement(lease, resourceClient, command.resource, command.key ?? 'n', recorder, { checkLease: command.checkLease ?? true });
+      const outcome = await writeIncrement(lease, resourceClient, command.resource, command.key ?? 'n', recorder, {
+        checkLease: command.checkLease ?? true,
+      });
       return { ...outcome, tokenDigest: tokenDigestHex(lease.token), leaseActive: lease.active };
     }
     case 'release': {

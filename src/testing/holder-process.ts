@@ -19,7 +19,13 @@ export function holderChildPath(): string {
 const START_TIMEOUT_MS = 20_000;
 
 export type HolderCommand =
-  | { readonly cmd: 'acquire'; readonly resource: string; readonly ttlMs: number; readonly waitMs?: number; readonly autoRenew?: boolean }
+  | {
+      readonly cmd: 'acquire';
+      readonly resource: string;
+      readonly ttlMs: number;
+      readonly waitMs?: number;
+      readonly autoRenew?: boolean;
+    }
   | { readonly cmd: 'increment'; readonly resource: string; readonly key?: string; readonly checkLease?: boolean }
   | { readonly cmd: 'release'; readonly resource: string };
 
@@ -46,18 +52,37 @@ export class HolderProcess {
    * Spawns a holder connected to the cluster in `clusterFile` and writing through the resource at `resourceUrl`.
    * @throws QuorumFenceError TIMEOUT, INTERNAL (it exited first)
    */
-  static async start(options: { clusterFile: string; resourceUrl: string; env?: NodeJS.ProcessEnv }): Promise<HolderProcess> {
-    const child = spawn(process.execPath, [holderChildPath(), '--cluster', options.clusterFile, '--resource', options.resourceUrl], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, ...options.env },
-    });
+  static async start(options: {
+    clusterFile: string;
+    resourceUrl: string;
+    env?: NodeJS.ProcessEnv;
+  }): Promise<HolderProcess> {
+    const child = spawn(
+      process.execPath,
+      [holderChildPath(), '--cluster', options.clusterFile, '--resource', options.resourceUrl],
+      {
+        stdio: ['pipe', 'pipe', 'pipe'],
+        env: { ...process.env, ...options.env },
+      },
+    );
     live.add(child);
     child.once('exit', () => live.delete(child));
     child.stdin!.on('error', () => undefined);
     const holder = new HolderProcess(child);
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (holder.#stderr = (holder.#stderr + chunk).slice(-4096)));
+    child
+      .stderr!.setEncoding('utf8')
+      .on('data', (chunk: string) => (holder.#stderr = (holder.#stderr + chunk).slice(-4096)));
     const ready = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new QuorumFenceError('TIMEOUT', `holder process did not start in ${START_TIMEOUT_MS} ms: ${holder.#stderr}`)), START_TIMEOUT_MS);
+      const timer = setTimeout(
+        () =>
+          reject(
+            new QuorumFenceError(
+              'TIMEOUT',
+              `holder process did not start in ${START_TIMEOUT_MS} ms: ${holder.#stderr}`,
+            ),
+          ),
+        START_TIMEOUT_MS,
+      );
       createInterface({ input: child.stdout! }).on('line', (line) => {
         let message: Record<string, unknown>;
         try {
@@ -111,7 +136,9 @@ export class HolderProcess {
       void this.exited.then(() => {
         if (this.#waiting.delete(id)) {
           clearTimeout(timer);
-          reject(new QuorumFenceError('CLOSED', `holder process exited before answering ${command.cmd}: ${this.#stderr}`));
+          reject(
+            new QuorumFenceError('CLOSED', `holder process exited before answering ${command.cmd}: ${this.#stderr}`),
+          );
         }
       });
       this.child.stdin!.write(JSON.stringify({ id, ...command }) + '\n');

@@ -12,7 +12,13 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { clusterToJson, withEndpoints, type Cluster } from '../cluster/description.js';
-import { dealLocalCluster, replicaEntryPoint, startLocalCluster, type LocalCluster, type LocalReplica } from '../cluster/launcher.js';
+import {
+  dealLocalCluster,
+  replicaEntryPoint,
+  startLocalCluster,
+  type LocalCluster,
+  type LocalReplica,
+} from '../cluster/launcher.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { writeFileDurably } from '../common/files.js';
 import { byzantineEntryPoint } from './byzantine/control.js';
@@ -50,13 +56,31 @@ const RESOURCE_START_TIMEOUT_MS = 30_000;
  * the `listening` line. It exits with this process (stdin pipe).
  * @throws QuorumFenceError TIMEOUT, INTERNAL
  */
-export function startResourceProcess(options: { clusterFile: string; dataDir: string; args?: readonly string[] }): Promise<ResourceProcess> {
+export function startResourceProcess(options: {
+  clusterFile: string;
+  dataDir: string;
+  args?: readonly string[];
+}): Promise<ResourceProcess> {
   const entry = join(dirname(replicaEntryPoint()), 'resource.js');
-  if (!existsSync(entry)) throw new QuorumFenceError('IO_ERROR', `${entry} is missing; build first (npx tsc -p tsconfig.json)`);
-  const child: ChildProcess = spawn(process.execPath, [entry, '--cluster', options.clusterFile, '--data', options.dataDir, '--listen', '127.0.0.1:0', ...(options.args ?? [])], {
-    stdio: ['pipe', 'pipe', 'pipe'],
-    env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' },
-  });
+  if (!existsSync(entry))
+    throw new QuorumFenceError('IO_ERROR', `${entry} is missing; build first (npx tsc -p tsconfig.json)`);
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [
+      entry,
+      '--cluster',
+      options.clusterFile,
+      '--data',
+      options.dataDir,
+      '--listen',
+      '127.0.0.1:0',
+      ...(options.args ?? []),
+    ],
+    {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' },
+    },
+  );
   child.stdin!.on('error', () => undefined);
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   process.once('exit', () => child.kill('SIGKILL'));
@@ -65,7 +89,9 @@ export function startResourceProcess(options: { clusterFile: string; dataDir: st
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new QuorumFenceError('TIMEOUT', `the resource did not start in ${RESOURCE_START_TIMEOUT_MS} ms: ${stderr}`));
+      reject(
+        new QuorumFenceError('TIMEOUT', `the resource did not start in ${RESOURCE_START_TIMEOUT_MS} ms: ${stderr}`),
+      );
     }, RESOURCE_START_TIMEOUT_MS);
     void exited.then(() => {
       clearTimeout(timer);
@@ -144,7 +170,12 @@ export class ScenarioCluster {
     if (!existsSync(join(keys, 'cluster.json'))) dealLocalCluster(keys, n);
     const honestIndices = Array.from({ length: n }, (_, k) => k + 1).filter((i) => !options.byzantine.includes(i));
     const started = await Promise.allSettled([
-      startLocalCluster({ dir: keys, dataRoot: join(dir, 'data'), indices: honestIndices, extraArgs: options.replicaArgs ?? [] }),
+      startLocalCluster({
+        dir: keys,
+        dataRoot: join(dir, 'data'),
+        indices: honestIndices,
+        extraArgs: options.replicaArgs ?? [],
+      }),
       options.byzantine.length === 0
         ? Promise.resolve(undefined)
         : startLocalCluster({
@@ -154,7 +185,11 @@ export class ScenarioCluster {
             entry: byzantineEntryPoint(),
             extraArgs: (index) => [...(options.replicaArgs ?? []), ...(options.byzantineArgs?.(index) ?? [])],
           }),
-      startResourceProcess({ clusterFile: join(keys, 'cluster.json'), dataDir: join(dir, 'resource'), args: options.resourceArgs ?? [] }),
+      startResourceProcess({
+        clusterFile: join(keys, 'cluster.json'),
+        dataDir: join(dir, 'resource'),
+        args: options.resourceArgs ?? [],
+      }),
     ]);
     const [honest, byz, resource] = started;
     if (started.some((s) => s.status === 'rejected')) {
@@ -165,13 +200,28 @@ export class ScenarioCluster {
     }
     const h = (honest as PromiseFulfilledResult<LocalCluster>).value;
     const b = (byz as PromiseFulfilledResult<LocalCluster | undefined>).value;
-    const urls = Array.from({ length: n }, (_, k) => (options.byzantine.includes(k + 1) ? b!.replica(k + 1).url : h.replica(k + 1).url));
+    const urls = Array.from({ length: n }, (_, k) =>
+      options.byzantine.includes(k + 1) ? b!.replica(k + 1).url : h.replica(k + 1).url,
+    );
     const direct = withEndpoints(h.cluster, urls);
     const proxies: FaultProxy[][] = [];
     for (let g = 0; g < (options.groups ?? 1); g++) {
-      proxies.push(await Promise.all(urls.map((target, k) => startFaultProxy({ target, seed: (options.seed ?? 1) * 1000 + g * 100 + k }))));
+      proxies.push(
+        await Promise.all(
+          urls.map((target, k) => startFaultProxy({ target, seed: (options.seed ?? 1) * 1000 + g * 100 + k })),
+        ),
+      );
     }
-    return new ScenarioCluster({ n, byzantine: options.byzantine, direct, proxies, resource: (resource as PromiseFulfilledResult<ResourceProcess>).value, honest: h, byz: b, dir });
+    return new ScenarioCluster({
+      n,
+      byzantine: options.byzantine,
+      direct,
+      proxies,
+      resource: (resource as PromiseFulfilledResult<ResourceProcess>).value,
+      honest: h,
+      byz: b,
+      dir,
+    });
   }
 
   /** The cluster as clients of `group` see it: every endpoint is that group's proxy. */

@@ -94,11 +94,17 @@ export function generateTwinsScenario(random: SeededRandom, id: number, options:
   const cutRate = options.cutRate ?? DEFAULT_TWINS_GENERATOR.cutRate;
   const [ttlLow, ttlHigh] = options.ttlMs ?? DEFAULT_TWINS_GENERATOR.ttlMs;
   const twinnable = options.twinnable ?? Array.from({ length: n }, (_, k) => k + 1);
-  if (!Number.isInteger(f) || f < 1) throw new QuorumFenceError('INVALID_ARGUMENT', `"n" expected 3f+1 with f >= 1, got ${n}`, { field: 'n' });
+  if (!Number.isInteger(f) || f < 1)
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"n" expected 3f+1 with f >= 1, got ${n}`, { field: 'n' });
   if (options.twins < 0 || options.twins > twinnable.length) {
-    throw new QuorumFenceError('INVALID_ARGUMENT', `"twins" expected 0..${twinnable.length}, got ${options.twins}`, { field: 'twins' });
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"twins" expected 0..${twinnable.length}, got ${options.twins}`, {
+      field: 'twins',
+    });
   }
-  const twinned = random.shuffle(twinnable).slice(0, options.twins).sort((a, b) => a - b);
+  const twinned = random
+    .shuffle(twinnable)
+    .slice(0, options.twins)
+    .sort((a, b) => a - b);
   const clients = random.int(2, Math.max(2, maxClients));
   const resources = random.int(1, maxResources);
   const phases: TwinsPhase[] = [];
@@ -173,7 +179,11 @@ export class TwinsCluster {
     const cutEndpoint = `ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
     const [a, b] = await Promise.allSettled([
       startLocalCluster({ ...common, dataRoot: join(options.dataRoot, 'A') }),
-      startLocalCluster({ ...common, dataRoot: join(options.dataRoot, 'B'), ...(options.twinnable ? { indices: options.twinnable } : {}) }),
+      startLocalCluster({
+        ...common,
+        dataRoot: join(options.dataRoot, 'B'),
+        ...(options.twinnable ? { indices: options.twinnable } : {}),
+      }),
     ]);
     if (a.status === 'rejected' || b.status === 'rejected') {
       if (a.status === 'fulfilled') await a.value.close();
@@ -284,7 +294,11 @@ export class TwinsRunner {
     const wanted = new Map<string, { identity: number; routes: readonly TwinCopy[] }>();
     for (const scenario of scenarios) {
       for (const phase of scenario.phases) {
-        for (const op of phase.ops) wanted.set(`${op.client}|${phase.routes[op.client]!.join(',')}`, { identity: op.client, routes: phase.routes[op.client]! });
+        for (const op of phase.ops)
+          wanted.set(`${op.client}|${phase.routes[op.client]!.join(',')}`, {
+            identity: op.client,
+            routes: phase.routes[op.client]!,
+          });
       }
     }
     const queue = [...wanted.values()];
@@ -294,7 +308,11 @@ export class TwinsRunner {
         for (let item = queue.shift(); item; item = queue.shift()) {
           const client = await this.#client(item.identity, item.routes);
           const reachable = item.routes.filter((copy) => copy !== 'cut').length;
-          while (client.replicas().filter((r) => r.state.phase === 'ready').length < reachable && performance.now() < deadline) await sleep(10);
+          while (
+            client.replicas().filter((r) => r.state.phase === 'ready').length < reachable &&
+            performance.now() < deadline
+          )
+            await sleep(10);
         }
       }),
     );
@@ -320,7 +338,13 @@ export class TwinsRunner {
             refused[result.reason] = (refused[result.reason] ?? 0) + 1;
             return;
           }
-          const grant = { scenario: scenario.id, resource, epoch: result.lease.epoch, holderHex: result.lease.holderHex, token: result.lease.tokenText };
+          const grant = {
+            scenario: scenario.id,
+            resource,
+            epoch: result.lease.epoch,
+            holderHex: result.lease.holderHex,
+            token: result.lease.tokenText,
+          };
           grants.push(grant);
           await this.#options.onGrant?.(grant);
           if (op.release) {
@@ -335,7 +359,11 @@ export class TwinsRunner {
   }
 
   /** Runs every scenario, `concurrency` at a time (they share no resource, so they are independent). */
-  async sweep(scenarios: readonly TwinsScenario[], concurrency = 16, onResult?: (result: TwinsScenarioResult) => void): Promise<TwinsScenarioResult[]> {
+  async sweep(
+    scenarios: readonly TwinsScenario[],
+    concurrency = 16,
+    onResult?: (result: TwinsScenarioResult) => void,
+  ): Promise<TwinsScenarioResult[]> {
     const results: TwinsScenarioResult[] = new Array(scenarios.length);
     let next = 0;
     await Promise.all(
@@ -352,8 +380,8 @@ export class TwinsRunner {
 
   /** Closes every pooled client. */
   async close(): Promise<void> {
-    const clients = await Promise.allSettled(this.#clients.values());
-    await Promise.all(clients.map((c) => (c.status === 'fulfilled' ? c.value.close() : undefined)));
+    const clients = await Promise.allSettled([...this.#clients.values()]);
+    await Promise.all(clients.map(async (c) => (c.status === 'fulfilled' ? c.value.close() : undefined)));
     this.#clients.clear();
   }
 }

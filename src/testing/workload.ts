@@ -14,7 +14,13 @@ import type { AcknowledgedWrite, History } from './history-checker.js';
 
 /** What the reference resource answered to one fenced request. */
 export type ResourceAnswer =
-  | { readonly ok: true; readonly status: number; readonly version: number | null; readonly value: Uint8Array | undefined; readonly seq: number | null }
+  | {
+      readonly ok: true;
+      readonly status: number;
+      readonly version: number | null;
+      readonly value: Uint8Array | undefined;
+      readonly seq: number | null;
+    }
   | { readonly ok: false; readonly status: number; readonly code: string; readonly message: string };
 
 /** An HTTP request to the resource should take milliseconds; 5 s allows a loaded machine and a slow fsync. */
@@ -45,15 +51,33 @@ export class ResourceHttpClient {
     const seq = response.headers.get('quorumfence-seq');
     const type = response.headers.get('content-type') ?? '';
     if (response.status === 200 && !type.startsWith('application/json')) {
-      return { ok: true, status: 200, version: version === null ? null : Number(version), value: new Uint8Array(await response.arrayBuffer()), seq: seq === null ? null : Number(seq) };
+      return {
+        ok: true,
+        status: 200,
+        version: version === null ? null : Number(version),
+        value: new Uint8Array(await response.arrayBuffer()),
+        seq: seq === null ? null : Number(seq),
+      };
     }
     const body = (await response.json().catch(() => ({}))) as Record<string, unknown>;
     if (response.status === 200) {
-      return { ok: true, status: 200, version: typeof body.version === 'number' ? body.version : null, value: undefined, seq: typeof body.seq === 'number' ? body.seq : null };
+      return {
+        ok: true,
+        status: 200,
+        version: typeof body.version === 'number' ? body.version : null,
+        value: undefined,
+        seq: typeof body.seq === 'number' ? body.seq : null,
+      };
     }
     // A fenced read of an absent key passed the fence: the key is at version 0.
-    if (response.status === 404 && seq !== null) return { ok: true, status: 404, version: 0, value: undefined, seq: Number(seq) };
-    return { ok: false, status: response.status, code: String(body.code ?? 'unknown'), message: String(body.message ?? '') };
+    if (response.status === 404 && seq !== null)
+      return { ok: true, status: 404, version: 0, value: undefined, seq: Number(seq) };
+    return {
+      ok: false,
+      status: response.status,
+      code: String(body.code ?? 'unknown'),
+      message: String(body.message ?? ''),
+    };
   }
 
   /** A fenced read: through the guard with the token (raises the barrier when the epoch is new). */
@@ -62,10 +86,23 @@ export class ResourceHttpClient {
   }
 
   /** A fenced write; with `ifVersion`, only if the key is still at that version (0: absent). */
-  put(resource: string, key: string, value: Uint8Array | string, token: string, ifVersion?: number): Promise<ResourceAnswer> {
-    const headers: Record<string, string> = { authorization: `QuorumFence ${token}`, 'content-type': 'application/octet-stream' };
+  put(
+    resource: string,
+    key: string,
+    value: Uint8Array | string,
+    token: string,
+    ifVersion?: number,
+  ): Promise<ResourceAnswer> {
+    const headers: Record<string, string> = {
+      authorization: `QuorumFence ${token}`,
+      'content-type': 'application/octet-stream',
+    };
     if (ifVersion !== undefined) headers['quorumfence-if-version'] = String(ifVersion);
-    return this.#send(this.#kv(resource, key), { method: 'PUT', headers, body: typeof value === 'string' ? value : Buffer.from(value) });
+    return this.#send(this.#kv(resource, key), {
+      method: 'PUT',
+      headers,
+      body: typeof value === 'string' ? value : Buffer.from(value),
+    });
   }
 
   /** A plain read of the committed value (no token, no fence); undefined when absent. */
@@ -78,8 +115,10 @@ export class ResourceHttpClient {
   /** The whole guard log, page by page, each entry checked. */
   async readLog(): Promise<GuardLogEntry[]> {
     const entries: GuardLogEntry[] = [];
-    for (let after = 0; ; ) {
-      const response = await fetch(`${this.url}/log?after=${after}&limit=1000`, { signal: AbortSignal.timeout(this.#timeoutMs) });
+    for (let after = 0; ;) {
+      const response = await fetch(`${this.url}/log?after=${after}&limit=1000`, {
+        signal: AbortSignal.timeout(this.#timeoutMs),
+      });
       const body = (await response.json()) as { entries: unknown[] };
       if (body.entries.length === 0) return entries;
       for (const raw of body.entries) entries.push(parseGuardLogEntry(raw));
@@ -123,7 +162,12 @@ export class WorkloadRecorder {
       const stored = await resource.read(name, key);
       if (stored) finalVersions.set(slot, stored.version);
     }
-    return { guardLogs: [guardLog], capturedTokens: this.tokens, acknowledged: this.acknowledged, finalVersions: [finalVersions] };
+    return {
+      guardLogs: [guardLog],
+      capturedTokens: this.tokens,
+      acknowledged: this.acknowledged,
+      finalVersions: [finalVersions],
+    };
   }
 }
 
@@ -207,7 +251,13 @@ export async function writeIncrement(
     return { kind: 'refused', at: 'write', code: written.code };
   }
   recorder.outcome('incremented');
-  recorder.acknowledged.push({ guard: 0, resource, key, tokenDigest: tokenDigestHex(lease.token), version: written.version ?? 0 });
+  recorder.acknowledged.push({
+    guard: 0,
+    resource,
+    key,
+    tokenDigest: tokenDigestHex(lease.token),
+    version: written.version ?? 0,
+  });
   return { kind: 'incremented', epoch: lease.epoch, value, version: written.version ?? 0 };
 }
 
@@ -216,7 +266,10 @@ export async function writeIncrement(
  * number of accepted writes to it (each accepted compare-and-set adds exactly
  * one). Returns the keys where it does not hold.
  */
-export function lostIncrements(log: readonly GuardLogEntry[], finalValues: ReadonlyMap<string, number>): { slot: string; accepted: number; value: number }[] {
+export function lostIncrements(
+  log: readonly GuardLogEntry[],
+  finalValues: ReadonlyMap<string, number>,
+): { slot: string; accepted: number; value: number }[] {
   const accepted = new Map<string, number>();
   for (const entry of log) {
     if (entry.accepted && entry.op === 'put' && entry.key !== null) {

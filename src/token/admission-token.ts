@@ -26,7 +26,11 @@ export interface AdmissionToken {
 
 /** Assembles a token from a grant and its (already combined) group signature. */
 export function encodeToken(grant: Grant, signature: Signature): AdmissionToken {
-  return { grant, signature, bytes: concatBytes(Uint8Array.of(TOKEN_VERSION), encodeGrantBody(grant), signature.bytes) };
+  return {
+    grant,
+    signature,
+    bytes: concatBytes(Uint8Array.of(TOKEN_VERSION), encodeGrantBody(grant), signature.bytes),
+  };
 }
 
 export function tokenToText(token: AdmissionToken): string {
@@ -53,7 +57,8 @@ function fail(code: ErrorCode, message: string): never {
 export function decodeToken(bytes: Uint8Array, backend: BlsBackend): AdmissionToken {
   if (!(bytes instanceof Uint8Array)) fail('INVALID_ARGUMENT', 'expected bytes');
   if (bytes.length === 0) fail('BAD_LENGTH', 'empty');
-  if (bytes[0] !== TOKEN_VERSION) fail('UNKNOWN_VERSION', `unknown version byte 0x${bytes[0]!.toString(16).padStart(2, '0')}`);
+  if (bytes[0] !== TOKEN_VERSION)
+    fail('UNKNOWN_VERSION', `unknown version byte 0x${bytes[0]!.toString(16).padStart(2, '0')}`);
   const headerBytes = 1 + CLUSTER_ID_BYTES + 8 + 2;
   if (bytes.length < headerBytes) fail('BAD_LENGTH', `expected at least ${FIXED_BYTES + 1} bytes, got ${bytes.length}`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -65,10 +70,12 @@ export function decodeToken(bytes: Uint8Array, backend: BlsBackend): AdmissionTo
   const resourceLength = view.getUint16(offset);
   offset += 2;
   if (resourceLength === 0) fail('RESOURCE_EMPTY', 'resource must not be empty');
-  if (resourceLength > MAX_RESOURCE_BYTES) fail('RESOURCE_TOO_LONG', `resource length ${resourceLength} exceeds ${MAX_RESOURCE_BYTES}`);
+  if (resourceLength > MAX_RESOURCE_BYTES)
+    fail('RESOURCE_TOO_LONG', `resource length ${resourceLength} exceeds ${MAX_RESOURCE_BYTES}`);
   const expectedLength = FIXED_BYTES + resourceLength;
   if (bytes.length < expectedLength) fail('BAD_LENGTH', `expected ${expectedLength} bytes, got ${bytes.length}`);
-  if (bytes.length > expectedLength) fail('TRAILING_BYTES', `${bytes.length - expectedLength} bytes after the signature`);
+  if (bytes.length > expectedLength)
+    fail('TRAILING_BYTES', `${bytes.length - expectedLength} bytes after the signature`);
   const resource = decodeResource(bytes.subarray(offset, (offset += resourceLength)));
   const holder = bytes.slice(offset, (offset += HOLDER_BYTES));
   const signature = backend.decodeSignature(bytes.subarray(offset, offset + SIGNATURE_BYTES), 'token signature');
@@ -116,7 +123,8 @@ export function checkToken(input: Uint8Array | string, cluster: Cluster): TokenC
   try {
     token = typeof input === 'string' ? decodeTokenText(input, cluster.backend) : decodeToken(input, cluster.backend);
   } catch (error) {
-    if (error instanceof QuorumFenceError) return { ok: false, reason: 'malformed', code: error.code, message: error.message };
+    if (error instanceof QuorumFenceError)
+      return { ok: false, reason: 'malformed', code: error.code, message: error.message };
     throw error;
   }
   return verifyToken(token, cluster);

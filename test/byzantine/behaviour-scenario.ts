@@ -61,16 +61,32 @@ export function behaviourScenario(f: 1 | 2): void {
       byzantine,
       // No signing thread and short leases: N processes share two cores, and restarts must not block for a minute.
       replicaArgs: ['--signing-workers', '0', '--min-ttl', '50ms', '--max-ttl', '3s'],
-      byzantineArgs: (index) => ['--behaviour', 'no-record', '--seed', String(index), '--other-key', join(dir, 'keys', 'replica-1.key'), '--slow', '300ms', '--flood', '20'],
+      byzantineArgs: (index) => [
+        '--behaviour',
+        'no-record',
+        '--seed',
+        String(index),
+        '--other-key',
+        join(dir, 'keys', 'replica-1.key'),
+        '--slow',
+        '300ms',
+        '--flood',
+        '20',
+      ],
       seed: f,
     });
     guard = new ResourceHttpClient(deployment.resource.url);
     const cluster = deployment.clusterFor(0);
     const options = { evidenceLog: evidence, handshakeTimeoutMs: 1000, requestTimeoutMs: 1000, reconnectMaxMs: 500 };
-    const clients = await Promise.all(Array.from({ length: 1 + CONTENDERS }, () => QuorumFenceClient.connect(cluster, generateIdentity(), options)));
+    const clients = await Promise.all(
+      Array.from({ length: 1 + CONTENDERS }, () => QuorumFenceClient.connect(cluster, generateIdentity(), options)),
+    );
     solo = clients[0]!;
     contenders = clients.slice(1);
-    holder = await HolderProcess.start({ clusterFile: deployment.writeClusterFile(0), resourceUrl: deployment.resource.url });
+    holder = await HolderProcess.start({
+      clusterFile: deployment.writeClusterFile(0),
+      resourceUrl: deployment.resource.url,
+    });
   }, 120_000);
 
   afterAll(async () => {
@@ -81,7 +97,8 @@ export function behaviourScenario(f: 1 | 2): void {
     rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
-  const setBehaviour = (behaviours: ByzantineBehaviour[]) => Promise.all(byzantine.map((i) => controlByzantine(deployment.replica(i).url, { behaviours })));
+  const setBehaviour = (behaviours: ByzantineBehaviour[]) =>
+    Promise.all(byzantine.map((i) => controlByzantine(deployment.replica(i).url, { behaviours })));
 
   describe(`f = ${f} (N = ${n}), replicas ${byzantine.join(', ')} Byzantine`, () => {
     BYZANTINE_BEHAVIOURS.forEach((behaviour, phase) => {
@@ -100,8 +117,16 @@ export function behaviourScenario(f: 1 | 2): void {
 
         // 1. Uncontended: must complete despite f Byzantine replicas.
         for (let k = 0; k < 2; k++) {
-          const outcome = await incrementCounter(solo, guard, `${tag}/solo-${k}`, 'n', recorder, { ttlMs: 2_000, waitMs: 0, timeoutMs: 8_000 });
-          uncontended.push({ behaviour, ok: outcome.kind === 'incremented', ...(outcome.kind === 'not_acquired' ? { reason: outcome.reason } : {}) });
+          const outcome = await incrementCounter(solo, guard, `${tag}/solo-${k}`, 'n', recorder, {
+            ttlMs: 2_000,
+            waitMs: 0,
+            timeoutMs: 8_000,
+          });
+          uncontended.push({
+            behaviour,
+            ok: outcome.kind === 'incremented',
+            ...(outcome.kind === 'not_acquired' ? { reason: outcome.reason } : {}),
+          });
           expect(outcome, `uncontended acquire ${k} under ${behaviour}`).toMatchObject({ kind: 'incremented' });
         }
 
@@ -113,17 +138,32 @@ export function behaviourScenario(f: 1 | 2): void {
         const first = await holder.request({ cmd: 'increment', resource: paused, key: 'n' });
         expect(first).toMatchObject({ kind: 'incremented' });
         recorder.keys.add(`${paused}\u0000n`);
-        recorder.acknowledged.push({ guard: 0, resource: paused, key: 'n', tokenDigest: first.tokenDigest as string, version: first.version as number });
+        recorder.acknowledged.push({
+          guard: 0,
+          resource: paused,
+          key: 'n',
+          tokenDigest: first.tokenDigest as string,
+          version: first.version as number,
+        });
         holder.pause();
         try {
           await sleep(HOLDER_TTL_MS + 200);
-          const takeover = await incrementCounter(solo, guard, paused, 'n', recorder, { ttlMs: 2_000, waitMs: 3_000, timeoutMs: 10_000 });
-          expect(takeover, 'another client takes over once the paused lease ran out').toMatchObject({ kind: 'incremented' });
+          const takeover = await incrementCounter(solo, guard, paused, 'n', recorder, {
+            ttlMs: 2_000,
+            waitMs: 3_000,
+            timeoutMs: 10_000,
+          });
+          expect(takeover, 'another client takes over once the paused lease ran out').toMatchObject({
+            kind: 'incremented',
+          });
         } finally {
           holder.resume();
         }
         const stale = await holder.request({ cmd: 'increment', resource: paused, key: 'n', checkLease: false });
-        expect(stale, "the resumed holder's write with its old token").toMatchObject({ kind: 'refused', code: 'stale' });
+        expect(stale, "the resumed holder's write with its old token").toMatchObject({
+          kind: 'refused',
+          code: 'stale',
+        });
         await holder.request({ cmd: 'release', resource: paused });
 
         // 3. Contention while one honest replica is partitioned away for a while.
@@ -138,7 +178,11 @@ export function behaviourScenario(f: 1 | 2): void {
             const deadline = performance.now() + CONTENTION_BUDGET_MS;
             for (let k = 0; k < INCREMENTS_PER_CONTENDER; k++) {
               for (;;) {
-                const outcome = await incrementCounter(client, guard, `${tag}/contended`, 'n', recorder, { ttlMs: 1_000, waitMs: 3_000, timeoutMs: 8_000 });
+                const outcome = await incrementCounter(client, guard, `${tag}/contended`, 'n', recorder, {
+                  ttlMs: 1_000,
+                  waitMs: 3_000,
+                  timeoutMs: 8_000,
+                });
                 kinds.push(outcome.kind);
                 if (outcome.kind !== 'not_acquired' || performance.now() > deadline) break;
                 await sleep(50);
@@ -148,10 +192,15 @@ export function behaviourScenario(f: 1 | 2): void {
           }),
         );
         await healing;
-        expect(outcomes.flat(), 'contended increments made progress once the partition healed').toContain('incremented');
+        expect(outcomes.flat(), 'contended increments made progress once the partition healed').toContain(
+          'incremented',
+        );
 
         if (behaviour !== 'no-record') {
-          const acts = (await Promise.all(byzantine.map((i) => byzantineState(deployment.replica(i).url)))).reduce((sum, s) => sum + (s.acts[behaviour] ?? 0), 0);
+          const acts = (await Promise.all(byzantine.map((i) => byzantineState(deployment.replica(i).url)))).reduce(
+            (sum, s) => sum + (s.acts[behaviour] ?? 0),
+            0,
+          );
           expect(acts, `${behaviour} acted`).toBeGreaterThan(0);
         }
       });

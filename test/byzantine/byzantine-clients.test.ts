@@ -13,7 +13,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { QuorumFenceClient, generateIdentity } from '../../src/client/index.js';
 import { MAX_EPOCH } from '../../src/common/limits.js';
-import { askAll, foreignClusterToken, openSessions, tamperedTokens, type RawReplicaSession } from '../../src/testing/byzantine-clients.js';
+import {
+  askAll,
+  foreignClusterToken,
+  openSessions,
+  tamperedTokens,
+  type RawReplicaSession,
+} from '../../src/testing/byzantine-clients.js';
 import { checkHistory, formatViolation } from '../../src/testing/history-checker.js';
 import { ResourceHttpClient, WorkloadRecorder, writeIncrement } from '../../src/testing/workload.js';
 import { startResource, stopAllResources } from '../support/resource-process.js';
@@ -35,7 +41,10 @@ beforeAll(async () => {
   ]);
   local = cluster;
   guard = new ResourceHttpClient(resource.url);
-  [alice, bob] = await Promise.all([QuorumFenceClient.connect(local.cluster, generateIdentity()), QuorumFenceClient.connect(local.cluster, generateIdentity())]);
+  [alice, bob] = await Promise.all([
+    QuorumFenceClient.connect(local.cluster, generateIdentity()),
+    QuorumFenceClient.connect(local.cluster, generateIdentity()),
+  ]);
   mallory = await openSessions(local.cluster, generateIdentity());
   expect(mallory.size).toBe(4);
 });
@@ -54,10 +63,17 @@ describe('Byzantine clients at the replicas', () => {
   it('an epoch far above the watermark is too_far at every replica and is not recorded', async () => {
     const resource = 'clients/huge';
     for (const epoch of [1_000_002n, MAX_EPOCH]) {
-      expect(statuses(await askAll(mallory, { type: 'acquire', resource, epoch, ttlMs: 1_000 }))).toEqual(['too_far', 'too_far', 'too_far', 'too_far']);
+      expect(statuses(await askAll(mallory, { type: 'acquire', resource, epoch, ttlMs: 1_000 }))).toEqual([
+        'too_far',
+        'too_far',
+        'too_far',
+        'too_far',
+      ]);
     }
     // Above the u63 range: refused by the bounds check.
-    expect(statuses(await askAll(mallory, { type: 'acquire', resource, epoch: MAX_EPOCH + 1n, ttlMs: 1_000 }))).toEqual(['invalid', 'invalid', 'invalid', 'invalid']);
+    expect(statuses(await askAll(mallory, { type: 'acquire', resource, epoch: MAX_EPOCH + 1n, ttlMs: 1_000 }))).toEqual(
+      ['invalid', 'invalid', 'invalid', 'invalid'],
+    );
     const status = await alice.status(resource);
     expect(status.epoch).toBe(0n);
     const acquired = await alice.acquire(resource, { ttlMs: 2_000 });
@@ -111,15 +127,21 @@ describe('Byzantine clients at the guard', () => {
       refusals[label] = answer.ok ? 'ACCEPTED' : answer.code;
     };
     await attempt('replayed old token', oldToken);
-    for (const variant of tamperedTokens(second.lease.tokenText)) await attempt(`tampered ${variant.change}`, variant.token);
-    await attempt('another cluster', foreignClusterToken(local.cluster, { resource, epoch: 1_000n, holder: second.lease.holder }));
+    for (const variant of tamperedTokens(second.lease.tokenText))
+      await attempt(`tampered ${variant.change}`, variant.token);
+    await attempt(
+      'another cluster',
+      foreignClusterToken(local.cluster, { resource, epoch: 1_000n, holder: second.lease.holder }),
+    );
     await attempt('token of another resource', second.lease.tokenText, 'clients/other');
 
     expect(refusals['replayed old token']).toBe('stale');
     expect(refusals['another cluster']).toBe('wrong_cluster');
     expect(refusals['token of another resource']).toBe('wrong_resource');
     for (const [label, code] of Object.entries(refusals)) {
-      expect(['stale', 'malformed', 'bad_token', 'wrong_cluster', 'wrong_resource', 'missing_token'], label).toContain(code);
+      expect(['stale', 'malformed', 'bad_token', 'wrong_cluster', 'wrong_resource', 'missing_token'], label).toContain(
+        code,
+      );
     }
     expect(await guard.read(resource, 'n')).toEqual(before);
     await second.lease.release();

@@ -39,7 +39,18 @@ beforeAll(async () => {
     entry: byzantineEntryPoint(),
     extraArgs: (index) =>
       index === 4
-        ? ['--signing-workers', '0', '--other-key', join(dir, 'keys', 'replica-1.key'), '--seed', '7', '--slow', '300ms', '--flood', '20']
+        ? [
+            '--signing-workers',
+            '0',
+            '--other-key',
+            join(dir, 'keys', 'replica-1.key'),
+            '--seed',
+            '7',
+            '--slow',
+            '300ms',
+            '--flood',
+            '20',
+          ]
         : ['--signing-workers', '0', '--behaviour', 'no-record'],
   });
   cluster = local.cluster;
@@ -66,7 +77,11 @@ async function open(holder: Holder = newHolder(), at = url): Promise<RawClient> 
 function verifiesAs(index: number, resource: string, epoch: bigint, holder: Holder, partial: Uint8Array): boolean {
   const message = grantMessage({ clusterId: cluster.id, resource, epoch, holder: holder.publicKey });
   try {
-    return cluster.backend.verify(cluster.replicas[index - 1]!.publicKeyShare, message, cluster.backend.decodeSignature(partial));
+    return cluster.backend.verify(
+      cluster.replicas[index - 1]!.publicKeyShare,
+      message,
+      cluster.backend.decodeSignature(partial),
+    );
   } catch {
     return false;
   }
@@ -101,7 +116,7 @@ describe('Byzantine replica behaviours (each does what it says, on the real repl
     }
   });
 
-  it('replay: a granted partial is an earlier one for another grant; other-replica: signed with replica 1\'s share', async () => {
+  it("replay: a granted partial is an earlier one for another grant; other-replica: signed with replica 1's share", async () => {
     const holder = newHolder();
     const client = await open(holder);
     const first = fresh();
@@ -137,7 +152,9 @@ describe('Byzantine replica behaviours (each does what it says, on the real repl
   it('silent never answers; slow answers after --slow; drop closes the connection', async () => {
     await controlByzantine(url, { behaviours: ['silent'] });
     const quiet = await open();
-    await expect(quiet.exchange({ type: 'status', id: quiet.nextId(), resource: fresh() }, 400)).rejects.toThrow(/no answer/);
+    await expect(quiet.exchange({ type: 'status', id: quiet.nextId(), resource: fresh() }, 400)).rejects.toThrow(
+      /no answer/,
+    );
 
     await controlByzantine(url, { behaviours: ['slow'] });
     const slow = await open();
@@ -238,17 +255,32 @@ describe('Byzantine replica behaviours (each does what it says, on the real repl
     expect(outcomeOf(await c.acquire(resource, 3n)).status).toBe('busy');
     const before = (await byzantineState(url)).clockOffsetMs;
     process.kill(local.replica(4).pid, 'SIGUSR2');
-    for (let k = 0; k < 100 && (await byzantineState(url)).clockOffsetMs === before; k++) await new Promise((r) => setTimeout(r, 20));
+    for (let k = 0; k < 100 && (await byzantineState(url)).clockOffsetMs === before; k++)
+      await new Promise((r) => setTimeout(r, 20));
     expect(outcomeOf(await c.acquire(resource, 3n)).status).toBe('granted');
   });
 
   it('an unknown behaviour name is refused by the control endpoint and the entry point', async () => {
     await expect(controlByzantine(url, { behaviours: ['polite'] })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     const { spawnSync } = await import('node:child_process');
-    const run = spawnSync(process.execPath, [byzantineEntryPoint(), '--cluster', join(dir, 'keys', 'cluster.json'), '--key', join(dir, 'keys', 'replica-1.key'), '--data', join(dir, 'x'), '--behaviour', 'polite'], {
-      encoding: 'utf8',
-      timeout: 20_000,
-    });
+    const run = spawnSync(
+      process.execPath,
+      [
+        byzantineEntryPoint(),
+        '--cluster',
+        join(dir, 'keys', 'cluster.json'),
+        '--key',
+        join(dir, 'keys', 'replica-1.key'),
+        '--data',
+        join(dir, 'x'),
+        '--behaviour',
+        'polite',
+      ],
+      {
+        encoding: 'utf8',
+        timeout: 20_000,
+      },
+    );
     expect(run.status).toBe(2);
     expect(run.stderr).toMatch(/unknown behaviour "polite".*INVALID_OPTION/);
     expect(loadClusterFile(join(dir, 'keys', 'cluster.json')).id).toEqual(cluster.id);

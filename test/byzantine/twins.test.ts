@@ -17,7 +17,13 @@ import { dealLocalCluster } from '../../src/cluster/launcher.js';
 import { LmdbGuard } from '../../src/guard/lmdb-guard.js';
 import type { GuardLogEntry } from '../../src/guard/log.js';
 import { checkHistory, formatViolation } from '../../src/testing/history-checker.js';
-import { generateTwinsScenarios, TwinsCluster, TwinsRunner, type CapturedGrant, type TwinsScenario } from '../../src/testing/twins.js';
+import {
+  generateTwinsScenarios,
+  TwinsCluster,
+  TwinsRunner,
+  type CapturedGrant,
+  type TwinsScenario,
+} from '../../src/testing/twins.js';
 
 const SWEEP_SCENARIOS = 1_000;
 const seed = Number(process.env.QUORUMFENCE_TWINS_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -31,7 +37,11 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-twins-'));
   dealLocalCluster(join(dir, 'keys'), 4);
   // No signing thread: eight processes share two cores, and a sweep signs a few thousand partials.
-  twins = await TwinsCluster.start({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data'), extraArgs: ['--signing-workers', '0', '--min-ttl', '50ms'] });
+  twins = await TwinsCluster.start({
+    dir: join(dir, 'keys'),
+    dataRoot: join(dir, 'data'),
+    extraArgs: ['--signing-workers', '0', '--min-ttl', '50ms'],
+  });
   guard = await LmdbGuard.open(join(dir, 'guard'), twins.cluster);
 }, 120_000);
 
@@ -49,7 +59,9 @@ function runner(runTag: string, throughGuard: boolean): TwinsRunner {
     ...(throughGuard
       ? {
           onGrant: async (grant: CapturedGrant) => {
-            await guard.write({ token: grant.token, resource: grant.resource, op: 'put', key: 'k' }, (tx) => tx.put('k', new TextEncoder().encode(grant.holderHex)));
+            await guard.write({ token: grant.token, resource: grant.resource, op: 'put', key: 'k' }, (tx) =>
+              tx.put('k', new TextEncoder().encode(grant.holderHex)),
+            );
           },
         }
       : {}),
@@ -60,7 +72,8 @@ function runner(runTag: string, throughGuard: boolean): TwinsRunner {
 
 function guardLog(): GuardLogEntry[] {
   const entries: GuardLogEntry[] = [];
-  for (let page = guard.readLog(); page.length > 0; page = guard.readLog({ after: page[page.length - 1]!.seq })) entries.push(...page);
+  for (let page = guard.readLog(); page.length > 0; page = guard.readLog({ after: page[page.length - 1]!.seq }))
+    entries.push(...page);
   return entries;
 }
 
@@ -78,13 +91,16 @@ describe('S1 uniqueness under Twins', () => {
     const grants = results.flatMap((r) => r.grants);
     const history = check(grants);
     const refused: Record<string, number> = {};
-    for (const r of results) for (const [reason, n] of Object.entries(r.refused)) refused[reason] = (refused[reason] ?? 0) + n;
+    for (const r of results)
+      for (const [reason, n] of Object.entries(r.refused)) refused[reason] = (refused[reason] ?? 0) + n;
     console.log(
       `twins sweep seed ${seed}: ${results.length} scenarios, ${results.reduce((s, r) => s + r.attempts, 0)} acquires, ` +
         `${grants.length} tokens, refused ${JSON.stringify(refused)}, ${Math.round(performance.now() - started)} ms`,
     );
     expect(results).toHaveLength(SWEEP_SCENARIOS);
-    expect(history.ok, history.ok ? '' : `seed ${seed}:\n${history.violations.map(formatViolation).join('\n')}`).toBe(true);
+    expect(history.ok, history.ok ? '' : `seed ${seed}:\n${history.violations.map(formatViolation).join('\n')}`).toBe(
+      true,
+    );
     // The sweep must have exercised something: most scenarios end with at least one token.
     expect(grants.length).toBeGreaterThan(SWEEP_SCENARIOS / 2);
   }, 180_000);
@@ -122,7 +138,11 @@ describe('S1 uniqueness under Twins', () => {
     expect(duplicates[0]).toMatchObject({ resource: result.grants[0]!.resource, epoch: '1' });
     expect(formatViolation(duplicates[0]!)).toMatch(/two valid tokens/);
     // The guard took the first and refused the second as a conflict, keeping both tokens as evidence.
-    expect(guardLog().filter((e) => e.resource === result.grants[0]!.resource).map((e) => e.outcome)).toEqual(['accepted', 'conflict']);
+    expect(
+      guardLog()
+        .filter((e) => e.resource === result.grants[0]!.resource)
+        .map((e) => e.outcome),
+    ).toEqual(['accepted', 'conflict']);
   });
 
   it('f+1 twins in a seeded sweep: the generator finds the split too, and the checker reports it', async () => {

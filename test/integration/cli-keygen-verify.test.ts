@@ -27,29 +27,47 @@ describe('quorumfence keygen', () => {
     expect(result.code).toBe(0);
     expect(result.stdout).toMatch(/n = 7, f = 2, t = 5/);
     const cluster = loadClusterFile(join(out, 'cluster.json'));
-    expect(cluster.replicas.map((r) => r.endpoint)).toEqual(Array.from({ length: 7 }, (_, k) => `ws://127.0.0.1:${9100 + k}`));
+    expect(cluster.replicas.map((r) => r.endpoint)).toEqual(
+      Array.from({ length: 7 }, (_, k) => `ws://127.0.0.1:${9100 + k}`),
+    );
     const keys = cluster.replicas.map((r) => {
       const path = join(out, `replica-${r.index}.key`);
       expect(statSync(path).mode & 0o777).toBe(0o600);
       return loadReplicaKeyFile(path, cluster);
     });
     // The keys it wrote make a valid token together.
-    const grant = makeGrant({ clusterId: cluster.id, resource: 'jobs/nightly', epoch: 1n, holder: new Uint8Array(32).fill(1) });
-    const partials = keys.slice(2).map((k) => ({ index: k.index, signature: cluster.backend.sign(k.secretKey, grantMessage(grant)) }));
+    const grant = makeGrant({
+      clusterId: cluster.id,
+      resource: 'jobs/nightly',
+      epoch: 1n,
+      holder: new Uint8Array(32).fill(1),
+    });
+    const partials = keys
+      .slice(2)
+      .map((k) => ({ index: k.index, signature: cluster.backend.sign(k.secretKey, grantMessage(grant)) }));
     const token = encodeToken(grant, combinePartials(cluster.backend, 7, partials)!);
     const verify = await runCli(['verify', tokenToText(token), '--cluster', join(out, 'cluster.json'), '--json']);
     expect(verify.code).toBe(0);
     expect(JSON.parse(verify.stdout)).toMatchObject({ valid: true, resource: 'jobs/nightly', epoch: '1' });
     // Text output and stdin input.
-    const fromStdin = await runCli(['verify', '-', '--cluster', join(out, 'cluster.json')], { input: tokenToText(token) + '\n' });
+    const fromStdin = await runCli(['verify', '-', '--cluster', join(out, 'cluster.json')], {
+      input: tokenToText(token) + '\n',
+    });
     expect(fromStdin.code).toBe(0);
     expect(fromStdin.stdout).toMatch(/^valid token/);
   });
 
   it('uses the given endpoints', async () => {
     const out = join(dir, 'endpoints');
-    const endpoints = ['wss://a.internal:7000', 'wss://b.internal:7000', 'wss://c.internal:7000', 'wss://d.internal:7000'];
-    expect((await runCli(['keygen', '--replicas', '4', '--out', out, '--endpoints', endpoints.join(',')])).code).toBe(0);
+    const endpoints = [
+      'wss://a.internal:7000',
+      'wss://b.internal:7000',
+      'wss://c.internal:7000',
+      'wss://d.internal:7000',
+    ];
+    expect((await runCli(['keygen', '--replicas', '4', '--out', out, '--endpoints', endpoints.join(',')])).code).toBe(
+      0,
+    );
     expect(loadClusterFile(join(out, 'cluster.json')).replicas.map((r) => r.endpoint)).toEqual(endpoints);
   });
 
@@ -105,7 +123,12 @@ describe('quorumfence verify', () => {
     expect(JSON.parse(malformed.stdout)).toMatchObject({ valid: false, reason: 'malformed', code: 'UNKNOWN_VERSION' });
     const other = join(dir, 'other');
     await runCli(['keygen', '--replicas', '4', '--out', other]);
-    const foreign = await runCli(['verify', tokenToText(encodeToken(grant, signature)), '--cluster', join(other, 'cluster.json')]);
+    const foreign = await runCli([
+      'verify',
+      tokenToText(encodeToken(grant, signature)),
+      '--cluster',
+      join(other, 'cluster.json'),
+    ]);
     expect(foreign.code).toBe(1);
     expect(foreign.stdout).toMatch(/wrong_cluster/);
   });

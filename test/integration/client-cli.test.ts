@@ -57,7 +57,17 @@ describe('quorumfence acquire and status', () => {
     expect((await runCli(['identity', 'new', alice])).code).toBe(0);
     expect((await runCli(['identity', 'new', bob])).code).toBe(0);
 
-    const acquired = await runCli(['acquire', 'cli/orders', '--cluster', clusterFile, '--identity', alice, '--ttl', '20s', '--json']);
+    const acquired = await runCli([
+      'acquire',
+      'cli/orders',
+      '--cluster',
+      clusterFile,
+      '--identity',
+      alice,
+      '--ttl',
+      '20s',
+      '--json',
+    ]);
     expect(acquired.code, acquired.stderr).toBe(0);
     const out = JSON.parse(acquired.stdout) as { ok: boolean; epoch: string; token: string };
     expect(out.ok).toBe(true);
@@ -72,7 +82,11 @@ describe('quorumfence acquire and status', () => {
 
     const status = await runCli(['status', 'cli/orders', '--cluster', clusterFile, '--identity', bob, '--json']);
     expect(status.code).toBe(0);
-    const view = JSON.parse(status.stdout) as { epoch: string; leased: boolean; replicas: { state: string; epoch: string }[] };
+    const view = JSON.parse(status.stdout) as {
+      epoch: string;
+      leased: boolean;
+      replicas: { state: string; epoch: string }[];
+    };
     expect(view.epoch).toBe('1');
     expect(view.leased).toBe(true);
     expect(view.replicas.map((r) => r.state)).toEqual(['ok', 'ok', 'ok', 'ok']);
@@ -85,9 +99,13 @@ describe('quorumfence acquire and status', () => {
   it('acquire --hold keeps the lease until interrupted, then releases it', async () => {
     const carol = join(dir, 'hold-carol.key');
     expect((await runCli(['identity', 'new', carol])).code).toBe(0);
-    const child = spawn(process.execPath, [CLI_PATH, 'acquire', 'cli/held', '--cluster', clusterFile, '--identity', carol, '--ttl', '1s', '--hold'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      [CLI_PATH, 'acquire', 'cli/held', '--cluster', clusterFile, '--identity', carol, '--ttl', '1s', '--hold'],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     try {
       let stderr = '';

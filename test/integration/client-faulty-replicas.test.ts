@@ -54,7 +54,12 @@ class FaultyReplica {
     this.url = url;
   }
 
-  static async start(cluster: Cluster, index: number, behaviour: Behaviour, otherKey: ReplicaKey): Promise<FaultyReplica> {
+  static async start(
+    cluster: Cluster,
+    index: number,
+    behaviour: Behaviour,
+    otherKey: ReplicaKey,
+  ): Promise<FaultyReplica> {
     const server = new WebSocketServer({ host: '127.0.0.1', port: 0 });
     await new Promise<void>((resolve) => server.once('listening', () => resolve()));
     const address = server.address();
@@ -89,7 +94,11 @@ class FaultyReplica {
         const huge = 1n << 62n;
         switch (message.type) {
           case 'status':
-            send({ type: 'reply', id: message.id, outcome: { status: 'ok', epoch: behaviour === 'huge_epoch' ? huge : 0n, leased: false, remainingMs: 0 } });
+            send({
+              type: 'reply',
+              id: message.id,
+              outcome: { status: 'ok', epoch: behaviour === 'huge_epoch' ? huge : 0n, leased: false, remainingMs: 0 },
+            });
             return;
           case 'acquire': {
             if (behaviour === 'huge_epoch') {
@@ -99,7 +108,15 @@ class FaultyReplica {
             const partial =
               behaviour === 'garbage_partial'
                 ? new Uint8Array(randomBytes(96))
-                : cluster.backend.sign(otherKey.secretKey, grantMessage({ clusterId: cluster.id, resource: message.resource, epoch: message.epoch, holder: holder! })).bytes;
+                : cluster.backend.sign(
+                    otherKey.secretKey,
+                    grantMessage({
+                      clusterId: cluster.id,
+                      resource: message.resource,
+                      epoch: message.epoch,
+                      holder: holder!,
+                    }),
+                  ).bytes;
             send({ type: 'reply', id: message.id, outcome: { status: 'granted', partial } });
             return;
           }
@@ -155,7 +172,12 @@ async function stopFixture(fixture: Fixture | undefined): Promise<void> {
  * surely arrive first and must be dealt with (otherwise an acquire may finish
  * on honest partials alone before a liar's answer is even read).
  */
-async function clusterWithFaulty(fixture: Fixture, liars: readonly number[], behaviours: readonly Behaviour[], slowHonest = false): Promise<Cluster> {
+async function clusterWithFaulty(
+  fixture: Fixture,
+  liars: readonly number[],
+  behaviours: readonly Behaviour[],
+  slowHonest = false,
+): Promise<Cluster> {
   const cluster = fixture.local.cluster;
   const endpoints = cluster.replicas.map((r) => r.endpoint);
   if (slowHonest) {
@@ -202,7 +224,11 @@ for (const f of [1, 2]) {
 
     async function acquireOk(cluster: Cluster, resource: string, liarsPresent = true) {
       const client = await connect(fixture!, cluster);
-      if (process.env.QF_DEBUG) console.log(resource, JSON.stringify(client.replicas().map((r) => [r.replica, r.state.phase, r.state.lastFailure?.kind])));
+      if (process.env.QF_DEBUG)
+        console.log(
+          resource,
+          JSON.stringify(client.replicas().map((r) => [r.replica, r.state.phase, r.state.lastFailure?.kind])),
+        );
       const started = performance.now();
       const result = await client.acquire(resource, { ttlMs: 5000 });
       const elapsed = performance.now() - started;
@@ -233,7 +259,10 @@ for (const f of [1, 2]) {
       ['bad_challenge', 'bad_challenge'],
     ] as const satisfies readonly (readonly [Behaviour, FaultKind])[]) {
       it(`with f replicas sending ${behaviour.replace('_', ' ')}, naming them`, async () => {
-        const { client, result } = await acquireOk(await clusterWithFaulty(fixture!, liars, [behaviour], true), behaviour);
+        const { client, result } = await acquireOk(
+          await clusterWithFaulty(fixture!, liars, [behaviour], true),
+          behaviour,
+        );
         expect(result.faults.map((x) => x.replica).sort()).toEqual([...liars].sort());
         expect(new Set(result.faults.map((x) => x.kind))).toEqual(new Set([kind]));
         if (kind === 'undecodable_partial' || kind === 'invalid_partial') {
@@ -245,9 +274,13 @@ for (const f of [1, 2]) {
             expect(item.grant.resource).toBe(behaviour);
             // Not a valid partial of that replica: the share it was checked against rejects it.
             const share = fixture!.local.cluster.replicas[item.replica - 1]!.publicKeyShare;
-            let valid = false;
+            let valid: boolean;
             try {
-              valid = fixture!.local.cluster.backend.verify(share, item.grantMessage, fixture!.local.cluster.backend.decodeSignature(item.partial));
+              valid = fixture!.local.cluster.backend.verify(
+                share,
+                item.grantMessage,
+                fixture!.local.cluster.backend.decodeSignature(item.partial),
+              );
             } catch {
               valid = false;
             }
@@ -264,7 +297,10 @@ for (const f of [1, 2]) {
 
     if (f === 2) {
       it('with one silent and one lying replica', async () => {
-        const { result } = await acquireOk(await clusterWithFaulty(fixture!, liars, ['silent', 'other_partial'], true), 'mixed');
+        const { result } = await acquireOk(
+          await clusterWithFaulty(fixture!, liars, ['silent', 'other_partial'], true),
+          'mixed',
+        );
         expect(result.faults.map((x) => x.replica)).toEqual([liars[1]]);
       });
     }

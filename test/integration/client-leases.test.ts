@@ -76,10 +76,12 @@ describe('S1 uniqueness: two holders racing for one resource', () => {
 describe('One client, many leases', () => {
   it('concurrent acquires beyond the per-connection bound wait their turn instead of failing', async () => {
     const client = await newClient({ maxInFlightPerReplica: 4 });
-    const results = await Promise.all(Array.from({ length: 40 }, (_, k) => client.acquire(`many/${k}`, { ttlMs: 5000 })));
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, k) => client.acquire(`many/${k}`, { ttlMs: 5000 })),
+    );
     expect(results.filter((r) => !r.ok)).toEqual([]);
     expect(client.leases()).toHaveLength(40);
-    const released = await Promise.all(results.map((r) => (r.ok ? r.lease.release() : undefined)));
+    const released = await Promise.all(results.map(async (r) => (r.ok ? r.lease.release() : undefined)));
     expect(released.every((r) => r?.ok)).toBe(true);
   });
 });
@@ -92,7 +94,8 @@ describe('Reconnection: a restarted replica is used again', () => {
     expect(during.ok).toBe(true);
     await local!.replica(1).restart();
     const started = performance.now();
-    while (client.replicas()[0]!.state.phase !== 'ready' && performance.now() - started < 10_000) await new Promise((r) => setTimeout(r, 20));
+    while (client.replicas()[0]!.state.phase !== 'ready' && performance.now() - started < 10_000)
+      await new Promise((r) => setTimeout(r, 20));
     expect(client.replicas()[0]!.state.phase).toBe('ready');
     await local!.replica(2).kill('SIGKILL');
     try {
@@ -115,7 +118,9 @@ describe('Lease handover', () => {
     const held = await first.acquire('stops-renewing', { ttlMs, autoRenew: false });
     expect(held.ok).toBe(true);
     if (!held.ok) return;
-    const lost = new Promise<{ end: LeaseEnd; at: number }>((resolve) => held.lease.once('lost', (end) => resolve({ end, at: performance.now() })));
+    const lost = new Promise<{ end: LeaseEnd; at: number }>((resolve) =>
+      held.lease.once('lost', (end) => resolve({ end, at: performance.now() })),
+    );
 
     const blocked = await second.acquire('stops-renewing', { ttlMs });
     expect(blocked.ok === false && blocked.reason).toBe('busy');

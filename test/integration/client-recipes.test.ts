@@ -143,7 +143,9 @@ describe('runOnce: the work for a key runs once, its result stored through the g
     const second = await client.acquire('once/fenced', { ttlMs: 5000 });
     expect(second.ok).toBe(true);
     if (!second.ok) return;
-    expect(await store.write('once/fenced', new TextEncoder().encode('"new"'), second.lease.token)).toEqual({ ok: true });
+    expect(await store.write('once/fenced', new TextEncoder().encode('"new"'), second.lease.token)).toEqual({
+      ok: true,
+    });
     const stale = await store.write('once/fenced', new TextEncoder().encode('"old"'), first.lease.token);
     expect(stale.ok === false && stale.reason).toBe('fenced');
     const again = await store.write('once/fenced', new TextEncoder().encode('"again"'), second.lease.token);

@@ -62,7 +62,9 @@ async function runProfile(profile: string, baseOctet: number): Promise<Record<st
   const names = servicesFor(profile);
   const address = new Map<string, string>();
   names.forEach((name, k) => address.set(name, `127.0.${baseOctet}.${k + 2}`));
-  for (const name of names) for (const alias of compose.services[name]!.networks?.default?.aliases ?? []) address.set(alias, address.get(name)!);
+  for (const name of names)
+    for (const alias of compose.services[name]!.networks?.default?.aliases ?? [])
+      address.set(alias, address.get(name)!);
   const volumes = join(root, profile);
 
   /** What the container would see, translated for a local process of `service`. */
@@ -104,7 +106,10 @@ async function runProfile(profile: string, baseOctet: number): Promise<Record<st
     }
     for (const mount of s.volumes ?? []) mkdirSync(join(volumes, mount.split(':')[0]!), { recursive: true });
     const argv = local(service, [...(s.entrypoint ?? imageEntrypoint), ...(s.command ?? [])]);
-    const child = spawn(process.execPath, argv, { env: { ...process.env, ...s.environment }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, argv, {
+      env: { ...process.env, ...s.environment },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     children.add(child);
     let output = '';
     child.stdout!.on('data', (chunk) => (output += chunk));
@@ -117,7 +122,9 @@ async function runProfile(profile: string, baseOctet: number): Promise<Record<st
   const pending = [...names];
   const order: string[] = [];
   while (pending.length > 0) {
-    const next = pending.findIndex((name) => Object.keys(compose.services[name]!.depends_on ?? {}).every((d) => order.includes(d)));
+    const next = pending.findIndex((name) =>
+      Object.keys(compose.services[name]!.depends_on ?? {}).every((d) => order.includes(d)),
+    );
     expect(next).toBeGreaterThanOrEqual(0);
     order.push(pending.splice(next, 1)[0]!);
   }
@@ -130,10 +137,16 @@ describe('docker-compose.yml', () => {
   it('is valid for docker-compose (static check, no engine needed)', () => {
     const version = spawnSync('docker-compose', ['version'], { encoding: 'utf8' });
     if (version.error) {
-      throw new Error('docker-compose is not installed; install it (Debian: apt-get install docker-compose) to validate the compose file');
+      throw new Error(
+        'docker-compose is not installed; install it (Debian: apt-get install docker-compose) to validate the compose file',
+      );
     }
     for (const profiles of ['honest', 'byzantine']) {
-      const result = spawnSync('docker-compose', ['config', '-q'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, COMPOSE_PROFILES: profiles } });
+      const result = spawnSync('docker-compose', ['config', '-q'], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        env: { ...process.env, COMPOSE_PROFILES: profiles },
+      });
       expect(result.stderr).toBe('');
       expect(result.status).toBe(0);
     }
@@ -141,7 +154,17 @@ describe('docker-compose.yml', () => {
 
   it('has the services the deployment promises', () => {
     expect(Object.keys(compose.services).sort()).toEqual(
-      ['keygen', 'replica-1', 'replica-2', 'replica-3', 'replica-4', 'replica-4-byzantine', 'resource', 'worker-a', 'worker-b'].sort(),
+      [
+        'keygen',
+        'replica-1',
+        'replica-2',
+        'replica-3',
+        'replica-4',
+        'replica-4-byzantine',
+        'resource',
+        'worker-a',
+        'worker-b',
+      ].sort(),
     );
     expect(readFileSync(join(ROOT, '.env'), 'utf8')).toMatch(/^COMPOSE_PROFILES=honest$/m);
     expect(dockerfile).toMatch(/npm ci --omit=dev/);
@@ -151,21 +174,24 @@ describe('docker-compose.yml', () => {
   it.each([
     ['honest', 11],
     ['byzantine', 12],
-  ])('runs every service of the %s profile as local processes; the workers finish with the expected refusal', async (profile, octet) => {
-    const running = await runProfile(profile, octet);
-    const workers = Object.keys(running).filter((name) => name.startsWith('worker-'));
-    expect(workers).toEqual(['worker-a', 'worker-b']);
-    const codes = await Promise.all(workers.map((w) => running[w]!.exited));
-    const outputs = workers.map((w) => running[w]!.output());
-    expect(codes, outputs.join('\n')).toEqual([0, 0]);
-    expect(outputs[0]).toMatch(/worker A: write epoch=1 status=200 outcome=accepted/);
-    expect(outputs[0]).toMatch(/worker A: write epoch=1 status=409 outcome=stale barrier=2/);
-    expect(outputs[1]).toMatch(/worker B: write epoch=2 status=200 outcome=accepted/);
-    // The long-running services are still up when the workers are done.
-    for (const name of Object.keys(running).filter((n) => n.startsWith('replica') || n === 'resource')) {
-      expect(running[name]!.child.exitCode, `${name}:\n${running[name]!.output()}`).toBeNull();
-    }
-    for (const { child } of Object.values(running)) child.kill('SIGTERM');
-    await Promise.all(Object.values(running).map((r) => r.exited));
-  });
+  ])(
+    'runs every service of the %s profile as local processes; the workers finish with the expected refusal',
+    async (profile, octet) => {
+      const running = await runProfile(profile, octet);
+      const workers = Object.keys(running).filter((name) => name.startsWith('worker-'));
+      expect(workers).toEqual(['worker-a', 'worker-b']);
+      const codes = await Promise.all(workers.map((w) => running[w]!.exited));
+      const outputs = workers.map((w) => running[w]!.output());
+      expect(codes, outputs.join('\n')).toEqual([0, 0]);
+      expect(outputs[0]).toMatch(/worker A: write epoch=1 status=200 outcome=accepted/);
+      expect(outputs[0]).toMatch(/worker A: write epoch=1 status=409 outcome=stale barrier=2/);
+      expect(outputs[1]).toMatch(/worker B: write epoch=2 status=200 outcome=accepted/);
+      // The long-running services are still up when the workers are done.
+      for (const name of Object.keys(running).filter((n) => n.startsWith('replica') || n === 'resource')) {
+        expect(running[name]!.child.exitCode, `${name}:\n${running[name]!.output()}`).toBeNull();
+      }
+      for (const { child } of Object.values(running)) child.kill('SIGTERM');
+      await Promise.all(Object.values(running).map((r) => r.exited));
+    },
+  );
 });

@@ -65,7 +65,9 @@ describe('npm start (the demo)', () => {
     const kept = await run(['--dir', dir, '--rounds', '2', '--keep'], (text, child) => {
       if (!interrupted && text.includes('Press Ctrl-C')) {
         interrupted = true;
-        const cluster = JSON.parse(readFileSync(join(dir, 'cluster.json'), 'utf8')) as { replicas: { endpoint: string }[] };
+        const cluster = JSON.parse(readFileSync(join(dir, 'cluster.json'), 'utf8')) as {
+          replicas: { endpoint: string }[];
+        };
         ports = cluster.replicas.map((r) => Number(new URL(r.endpoint).port));
         void Promise.all(ports.map(portOpen)).then((open) => {
           expect(open).toEqual([true, true, true, true]);

@@ -8,13 +8,32 @@ import { runCli } from '../support/cli.js';
 
 const read = (path: string) => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
 const readme = read('README.md');
-const errorCodes = [...read('src/common/errors.ts').slice(read('src/common/errors.ts').indexOf('export type ErrorCode')).split('export class')[0]!.matchAll(/\| '([A-Z_]+)'/g)].map((m) => m[1]!);
-const verbs = [...read('src/cli/main.ts').matchAll(/^\s+([a-z-]+): \(\) => import\('\.\/[a-z-]+\.js'\),$/gm)].map((m) => m[1]!);
+const errorCodes = [
+  ...read('src/common/errors.ts')
+    .slice(read('src/common/errors.ts').indexOf('export type ErrorCode'))
+    .split('export class')[0]!
+    .matchAll(/\| '([A-Z_]+)'/g),
+].map((m) => m[1]!);
+const verbs = [...read('src/cli/main.ts').matchAll(/^\s+([a-z-]+): \(\) => import\('\.\/[a-z-]+\.js'\),$/gm)].map(
+  (m) => m[1]!,
+);
 
 describe('docs match the code', () => {
   it('finds the codes and verbs it checks', () => {
     expect(errorCodes.length).toBeGreaterThan(25);
-    expect(verbs).toEqual(expect.arrayContaining(['keygen', 'verify', 'replica', 'resource', 'acquire', 'status', 'identity', 'demo', 'bench']));
+    expect(verbs).toEqual(
+      expect.arrayContaining([
+        'keygen',
+        'verify',
+        'replica',
+        'resource',
+        'acquire',
+        'status',
+        'identity',
+        'demo',
+        'bench',
+      ]),
+    );
   });
 
   it.each(errorCodes)('README documents error code %s', (code) => {

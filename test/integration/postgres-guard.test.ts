@@ -32,7 +32,9 @@ beforeAll(async () => {
   pool = db.pool(CONNECTIONS);
   // Tests read the whole log in one page.
   guard = await PostgresGuard.open(pool, factory.cluster, { maxLogPage: 100_000 });
-  await pool.query('CREATE TABLE kv (resource text NOT NULL, key text NOT NULL, value text NOT NULL, PRIMARY KEY (resource, key))');
+  await pool.query(
+    'CREATE TABLE kv (resource text NOT NULL, key text NOT NULL, value text NOT NULL, PRIMARY KEY (resource, key))',
+  );
 });
 
 afterAll(async () => {
@@ -43,15 +45,16 @@ afterAll(async () => {
 
 function upsert(resource: string, key: string, value: string) {
   return (tx: { query: (text: string, values?: unknown[]) => Promise<unknown> }) =>
-    tx.query('INSERT INTO kv (resource, key, value) VALUES ($1, $2, $3) ON CONFLICT (resource, key) DO UPDATE SET value = EXCLUDED.value', [
-      resource,
-      key,
-      value,
-    ]);
+    tx.query(
+      'INSERT INTO kv (resource, key, value) VALUES ($1, $2, $3) ON CONFLICT (resource, key) DO UPDATE SET value = EXCLUDED.value',
+      [resource, key, value],
+    );
 }
 
 async function stored(resource: string): Promise<Map<string, string>> {
-  const rows = (await pool.query<{ key: string; value: string }>('SELECT key, value FROM kv WHERE resource = $1', [resource])).rows;
+  const rows = (
+    await pool.query<{ key: string; value: string }>('SELECT key, value FROM kv WHERE resource = $1', [resource])
+  ).rows;
   return new Map(rows.map((r) => [r.key, r.value]));
 }
 
@@ -74,7 +77,10 @@ describe('S4 fencing (PostgreSQL, concurrent connections)', () => {
           attempts.map((a, i) => {
             const token = factory.issue({ resource: name(a.resource), epoch: a.epoch, holder: holders[a.holder]! });
             return guard
-              .write({ token: token.bytes, resource: name(a.resource), key: a.key, op: 'put' }, upsert(name(a.resource), a.key, `v${i}`))
+              .write(
+                { token: token.bytes, resource: name(a.resource), key: a.key, op: 'put' },
+                upsert(name(a.resource), a.key, `v${i}`),
+              )
               .then((r) => ({ r, a, i, digest: toHex(sha256(token.bytes)) }));
           }),
         );
@@ -89,7 +95,12 @@ describe('S4 fencing (PostgreSQL, concurrent connections)', () => {
           for (const { r: result, a, i, digest } of mine) {
             const epoch = BigInt(a.epoch);
             const entry = bySeq.get(result.seq)!;
-            expect(entry).toMatchObject({ resource: name(r), epoch: String(a.epoch), tokenDigest: digest, outcome: result.ok ? 'accepted' : result.reason });
+            expect(entry).toMatchObject({
+              resource: name(r),
+              epoch: String(a.epoch),
+              tokenDigest: digest,
+              outcome: result.ok ? 'accepted' : result.reason,
+            });
             // Replaying the decisions in seq order must give the same verdicts.
             if (result.ok) {
               expect(epoch).toBeGreaterThanOrEqual(barrier);
@@ -137,11 +148,20 @@ describe('PostgreSQL guard: refusals change nothing but the log', () => {
   test('a conflict keeps both tokens in the log and leaves the data of the first', async () => {
     const first = factory.issue({ resource: 'conflict', epoch: 5, holder: holders[0]! });
     const second = factory.issue({ resource: 'conflict', epoch: 5, holder: holders[1]! });
-    expect((await guard.write({ token: first.bytes, resource: 'conflict', key: 'k' }, upsert('conflict', 'k', 'first'))).ok).toBe(true);
-    const r = await guard.write({ token: second.bytes, resource: 'conflict', key: 'k' }, upsert('conflict', 'k', 'second'));
+    expect(
+      (await guard.write({ token: first.bytes, resource: 'conflict', key: 'k' }, upsert('conflict', 'k', 'first'))).ok,
+    ).toBe(true);
+    const r = await guard.write(
+      { token: second.bytes, resource: 'conflict', key: 'k' },
+      upsert('conflict', 'k', 'second'),
+    );
     expect(r).toMatchObject({ ok: false, reason: 'conflict', barrier: 5n });
     const [entry] = await guard.readLog({ after: r.seq - 1, limit: 1 });
-    expect(entry).toMatchObject({ outcome: 'conflict', token: tokenToText(second), conflictingToken: tokenToText(first) });
+    expect(entry).toMatchObject({
+      outcome: 'conflict',
+      token: tokenToText(second),
+      conflictingToken: tokenToText(first),
+    });
     expect(await stored('conflict')).toEqual(new Map([['k', 'first']]));
   });
 
@@ -162,14 +182,18 @@ describe('PostgreSQL guard: refusals change nothing but the log', () => {
     const log = await guard.readLog({ limit: 100_000 });
     expect(log.filter((e) => e.resource === 'aborts')).toMatchObject([{ outcome: 'aborted', barrierBefore: null }]);
     // The pool is still healthy afterwards.
-    expect((await guard.write({ token: token.bytes, resource: 'aborts', key: 'k' }, upsert('aborts', 'k', 'whole'))).ok).toBe(true);
+    expect(
+      (await guard.write({ token: token.bytes, resource: 'aborts', key: 'k' }, upsert('aborts', 'k', 'whole'))).ok,
+    ).toBe(true);
   });
 
   test('a mutation that refuses (compare-and-set) rolls back its SQL and raises no barrier', async () => {
     const token = factory.issue({ resource: 'cas', epoch: 4 });
     const r: GuardResult<unknown> = await guard.write({ token: token.bytes, resource: 'cas', key: 'k' }, async (tx) => {
       await upsert('cas', 'k', 'tentative')(tx);
-      const updated = await tx.query("UPDATE kv SET value = 'x' WHERE resource = 'cas' AND key = 'k' AND value = 'expected'");
+      const updated = await tx.query(
+        "UPDATE kv SET value = 'x' WHERE resource = 'cas' AND key = 'k' AND value = 'expected'",
+      );
       return updated.rowCount === 0 ? tx.refuse('version_mismatch', 'value changed') : 'done';
     });
     expect(r).toMatchObject({ ok: false, reason: 'version_mismatch', message: 'value changed' });
@@ -182,9 +206,22 @@ describe('PostgreSQL guard: refusals change nothing but the log', () => {
     const token = factory.issue({ resource: 'pop', epoch: 1, holder });
     const signed = (counter: bigint) => {
       const digest = bodyDigest(new Uint8Array());
-      const proof = signRequest(holder, { audience: '', method: 'PUT', resource: 'pop', key: 'k', bodyDigest: digest, tokenDigest: sha256(token.bytes), counter });
+      const proof = signRequest(holder, {
+        audience: '',
+        method: 'PUT',
+        resource: 'pop',
+        key: 'k',
+        bodyDigest: digest,
+        tokenDigest: sha256(token.bytes),
+        counter,
+      });
       return guard.write(
-        { token: token.bytes, resource: 'pop', key: 'k', proof: { method: 'PUT', bodyDigest: digest, counter, signature: proof.signature } },
+        {
+          token: token.bytes,
+          resource: 'pop',
+          key: 'k',
+          proof: { method: 'PUT', bodyDigest: digest, counter, signature: proof.signature },
+        },
         upsert('pop', 'k', `c${counter}`),
       );
     };
@@ -195,20 +232,39 @@ describe('PostgreSQL guard: refusals change nothing but the log', () => {
     expect(await stored('pop')).toEqual(new Map([['k', 'c2']]));
     const stranger = makeHolder();
     const digest = bodyDigest(new Uint8Array());
-    const forged = signRequest(stranger, { audience: '', method: 'PUT', resource: 'pop', key: 'k', bodyDigest: digest, tokenDigest: sha256(token.bytes), counter: 9n });
-    const r = await guard.write({ token: token.bytes, resource: 'pop', key: 'k', proof: { method: 'PUT', bodyDigest: digest, counter: 9n, signature: forged.signature } });
+    const forged = signRequest(stranger, {
+      audience: '',
+      method: 'PUT',
+      resource: 'pop',
+      key: 'k',
+      bodyDigest: digest,
+      tokenDigest: sha256(token.bytes),
+      counter: 9n,
+    });
+    const r = await guard.write({
+      token: token.bytes,
+      resource: 'pop',
+      key: 'k',
+      proof: { method: 'PUT', bodyDigest: digest, counter: 9n, signature: forged.signature },
+    });
     expect(r).toMatchObject({ ok: false, reason: 'bad_proof' });
   });
 
   test('names PostgreSQL cannot store (U+0000) are refused up front with INVALID_ARGUMENT', async () => {
     const token = factory.issue({ resource: 'nul\u0000name', epoch: 1 });
-    await expect(guard.write({ token: token.bytes, resource: 'nul\u0000name' })).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, 'INVALID_ARGUMENT'));
-    await expect(guard.write({ token: token.bytes, resource: 'nul', key: 'a\u0000' })).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, 'INVALID_ARGUMENT'));
+    await expect(guard.write({ token: token.bytes, resource: 'nul\u0000name' })).rejects.toSatisfy((e: unknown) =>
+      isQuorumFenceError(e, 'INVALID_ARGUMENT'),
+    );
+    await expect(guard.write({ token: token.bytes, resource: 'nul', key: 'a\u0000' })).rejects.toSatisfy((e: unknown) =>
+      isQuorumFenceError(e, 'INVALID_ARGUMENT'),
+    );
   });
 
   test('the tables refuse another cluster with CLUSTER_MISMATCH', async () => {
     const other = makeTokenFactory();
-    await expect(PostgresGuard.open(pool, other.cluster)).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, 'CLUSTER_MISMATCH'));
+    await expect(PostgresGuard.open(pool, other.cluster)).rejects.toSatisfy((e: unknown) =>
+      isQuorumFenceError(e, 'CLUSTER_MISMATCH'),
+    );
     // A second guard of the same cluster on the same tables is fine (several app servers, one database).
     const again = await PostgresGuard.open(pool, factory.cluster);
     await again.close();

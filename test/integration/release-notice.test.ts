@@ -28,7 +28,10 @@ afterAll(async () => {
 
 describe('release notices', () => {
   it('the codec accepts exactly { v, type: released, resource }', () => {
-    expect(decodeServerMessage(encodeMessage({ type: 'released', resource: 'r' }))).toEqual({ type: 'released', resource: 'r' });
+    expect(decodeServerMessage(encodeMessage({ type: 'released', resource: 'r' }))).toEqual({
+      type: 'released',
+      resource: 'r',
+    });
     const extra = encodeMessage({ type: 'released', resource: 'r', epoch: 1n } as never);
     expect(() => decodeServerMessage(extra)).toThrow(expect.objectContaining({ code: 'PROTOCOL_ERROR' }));
     try {

@@ -61,12 +61,19 @@ interface Received {
 }
 
 /** Pipelines acquires until the connection dies; reports every granted partial. */
-async function hammer(client: RawClient, cycle: number, known: Map<string, bigint>, onGrant: (r: Received) => void): Promise<void> {
+async function hammer(
+  client: RawClient,
+  cycle: number,
+  known: Map<string, bigint>,
+  onGrant: (r: Received) => void,
+): Promise<void> {
   let fresh = 0;
   const worker = async (lane: number): Promise<void> => {
     for (;;) {
       const hot = Math.random() < 0.6;
-      const resource = hot ? HOT[Math.floor(Math.random() * HOT.length)]! : `fresh/${cycle}/${toHex(client.holder!.publicKey).slice(0, 8)}/${lane}/${fresh++}`;
+      const resource = hot
+        ? HOT[Math.floor(Math.random() * HOT.length)]!
+        : `fresh/${cycle}/${toHex(client.holder!.publicKey).slice(0, 8)}/${lane}/${fresh++}`;
       // Everyone aims at the next epoch of a hot resource: maximal same-epoch contention.
       const epoch = hot ? (known.get(resource) ?? 0n) + 1n : 1n;
       let answer;
@@ -109,19 +116,26 @@ describe('S3 durable before visible', () => {
           // Every partial sent since the last check is matched by the record on disk.
           for (const { resource, epoch, holder } of fresh) {
             const record = store.get(resource);
-            if (!record || record.epoch < epoch) violations.push(`${resource}: record ${record?.epoch} below a partial sent for epoch ${epoch}`);
-            else if (record.epoch === epoch && !bytesEqual(record.holder, holder)) violations.push(`${resource}@${epoch}: recorded holder differs from the one signed`);
+            if (!record || record.epoch < epoch)
+              violations.push(`${resource}: record ${record?.epoch} below a partial sent for epoch ${epoch}`);
+            else if (record.epoch === epoch && !bytesEqual(record.holder, holder))
+              violations.push(`${resource}@${epoch}: recorded holder differs from the one signed`);
           }
           fresh = [];
           // Earlier partials stay matched: no watermark goes down, and none changes holder at an equal epoch.
           for (const { resource, record } of store.entries()) {
             const before = watermarks.get(resource);
-            if (before && (record.epoch < before.epoch || (record.epoch === before.epoch && !bytesEqual(record.holder, before.holder)))) {
+            if (
+              before &&
+              (record.epoch < before.epoch ||
+                (record.epoch === before.epoch && !bytesEqual(record.holder, before.holder)))
+            ) {
               violations.push(`${resource}: watermark went from ${before.epoch} to ${record.epoch}`);
             }
             watermarks.set(resource, { epoch: record.epoch, holder: record.holder });
           }
-          for (const resource of watermarks.keys()) if (store.get(resource) === undefined) violations.push(`${resource}: record vanished`);
+          for (const resource of watermarks.keys())
+            if (store.get(resource) === undefined) violations.push(`${resource}: record vanished`);
         } finally {
           await store.close();
         }
@@ -146,8 +160,19 @@ describe('S3 durable before visible', () => {
               // Verify a sample of partials with real crypto (each pairing costs ~1.5 ms).
               if (Math.random() < 0.05) {
                 sampled++;
-                const message = grantMessage({ clusterId: cluster.id, resource: r.resource, epoch: r.epoch, holder: r.holder });
-                expect(cluster.backend.verify(cluster.replicas[0]!.publicKeyShare, message, cluster.backend.decodeSignature(r.partial))).toBe(true);
+                const message = grantMessage({
+                  clusterId: cluster.id,
+                  resource: r.resource,
+                  epoch: r.epoch,
+                  holder: r.holder,
+                });
+                expect(
+                  cluster.backend.verify(
+                    cluster.replicas[0]!.publicKeyShare,
+                    message,
+                    cluster.backend.decodeSignature(r.partial),
+                  ),
+                ).toBe(true);
               }
             }),
           ),
@@ -162,8 +187,21 @@ describe('S3 durable before visible', () => {
 
       // Once more through the export command, in its documented format.
       const exportPath = join(root, 'export.json');
-      execFileSync(process.execPath, [join(process.cwd(), 'dist/nodes/quorumfence.js'), 'replica', 'export', '--data', replica.dataDir, '--out', exportPath]);
-      const exported = JSON.parse(readFileSync(exportPath, 'utf8')) as { format: string; clusterId: string; replica: number; entries: { resource: string; epoch: string; holder: string }[] };
+      execFileSync(process.execPath, [
+        join(process.cwd(), 'dist/nodes/quorumfence.js'),
+        'replica',
+        'export',
+        '--data',
+        replica.dataDir,
+        '--out',
+        exportPath,
+      ]);
+      const exported = JSON.parse(readFileSync(exportPath, 'utf8')) as {
+        format: string;
+        clusterId: string;
+        replica: number;
+        entries: { resource: string; epoch: string; holder: string }[];
+      };
       expect(exported).toMatchObject({ format: 'quorumfence/signing-record/v1', clusterId: cluster.idHex, replica: 1 });
       const byResource = new Map(exported.entries.map((e) => [e.resource, e]));
       for (const { resource, epoch, holder } of granted.values()) {

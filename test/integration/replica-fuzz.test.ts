@@ -31,7 +31,14 @@ const NUM_RUNS = 400;
 const SESSIONS_PER_RUN = 6;
 const MIN_FRAMES = 2_000;
 
-const packr = new Packr({ useRecords: false, mapsAsObjects: true, int64AsType: 'bigint', moreTypes: false, structuredClone: false, bundleStrings: false });
+const packr = new Packr({
+  useRecords: false,
+  mapsAsObjects: true,
+  int64AsType: 'bigint',
+  moreTypes: false,
+  structuredClone: false,
+  bundleStrings: false,
+});
 const pack = (value: unknown): Uint8Array => new Uint8Array(packr.pack(value));
 
 let root: string;
@@ -42,9 +49,13 @@ const fuzzHolder: Holder = newHolder();
 const controlHolder: Holder = newHolder();
 
 function exportRecord(): string {
-  return execFileSync(process.execPath, [join(process.cwd(), 'dist/nodes/quorumfence.js'), 'replica', 'export', '--data', local.replica(1).dataDir], {
-    encoding: 'utf8',
-  });
+  return execFileSync(
+    process.execPath,
+    [join(process.cwd(), 'dist/nodes/quorumfence.js'), 'replica', 'export', '--data', local.replica(1).dataDir],
+    {
+      encoding: 'utf8',
+    },
+  );
 }
 
 beforeAll(async () => {
@@ -52,11 +63,24 @@ beforeAll(async () => {
   dealLocalCluster(join(root, 'keys'));
   const accessPath = join(root, 'access.json');
   // The fuzzing holder may touch no resource: whatever it sends, nothing may change.
-  writeFileSync(accessPath, JSON.stringify({ format: 'quorumfence/replica-access/v1', defaultPrefixes: [''], holders: { [toHex(fuzzHolder.publicKey)]: [] } }));
-  local = await startLocalCluster({ dir: join(root, 'keys'), indices: [1], dataRoot: join(root, 'data'), extraArgs: ['--config', accessPath] });
+  writeFileSync(
+    accessPath,
+    JSON.stringify({
+      format: 'quorumfence/replica-access/v1',
+      defaultPrefixes: [''],
+      holders: { [toHex(fuzzHolder.publicKey)]: [] },
+    }),
+  );
+  local = await startLocalCluster({
+    dir: join(root, 'keys'),
+    indices: [1],
+    dataRoot: join(root, 'data'),
+    extraArgs: ['--config', accessPath],
+  });
   url = local.replica(1).url;
   const control = await RawClient.open(url, controlHolder);
-  for (const resource of ['a', 'orders/1', 'ü']) expect(outcomeOf(await control.acquire(resource, 3n)).status).toBe('granted');
+  for (const resource of ['a', 'orders/1', 'ü'])
+    expect(outcomeOf(await control.acquire(resource, 3n)).status).toBe('granted');
   oldChallenge = control.challenge;
   await control.close();
 });
@@ -78,12 +102,26 @@ type FrameSpec =
   | { readonly kind: 'hello-forged'; readonly signature: Uint8Array };
 
 const idArb = fc.oneof(fc.nat({ max: 0xffff_ffff }), fc.constant(0));
-const resourceArb = fc.oneof(fc.constantFrom('a', 'orders/1', 'ü', '', 'x'.repeat(257)), fc.string({ maxLength: 40 }), fc.string({ unit: 'binary', maxLength: 300 }));
-const epochArb = fc.oneof(fc.bigInt({ min: -(1n << 63n), max: (1n << 64n) - 1n }), fc.integer({ min: -5, max: 5 }).map(BigInt));
+const resourceArb = fc.oneof(
+  fc.constantFrom('a', 'orders/1', 'ü', '', 'x'.repeat(257)),
+  fc.string({ maxLength: 40 }),
+  fc.string({ unit: 'binary', maxLength: 300 }),
+);
+const epochArb = fc.oneof(
+  fc.bigInt({ min: -(1n << 63n), max: (1n << 64n) - 1n }),
+  fc.integer({ min: -5, max: 5 }).map(BigInt),
+);
 const ttlArb = fc.oneof(fc.integer({ min: -1, max: 70_000 }), fc.constant(0x7fff_ffff), fc.constant(2 ** 31));
 
 const requestObjectArb: fc.Arbitrary<Record<string, unknown>> = fc.oneof(
-  fc.record({ v: fc.constant(1), type: fc.constantFrom('acquire', 'renew'), id: idArb, resource: resourceArb, epoch: epochArb, ttlMs: ttlArb }),
+  fc.record({
+    v: fc.constant(1),
+    type: fc.constantFrom('acquire', 'renew'),
+    id: idArb,
+    resource: resourceArb,
+    epoch: epochArb,
+    ttlMs: ttlArb,
+  }),
   fc.record({ v: fc.constant(1), type: fc.constant('release'), id: idArb, resource: resourceArb, epoch: epochArb }),
   fc.record({ v: fc.constant(1), type: fc.constant('status'), id: idArb, resource: resourceArb }),
 );
@@ -112,7 +150,23 @@ const hugeHeaderArb = fc
   })
   .map(({ header, inside, tail }) => {
     // Either the whole frame, or a huge length declared inside a plausible message map.
-    const prefix = inside ? [0x83, 0xa1, 0x76, 0x01, 0xa4, 0x74, 0x79, 0x70, 0x65, 0xa6, ...Buffer.from('status'), 0xa8, ...Buffer.from('resource')] : [];
+    const prefix = inside
+      ? [
+          0x83,
+          0xa1,
+          0x76,
+          0x01,
+          0xa4,
+          0x74,
+          0x79,
+          0x70,
+          0x65,
+          0xa6,
+          ...Buffer.from('status'),
+          0xa8,
+          ...Buffer.from('resource'),
+        ]
+      : [];
     return new Uint8Array([...prefix, ...header, ...tail]);
   });
 
@@ -128,16 +182,18 @@ const frameArb: fc.Arbitrary<FrameSpec> = fc.oneof(
   { weight: 4, arbitrary: requestObjectArb.map((o) => ({ kind: 'bytes' as const, label: 'request', bytes: pack(o) })) },
   {
     weight: 3,
-    arbitrary: requestObjectArb.chain((o) => fc.nat({ max: pack(o).length - 1 }).map((cut) => ({ kind: 'bytes' as const, label: 'truncated', bytes: pack(o).subarray(0, cut) }))),
+    arbitrary: requestObjectArb.chain((o) =>
+      fc
+        .nat({ max: pack(o).length - 1 })
+        .map((cut) => ({ kind: 'bytes' as const, label: 'truncated', bytes: pack(o).subarray(0, cut) })),
+    ),
   },
   {
     weight: 3,
-    arbitrary: fc
-      .tuple(requestObjectArb, fc.nat(), wrongValueArb)
-      .map(([o, k, value]) => {
-        const keys = Object.keys(o);
-        return { kind: 'bytes' as const, label: 'wrong-type', bytes: pack({ ...o, [keys[k % keys.length]!]: value }) };
-      }),
+    arbitrary: fc.tuple(requestObjectArb, fc.nat(), wrongValueArb).map(([o, k, value]) => {
+      const keys = Object.keys(o);
+      return { kind: 'bytes' as const, label: 'wrong-type', bytes: pack({ ...o, [keys[k % keys.length]!]: value }) };
+    }),
   },
   { weight: 2, arbitrary: hugeHeaderArb.map((bytes) => ({ kind: 'bytes' as const, label: 'huge-length', bytes })) },
   { weight: 2, arbitrary: deepArb.map((bytes) => ({ kind: 'bytes' as const, label: 'deep-nesting', bytes })) },
@@ -150,29 +206,56 @@ const frameArb: fc.Arbitrary<FrameSpec> = fc.oneof(
   {
     weight: 2,
     arbitrary: fc
-      .record({ type: fc.string({ maxLength: 12 }).filter((t) => !['hello', 'acquire', 'renew', 'release', 'status'].includes(t)), id: idArb })
+      .record({
+        type: fc
+          .string({ maxLength: 12 })
+          .filter((t) => !['hello', 'acquire', 'renew', 'release', 'status'].includes(t)),
+        id: idArb,
+      })
       .map((o) => ({ kind: 'bytes' as const, label: 'unknown-type', bytes: pack({ v: 1, ...o }) })),
   },
   {
     weight: 1,
     arbitrary: fc
-      .tuple(requestObjectArb, fc.oneof(fc.integer().filter((v) => v !== 1), fc.string({ maxLength: 3 })))
+      .tuple(
+        requestObjectArb,
+        fc.oneof(
+          fc.integer().filter((v) => v !== 1),
+          fc.string({ maxLength: 3 }),
+        ),
+      )
       .map(([o, v]) => ({ kind: 'bytes' as const, label: 'bad-version', bytes: pack({ ...o, v }) })),
   },
   {
     weight: 1,
     arbitrary: fc
-      .tuple(requestObjectArb, fc.string({ minLength: 1, maxLength: 8 }).filter((k) => !['v', 'type', 'id', 'resource', 'epoch', 'ttlMs'].includes(k)))
+      .tuple(
+        requestObjectArb,
+        fc
+          .string({ minLength: 1, maxLength: 8 })
+          .filter((k) => !['v', 'type', 'id', 'resource', 'epoch', 'ttlMs'].includes(k)),
+      )
       .map(([o, extra]) => ({ kind: 'bytes' as const, label: 'extra-field', bytes: pack({ ...o, [extra]: 1 }) })),
   },
-  { weight: 2, arbitrary: fc.uint8Array({ maxLength: 200 }).map((bytes) => ({ kind: 'bytes' as const, label: 'random', bytes })) },
+  {
+    weight: 2,
+    arbitrary: fc.uint8Array({ maxLength: 200 }).map((bytes) => ({ kind: 'bytes' as const, label: 'random', bytes })),
+  },
   { weight: 1, arbitrary: fc.string({ maxLength: 50 }).map((text) => ({ kind: 'text' as const, text })) },
   { weight: 1, arbitrary: fc.constant({ kind: 'hello-valid' as const }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'hello-replayed' as const }) },
-  { weight: 1, arbitrary: fc.uint8Array({ minLength: 64, maxLength: 64 }).map((signature) => ({ kind: 'hello-forged' as const, signature })) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .uint8Array({ minLength: 64, maxLength: 64 })
+      .map((signature) => ({ kind: 'hello-forged' as const, signature })),
+  },
 );
 
-const sessionArb = fc.record({ authenticated: fc.boolean(), frames: fc.array(frameArb, { minLength: 1, maxLength: 6 }) });
+const sessionArb = fc.record({
+  authenticated: fc.boolean(),
+  frames: fc.array(frameArb, { minLength: 1, maxLength: 6 }),
+});
 
 // ---------- the oracle ----------
 
@@ -183,7 +266,11 @@ type Expected =
   | { readonly welcome: number };
 
 /** What the replica must do with `bytes` (or a text frame), given whether the connection is authenticated. */
-function expectedFor(frame: { bytes?: Uint8Array; text?: string }, authenticated: boolean, challenge: Challenge): Expected {
+function expectedFor(
+  frame: { bytes?: Uint8Array; text?: string },
+  authenticated: boolean,
+  challenge: Challenge,
+): Expected {
   if (frame.text !== undefined) return { close: CloseCode.UNSUPPORTED_DATA };
   const bytes = frame.bytes!;
   if (bytes.length > DEFAULT_MAX_FRAME_BYTES) return { close: CloseCode.MESSAGE_TOO_BIG };
@@ -195,7 +282,9 @@ function expectedFor(frame: { bytes?: Uint8Array; text?: string }, authenticated
   }
   if (message.type === 'hello') {
     if (authenticated) return { close: CloseCode.PROTOCOL_ERROR };
-    const valid = toHex(message.holder) === toHex(fuzzHolder.publicKey) && toHex(message.signature) === toHex(helloFor(fuzzHolder, challenge).signature);
+    const valid =
+      toHex(message.holder) === toHex(fuzzHolder.publicKey) &&
+      toHex(message.signature) === toHex(helloFor(fuzzHolder, challenge).signature);
     return valid ? { welcome: message.id } : { close: CloseCode.POLICY_VIOLATION };
   }
   return authenticated ? { reply: message.id } : { unauthenticated: message.id };
@@ -244,10 +333,18 @@ async function runSession(session: { authenticated: boolean; frames: FrameSpec[]
       } else if ('reply' in expected) {
         expect(message, context).toMatchObject({ type: 'reply', id: expected.reply });
         // The fuzzing holder may use nothing: every well-formed request is invalid or forbidden, never granted.
-        expect(['invalid', 'forbidden'], context).toContain((message as unknown as { outcome: { status: string } }).outcome.status);
+        expect(['invalid', 'forbidden'], context).toContain(
+          (message as unknown as { outcome: { status: string } }).outcome.status,
+        );
       } else {
-        expect(message, context).toMatchObject({ type: 'error', code: 'UNAUTHENTICATED', ...(expected.unauthenticated === undefined ? {} : { id: expected.unauthenticated }) });
-        expect(await client.next(), context).toEqual({ closed: expect.objectContaining({ code: CloseCode.POLICY_VIOLATION }) });
+        expect(message, context).toMatchObject({
+          type: 'error',
+          code: 'UNAUTHENTICATED',
+          ...(expected.unauthenticated === undefined ? {} : { id: expected.unauthenticated }),
+        });
+        expect(await client.next(), context).toEqual({
+          closed: expect.objectContaining({ code: CloseCode.POLICY_VIOLATION }),
+        });
         return;
       }
     }
@@ -260,15 +357,29 @@ describe('wire: bad input from live sockets', () => {
   it(`answers every generated frame with its error or close code, stays up, and changes nothing (>= ${MIN_FRAMES} frames)`, async () => {
     const before = exportRecord();
     await fc.assert(
-      fc.asyncProperty(fc.array(sessionArb, { minLength: SESSIONS_PER_RUN, maxLength: SESSIONS_PER_RUN }), async (sessions) => {
-        await Promise.all(sessions.map(runSession));
-        const health = await fetch(local.replica(1).healthUrl);
-        expect(health.status).toBe(200);
-      }),
+      fc.asyncProperty(
+        fc.array(sessionArb, { minLength: SESSIONS_PER_RUN, maxLength: SESSIONS_PER_RUN }),
+        async (sessions) => {
+          await Promise.all(sessions.map(runSession));
+          const health = await fetch(local.replica(1).healthUrl);
+          expect(health.status).toBe(200);
+        },
+      ),
       { numRuns: NUM_RUNS },
     );
     expect(framesSent).toBeGreaterThanOrEqual(MIN_FRAMES);
-    for (const label of ['request', 'truncated', 'wrong-type', 'huge-length', 'deep-nesting', 'oversized', 'unknown-type', 'hello-replayed', 'hello-forged', 'text']) {
+    for (const label of [
+      'request',
+      'truncated',
+      'wrong-type',
+      'huge-length',
+      'deep-nesting',
+      'oversized',
+      'unknown-type',
+      'hello-replayed',
+      'hello-forged',
+      'text',
+    ]) {
       expect(labels.get(label) ?? 0, label).toBeGreaterThan(20);
     }
     expect(exportRecord()).toBe(before);

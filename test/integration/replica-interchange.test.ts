@@ -84,7 +84,11 @@ describe('signing record interchange', () => {
     ]);
     for (const e of doc.entries) {
       expect(e.holder).toBe(toHex(alice.publicKey));
-      expect(e.grantDigest).toBe(toHex(grantDigest({ clusterId: cluster.id, resource: e.resource, epoch: BigInt(e.epoch), holder: alice.publicKey })));
+      expect(e.grantDigest).toBe(
+        toHex(
+          grantDigest({ clusterId: cluster.id, resource: e.resource, epoch: BigInt(e.epoch), holder: alice.publicKey }),
+        ),
+      );
     }
   });
 
@@ -108,7 +112,10 @@ describe('signing record interchange', () => {
       grantDigest: toHex(grantDigest({ clusterId: cluster.id, resource, epoch, holder })),
     });
     const mixed = join(root, 'mixed.json');
-    writeFileSync(mixed, JSON.stringify({ ...restored, entries: [entry('a', 1n, bob), entry('b', 9n, bob), entry('new', 3n, bob)] }));
+    writeFileSync(
+      mixed,
+      JSON.stringify({ ...restored, entries: [entry('a', 1n, bob), entry('b', 9n, bob), entry('new', 3n, bob)] }),
+    );
     const second = run('import', '--data', target, '--in', mixed, '--cluster', join(keys, 'cluster.json'));
     expect(second.status, second.stderr).toBe(0);
     const after = JSON.parse(run('export', '--data', target).stdout) as Exported;
@@ -128,13 +135,28 @@ describe('signing record interchange', () => {
 
     const cluster = loadClusterFile(join(keys, 'cluster.json'));
     const bob = newHolder().publicKey;
-    const conflict = { resource: 'b', epoch: '4', holder: toHex(bob), grantDigest: toHex(grantDigest({ clusterId: cluster.id, resource: 'b', epoch: 4n, holder: bob })) };
-    const raise = { resource: 'a', epoch: '50', holder: toHex(bob), grantDigest: toHex(grantDigest({ clusterId: cluster.id, resource: 'a', epoch: 50n, holder: bob })) };
-    const otherCluster = loadClusterFile(join((() => {
-      const dir = join(root, 'other-keys');
-      dealLocalCluster(dir);
-      return dir;
-    })(), 'cluster.json'));
+    const conflict = {
+      resource: 'b',
+      epoch: '4',
+      holder: toHex(bob),
+      grantDigest: toHex(grantDigest({ clusterId: cluster.id, resource: 'b', epoch: 4n, holder: bob })),
+    };
+    const raise = {
+      resource: 'a',
+      epoch: '50',
+      holder: toHex(bob),
+      grantDigest: toHex(grantDigest({ clusterId: cluster.id, resource: 'a', epoch: 50n, holder: bob })),
+    };
+    const otherCluster = loadClusterFile(
+      join(
+        (() => {
+          const dir = join(root, 'other-keys');
+          dealLocalCluster(dir);
+          return dir;
+        })(),
+        'cluster.json',
+      ),
+    );
     const cases: [string, unknown, string][] = [
       ['conflict', { ...base, entries: [raise, conflict] }, 'BAD_INTERCHANGE'],
       ['other cluster', { ...base, clusterId: otherCluster.idHex }, 'CLUSTER_MISMATCH'],
@@ -162,7 +184,15 @@ describe('signing record interchange', () => {
     try {
       // Export works beside the running replica (read-only); import does not.
       expect(run('export', '--data', join(dataRoot, 'replica-1')).status).toBe(0);
-      const result = run('import', '--data', join(dataRoot, 'replica-1'), '--in', file, '--cluster', join(keys, 'cluster.json'));
+      const result = run(
+        'import',
+        '--data',
+        join(dataRoot, 'replica-1'),
+        '--in',
+        file,
+        '--cluster',
+        join(keys, 'cluster.json'),
+      );
       expect(result.status).toBe(1);
       expect(result.stderr).toContain('(STORE_LOCKED)');
     } finally {

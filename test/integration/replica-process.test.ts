@@ -5,7 +5,16 @@
  * a store in use; graceful SIGTERM; and TLS.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -30,10 +39,22 @@ afterAll(() => {
 });
 
 /** Runs the replica to completion (it must fail); returns exit status and stderr. */
-function startFails(args: { cluster?: string; key?: string; data: string; extra?: string[] }): { status: number | null; stderr: string } {
+function startFails(args: { cluster?: string; key?: string; data: string; extra?: string[] }): {
+  status: number | null;
+  stderr: string;
+} {
   const result = spawnSync(
     process.execPath,
-    [replicaEntryPoint(), '--cluster', args.cluster ?? join(keys, 'cluster.json'), '--key', args.key ?? join(keys, 'replica-1.key'), '--data', args.data, ...(args.extra ?? [])],
+    [
+      replicaEntryPoint(),
+      '--cluster',
+      args.cluster ?? join(keys, 'cluster.json'),
+      '--key',
+      args.key ?? join(keys, 'replica-1.key'),
+      '--data',
+      args.data,
+      ...(args.extra ?? []),
+    ],
     { encoding: 'utf8', timeout: 30_000 },
   );
   return { status: result.status, stderr: result.stderr };
@@ -63,12 +84,19 @@ describe('replica start-up refuses what it cannot trust', () => {
     writeFileSync(bad, 'not json');
     expectOneLine(startFails({ key: bad, data: join(root, 'd-bad-key') }), 'BAD_KEY_FILE', /garbage\.key/);
     const badIndex = join(root, 'bad-index.key');
-    writeFileSync(badIndex, JSON.stringify({ ...JSON.parse(readFileSync(join(keys, 'replica-1.key'), 'utf8')), index: 9 }));
+    writeFileSync(
+      badIndex,
+      JSON.stringify({ ...JSON.parse(readFileSync(join(keys, 'replica-1.key'), 'utf8')), index: 9 }),
+    );
     expectOneLine(startFails({ key: badIndex, data: join(root, 'd-bad-index') }), 'BAD_KEY_FILE', /index/);
   });
 
   it('a key file of another cluster (CLUSTER_MISMATCH)', () => {
-    expectOneLine(startFails({ key: join(otherKeys, 'replica-1.key'), data: join(root, 'd-other-key') }), 'CLUSTER_MISMATCH', /belongs to cluster/);
+    expectOneLine(
+      startFails({ key: join(otherKeys, 'replica-1.key'), data: join(root, 'd-other-key') }),
+      'CLUSTER_MISMATCH',
+      /belongs to cluster/,
+    );
   });
 
   it('a tampered share that does not match the published share (SHARE_MISMATCH)', () => {
@@ -108,7 +136,11 @@ describe('replica start-up refuses what it cannot trust', () => {
   it('a data directory in use by a live replica (STORE_LOCKED)', async () => {
     const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot: join(root, 'd-locked') });
     try {
-      expectOneLine(startFails({ data: local.replica(1).dataDir }), 'STORE_LOCKED', new RegExp(`in use by process ${local.replica(1).pid}`));
+      expectOneLine(
+        startFails({ data: local.replica(1).dataDir }),
+        'STORE_LOCKED',
+        new RegExp(`in use by process ${local.replica(1).pid}`),
+      );
     } finally {
       await local.close();
     }
@@ -124,7 +156,12 @@ describe('replica start-up refuses what it cannot trust', () => {
 
 describe('S6 leases across a restart', () => {
   it('counts every recorded lease as running for maxTtl after a SIGKILL and restart, released ones too (releases are not fsynced)', async () => {
-    const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot: join(root, 'd-restart-lease'), extraArgs: ['--min-ttl', '50ms', '--max-ttl', '1500ms'] });
+    const local = await startLocalCluster({
+      dir: keys,
+      indices: [1],
+      dataRoot: join(root, 'd-restart-lease'),
+      extraArgs: ['--min-ttl', '50ms', '--max-ttl', '1500ms'],
+    });
     try {
       const replica = local.replica(1);
       const alice = await RawClient.open(replica.url);
@@ -167,7 +204,9 @@ describe('replica shutdown and transport', () => {
     const code = await replica.stop();
     expect(code).toBe(0);
     const settled = await Promise.allSettled(answers);
-    const granted = settled.filter((s) => s.status === 'fulfilled' && 'outcome' in s.value && s.value.outcome.status === 'granted').length;
+    const granted = settled.filter(
+      (s) => s.status === 'fulfilled' && 'outcome' in s.value && s.value.outcome.status === 'granted',
+    ).length;
     // Everything sent before the signal is answered; nothing is left half-done.
     expect(granted).toBe(40);
     expect((await client.closed).code).toBe(CloseCode.GOING_AWAY);
@@ -176,12 +215,26 @@ describe('replica shutdown and transport', () => {
   });
 
   it('exits when its launcher goes away (no orphans)', async () => {
-    const child = spawn(process.execPath, [replicaEntryPoint(), '--cluster', join(keys, 'cluster.json'), '--key', join(keys, 'replica-1.key'), '--data', join(root, 'd-orphan')], {
-      stdio: ['pipe', 'pipe', 'inherit'],
-      env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' },
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        replicaEntryPoint(),
+        '--cluster',
+        join(keys, 'cluster.json'),
+        '--key',
+        join(keys, 'replica-1.key'),
+        '--data',
+        join(root, 'd-orphan'),
+      ],
+      {
+        stdio: ['pipe', 'pipe', 'inherit'],
+        env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' },
+      },
+    );
     const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
-    await new Promise<void>((resolve) => child.stdout!.on('data', (chunk: Buffer) => chunk.toString().includes('"listening"') && resolve()));
+    await new Promise<void>((resolve) =>
+      child.stdout!.on('data', (chunk: Buffer) => chunk.toString().includes('"listening"') && resolve()),
+    );
     child.stdin!.end();
     expect(await exited).toBe(0);
   });
@@ -191,7 +244,25 @@ describe('replica shutdown and transport', () => {
     mkdirSync(tlsDir);
     const made = spawnSync(
       'openssl',
-      ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', join(tlsDir, 'key.pem'), '-out', join(tlsDir, 'cert.pem'), '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'],
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-keyout',
+        join(tlsDir, 'key.pem'),
+        '-out',
+        join(tlsDir, 'cert.pem'),
+        '-days',
+        '1',
+        '-subj',
+        '/CN=127.0.0.1',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1',
+      ],
       { encoding: 'utf8' },
     );
     if (made.status !== 0) {

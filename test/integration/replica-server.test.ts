@@ -23,7 +23,11 @@ beforeAll(async () => {
   const accessPath = join(root, 'access.json');
   writeFileSync(
     accessPath,
-    JSON.stringify({ format: 'quorumfence/replica-access/v1', defaultPrefixes: [''], holders: { [toHex(forbiddenHolder.publicKey)]: ['sandbox/'] } }),
+    JSON.stringify({
+      format: 'quorumfence/replica-access/v1',
+      defaultPrefixes: [''],
+      holders: { [toHex(forbiddenHolder.publicKey)]: ['sandbox/'] },
+    }),
   );
   local = await startLocalCluster({
     dir: join(root, 'keys'),
@@ -49,7 +53,12 @@ describe('replica process', () => {
   it('answers /healthz with its identity and /metrics in Prometheus text', async () => {
     const health = await fetch(local.replica(1).healthUrl);
     expect(health.status).toBe(200);
-    expect(await health.json()).toMatchObject({ status: 'ok', replica: 1, clusterId: local.cluster.idHex, backend: 'blst' });
+    expect(await health.json()).toMatchObject({
+      status: 'ok',
+      replica: 1,
+      clusterId: local.cluster.idHex,
+      backend: 'blst',
+    });
     const metrics = await (await fetch(url.replace('ws', 'http') + '/metrics')).text();
     for (const name of [
       'quorumfence_replica_grants_signed_total',

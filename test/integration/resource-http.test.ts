@@ -39,7 +39,11 @@ async function call(
 ): Promise<{ status: number; json: Record<string, unknown>; text: string; headers: Headers }> {
   const headers: Record<string, string> = { ...options.headers };
   if (options.token !== undefined) headers.authorization = `QuorumFence ${options.token}`;
-  const response = await fetch((options.base ?? server.url) + path, { method, headers, ...(options.body !== undefined ? { body: options.body } : {}) });
+  const response = await fetch((options.base ?? server.url) + path, {
+    method,
+    headers,
+    ...(options.body !== undefined ? { body: options.body } : {}),
+  });
   const text = await response.text();
   let json: Record<string, unknown> = {};
   try {
@@ -60,28 +64,53 @@ async function lastLogEntry(base = server.url): Promise<Record<string, unknown>>
 describe('S4 fencing over HTTP', () => {
   test('PUT accepts and raises the barrier; a stale epoch gets 409 naming the barrier and changes nothing', async () => {
     const r = 'fence/basic';
-    const put = await call('PUT', kvPath(r, 'k'), { token: factory.issueText({ resource: r, epoch: 10 }), body: 'ten' });
+    const put = await call('PUT', kvPath(r, 'k'), {
+      token: factory.issueText({ resource: r, epoch: 10 }),
+      body: 'ten',
+    });
     expect(put.status).toBe(200);
     expect(put.json).toMatchObject({ ok: true, epoch: '10', barrier: '10', raised: true, version: expect.any(Number) });
-    const stale = await call('PUT', kvPath(r, 'k'), { token: factory.issueText({ resource: r, epoch: 9 }), body: 'nine' });
+    const stale = await call('PUT', kvPath(r, 'k'), {
+      token: factory.issueText({ resource: r, epoch: 9 }),
+      body: 'nine',
+    });
     expect(stale.status).toBe(409);
     expect(stale.json).toMatchObject({ ok: false, code: 'stale', barrier: '10' });
     expect((await call('GET', kvPath(r, 'k'))).text).toBe('ten');
     expect((await call('GET', `/barrier/${encodeURIComponent(r)}`)).json).toMatchObject({ resource: r, epoch: '10' });
-    expect(await lastLogEntry()).toMatchObject({ outcome: 'stale', epoch: '9', barrierBefore: '10', resource: r, key: 'k', op: 'put' });
+    expect(await lastLogEntry()).toMatchObject({
+      outcome: 'stale',
+      epoch: '9',
+      barrierBefore: '10',
+      resource: r,
+      key: 'k',
+      op: 'put',
+    });
   });
 
   test('a different token at the barrier epoch gets 409 with code conflict, and the first value stays', async () => {
     const r = 'fence/conflict';
-    expect((await call('PUT', kvPath(r, 'k'), { token: tokenToText(factory.issue({ resource: r, epoch: 4, holder: makeHolder() })), body: 'first' })).status).toBe(200);
-    const second = await call('PUT', kvPath(r, 'k'), { token: tokenToText(factory.issue({ resource: r, epoch: 4, holder: makeHolder() })), body: 'second' });
+    expect(
+      (
+        await call('PUT', kvPath(r, 'k'), {
+          token: tokenToText(factory.issue({ resource: r, epoch: 4, holder: makeHolder() })),
+          body: 'first',
+        })
+      ).status,
+    ).toBe(200);
+    const second = await call('PUT', kvPath(r, 'k'), {
+      token: tokenToText(factory.issue({ resource: r, epoch: 4, holder: makeHolder() })),
+      body: 'second',
+    });
     expect(second.status).toBe(409);
     expect(second.json).toMatchObject({ code: 'conflict', barrier: '4' });
     expect((await call('GET', kvPath(r, 'k'))).text).toBe('first');
-    expect((await call('GET', '/metrics')).text).toMatch(/quorumfence_guard_conflicts_total\{resource="fence\/conflict",cluster="[0-9a-f]+"\} 1/);
+    expect((await call('GET', '/metrics')).text).toMatch(
+      /quorumfence_guard_conflicts_total\{resource="fence\/conflict",cluster="[0-9a-f]+"\} 1/,
+    );
   });
 
-  test('a fenced GET refuses a stale holder and a new holder\'s GET fences out the old writer', async () => {
+  test("a fenced GET refuses a stale holder and a new holder's GET fences out the old writer", async () => {
     const r = 'fence/reads';
     const old = factory.issueText({ resource: r, epoch: 1 });
     expect((await call('PUT', kvPath(r, 'k'), { token: old, body: 'v1' })).status).toBe(200);
@@ -99,7 +128,9 @@ describe('S4 fencing over HTTP', () => {
     const r = 'fence/delete';
     const token = factory.issueText({ resource: r, epoch: 3 });
     await call('PUT', kvPath(r, 'k'), { token, body: 'x' });
-    expect((await call('DELETE', kvPath(r, 'k'), { token: factory.issueText({ resource: r, epoch: 2 }) })).status).toBe(409);
+    expect((await call('DELETE', kvPath(r, 'k'), { token: factory.issueText({ resource: r, epoch: 2 }) })).status).toBe(
+      409,
+    );
     const del = await call('DELETE', kvPath(r, 'k'), { token });
     expect(del.status).toBe(200);
     expect(del.json).toMatchObject({ ok: true, deleted: true });
@@ -112,10 +143,16 @@ describe('S4 fencing over HTTP', () => {
     const created = await call('PUT', kvPath(r, 'k'), { token, body: 'a', headers: { 'quorumfence-if-version': '0' } });
     expect(created.status).toBe(200);
     const version = String(created.json.version);
-    expect((await call('PUT', kvPath(r, 'k'), { token, body: 'b', headers: { 'quorumfence-if-version': '0' } })).status).toBe(412);
+    expect(
+      (await call('PUT', kvPath(r, 'k'), { token, body: 'b', headers: { 'quorumfence-if-version': '0' } })).status,
+    ).toBe(412);
     const ok = await call('PUT', kvPath(r, 'k'), { token, body: 'c', headers: { 'quorumfence-if-version': version } });
     expect(ok.status).toBe(200);
-    const failed = await call('PUT', kvPath(r, 'k'), { token, body: 'd', headers: { 'quorumfence-if-version': version } });
+    const failed = await call('PUT', kvPath(r, 'k'), {
+      token,
+      body: 'd',
+      headers: { 'quorumfence-if-version': version },
+    });
     expect(failed.status).toBe(412);
     expect(failed.json).toMatchObject({ code: 'version_mismatch' });
     expect((await call('GET', kvPath(r, 'k'))).text).toBe('c');
@@ -123,7 +160,9 @@ describe('S4 fencing over HTTP', () => {
 
   test('resource names with slashes and non-ASCII travel URL-encoded', async () => {
     const r = 'orders/eu-west/ünïcødé';
-    expect((await call('PUT', kvPath(r, 'a/b'), { token: factory.issueText({ resource: r, epoch: 1 }), body: 'v' })).status).toBe(200);
+    expect(
+      (await call('PUT', kvPath(r, 'a/b'), { token: factory.issueText({ resource: r, epoch: 1 }), body: 'v' })).status,
+    ).toBe(200);
     expect((await call('GET', kvPath(r, 'a/b'))).text).toBe('v');
   });
 });
@@ -265,12 +304,28 @@ describe('lifecycle', () => {
     const dataDir = join(root, 'lifecycle');
     const first = await startResource({ clusterFile, dataDir });
     const r = 'lifecycle';
-    expect((await call('PUT', kvPath(r, 'k'), { token: factory.issueText({ resource: r, epoch: 8 }), body: 'kept', base: first.url })).status).toBe(200);
+    expect(
+      (
+        await call('PUT', kvPath(r, 'k'), {
+          token: factory.issueText({ resource: r, epoch: 8 }),
+          body: 'kept',
+          base: first.url,
+        })
+      ).status,
+    ).toBe(200);
     expect(await first.stop('SIGTERM')).toBe(0);
     expect(first.lines.some((l) => l.msg === 'stopped')).toBe(true);
     const second = await startResource({ clusterFile, dataDir });
     expect((await call('GET', kvPath(r, 'k'), { base: second.url })).text).toBe('kept');
-    expect((await call('PUT', kvPath(r, 'k'), { token: factory.issueText({ resource: r, epoch: 7 }), body: 'x', base: second.url })).status).toBe(409);
+    expect(
+      (
+        await call('PUT', kvPath(r, 'k'), {
+          token: factory.issueText({ resource: r, epoch: 7 }),
+          body: 'x',
+          base: second.url,
+        })
+      ).status,
+    ).toBe(409);
     expect(await second.stop('SIGTERM')).toBe(0);
   });
 });
@@ -282,7 +337,11 @@ describe('proof-of-possession mode (--require-proof)', () => {
   const r = 'pop';
 
   beforeAll(async () => {
-    pop = await startResource({ clusterFile, dataDir: join(root, 'pop'), args: ['--require-proof', '--audience', 'kv-pop'] });
+    pop = await startResource({
+      clusterFile,
+      dataDir: join(root, 'pop'),
+      args: ['--require-proof', '--audience', 'kv-pop'],
+    });
     token = factory.issue({ resource: r, epoch: 2, holder });
   });
 
@@ -300,7 +359,12 @@ describe('proof-of-possession mode (--require-proof)', () => {
   }
 
   const signedPut = (signer: TestHolder, counter: bigint, body: string) =>
-    call('PUT', kvPath(r, 'k'), { token: tokenToText(token), body, headers: { 'quorumfence-proof': proofHeader(signer, counter, body) }, base: pop.url });
+    call('PUT', kvPath(r, 'k'), {
+      token: tokenToText(token),
+      body,
+      headers: { 'quorumfence-proof': proofHeader(signer, counter, body) },
+      base: pop.url,
+    });
 
   test('a request signed by the holder is accepted; the bare token is refused', async () => {
     expect((await signedPut(holder, 1n, 'one')).status).toBe(200);
@@ -317,7 +381,7 @@ describe('proof-of-possession mode (--require-proof)', () => {
     expect((await call('GET', kvPath(r, 'k'), { base: pop.url })).text).toBe('two');
   });
 
-  test('the token presented with a different key\'s signature is refused with 401 bad_proof', async () => {
+  test("the token presented with a different key's signature is refused with 401 bad_proof", async () => {
     const stolen = await signedPut(makeHolder(), 3n, 'thief');
     expect(stolen.status).toBe(401);
     expect(stolen.json).toMatchObject({ code: 'bad_proof' });

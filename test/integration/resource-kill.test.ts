@@ -50,7 +50,13 @@ interface Stream {
   readonly unknown: Set<number>;
 }
 
-async function writeUntilKilled(server: ResourceProcess, resource: string, stream: Stream, killed: { value: boolean }, onAck: () => void): Promise<void> {
+async function writeUntilKilled(
+  server: ResourceProcess,
+  resource: string,
+  stream: Stream,
+  killed: { value: boolean },
+  onAck: () => void,
+): Promise<void> {
   while (!killed.value) {
     const write = stream.next++;
     const token = factory.issueText({ resource, epoch: epochOf(write) });
@@ -86,8 +92,12 @@ async function checkStore(streams: Map<string, Stream>): Promise<Map<string, big
         return write;
       });
       const present = new Set(writes);
-      for (const write of stream.acked) expect(present.has(write), `acknowledged write ${write} of ${resource} survived`).toBe(true);
-      for (const write of present) expect(stream.acked.has(write) || stream.unknown.has(write), `write ${write} of ${resource} was sent`).toBe(true);
+      for (const write of stream.acked)
+        expect(present.has(write), `acknowledged write ${write} of ${resource} survived`).toBe(true);
+      for (const write of present)
+        expect(stream.acked.has(write) || stream.unknown.has(write), `write ${write} of ${resource} was sent`).toBe(
+          true,
+        );
 
       const barrier = guard.barrier(resource);
       barriers.set(resource, barrier?.epoch);
@@ -100,7 +110,9 @@ async function checkStore(streams: Map<string, Stream>): Promise<Map<string, big
       expect(barrier?.epoch, `barrier of ${resource} matches its highest stored write`).toBe(highest);
 
       const accepted = log.filter((e) => e.resource === resource && e.accepted);
-      expect(accepted.map((e) => e.key).sort(), `one accepted log entry per stored write of ${resource}`).toEqual(stored.map((s) => s.key));
+      expect(accepted.map((e) => e.key).sort(), `one accepted log entry per stored write of ${resource}`).toEqual(
+        stored.map((s) => s.key),
+      );
       expect(accepted.at(-1)!.barrierAfter).toBe(highest.toString());
     }
     return barriers;
@@ -120,35 +132,35 @@ async function checkServedBarriers(server: ResourceProcess, barriers: Map<string
 }
 
 describe('S4 fencing: barrier and data change in one atomic, durable step (SIGKILL)', () => {
-  test(
-    `${KILLS} kills during a stream of writes leave data, barrier and log consistent, with every acknowledged write kept`,
-    async () => {
-      const streams = new Map<string, Stream>(RESOURCES.map((r) => [r, { next: 0, acked: new Set<number>(), unknown: new Set<number>() }]));
-      // Tokens made up front, so that signing does not pace the writers.
-      for (const resource of RESOURCES) for (let epoch = 1; epoch <= 80; epoch++) factory.issue({ resource, epoch });
+  test(`${KILLS} kills during a stream of writes leave data, barrier and log consistent, with every acknowledged write kept`, async () => {
+    const streams = new Map<string, Stream>(
+      RESOURCES.map((r) => [r, { next: 0, acked: new Set<number>(), unknown: new Set<number>() }]),
+    );
+    // Tokens made up front, so that signing does not pace the writers.
+    for (const resource of RESOURCES) for (let epoch = 1; epoch <= 80; epoch++) factory.issue({ resource, epoch });
 
-      let barriers = new Map<string, bigint | undefined>();
-      for (let kill = 0; kill < KILLS; kill++) {
-        const server = await startResource({ clusterFile, dataDir });
-        await checkServedBarriers(server, barriers);
-        const killed = { value: false };
-        let firstAck: () => void = () => undefined;
-        const started = new Promise<void>((resolve) => (firstAck = resolve));
-        const writers = RESOURCES.map((resource) => writeUntilKilled(server, resource, streams.get(resource)!, killed, firstAck));
-        const failed = Promise.race(writers.map((w) => w.then(() => new Promise<never>(() => undefined))));
-        await Promise.race([started, failed]);
-        await new Promise((resolve) => setTimeout(resolve, Math.random() * MAX_KILL_DELAY_MS));
-        killed.value = true;
-        expect(await server.stop('SIGKILL')).toBe('SIGKILL');
-        await Promise.all(writers);
-        barriers = await checkStore(streams);
-      }
-      const acked = [...streams.values()].reduce((n, s) => n + s.acked.size, 0);
-      const unknown = [...streams.values()].reduce((n, s) => n + s.unknown.size, 0);
-      // The stream really ran: on average well over one acknowledged write per resource per cycle.
-      expect(acked).toBeGreaterThan(KILLS * RESOURCES.length);
-      expect(unknown).toBeGreaterThan(0);
-    },
-    240_000,
-  );
+    let barriers = new Map<string, bigint | undefined>();
+    for (let kill = 0; kill < KILLS; kill++) {
+      const server = await startResource({ clusterFile, dataDir });
+      await checkServedBarriers(server, barriers);
+      const killed = { value: false };
+      let firstAck: () => void = () => undefined;
+      const started = new Promise<void>((resolve) => (firstAck = resolve));
+      const writers = RESOURCES.map((resource) =>
+        writeUntilKilled(server, resource, streams.get(resource)!, killed, firstAck),
+      );
+      const failed = Promise.race(writers.map((w) => w.then(() => new Promise<never>(() => undefined))));
+      await Promise.race([started, failed]);
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * MAX_KILL_DELAY_MS));
+      killed.value = true;
+      expect(await server.stop('SIGKILL')).toBe('SIGKILL');
+      await Promise.all(writers);
+      barriers = await checkStore(streams);
+    }
+    const acked = [...streams.values()].reduce((n, s) => n + s.acked.size, 0);
+    const unknown = [...streams.values()].reduce((n, s) => n + s.unknown.size, 0);
+    // The stream really ran: on average well over one acknowledged write per resource per cycle.
+    expect(acked).toBeGreaterThan(KILLS * RESOURCES.length);
+    expect(unknown).toBeGreaterThan(0);
+  }, 240_000);
 });

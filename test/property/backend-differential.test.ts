@@ -31,7 +31,10 @@ describe('backend differential: noble and blst agree byte for byte', () => {
               index,
               signature: backend.sign(backend.secretKeyFromBytes(key.shares[index - 1]!.scaledSecretShare), message),
             }));
-            return { partials: partials.map((p) => p.signature.bytes), combined: combinePartials(backend, 4, partials)!.bytes };
+            return {
+              partials: partials.map((p) => p.signature.bytes),
+              combined: combinePartials(backend, 4, partials)!.bytes,
+            };
           });
           expect(results[0]).toEqual(results[1]);
           // Each backend accepts the other's bytes.

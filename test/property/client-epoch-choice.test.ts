@@ -24,9 +24,16 @@ const answers = <T>(value: fc.Arbitrary<T>) =>
       }),
     )
     .filter(({ f, honest, lies }) => honest.length + lies.length >= 2 * f + 1)
-    .chain((a) => fc.shuffledSubarray([...a.honest.map((v) => ({ v, honest: true })), ...a.lies.map((v) => ({ v, honest: false }))], {
-      minLength: a.honest.length + a.lies.length,
-    }).map((all) => ({ ...a, all: all.map((x) => x.v) })));
+    .chain((a) =>
+      fc
+        .shuffledSubarray(
+          [...a.honest.map((v) => ({ v, honest: true })), ...a.lies.map((v) => ({ v, honest: false }))],
+          {
+            minLength: a.honest.length + a.lies.length,
+          },
+        )
+        .map((all) => ({ ...a, all: all.map((x) => x.v) })),
+    );
 
 describe('Liveness: f liars cannot push the chosen epoch outside the honest range', () => {
   it('chosen - 1 lies between the smallest and the largest honest epoch', () => {

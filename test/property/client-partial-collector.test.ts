@@ -28,7 +28,10 @@ describe('Liveness: up to f bad partials never stop a token, and only liars are 
           return fc.record({
             f: fc.constant(f),
             liars: fc.uniqueArray(fc.integer({ min: 1, max: n }), { maxLength: f }),
-            lies: fc.array(fc.constantFrom<Lie>('garbage', 'other_share', 'other_grant'), { minLength: f, maxLength: f }),
+            lies: fc.array(fc.constantFrom<Lie>('garbage', 'other_share', 'other_grant'), {
+              minLength: f,
+              maxLength: f,
+            }),
             order: fc.shuffledSubarray(
               Array.from({ length: n }, (_, k) => k + 1),
               { minLength: n },

@@ -92,7 +92,11 @@ describe('S4 fencing (pure decision)', () => {
         const barriers = new Map<string, Barrier>();
         attempts.forEach((a, i) => {
           const token = tokenOf(a);
-          const d = decideFence(barriers.get(a.resource), { epoch: BigInt(a.epoch), digest: sha256(token.bytes), bytes: token.bytes });
+          const d = decideFence(barriers.get(a.resource), {
+            epoch: BigInt(a.epoch),
+            digest: sha256(token.bytes),
+            bytes: token.bytes,
+          });
           expect(d.ok ? 'accepted' : d.reason).toBe(expected.outcomes[i]);
           if (d.ok) {
             const before = barriers.get(a.resource)?.epoch ?? 0n;
@@ -122,21 +126,27 @@ describe('S4 fencing (LMDB store)', () => {
           // Issued together: LMDB runs them in call order, batched into shared commits.
           const results = await Promise.all(
             attempts.map((a, i) =>
-              guard.write({ token: tokenOf(a).bytes, resource: a.resource, key: a.key, op: a.remove ? 'delete' : 'put' }, (tx) => {
-                if (a.remove) tx.remove(a.key);
-                else tx.put(a.key, new TextEncoder().encode(`value-${i}`));
-              }),
+              guard.write(
+                { token: tokenOf(a).bytes, resource: a.resource, key: a.key, op: a.remove ? 'delete' : 'put' },
+                (tx) => {
+                  if (a.remove) tx.remove(a.key);
+                  else tx.put(a.key, new TextEncoder().encode(`value-${i}`));
+                },
+              ),
             ),
           );
           expect(results.map((r) => (r.ok ? 'accepted' : r.reason))).toEqual(expected.outcomes);
 
           const stored = new Map<string, string>();
           for (const resource of RESOURCES) {
-            for (const { key, value } of guard.entries(resource)) stored.set(`${resource}\u0000${key}`, new TextDecoder().decode(value));
+            for (const { key, value } of guard.entries(resource))
+              stored.set(`${resource}\u0000${key}`, new TextDecoder().decode(value));
           }
           expect(stored).toEqual(expected.data);
           for (const resource of RESOURCES) {
-            expect(guard.barrier(resource)?.epoch).toBe(expected.barrier.has(resource) ? BigInt(expected.barrier.get(resource)!.epoch) : undefined);
+            expect(guard.barrier(resource)?.epoch).toBe(
+              expected.barrier.has(resource) ? BigInt(expected.barrier.get(resource)!.epoch) : undefined,
+            );
           }
           checkLog(guard.readLog({ limit: 1000 }), attempts.length);
         } finally {

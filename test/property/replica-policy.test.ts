@@ -12,7 +12,13 @@ import { loadBackend } from '../../src/crypto/load.js';
 import { grantMessage } from '../../src/token/grant.js';
 import type { Request } from '../../src/protocol/messages.js';
 import { OPEN_ACCESS } from '../../src/replica/access.js';
-import { decide, type Decision, type PolicyConfig, type PolicyRecord, type SignedRecord } from '../../src/replica/policy.js';
+import {
+  decide,
+  type Decision,
+  type PolicyConfig,
+  type PolicyRecord,
+  type SignedRecord,
+} from '../../src/replica/policy.js';
 
 const clusterId = new Uint8Array(32).fill(7);
 const config: PolicyConfig = { clusterId, minTtlMs: 10, maxTtlMs: 1_000, maxEpochStep: 8n, access: OPEN_ACCESS };
@@ -20,24 +26,70 @@ const holders = [1, 2, 3].map((k) => new Uint8Array(32).fill(k));
 const resources = ['a', 'b', 'ü/✓'];
 
 /** `repeat` sends again the n-th earlier request (with its holder): the retries a real client makes. */
-type Step = { kind: 'request'; holder: number; request: Request } | { kind: 'advance'; ms: number } | { kind: 'repeat'; back: number };
+type Step =
+  | { kind: 'request'; holder: number; request: Request }
+  | { kind: 'advance'; ms: number }
+  | { kind: 'repeat'; back: number };
 
-const epochArb = fc.oneof({ weight: 6, arbitrary: fc.bigInt({ min: 0n, max: 12n }) }, { weight: 1, arbitrary: fc.constantFrom(MAX_EPOCH, MAX_EPOCH + 1n, -1n) });
-const ttlArb = fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 10, max: 1_000 }) }, { weight: 1, arbitrary: fc.constantFrom(0, 9, 1_001) });
+const epochArb = fc.oneof(
+  { weight: 6, arbitrary: fc.bigInt({ min: 0n, max: 12n }) },
+  { weight: 1, arbitrary: fc.constantFrom(MAX_EPOCH, MAX_EPOCH + 1n, -1n) },
+);
+const ttlArb = fc.oneof(
+  { weight: 6, arbitrary: fc.integer({ min: 10, max: 1_000 }) },
+  { weight: 1, arbitrary: fc.constantFrom(0, 9, 1_001) },
+);
 const requestArb: fc.Arbitrary<Request> = fc.oneof(
-  { weight: 6, arbitrary: fc.record({ type: fc.constant('acquire' as const), id: fc.constant(1), resource: fc.constantFrom(...resources), epoch: epochArb, ttlMs: ttlArb }) },
-  fc.record({ type: fc.constant('renew' as const), id: fc.constant(1), resource: fc.constantFrom(...resources), epoch: epochArb, ttlMs: ttlArb }),
-  fc.record({ type: fc.constant('release' as const), id: fc.constant(1), resource: fc.constantFrom(...resources), epoch: epochArb }),
-  fc.record({ type: fc.constant('status' as const), id: fc.constant(1), resource: fc.constantFrom(...resources, '', 'x'.repeat(257)) }),
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      type: fc.constant('acquire' as const),
+      id: fc.constant(1),
+      resource: fc.constantFrom(...resources),
+      epoch: epochArb,
+      ttlMs: ttlArb,
+    }),
+  },
+  fc.record({
+    type: fc.constant('renew' as const),
+    id: fc.constant(1),
+    resource: fc.constantFrom(...resources),
+    epoch: epochArb,
+    ttlMs: ttlArb,
+  }),
+  fc.record({
+    type: fc.constant('release' as const),
+    id: fc.constant(1),
+    resource: fc.constantFrom(...resources),
+    epoch: epochArb,
+  }),
+  fc.record({
+    type: fc.constant('status' as const),
+    id: fc.constant(1),
+    resource: fc.constantFrom(...resources, '', 'x'.repeat(257)),
+  }),
 );
 const stepArb: fc.Arbitrary<Step> = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ kind: fc.constant('request' as const), holder: fc.integer({ min: 0, max: 2 }), request: requestArb }) },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 1_500 }) }) },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      kind: fc.constant('request' as const),
+      holder: fc.integer({ min: 0, max: 2 }),
+      request: requestArb,
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 1_500 }) }),
+  },
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('repeat' as const), back: fc.integer({ min: 1, max: 8 }) }) },
 );
 
 /** Runs a sequence through the policy the way ReplicaService applies decisions; calls `observe` with each decision. */
-function run(steps: Step[], observe: (decision: Decision, request: Request, holder: Uint8Array, before: PolicyRecord | undefined) => void): void {
+function run(
+  steps: Step[],
+  observe: (decision: Decision, request: Request, holder: Uint8Array, before: PolicyRecord | undefined) => void,
+): void {
   const durable = new Map<string, SignedRecord>();
   const leases = new Map<string, number>();
   const sent: { holder: number; request: Request }[] = [];
@@ -124,20 +176,40 @@ describe('S2 monotonic signing (policy)', () => {
     fc.assert(
       fc.property(fc.array(stepArb, { minLength: 10, maxLength: 60 }), (steps) => {
         run(steps, (decision, request, holder, before) => {
-          if (request.type !== 'acquire' || !before || decision.action === 'reply' && ['invalid', 'forbidden'].includes(decision.outcome.status)) return;
-          if (request.epoch === before.epoch && bytesEqual(holder, before.holder)) expect(decision.action).toBe('resend');
+          if (
+            request.type !== 'acquire' ||
+            !before ||
+            (decision.action === 'reply' && ['invalid', 'forbidden'].includes(decision.outcome.status))
+          )
+            return;
+          if (request.epoch === before.epoch && bytesEqual(holder, before.holder))
+            expect(decision.action).toBe('resend');
         });
       }),
     );
   });
 
   it('checks in DESIGN.md order: invalid before everything, stale before busy, busy before too_far', () => {
-    const record: PolicyRecord = { epoch: 5n, holder: holders[0]!, grantDigest: new Uint8Array(32), released: false, leaseEndsAt: 2_000 };
+    const record: PolicyRecord = {
+      epoch: 5n,
+      holder: holders[0]!,
+      grantDigest: new Uint8Array(32),
+      released: false,
+      leaseEndsAt: 2_000,
+    };
     const acquire = (epoch: bigint, ttlMs = 100): Request => ({ type: 'acquire', id: 1, resource: 'a', epoch, ttlMs });
-    expect(decide(record, acquire(5n, 1), holders[1]!, 1_000, config)).toMatchObject({ outcome: { status: 'invalid' } });
-    expect(decide(record, acquire(4n), holders[1]!, 1_000, config)).toMatchObject({ outcome: { status: 'stale', epoch: 5n } });
-    expect(decide(record, acquire(100n), holders[1]!, 1_000, config)).toMatchObject({ outcome: { status: 'busy', epoch: 5n, remainingMs: 1_000 } });
-    expect(decide(record, acquire(100n), holders[1]!, 2_000, config)).toMatchObject({ outcome: { status: 'too_far', epoch: 5n } });
+    expect(decide(record, acquire(5n, 1), holders[1]!, 1_000, config)).toMatchObject({
+      outcome: { status: 'invalid' },
+    });
+    expect(decide(record, acquire(4n), holders[1]!, 1_000, config)).toMatchObject({
+      outcome: { status: 'stale', epoch: 5n },
+    });
+    expect(decide(record, acquire(100n), holders[1]!, 1_000, config)).toMatchObject({
+      outcome: { status: 'busy', epoch: 5n, remainingMs: 1_000 },
+    });
+    expect(decide(record, acquire(100n), holders[1]!, 2_000, config)).toMatchObject({
+      outcome: { status: 'too_far', epoch: 5n },
+    });
     expect(decide(record, acquire(13n), holders[1]!, 2_000, config)).toMatchObject({ action: 'grant' });
     expect(decide(undefined, { type: 'status', id: 1, resource: 'a' }, holders[1]!, 0, config)).toEqual({
       action: 'reply',
@@ -157,7 +229,9 @@ describe('S2 monotonic signing: identical re-requests return identical partials'
         run(steps, (decision, request, holder) => {
           if (decision.action !== 'grant' && decision.action !== 'resend') return;
           const epoch = (request as Request & { epoch: bigint }).epoch;
-          const partial = toHex(backend.sign(secretKey, grantMessage({ clusterId, resource: request.resource, epoch, holder })).bytes);
+          const partial = toHex(
+            backend.sign(secretKey, grantMessage({ clusterId, resource: request.resource, epoch, holder })).bytes,
+          );
           const key = `${request.resource}|${epoch}`;
           const previous = partials.get(key);
           // One partial per (resource, epoch): never two holders, and the same bytes every time.

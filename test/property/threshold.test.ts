@@ -31,7 +31,9 @@ describe('S5 unforgeability: threshold combining', () => {
   it('any t distinct partials combine to the same signature, which verifies and equals the undivided key signature', () => {
     fc.assert(
       fc.property(
-        sizes.chain((n) => fc.tuple(fc.constant(n), grantFields, signerSet(n, (2 * n + 1) / 3), signerSet(n, (2 * n + 1) / 3))),
+        sizes.chain((n) =>
+          fc.tuple(fc.constant(n), grantFields, signerSet(n, (2 * n + 1) / 3), signerSet(n, (2 * n + 1) / 3)),
+        ),
         ([n, fields, setA, setB]) => {
           const dealt = dealCluster(n, backend);
           const grant = makeGrant({ clusterId: dealt.cluster.id, ...fields });
@@ -73,7 +75,9 @@ describe('S5 unforgeability: threshold combining', () => {
             n,
             set.map((index) => ({ index, signature: dealt.partial(index, grant) })),
           );
-          expect(combined !== null && backend.verify(dealt.cluster.groupPublicKey, grantMessage(grant), combined)).toBe(false);
+          expect(combined !== null && backend.verify(dealt.cluster.groupPublicKey, grantMessage(grant), combined)).toBe(
+            false,
+          );
         },
       ),
       { numRuns: 30 },
@@ -105,16 +109,24 @@ describe('S5 unforgeability: threshold combining', () => {
   it('a mix of partials over two grants never verifies for either', () => {
     const dealt = dealCluster(4, backend);
     fc.assert(
-      fc.property(grantFields, grantFields, signerSet(4, 3), fc.integer({ min: 0, max: 2 }), (fieldsA, fieldsB, set, odd) => {
-        fc.pre(fieldsA.epoch !== fieldsB.epoch);
-        const a = makeGrant({ clusterId: dealt.cluster.id, ...fieldsA });
-        const b = makeGrant({ clusterId: dealt.cluster.id, ...fieldsB });
-        const partials = set.map((index, k) => ({ index, signature: dealt.partial(index, k === odd ? b : a) }));
-        const combined = combinePartials(backend, 4, partials);
-        for (const grant of [a, b]) {
-          expect(combined !== null && backend.verify(dealt.cluster.groupPublicKey, grantMessage(grant), combined)).toBe(false);
-        }
-      }),
+      fc.property(
+        grantFields,
+        grantFields,
+        signerSet(4, 3),
+        fc.integer({ min: 0, max: 2 }),
+        (fieldsA, fieldsB, set, odd) => {
+          fc.pre(fieldsA.epoch !== fieldsB.epoch);
+          const a = makeGrant({ clusterId: dealt.cluster.id, ...fieldsA });
+          const b = makeGrant({ clusterId: dealt.cluster.id, ...fieldsB });
+          const partials = set.map((index, k) => ({ index, signature: dealt.partial(index, k === odd ? b : a) }));
+          const combined = combinePartials(backend, 4, partials);
+          for (const grant of [a, b]) {
+            expect(
+              combined !== null && backend.verify(dealt.cluster.groupPublicKey, grantMessage(grant), combined),
+            ).toBe(false);
+          }
+        },
+      ),
     );
   });
 });

@@ -6,7 +6,14 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { loadBackend } from '../../src/crypto/load.js';
 import { combinePartials } from '../../src/crypto/threshold.js';
-import { checkToken, decodeToken, decodeTokenText, encodeToken, tokenToText, type AdmissionToken } from '../../src/token/admission-token.js';
+import {
+  checkToken,
+  decodeToken,
+  decodeTokenText,
+  encodeToken,
+  tokenToText,
+  type AdmissionToken,
+} from '../../src/token/admission-token.js';
 import { makeGrant } from '../../src/token/grant.js';
 import { dealCluster, type DealtCluster } from '../support/dealt-cluster.js';
 
@@ -14,12 +21,10 @@ const backend = loadBackend();
 let dealt: DealtCluster;
 
 /** Resource names of 1..256 UTF-8 bytes, from any Unicode scalar values. */
-const resourceName = fc
-  .string({ unit: 'grapheme', minLength: 1, maxLength: 80 })
-  .filter((s) => {
-    const length = new TextEncoder().encode(s).length;
-    return length >= 1 && length <= 256;
-  });
+const resourceName = fc.string({ unit: 'grapheme', minLength: 1, maxLength: 80 }).filter((s) => {
+  const length = new TextEncoder().encode(s).length;
+  return length >= 1 && length <= 256;
+});
 const grantFields = fc.record({
   resource: resourceName,
   epoch: fc.bigInt({ min: 1n, max: (1n << 63n) - 1n }),

@@ -13,7 +13,10 @@ export interface CliResult {
   stderr: string;
 }
 
-export function runCli(args: string[], options: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<CliResult> {
+export function runCli(
+  args: string[],
+  options: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI_PATH, ...args], {
       env: { ...process.env, ...options.env },

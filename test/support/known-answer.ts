@@ -26,13 +26,23 @@ export interface KnownAnswer {
 export function computeKnownAnswer(backend: BlsBackend): KnownAnswer {
   const dealt = dealCluster(4, backend, KNOWN_ANSWER_SEED);
   const holder = Uint8Array.from({ length: 32 }, (_, k) => k);
-  const grant = makeGrant({ clusterId: dealt.cluster.id, resource: 'payments/ledger-7', epoch: 1234567890123n, holder });
+  const grant = makeGrant({
+    clusterId: dealt.cluster.id,
+    resource: 'payments/ledger-7',
+    epoch: 1234567890123n,
+    holder,
+  });
   const partials = [1, 2, 3, 4].map((index) => ({ index, signature: dealt.partial(index, grant) }));
   const token = encodeToken(grant, combinePartials(backend, 4, partials.slice(0, 3))!);
   return {
     seed: new TextDecoder().decode(KNOWN_ANSWER_SEED),
     cluster: clusterToJson(dealt.cluster),
-    grant: { resource: grant.resource, epoch: grant.epoch.toString(), holder: toHex(holder), message: toHex(grantMessage(grant)) },
+    grant: {
+      resource: grant.resource,
+      epoch: grant.epoch.toString(),
+      holder: toHex(holder),
+      message: toHex(grantMessage(grant)),
+    },
     partials: partials.map((p) => ({ index: p.index, signature: toHex(p.signature.bytes) })),
     token: { hex: toHex(token.bytes), text: tokenToText(token) },
   };

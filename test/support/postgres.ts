@@ -57,7 +57,8 @@ function waitReady(port: number): void {
   const deadline = Date.now() + READY_TIMEOUT_MS;
   for (;;) {
     if (spawnSync('pg_isready', ['-q', '-h', SOCKET_DIR, '-p', String(port)]).status === 0) return;
-    if (Date.now() > deadline) throw new Error(`PostgreSQL on port ${port} did not become ready in ${READY_TIMEOUT_MS} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`PostgreSQL on port ${port} did not become ready in ${READY_TIMEOUT_MS} ms`);
     spawnSync('sleep', ['0.2']);
   }
 }
@@ -82,7 +83,10 @@ export function ensurePostgres(): number {
   if (server) return server.port;
   let cluster = findCluster();
   if (!cluster.online) {
-    if (!isRoot()) throw new Error(`PostgreSQL ${cluster.version}/${cluster.name} is down; start it with: sudo pg_ctlcluster ${cluster.version} ${cluster.name} start`);
+    if (!isRoot())
+      throw new Error(
+        `PostgreSQL ${cluster.version}/${cluster.name} is down; start it with: sudo pg_ctlcluster ${cluster.version} ${cluster.name} start`,
+      );
     const started = spawnSync('pg_ctlcluster', [cluster.version, cluster.name, 'start'], { encoding: 'utf8' });
     // Another test file may have started it at the same moment; readiness below decides.
     if (started.status !== 0 && !/already running/i.test(started.stderr)) {

@@ -32,7 +32,10 @@ export function newHolder(): Holder {
 
 /** A hello for `challenge` (or, to test replays and relays, for any nonce, cluster or index). */
 export function helloFor(holder: Holder, challenge: Pick<Challenge, 'nonce' | 'clusterId' | 'replica'>, id = 0): Hello {
-  const signature = ed25519.sign(authTranscript(challenge.nonce, challenge.clusterId, challenge.replica), holder.secretKey);
+  const signature = ed25519.sign(
+    authTranscript(challenge.nonce, challenge.clusterId, challenge.replica),
+    holder.secretKey,
+  );
   return { type: 'hello', id, holder: holder.publicKey, signature };
 }
 
@@ -42,7 +45,8 @@ export interface Closed {
 }
 
 /** What a replica answered to one request: its reply outcome, or an error frame. */
-export type Answer<K extends keyof OutcomeByRequest> = { readonly outcome: OutcomeByRequest[K] } | { readonly error: ErrorMessage };
+export type Answer<K extends keyof OutcomeByRequest> =
+  { readonly outcome: OutcomeByRequest[K] } | { readonly error: ErrorMessage };
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 
@@ -75,7 +79,9 @@ export class RawClient {
       const socket = new WebSocket(url, { perMessageDeflate: false, ...(options.ca ? { ca: options.ca } : {}) });
       socket.binaryType = 'nodebuffer';
       let client: RawClient | undefined;
-      const closed = new Promise<Closed>((resolveClosed) => socket.on('close', (code, reason) => resolveClosed({ code, reason: reason.toString() })));
+      const closed = new Promise<Closed>((resolveClosed) =>
+        socket.on('close', (code, reason) => resolveClosed({ code, reason: reason.toString() })),
+      );
       const timer = setTimeout(() => {
         socket.terminate();
         reject(new Error(`no challenge from ${url} within ${options.timeoutMs ?? DEFAULT_TIMEOUT_MS} ms`));
@@ -107,7 +113,11 @@ export class RawClient {
   }
 
   /** Connects and authenticates as `holder`. */
-  static async open(url: string, holder: Holder = newHolder(), options: { timeoutMs?: number; ca?: string | Buffer } = {}): Promise<RawClient> {
+  static async open(
+    url: string,
+    holder: Holder = newHolder(),
+    options: { timeoutMs?: number; ca?: string | Buffer } = {},
+  ): Promise<RawClient> {
     const client = await RawClient.connect(url, options);
     const answer = await client.exchange(helloFor(holder, client.challenge, client.nextId()));
     if (answer.type !== 'welcome') {
@@ -160,7 +170,11 @@ export class RawClient {
       void this.closed.then((c) => {
         if (this.#waiting.delete(message.id)) {
           clearTimeout(timer);
-          reject(Object.assign(new Error(`closed (${c.code} ${c.reason}) before answering ${message.type} #${message.id}`), { closed: c }));
+          reject(
+            Object.assign(new Error(`closed (${c.code} ${c.reason}) before answering ${message.type} #${message.id}`), {
+              closed: c,
+            }),
+          );
         }
       });
       this.send(message);
@@ -169,7 +183,11 @@ export class RawClient {
 
   /** A request; the outcome is checked with the protocol's own parseOutcome. */
   async request<K extends keyof OutcomeByRequest>(
-    request: K extends 'status' ? { type: K; resource: string } : K extends 'release' ? { type: K; resource: string; epoch: bigint } : { type: K; resource: string; epoch: bigint; ttlMs: number },
+    request: K extends 'status'
+      ? { type: K; resource: string }
+      : K extends 'release'
+        ? { type: K; resource: string; epoch: bigint }
+        : { type: K; resource: string; epoch: bigint; ttlMs: number },
   ): Promise<Answer<K>> {
     const answer = await this.exchange({ ...request, id: this.nextId() } as ClientMessage);
     if (answer.type === 'error') return { error: answer };
@@ -214,7 +232,8 @@ export class RawClient {
   }
 
   close(): Promise<Closed> {
-    if (this.socket.readyState === WebSocket.OPEN || this.socket.readyState === WebSocket.CONNECTING) this.socket.close(1000);
+    if (this.socket.readyState === WebSocket.OPEN || this.socket.readyState === WebSocket.CONNECTING)
+      this.socket.close(1000);
     const timer = setTimeout(() => this.socket.terminate(), 2_000);
     return this.closed.finally(() => clearTimeout(timer));
   }

@@ -17,8 +17,16 @@ export interface ResourceProcess {
 
 const live = new Set<LocalProcess>();
 
-export async function startResource(options: { clusterFile: string; dataDir: string; args?: string[] }): Promise<ResourceProcess> {
-  const server = await startLocalResource({ clusterFile: options.clusterFile, dataDir: options.dataDir, extraArgs: options.args });
+export async function startResource(options: {
+  clusterFile: string;
+  dataDir: string;
+  args?: string[];
+}): Promise<ResourceProcess> {
+  const server = await startLocalResource({
+    clusterFile: options.clusterFile,
+    dataDir: options.dataDir,
+    extraArgs: options.args,
+  });
   live.add(server);
   return {
     url: server.url,

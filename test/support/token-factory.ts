@@ -26,7 +26,11 @@ export interface TestHolder {
 
 export function makeHolder(secretKey: Uint8Array = ed25519.utils.randomSecretKey()): TestHolder {
   const secret = secretKey.slice();
-  return { publicKey: ed25519.getPublicKey(secret), secretKey: secret, sign: (message) => ed25519.sign(message, secret) };
+  return {
+    publicKey: ed25519.getPublicKey(secret),
+    secretKey: secret,
+    sign: (message) => ed25519.sign(message, secret),
+  };
 }
 
 export interface TokenFields {
@@ -61,7 +65,12 @@ export interface TokenFactoryOptions {
 }
 
 function grantOf(cluster: Cluster, fields: TokenFields, fallback: TestHolder): Grant {
-  const holder = fields.holder === undefined ? fallback.publicKey : fields.holder instanceof Uint8Array ? fields.holder : fields.holder.publicKey;
+  const holder =
+    fields.holder === undefined
+      ? fallback.publicKey
+      : fields.holder instanceof Uint8Array
+        ? fields.holder
+        : fields.holder.publicKey;
   return { clusterId: cluster.id, resource: fields.resource, epoch: BigInt(fields.epoch), holder };
 }
 
@@ -86,7 +95,10 @@ export function makeTokenFactory(options: TokenFactoryOptions = {}): TokenFactor
     const id = `${grant.resource}\u0000${grant.epoch}\u0000${toHex(grant.holder)}`;
     let token = memo.get(id);
     if (!token) {
-      token = issueWithSigners(fields, Array.from({ length: cluster.t }, (_, k) => k + 1));
+      token = issueWithSigners(
+        fields,
+        Array.from({ length: cluster.t }, (_, k) => k + 1),
+      );
       memo.set(id, token);
     }
     return token;

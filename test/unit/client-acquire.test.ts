@@ -26,7 +26,11 @@ type Body = { [K in RequestKind]: RequestBody<K> }[RequestKind];
 type Script = (body: Body, index: number) => ReplicaAnswer<RequestKind> | Promise<ReplicaAnswer<RequestKind>>;
 
 const READY: ConnectionState = { phase: 'ready', failures: 0, lastFailure: undefined };
-const DOWN: ConnectionState = { phase: 'backoff', failures: 1, lastFailure: { kind: 'unreachable', message: 'refused' } };
+const DOWN: ConnectionState = {
+  phase: 'backoff',
+  failures: 1,
+  lastFailure: { kind: 'unreachable', message: 'refused' },
+};
 
 class ScriptedChannel implements ReplicaChannel {
   readonly requests: Body[] = [];
@@ -48,11 +52,26 @@ function reply(outcome: AcquireOutcome | StatusOutcome | { status: 'released' })
 /** An honest replica's partial on the grant this request asks for. */
 function granted(body: Body, index: number): ReplicaAnswer<RequestKind> {
   const b = body as RequestBody<'acquire'>;
-  return reply({ status: 'granted', partial: dealt.partial(index, { clusterId: dealt.cluster.id, resource: b.resource, epoch: b.epoch, holder: identity.publicKey }).bytes });
+  return reply({
+    status: 'granted',
+    partial: dealt.partial(index, {
+      clusterId: dealt.cluster.id,
+      resource: b.resource,
+      epoch: b.epoch,
+      holder: identity.publicKey,
+    }).bytes,
+  });
 }
 
 function context(scripts: (Script | 'down')[]): { ctx: QuorumContext; channels: ScriptedChannel[] } {
-  const channels = scripts.map((s, k) => new ScriptedChannel(k + 1, s === 'down' ? DOWN : READY, s === 'down' ? () => ({ kind: 'unreachable', message: 'down' }) : s));
+  const channels = scripts.map(
+    (s, k) =>
+      new ScriptedChannel(
+        k + 1,
+        s === 'down' ? DOWN : READY,
+        s === 'down' ? () => ({ kind: 'unreachable', message: 'down' }) : s,
+      ),
+  );
   const ctx: QuorumContext = {
     cluster: dealt.cluster,
     backend,
@@ -86,7 +105,10 @@ describe('acquire: epoch choice from untrusted answers', () => {
   it('asks for the (f+1)-th largest status epoch plus one, and returns a token that verifies', async () => {
     const { ctx, channels } = context([honest(5n), honest(5n), honest(5n), honest(4n)]);
     const result = await acquire(ctx);
-    expect(result.ok, JSON.stringify(result, (_, v) => (typeof v === 'bigint' ? String(v) : v))).toBe(true);
+    expect(
+      result.ok,
+      JSON.stringify(result, (_, v) => (typeof v === 'bigint' ? String(v) : v)),
+    ).toBe(true);
     if (!result.ok) return;
     expect(result.grant.token.grant.epoch).toBe(6n);
     expect(verifyToken(result.grant.token, dealt.cluster).ok).toBe(true);
@@ -99,7 +121,9 @@ describe('acquire: epoch choice from untrusted answers', () => {
 
   it('is not pushed to a huge epoch by a liar', async () => {
     const liar: Script = (body) =>
-      body.type === 'status' ? reply({ status: 'ok', epoch: MAX_EPOCH - 1n, leased: false, remainingMs: 0 }) : reply({ status: 'stale', epoch: MAX_EPOCH - 1n });
+      body.type === 'status'
+        ? reply({ status: 'ok', epoch: MAX_EPOCH - 1n, leased: false, remainingMs: 0 })
+        : reply({ status: 'stale', epoch: MAX_EPOCH - 1n });
     const { ctx } = context([honest(2n), liar, honest(2n), honest(2n)]);
     const result = await acquire(ctx);
     expect(result.ok && result.grant.token.grant.epoch).toBe(3n);
@@ -109,15 +133,15 @@ describe('acquire: epoch choice from untrusted answers', () => {
 describe('acquire: split votes and stale answers retry at a higher epoch', () => {
   it('releases the partial grants it got before retrying, and never asks for a released epoch again', async () => {
     // Replicas 3 and 4 signed someone else at epoch 1 (their answer: stale 1); 1 and 2 grant epoch 1 to us.
-    let round = 0;
     const otherWonOne: Script = (body, index) => {
       if (body.type === 'status') return reply({ status: 'ok', epoch: 0n, leased: false, remainingMs: 0 });
-      if (body.type === 'acquire') return body.epoch > 1n ? granted(body, index) : reply({ status: 'stale', epoch: 1n });
+      if (body.type === 'acquire')
+        return body.epoch > 1n ? granted(body, index) : reply({ status: 'stale', epoch: 1n });
       return reply({ status: 'released' });
     };
     const weWonOne: Script = (body, index) => {
       if (body.type === 'status') return reply({ status: 'ok', epoch: 0n, leased: false, remainingMs: 0 });
-      if (body.type === 'acquire') return (round++, granted(body, index));
+      if (body.type === 'acquire') return granted(body, index);
       return reply({ status: 'released' });
     };
     const { ctx, channels } = context([weWonOne, weWonOne, otherWonOne, otherWonOne]);
@@ -130,9 +154,13 @@ describe('acquire: split votes and stale answers retry at a higher epoch', () =>
 });
 
 describe('acquire: busy', () => {
-  it('waits for the (f+1)-th smallest remaining time, not a liar\'s 0, and returns busy when the wait is used up', async () => {
-    const leased = (remainingMs: number): Script => (body) =>
-      body.type === 'status' ? reply({ status: 'ok', epoch: 9n, leased: true, remainingMs }) : reply({ status: 'busy', epoch: 9n, remainingMs });
+  it("waits for the (f+1)-th smallest remaining time, not a liar's 0, and returns busy when the wait is used up", async () => {
+    const leased =
+      (remainingMs: number): Script =>
+      (body) =>
+        body.type === 'status'
+          ? reply({ status: 'ok', epoch: 9n, leased: true, remainingMs })
+          : reply({ status: 'busy', epoch: 9n, remainingMs });
     const { ctx } = context([leased(0), leased(400), leased(450), leased(480)]);
     const started = performance.now();
     const result = await acquire(ctx, 0);
@@ -144,8 +172,10 @@ describe('acquire: busy', () => {
     let endsAt = performance.now() + 150;
     const leaseEnds: Script = (body, index) => {
       const remaining = Math.max(0, Math.ceil(endsAt - performance.now()));
-      if (body.type === 'status') return reply({ status: 'ok', epoch: 4n, leased: remaining > 0, remainingMs: remaining });
-      if (body.type === 'acquire') return remaining > 0 ? reply({ status: 'busy', epoch: 4n, remainingMs: remaining }) : granted(body, index);
+      if (body.type === 'status')
+        return reply({ status: 'ok', epoch: 4n, leased: remaining > 0, remainingMs: remaining });
+      if (body.type === 'acquire')
+        return remaining > 0 ? reply({ status: 'busy', epoch: 4n, remainingMs: remaining }) : granted(body, index);
       return reply({ status: 'released' });
     };
     const { ctx } = context([leaseEnds, leaseEnds, leaseEnds, leaseEnds]);
@@ -189,7 +219,8 @@ describe('acquire: refusals and unavailability', () => {
 
 describe('acquire under contention: leader-first, and a lying leader cannot stall it', () => {
   const leader = leaderOf('orders', 4);
-  const contendedBefore = (ctx: QuorumContext, epoch: bigint) => ctx.epochHints.set('orders', { epoch, contended: true });
+  const contendedBefore = (ctx: QuorumContext, epoch: bigint) =>
+    ctx.epochHints.set('orders', { epoch, contended: true });
 
   it('a contended resource asks its leader first, then the others once the leader granted', async () => {
     const { ctx, channels } = context([honest(3n), honest(3n), honest(3n), honest(3n)]);
@@ -201,7 +232,9 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
 
   it('a leader that says busy to everyone costs at most the leader-first window', async () => {
     const liar: Script = (body) =>
-      body.type === 'status' ? reply({ status: 'ok', epoch: 3n, leased: true, remainingMs: 60_000 }) : reply({ status: 'busy', epoch: 3n, remainingMs: 60_000 });
+      body.type === 'status'
+        ? reply({ status: 'ok', epoch: 3n, leased: true, remainingMs: 60_000 })
+        : reply({ status: 'busy', epoch: 3n, remainingMs: 60_000 });
     const scripts = [honest(3n), honest(3n), honest(3n), honest(3n)];
     scripts[leader - 1] = liar;
     const { ctx } = context(scripts);
@@ -215,7 +248,9 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
   it('a leader that reports a made-up epoch cannot keep the client away from the honest one', async () => {
     const huge = 1n << 62n;
     const liar: Script = (body) =>
-      body.type === 'status' ? reply({ status: 'ok', epoch: huge, leased: false, remainingMs: 0 }) : reply({ status: 'stale', epoch: huge });
+      body.type === 'status'
+        ? reply({ status: 'ok', epoch: huge, leased: false, remainingMs: 0 })
+        : reply({ status: 'stale', epoch: huge });
     const scripts = [honest(3n), honest(3n), honest(3n), honest(3n)];
     scripts[leader - 1] = liar;
     const { ctx } = context(scripts);

@@ -47,7 +47,11 @@ describe('connection state machine', () => {
   it('close is final', () => {
     const closed = run([{ type: 'close' }]);
     expect(closed.phase).toBe('closed');
-    for (const event of [...handshake, { type: 'retry' } as const, { type: 'failed', kind: 'closed', message: 'x' } as const]) {
+    for (const event of [
+      ...handshake,
+      { type: 'retry' } as const,
+      { type: 'failed', kind: 'closed', message: 'x' } as const,
+    ]) {
       expect(transition(closed, event)).toBe(closed);
     }
   });

@@ -4,12 +4,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createIdentityFile, generateIdentity, identityFromSecretKey, IDENTITY_FORMAT, loadIdentityFile, parseIdentity } from '../../src/client/identity.js';
+import {
+  createIdentityFile,
+  generateIdentity,
+  identityFromSecretKey,
+  IDENTITY_FORMAT,
+  loadIdentityFile,
+  parseIdentity,
+} from '../../src/client/identity.js';
 import { codeOf } from '../support/error-code.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'qf-client-identity-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
 
 describe('client identity', () => {
   it('signs with Ed25519 under its public key', () => {
@@ -47,10 +53,18 @@ describe('client identity', () => {
     const secret = '11'.repeat(32);
     const publicKey = identityFromSecretKey(new Uint8Array(32).fill(0x11)).publicKeyHex;
     expect(parseIdentity({ format: IDENTITY_FORMAT, publicKey, secretKey: secret }).publicKeyHex).toBe(publicKey);
-    expect(codeOf(() => parseIdentity({ format: 'quorumfence/identity/v9', publicKey, secretKey: secret }))).toBe('UNKNOWN_VERSION');
-    expect(codeOf(() => parseIdentity({ format: IDENTITY_FORMAT, publicKey: good.publicKeyHex, secretKey: secret }))).toBe('BAD_KEY_FILE');
-    expect(codeOf(() => parseIdentity({ format: IDENTITY_FORMAT, publicKey, secretKey: 'AB'.repeat(32) }))).toBe('BAD_KEY_FILE');
-    expect(codeOf(() => parseIdentity({ format: IDENTITY_FORMAT, publicKey, secretKey: '11'.repeat(31) }))).toBe('BAD_KEY_FILE');
+    expect(codeOf(() => parseIdentity({ format: 'quorumfence/identity/v9', publicKey, secretKey: secret }))).toBe(
+      'UNKNOWN_VERSION',
+    );
+    expect(
+      codeOf(() => parseIdentity({ format: IDENTITY_FORMAT, publicKey: good.publicKeyHex, secretKey: secret })),
+    ).toBe('BAD_KEY_FILE');
+    expect(codeOf(() => parseIdentity({ format: IDENTITY_FORMAT, publicKey, secretKey: 'AB'.repeat(32) }))).toBe(
+      'BAD_KEY_FILE',
+    );
+    expect(codeOf(() => parseIdentity({ format: IDENTITY_FORMAT, publicKey, secretKey: '11'.repeat(31) }))).toBe(
+      'BAD_KEY_FILE',
+    );
     expect(codeOf(() => parseIdentity([]))).toBe('BAD_KEY_FILE');
   });
 });

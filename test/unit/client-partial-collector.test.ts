@@ -40,7 +40,7 @@ describe('partial collection: combine optimistically, verify once', () => {
     expect(evidence.list()).toEqual([]);
   });
 
-  it('names a replica that sent another replica\'s partial, and succeeds once an honest one arrives', () => {
+  it("names a replica that sent another replica's partial, and succeeds once an honest one arrives", () => {
     const grant = grantFor(holderA);
     const { collector, evidence } = collectorFor(grant);
     collector.add(1, dealt.partial(1, grant).bytes);
@@ -95,8 +95,15 @@ describe('evidence of equivocation', () => {
     expect(proof).toMatchObject({ kind: 'equivocation', replica: 3 });
     expect(verifyEquivocation(proof, cluster)).toBe(true);
     // Tampering with either half breaks the proof.
-    expect(verifyEquivocation({ ...proof, partial: dealt.partial(3, grantFor(holderB, 4n)).bytes }, cluster)).toBe(false);
-    expect(verifyEquivocation({ ...proof, conflicting: { ...proof.conflicting!, grant: grantFor(holderB, 3n, 'other') } }, cluster)).toBe(false);
+    expect(verifyEquivocation({ ...proof, partial: dealt.partial(3, grantFor(holderB, 4n)).bytes }, cluster)).toBe(
+      false,
+    );
+    expect(
+      verifyEquivocation(
+        { ...proof, conflicting: { ...proof.conflicting!, grant: grantFor(holderB, 3n, 'other') } },
+        cluster,
+      ),
+    ).toBe(false);
     expect(verifyEquivocation({ ...proof, replica: 2 }, cluster)).toBe(false);
   });
 
@@ -115,7 +122,14 @@ describe('evidence of equivocation', () => {
   it('keeps a bounded number of items, oldest dropped first', () => {
     const log = new EvidenceLog({ maxEvidence: 2 });
     const grant = grantFor(holderA);
-    for (const replica of [1, 2, 3]) log.record({ kind: 'invalid_partial', replica, grant, grantMessage: grantMessage(grant), partial: new Uint8Array(96) });
+    for (const replica of [1, 2, 3])
+      log.record({
+        kind: 'invalid_partial',
+        replica,
+        grant,
+        grantMessage: grantMessage(grant),
+        partial: new Uint8Array(96),
+      });
     expect(log.list().map((e) => e.replica)).toEqual([2, 3]);
   });
 });

@@ -7,7 +7,6 @@ import { expiryMarginMs, localExpiry, renewalTime } from '../../src/client/lease
 import { DEFAULT_CLIENT_OPTIONS, resolveClientOptions } from '../../src/client/options.js';
 import { codeOf } from '../support/error-code.js';
 
-
 describe('epoch choice: the (f+1)-th largest reported epoch, plus one', () => {
   it('takes the (f+1)-th largest', () => {
     expect(chooseEpoch([5n, 5n, 5n], 1)).toBe(6n);

@@ -5,7 +5,12 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadBackend } from '../../src/crypto/load.js';
 import { combinePartials } from '../../src/crypto/threshold.js';
-import { clusterToJson, parseCluster, withEndpoints, type ClusterDescriptionJson } from '../../src/cluster/description.js';
+import {
+  clusterToJson,
+  parseCluster,
+  withEndpoints,
+  type ClusterDescriptionJson,
+} from '../../src/cluster/description.js';
 import { parseReplicaKey, replicaKeyJson } from '../../src/cluster/replica-key.js';
 import { isQuorumFenceError } from '../../src/common/errors.js';
 import { grantMessage, makeGrant } from '../../src/token/grant.js';
@@ -15,6 +20,7 @@ const backend = loadBackend();
 let dealt: DealtCluster;
 let json: ClusterDescriptionJson;
 
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- mutations reach into arbitrary nested fields of parsed JSON
 function failure(mutate: (d: Record<string, any>) => void): { code: string; field: unknown; message: string } {
   const copy = JSON.parse(JSON.stringify(json));
   mutate(copy);
@@ -36,7 +42,10 @@ describe('cluster description', () => {
   it('parses what it writes, and the id ignores endpoints', () => {
     const parsed = parseCluster(json, { backend });
     expect(parsed.idHex).toBe(json.clusterId);
-    const moved = withEndpoints(parsed, parsed.replicas.map((_, k) => `wss://replica-${k}.example:443`));
+    const moved = withEndpoints(
+      parsed,
+      parsed.replicas.map((_, k) => `wss://replica-${k}.example:443`),
+    );
     expect(parseCluster(clusterToJson(moved), { backend }).idHex).toBe(json.clusterId);
   });
 
@@ -51,8 +60,14 @@ describe('cluster description', () => {
   });
 
   it('names the bad point field', () => {
-    expect(failure((d) => (d.groupPublicKey = d.groupPublicKey.slice(2)))).toMatchObject({ code: 'BAD_CLUSTER', field: 'groupPublicKey' });
-    expect(failure((d) => (d.commitments[1] = 'c0' + '00'.repeat(47)))).toMatchObject({ code: 'BAD_CLUSTER', field: 'commitments[1]' });
+    expect(failure((d) => (d.groupPublicKey = d.groupPublicKey.slice(2)))).toMatchObject({
+      code: 'BAD_CLUSTER',
+      field: 'groupPublicKey',
+    });
+    expect(failure((d) => (d.commitments[1] = 'c0' + '00'.repeat(47)))).toMatchObject({
+      code: 'BAD_CLUSTER',
+      field: 'commitments[1]',
+    });
     expect(failure((d) => (d.replicas[2].publicKeyShare = d.replicas[2].publicKeyShare.toUpperCase()))).toMatchObject({
       code: 'BAD_CLUSTER',
       field: 'replicas[2].publicKeyShare',
@@ -62,7 +77,10 @@ describe('cluster description', () => {
 
   it('refuses shares that do not match the Feldman commitments', () => {
     const swapped = failure((d) => {
-      [d.replicas[1].publicKeyShare, d.replicas[4].publicKeyShare] = [d.replicas[4].publicKeyShare, d.replicas[1].publicKeyShare];
+      [d.replicas[1].publicKeyShare, d.replicas[4].publicKeyShare] = [
+        d.replicas[4].publicKeyShare,
+        d.replicas[1].publicKeyShare,
+      ];
     });
     expect(swapped).toMatchObject({ code: 'BAD_CLUSTER', field: 'replicas[1].publicKeyShare' });
     expect(swapped.message).toMatch(/replicas 2, 5/);
@@ -75,8 +93,14 @@ describe('cluster description', () => {
   });
 
   it('refuses bad endpoints and misordered replicas', () => {
-    expect(failure((d) => (d.replicas[0].endpoint = 'http://x'))).toMatchObject({ code: 'BAD_CLUSTER', field: 'replicas[0].endpoint' });
-    expect(failure((d) => (d.replicas[0].endpoint = 42))).toMatchObject({ code: 'BAD_CLUSTER', field: 'replicas[0].endpoint' });
+    expect(failure((d) => (d.replicas[0].endpoint = 'http://x'))).toMatchObject({
+      code: 'BAD_CLUSTER',
+      field: 'replicas[0].endpoint',
+    });
+    expect(failure((d) => (d.replicas[0].endpoint = 42))).toMatchObject({
+      code: 'BAD_CLUSTER',
+      field: 'replicas[0].endpoint',
+    });
     expect(failure((d) => d.replicas.reverse())).toMatchObject({ code: 'BAD_CLUSTER', field: 'replicas[0].index' });
     expect(failure((d) => (d.replicas = 'none'))).toMatchObject({ code: 'BAD_CLUSTER', field: 'replicas' });
   });
@@ -105,7 +129,10 @@ describe('cluster sizes N = 4 .. 31', () => {
     const t = (2 * n + 1) / 3;
     const grant = makeGrant({ clusterId: cluster.cluster.id, resource: 'r', epoch: 1n, holder: new Uint8Array(32) });
     // The last t replicas: the signer set with the largest coefficients.
-    const partials = Array.from({ length: t }, (_, k) => n - k).map((index) => ({ index, signature: cluster.partial(index, grant) }));
+    const partials = Array.from({ length: t }, (_, k) => n - k).map((index) => ({
+      index,
+      signature: cluster.partial(index, grant),
+    }));
     const combined = combinePartials(backend, n, partials)!;
     expect(backend.verify(cluster.cluster.groupPublicKey, grantMessage(grant), combined)).toBe(true);
   });

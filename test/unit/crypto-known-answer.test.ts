@@ -10,7 +10,9 @@ import { parseCluster } from '../../src/cluster/description.js';
 import { checkToken, decodeTokenText } from '../../src/token/admission-token.js';
 import { computeKnownAnswer, type KnownAnswer } from '../support/known-answer.js';
 
-const fixture = JSON.parse(readFileSync(new URL('../fixtures/known-answer-v1.json', import.meta.url), 'utf8')) as KnownAnswer;
+const fixture = JSON.parse(
+  readFileSync(new URL('../fixtures/known-answer-v1.json', import.meta.url), 'utf8'),
+) as KnownAnswer;
 
 describe.each(['blst', 'noble'] as const)('known-answer vectors (%s)', (name) => {
   const backend = loadBackend(name);

@@ -13,7 +13,6 @@ const backends = [loadBackend('noble'), loadBackend('blst')];
 const Fp = bls12_381.fields.Fp;
 const Fp2 = bls12_381.fields.Fp2;
 
-
 /** A compressed G1 encoding of some x: on the curve (y² = x³ + 4) or not, as asked. */
 function g1Encoding(onCurve: boolean): Uint8Array {
   for (let x = 1n; x < 1000n; x++) {

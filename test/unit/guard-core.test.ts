@@ -125,7 +125,8 @@ describe('proof of possession: the transcript', () => {
       { tokenDigest: sha256(new Uint8Array([2])) },
       { counter: 8n },
     ];
-    for (const change of changes) expect(verifyRequestProof(holder.publicKey, { ...fields, ...change }, proof.signature)).toBe(false);
+    for (const change of changes)
+      expect(verifyRequestProof(holder.publicKey, { ...fields, ...change }, proof.signature)).toBe(false);
   });
 
   test('another key does not verify, and garbage keys or signatures return false', () => {
@@ -199,14 +200,27 @@ describe('token verifier cache', () => {
     expect(verifier.verify(undefined)).toMatchObject({ ok: false, reason: 'missing_token' });
     expect(verifier.verify('')).toMatchObject({ ok: false, reason: 'missing_token' });
     expect(verifier.verify('not base64!')).toMatchObject({ ok: false, reason: 'malformed', code: 'BAD_ENCODING' });
-    expect(verifier.verify('A'.repeat(MAX_TOKEN_TEXT_LENGTH + 1))).toMatchObject({ ok: false, reason: 'malformed', code: 'BAD_LENGTH' });
-    expect(verifier.verify(toBase64Url(token.bytes.subarray(0, token.bytes.length - 1)))).toMatchObject({ reason: 'malformed', code: 'BAD_LENGTH' });
+    expect(verifier.verify('A'.repeat(MAX_TOKEN_TEXT_LENGTH + 1))).toMatchObject({
+      ok: false,
+      reason: 'malformed',
+      code: 'BAD_LENGTH',
+    });
+    expect(verifier.verify(toBase64Url(token.bytes.subarray(0, token.bytes.length - 1)))).toMatchObject({
+      reason: 'malformed',
+      code: 'BAD_LENGTH',
+    });
     const badVersion = token.bytes.slice();
     badVersion[0] = 2;
     expect(verifier.verify(badVersion)).toMatchObject({ reason: 'malformed', code: 'UNKNOWN_VERSION' });
-    expect(verifier.verify(other.issueText({ resource: 'r', epoch: 6 }))).toMatchObject({ ok: false, reason: 'wrong_cluster' });
+    expect(verifier.verify(other.issueText({ resource: 'r', epoch: 6 }))).toMatchObject({
+      ok: false,
+      reason: 'wrong_cluster',
+    });
     // Fewer than t shares: a forgery attempt.
-    expect(verifier.verify(factory.issueWithSigners({ resource: 'r', epoch: 6 }, [1, 2]).bytes)).toMatchObject({ ok: false, reason: 'bad_token' });
+    expect(verifier.verify(factory.issueWithSigners({ resource: 'r', epoch: 6 }, [1, 2]).bytes)).toMatchObject({
+      ok: false,
+      reason: 'bad_token',
+    });
   });
 });
 
@@ -217,7 +231,15 @@ describe('S6 no clocks at the guard', () => {
     const core = new GuardCore(factory.cluster);
     const holder = makeHolder();
     const token = factory.issue({ resource: 'r', epoch: 8, holder });
-    const fields = { audience: '', method: 'PUT', resource: 'r', key: 'k', bodyDigest: bodyDigest(new Uint8Array()), tokenDigest: sha256(token.bytes), counter: 1n };
+    const fields = {
+      audience: '',
+      method: 'PUT',
+      resource: 'r',
+      key: 'k',
+      bodyDigest: bodyDigest(new Uint8Array()),
+      tokenDigest: sha256(token.bytes),
+      counter: 1n,
+    };
     const proof = signRequest(holder, fields);
     const trap = () => {
       throw new Error('the guard read a clock');

@@ -23,12 +23,22 @@ const text = (value: Uint8Array | undefined) => (value === undefined ? undefined
 const dirs: string[] = [];
 let guard: LmdbGuard;
 
-async function openGuard(options: LmdbGuardOptions = {}, dir = mkdtempSync(join(tmpdir(), 'qf-guard-'))): Promise<LmdbGuard> {
+async function openGuard(
+  options: LmdbGuardOptions = {},
+  dir = mkdtempSync(join(tmpdir(), 'qf-guard-')),
+): Promise<LmdbGuard> {
   dirs.push(dir);
   return LmdbGuard.open(dir, factory.cluster, options);
 }
 
-function put(g: LmdbGuard, token: string | Uint8Array | undefined, resource: string, key: string, value: string, extra: object = {}) {
+function put(
+  g: LmdbGuard,
+  token: string | Uint8Array | undefined,
+  resource: string,
+  key: string,
+  value: string,
+  extra: object = {},
+) {
   return g.write({ token, resource, op: 'put', key, ...extra }, (tx) => {
     tx.put(key, bytes(value));
   });
@@ -81,7 +91,12 @@ describe('S4 fencing: LMDB store decisions', () => {
       await put(guard, truncated, 'r', 'k', 'x'),
       await put(guard, factory.issueWithSigners({ resource: 'r', epoch: 3 }, [2, 3]).bytes, 'r', 'k', 'x'),
     ];
-    expect(results.map((r) => (r.ok ? 'ok' : r.reason))).toEqual(['missing_token', 'malformed', 'malformed', 'bad_token']);
+    expect(results.map((r) => (r.ok ? 'ok' : r.reason))).toEqual([
+      'missing_token',
+      'malformed',
+      'malformed',
+      'bad_token',
+    ]);
     expect(results.map((r) => (r.ok ? null : r.errorCode))).toEqual([null, 'BAD_ENCODING', 'BAD_LENGTH', null]);
     expect(guard.read('r', 'k')).toBeUndefined();
     expect(guard.barrier('r')).toBeUndefined();
@@ -128,7 +143,9 @@ describe('S4 fencing: LMDB store decisions', () => {
     expect(text(guard.read('r', 'k')?.value)).toBe('one');
     expect(guard.read('r', 'k2')).toBeUndefined();
     expect(guard.barrier('r')?.epoch).toBe(1n);
-    expect(guard.readLog({ after: 1 })).toMatchObject([{ seq: 2, outcome: 'aborted', barrierBefore: '1', barrierAfter: '1' }]);
+    expect(guard.readLog({ after: 1 })).toMatchObject([
+      { seq: 2, outcome: 'aborted', barrierBefore: '1', barrierAfter: '1' },
+    ]);
   });
 
   test('an asynchronous mutation is refused: it would run outside the transaction', async () => {
@@ -156,13 +173,25 @@ describe('S4 fencing: LMDB store decisions', () => {
 
   test('compare-and-set: a failed ifVersion is refused and changes nothing; versions never repeat after a delete', async () => {
     const token = factory.issueText({ resource: 'r', epoch: 1 });
-    expect(await put(guard, token, 'r', 'k', 'a', { ifVersion: { key: 'k', version: 0 } })).toMatchObject({ ok: true, version: 1 });
-    expect(await put(guard, token, 'r', 'k', 'b', { ifVersion: { key: 'k', version: 0 } })).toMatchObject({ ok: false, reason: 'version_mismatch' });
-    expect(await put(guard, token, 'r', 'k', 'c', { ifVersion: { key: 'k', version: 1 } })).toMatchObject({ ok: true, version: 3 });
+    expect(await put(guard, token, 'r', 'k', 'a', { ifVersion: { key: 'k', version: 0 } })).toMatchObject({
+      ok: true,
+      version: 1,
+    });
+    expect(await put(guard, token, 'r', 'k', 'b', { ifVersion: { key: 'k', version: 0 } })).toMatchObject({
+      ok: false,
+      reason: 'version_mismatch',
+    });
+    expect(await put(guard, token, 'r', 'k', 'c', { ifVersion: { key: 'k', version: 1 } })).toMatchObject({
+      ok: true,
+      version: 3,
+    });
     await guard.write({ token, resource: 'r', op: 'delete', key: 'k' }, (tx) => tx.remove('k'));
     const again = await put(guard, token, 'r', 'k', 'd', { ifVersion: { key: 'k', version: 0 } });
     expect(again).toMatchObject({ ok: true, version: 5 });
-    expect(await put(guard, token, 'r', 'k', 'e', { ifVersion: { key: 'k', version: 1 } })).toMatchObject({ ok: false, reason: 'version_mismatch' });
+    expect(await put(guard, token, 'r', 'k', 'e', { ifVersion: { key: 'k', version: 1 } })).toMatchObject({
+      ok: false,
+      reason: 'version_mismatch',
+    });
     expect(text(guard.read('r', 'k')?.value)).toBe('d');
   });
 
@@ -180,7 +209,7 @@ describe('S4 fencing: LMDB store decisions', () => {
     const token = factory.issueText({ resource: 'r', epoch: 1 });
     await Promise.all(Array.from({ length: 25 }, (_, i) => put(guard, token, 'r', `k${i}`, 'v')));
     const seqs: number[] = [];
-    for (let after = 0; ; ) {
+    for (let after = 0; ;) {
       const page = guard.readLog({ after, limit: 10 });
       if (page.length === 0) break;
       seqs.push(...page.map((e) => e.seq));
@@ -201,14 +230,18 @@ describe('S4 fencing: LMDB store decisions', () => {
       [{ token, resource: 'r', ifVersion: { key: 'k', version: -1 } }, 'INVALID_ARGUMENT'],
     ];
     for (const [request, code] of attempts) {
-      await expect(guard.write(request as never)).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, code as never));
+      await expect(guard.write(request as never)).rejects.toSatisfy((e: unknown) =>
+        isQuorumFenceError(e, code as never),
+      );
     }
     expect(guard.lastSeq()).toBe(0);
   });
 
   test('a closed store refuses writes with CLOSED', async () => {
     await guard.close();
-    await expect(put(guard, factory.issueText({ resource: 'r', epoch: 1 }), 'r', 'k', 'x')).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, 'CLOSED'));
+    await expect(put(guard, factory.issueText({ resource: 'r', epoch: 1 }), 'r', 'k', 'x')).rejects.toSatisfy(
+      (e: unknown) => isQuorumFenceError(e, 'CLOSED'),
+    );
   });
 });
 
@@ -226,8 +259,16 @@ describe('S1 uniqueness violated upstream: the conflict alarm', () => {
       expect(r).toMatchObject({ ok: false, reason: 'conflict', barrier: 7n });
       expect(text(g.read('r', 'k')?.value)).toBe('first');
       const [, entry] = g.readLog();
-      expect(entry).toMatchObject({ outcome: 'conflict', token: tokenToText(second), conflictingToken: tokenToText(first) });
-      expect(lines.find((l) => l.level === 50)).toMatchObject({ resource: 'r', epoch: '7', conflictingToken: tokenToText(first) });
+      expect(entry).toMatchObject({
+        outcome: 'conflict',
+        token: tokenToText(second),
+        conflictingToken: tokenToText(first),
+      });
+      expect(lines.find((l) => l.level === 50)).toMatchObject({
+        resource: 'r',
+        epoch: '7',
+        conflictingToken: tokenToText(first),
+      });
       const text_ = await metrics.registry.metrics();
       expect(text_).toMatch(/quorumfence_guard_conflicts_total\{resource="r",cluster="[0-9a-f]+"\} 1/);
       expect(text_).toMatch(/quorumfence_guard_attempts_total\{op="put",outcome="conflict",cluster="[0-9a-f]+"\} 1/);
@@ -263,7 +304,13 @@ describe('proof of possession (LMDB store)', () => {
       counter,
     });
     return guard.write(
-      { token: token.bytes, resource: 'r', key, op: 'put', proof: { method: 'PUT', bodyDigest: digest, counter, signature: proof.signature } },
+      {
+        token: token.bytes,
+        resource: 'r',
+        key,
+        op: 'put',
+        proof: { method: 'PUT', bodyDigest: digest, counter, signature: proof.signature },
+      },
       (tx) => tx.put(key, body),
     );
   }
@@ -280,7 +327,7 @@ describe('proof of possession (LMDB store)', () => {
     expect(text(guard.read('r', 'k')?.value)).toBe('second');
   });
 
-  test('the token presented with another key\'s signature is refused as bad_proof', async () => {
+  test("the token presented with another key's signature is refused as bad_proof", async () => {
     expect(await signedPut(stranger, 1n)).toMatchObject({ ok: false, reason: 'bad_proof' });
     expect(guard.read('r', 'k')).toBeUndefined();
     expect(guard.barrier('r')).toBeUndefined();
@@ -288,9 +335,22 @@ describe('proof of possession (LMDB store)', () => {
 
   test('a signature over another body does not pass', async () => {
     const digest = bodyDigest(bytes('signed body'));
-    const proof = signRequest(holder, { audience: 'kv-test', method: 'PUT', resource: 'r', key: 'k', bodyDigest: digest, tokenDigest: sha256(token.bytes), counter: 1n });
+    const proof = signRequest(holder, {
+      audience: 'kv-test',
+      method: 'PUT',
+      resource: 'r',
+      key: 'k',
+      bodyDigest: digest,
+      tokenDigest: sha256(token.bytes),
+      counter: 1n,
+    });
     const r = await guard.write(
-      { token: token.bytes, resource: 'r', key: 'k', proof: { method: 'PUT', bodyDigest: bodyDigest(bytes('other body')), counter: 1n, signature: proof.signature } },
+      {
+        token: token.bytes,
+        resource: 'r',
+        key: 'k',
+        proof: { method: 'PUT', bodyDigest: bodyDigest(bytes('other body')), counter: 1n, signature: proof.signature },
+      },
       (tx) => tx.put('k', bytes('other body')),
     );
     expect(r).toMatchObject({ ok: false, reason: 'bad_proof' });
@@ -313,7 +373,9 @@ describe('store identity', () => {
     const g = await LmdbGuard.open(dir, factory.cluster);
     await g.close();
     const other = makeTokenFactory();
-    await expect(LmdbGuard.open(dir, other.cluster)).rejects.toSatisfy((e: unknown) => isQuorumFenceError(e, 'CLUSTER_MISMATCH'));
+    await expect(LmdbGuard.open(dir, other.cluster)).rejects.toSatisfy((e: unknown) =>
+      isQuorumFenceError(e, 'CLUSTER_MISMATCH'),
+    );
     const again = await LmdbGuard.open(dir, factory.cluster);
     await again.close();
   });
@@ -328,7 +390,11 @@ describe('store identity', () => {
     try {
       expect(text(g.read('r', 'k')?.value)).toBe('kept');
       expect(g.barrier('r')?.epoch).toBe(12n);
-      expect(await put(g, factory.issueText({ resource: 'r', epoch: 11 }), 'r', 'k', 'x')).toMatchObject({ ok: false, reason: 'stale', seq: 2 });
+      expect(await put(g, factory.issueText({ resource: 'r', epoch: 11 }), 'r', 'k', 'x')).toMatchObject({
+        ok: false,
+        reason: 'stale',
+        seq: 2,
+      });
     } finally {
       await g.close();
     }

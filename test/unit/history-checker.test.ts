@@ -25,12 +25,24 @@ interface Issued {
 function issue(resource: string, epoch: bigint, holderByte: number, signers = [1, 2, 3]): Issued {
   const holder = new Uint8Array(32).fill(holderByte);
   const grant = makeGrant({ clusterId: dealt.cluster.id, resource, epoch, holder });
-  const token = encodeToken(grant, combinePartials(backend, 4, signers.map((index) => ({ index, signature: dealt.partial(index, grant) })))!);
+  const token = encodeToken(
+    grant,
+    combinePartials(
+      backend,
+      4,
+      signers.map((index) => ({ index, signature: dealt.partial(index, grant) })),
+    )!,
+  );
   return { text: tokenToText(token), digest: toHex(tokenDigest(token)), epoch, holder: toHex(holder) };
 }
 
 let seq = 0;
-function entry(resource: string, token: Issued, outcome: GuardLogEntry['outcome'], extra: Partial<GuardLogEntry> = {}): GuardLogEntry {
+function entry(
+  resource: string,
+  token: Issued,
+  outcome: GuardLogEntry['outcome'],
+  extra: Partial<GuardLogEntry> = {},
+): GuardLogEntry {
   return {
     seq: ++seq,
     op: 'put',
@@ -59,7 +71,13 @@ describe('history checker', () => {
   it('passes a valid history: rising epochs, refusals, repeated writes with one token', () => {
     const a = issue('r', 1n, 1);
     const b = issue('r', 2n, 2);
-    const log = [entry('r', a, 'accepted'), entry('r', a, 'accepted'), entry('r', b, 'accepted'), entry('r', a, 'stale'), entry('other', a, 'wrong_resource')];
+    const log = [
+      entry('r', a, 'accepted'),
+      entry('r', a, 'accepted'),
+      entry('r', b, 'accepted'),
+      entry('r', a, 'stale'),
+      entry('other', a, 'wrong_resource'),
+    ];
     const history: History = {
       guardLogs: [log],
       capturedTokens: [a.text, b.text, a.text],
@@ -78,24 +96,36 @@ describe('history checker', () => {
     const result = checkHistory({ guardLogs: [log] }, dealt.cluster);
     expect(result.ok).toBe(false);
     if (result.ok) return;
-    expect(result.violations).toEqual([expect.objectContaining({ kind: 'epoch_went_down', earlier: log[0], later: log[1] })]);
-    expect(formatViolation(result.violations[0]!)).toMatch(/epoch went down.*\n.*epoch 5 accepted.*\n.*epoch 4 accepted/);
+    expect(result.violations).toEqual([
+      expect.objectContaining({ kind: 'epoch_went_down', earlier: log[0], later: log[1] }),
+    ]);
+    expect(formatViolation(result.violations[0]!)).toMatch(
+      /epoch went down.*\n.*epoch 5 accepted.*\n.*epoch 4 accepted/,
+    );
   });
 
   it('catches two valid tokens for one (resource, epoch), from captured tokens alone', () => {
     const a = issue('r', 7n, 1, [1, 2, 3]);
     const b = issue('r', 7n, 2, [2, 3, 4]);
-    const result = checkHistory({ guardLogs: [[]], capturedTokens: [a.text, issue('r', 8n, 1).text, b.text] }, dealt.cluster);
+    const result = checkHistory(
+      { guardLogs: [[]], capturedTokens: [a.text, issue('r', 8n, 1).text, b.text] },
+      dealt.cluster,
+    );
     expect(result.ok).toBe(false);
     if (result.ok) return;
-    expect(result.violations).toEqual([expect.objectContaining({ kind: 'duplicate_token', resource: 'r', epoch: '7' })]);
+    expect(result.violations).toEqual([
+      expect.objectContaining({ kind: 'duplicate_token', resource: 'r', epoch: '7' }),
+    ]);
     expect(formatViolation(result.violations[0]!)).toMatch(/captured token #0[\s\S]*captured token #2/);
   });
 
   it('catches two valid tokens for one epoch across two guards, and in a refused conflict entry', () => {
     const a = issue('r', 3n, 1);
     const b = issue('r', 3n, 2);
-    const acrossGuards = checkHistory({ guardLogs: [[entry('r', a, 'accepted')], [entry('r', b, 'accepted')]] }, dealt.cluster);
+    const acrossGuards = checkHistory(
+      { guardLogs: [[entry('r', a, 'accepted')], [entry('r', b, 'accepted')]] },
+      dealt.cluster,
+    );
     expect(acrossGuards.ok).toBe(false);
     const conflict = checkHistory(
       { guardLogs: [[entry('r', a, 'accepted'), entry('r', b, 'conflict', { conflictingToken: a.text })]] },
@@ -110,12 +140,31 @@ describe('history checker', () => {
     const other = dealCluster(4, backend);
     const holder = new Uint8Array(32).fill(3);
     const grant = makeGrant({ clusterId: other.cluster.id, resource: 'r', epoch: 9n, holder });
-    const foreign = encodeToken(grant, combinePartials(backend, 4, [1, 2, 3].map((index) => ({ index, signature: other.partial(index, grant) })))!);
-    const foreignIssued: Issued = { text: tokenToText(foreign), digest: toHex(tokenDigest(foreign)), epoch: 9n, holder: toHex(holder) };
-    expect(checkHistory({ guardLogs: [[entry('r', a, 'accepted')]], capturedTokens: [foreignIssued.text] }, dealt.cluster).ok).toBe(true);
+    const foreign = encodeToken(
+      grant,
+      combinePartials(
+        backend,
+        4,
+        [1, 2, 3].map((index) => ({ index, signature: other.partial(index, grant) })),
+      )!,
+    );
+    const foreignIssued: Issued = {
+      text: tokenToText(foreign),
+      digest: toHex(tokenDigest(foreign)),
+      epoch: 9n,
+      holder: toHex(holder),
+    };
+    expect(
+      checkHistory({ guardLogs: [[entry('r', a, 'accepted')]], capturedTokens: [foreignIssued.text] }, dealt.cluster)
+        .ok,
+    ).toBe(true);
     const accepted = checkHistory({ guardLogs: [[entry('r', foreignIssued, 'accepted')]] }, dealt.cluster);
     expect(accepted.ok).toBe(false);
-    if (!accepted.ok) expect(accepted.violations[0]).toMatchObject({ kind: 'invalid_token', why: expect.stringMatching(/wrong_cluster/) });
+    if (!accepted.ok)
+      expect(accepted.violations[0]).toMatchObject({
+        kind: 'invalid_token',
+        why: expect.stringMatching(/wrong_cluster/),
+      });
     const mislabelled = checkHistory({ guardLogs: [[entry('s', a, 'accepted')]] }, dealt.cluster);
     expect(mislabelled.ok).toBe(false);
   });
@@ -123,15 +172,23 @@ describe('history checker', () => {
   it('catches an acknowledged write missing from the log, and a final version that lost it', () => {
     const a = issue('r', 1n, 1);
     const log = [entry('r', a, 'accepted'), entry('r', a, 'accepted')];
-    const acknowledged = log.map((e) => ({ guard: 0, resource: 'r', key: 'counter', tokenDigest: a.digest, version: e.version! }));
+    const acknowledged = log.map((e) => ({
+      guard: 0,
+      resource: 'r',
+      key: 'counter',
+      tokenDigest: a.digest,
+      version: e.version!,
+    }));
     const missing = checkHistory({ guardLogs: [log.slice(0, 1)], acknowledged }, dealt.cluster);
     expect(missing.ok).toBe(false);
-    if (!missing.ok) expect(missing.violations).toEqual([expect.objectContaining({ kind: 'lost_write', write: acknowledged[1] })]);
+    if (!missing.ok)
+      expect(missing.violations).toEqual([expect.objectContaining({ kind: 'lost_write', write: acknowledged[1] })]);
     const rolledBack = checkHistory(
       { guardLogs: [log], acknowledged, finalVersions: [new Map([['r\u0000counter', log[0]!.version!]])] },
       dealt.cluster,
     );
     expect(rolledBack.ok).toBe(false);
-    if (!rolledBack.ok) expect(formatViolation(rolledBack.violations[0]!)).toMatch(/acknowledged write lost \(the store holds version/);
+    if (!rolledBack.ok)
+      expect(formatViolation(rolledBack.violations[0]!)).toMatch(/acknowledged write lost \(the store holds version/);
   });
 });

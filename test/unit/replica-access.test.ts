@@ -4,7 +4,6 @@ import { toHex } from '../../src/common/bytes.js';
 import { mayAccess, OPEN_ACCESS, parseAccessRules } from '../../src/replica/access.js';
 import { codeOf } from '../support/error-code.js';
 
-
 const alice = new Uint8Array(32).fill(0xa1);
 const bob = new Uint8Array(32).fill(0xb0);
 
@@ -14,7 +13,11 @@ describe('access rules', () => {
   });
 
   it('gives a listed holder exactly its prefixes, and others the defaults', () => {
-    const rules = parseAccessRules({ format: 'quorumfence/replica-access/v1', defaultPrefixes: ['public/'], holders: { [toHex(alice)]: ['orders/', 'jobs/1'] } });
+    const rules = parseAccessRules({
+      format: 'quorumfence/replica-access/v1',
+      defaultPrefixes: ['public/'],
+      holders: { [toHex(alice)]: ['orders/', 'jobs/1'] },
+    });
     expect(mayAccess(rules, alice, 'orders/9')).toBe(true);
     expect(mayAccess(rules, alice, 'jobs/12')).toBe(true);
     expect(mayAccess(rules, alice, 'public/x')).toBe(false);
@@ -26,8 +29,14 @@ describe('access rules', () => {
 
   it('refuses malformed configs naming the field', () => {
     expect(codeOf(() => parseAccessRules({ format: 'nope' }))).toBe('UNKNOWN_VERSION');
-    expect(codeOf(() => parseAccessRules({ format: 'quorumfence/replica-access/v1', holders: { XYZ: [] } }))).toBe('INVALID_OPTION');
-    expect(codeOf(() => parseAccessRules({ format: 'quorumfence/replica-access/v1', defaultPrefixes: [1] }))).toBe('INVALID_OPTION');
-    expect(codeOf(() => parseAccessRules({ format: 'quorumfence/replica-access/v1', typo: true }))).toBe('INVALID_OPTION');
+    expect(codeOf(() => parseAccessRules({ format: 'quorumfence/replica-access/v1', holders: { XYZ: [] } }))).toBe(
+      'INVALID_OPTION',
+    );
+    expect(codeOf(() => parseAccessRules({ format: 'quorumfence/replica-access/v1', defaultPrefixes: [1] }))).toBe(
+      'INVALID_OPTION',
+    );
+    expect(codeOf(() => parseAccessRules({ format: 'quorumfence/replica-access/v1', typo: true }))).toBe(
+      'INVALID_OPTION',
+    );
   });
 });

@@ -5,7 +5,6 @@ import { grantDigest } from '../../src/token/grant.js';
 import { INTERCHANGE_FORMAT, parseInterchange } from '../../src/replica/interchange.js';
 import { codeOf } from '../support/error-code.js';
 
-
 const alice = new Uint8Array(32).fill(0xa1);
 
 describe('interchange parsing', () => {
@@ -16,7 +15,12 @@ describe('interchange parsing', () => {
     holder: toHex(alice),
     grantDigest: toHex(grantDigest({ clusterId, resource, epoch, holder: alice })),
   });
-  const doc = (entries: unknown[]) => ({ format: INTERCHANGE_FORMAT, clusterId: toHex(clusterId), replica: 1, entries });
+  const doc = (entries: unknown[]) => ({
+    format: INTERCHANGE_FORMAT,
+    clusterId: toHex(clusterId),
+    replica: 1,
+    entries,
+  });
 
   it('accepts a well-formed document', () => {
     expect(parseInterchange(doc([entry('a', 1n), entry('b', (1n << 63n) - 1n)]), clusterId).entries).toHaveLength(2);
@@ -37,6 +41,8 @@ describe('interchange parsing', () => {
     ]) {
       expect(codeOf(() => parseInterchange(bad, clusterId))).toBe('BAD_INTERCHANGE');
     }
-    expect(codeOf(() => parseInterchange({ ...doc([]), clusterId: '11'.repeat(32) }, clusterId))).toBe('CLUSTER_MISMATCH');
+    expect(codeOf(() => parseInterchange({ ...doc([]), clusterId: '11'.repeat(32) }, clusterId))).toBe(
+      'CLUSTER_MISMATCH',
+    );
   });
 });

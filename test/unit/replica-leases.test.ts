@@ -7,7 +7,12 @@ import type { SignedRecord } from '../../src/replica/policy.js';
 const alice = new Uint8Array(32).fill(0xa1);
 
 describe('S6 leases on the replica clock', () => {
-  const record = (released: boolean): SignedRecord => ({ epoch: 1n, holder: alice, grantDigest: new Uint8Array(32), released });
+  const record = (released: boolean): SignedRecord => ({
+    epoch: 1n,
+    holder: alice,
+    grantDigest: new Uint8Array(32),
+    released,
+  });
 
   it('treats every unreleased record as leased for maxTtl after a restart, then lets it lapse', () => {
     const clock = new ManualClock(500);

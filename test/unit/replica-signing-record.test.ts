@@ -9,7 +9,13 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isQuorumFenceError, type ErrorCode } from '../../src/common/errors.js';
 import { grantDigest } from '../../src/token/grant.js';
 import type { SignedRecord } from '../../src/replica/policy.js';
-import { decodeRecord, encodeRecord, mayReplace, SigningRecord, type StoreIdentity } from '../../src/replica/signing-record.js';
+import {
+  decodeRecord,
+  encodeRecord,
+  mayReplace,
+  SigningRecord,
+  type StoreIdentity,
+} from '../../src/replica/signing-record.js';
 
 const clusterId = new Uint8Array(32).fill(1);
 const identity: StoreIdentity = { clusterId, replicaIndex: 2 };
@@ -75,8 +81,12 @@ describe('S2 monotonic signing (store)', () => {
   it('refuses (INTERNAL) a decision that would lower the watermark, and keeps the record', async () => {
     const store = openStore();
     await store.checkAndRecord('r', () => ({ record: record('r', 5n, alice), result: undefined }));
-    await expect(store.checkAndRecord('r', () => ({ record: record('r', 3n, bob), result: undefined }))).rejects.toMatchObject({ code: 'INTERNAL' });
-    await expect(store.checkAndRecord('r', () => ({ record: record('r', 5n, bob), result: undefined }))).rejects.toMatchObject({ code: 'INTERNAL' });
+    await expect(
+      store.checkAndRecord('r', () => ({ record: record('r', 3n, bob), result: undefined })),
+    ).rejects.toMatchObject({ code: 'INTERNAL' });
+    await expect(
+      store.checkAndRecord('r', () => ({ record: record('r', 5n, bob), result: undefined })),
+    ).rejects.toMatchObject({ code: 'INTERNAL' });
     expect(store.get('r')).toEqual(record('r', 5n, alice));
   });
 
@@ -97,7 +107,11 @@ describe('S2 monotonic signing (store)', () => {
 
   it('keeps every record across a close and reopen', async () => {
     const store = openStore();
-    await Promise.all(['a', 'b', 'ü'].map((r, k) => store.checkAndRecord(r, () => ({ record: record(r, BigInt(k + 1), alice, k === 1), result: undefined }))));
+    await Promise.all(
+      ['a', 'b', 'ü'].map((r, k) =>
+        store.checkAndRecord(r, () => ({ record: record(r, BigInt(k + 1), alice, k === 1), result: undefined })),
+      ),
+    );
     await store.close();
     const again = openStore();
     expect([...again.entries()]).toEqual([
@@ -112,7 +126,10 @@ describe('S2 monotonic signing (store)', () => {
 describe('signing record identity and locking', () => {
   it('refuses a data directory of another cluster or another replica with CLUSTER_MISMATCH', async () => {
     await openStore().close();
-    expectCode(() => SigningRecord.open(dir, { clusterId: new Uint8Array(32).fill(9), replicaIndex: 2 }), 'CLUSTER_MISMATCH');
+    expectCode(
+      () => SigningRecord.open(dir, { clusterId: new Uint8Array(32).fill(9), replicaIndex: 2 }),
+      'CLUSTER_MISMATCH',
+    );
     expectCode(() => SigningRecord.open(dir, { clusterId, replicaIndex: 3 }), 'CLUSTER_MISMATCH');
     expect(openStore().identity.replicaIndex).toBe(2);
   });

@@ -6,7 +6,14 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { loadBackend } from '../../src/crypto/load.js';
 import { combinePartials } from '../../src/crypto/threshold.js';
 import { concatBytes, u16be, u64be } from '../../src/common/bytes.js';
-import { decodeToken, decodeTokenText, encodeToken, tokenToText, checkToken, type AdmissionToken } from '../../src/token/admission-token.js';
+import {
+  decodeToken,
+  decodeTokenText,
+  encodeToken,
+  tokenToText,
+  checkToken,
+  type AdmissionToken,
+} from '../../src/token/admission-token.js';
 import { makeGrant, type Grant } from '../../src/token/grant.js';
 import { dealCluster, type DealtCluster } from '../support/dealt-cluster.js';
 import { codeOf } from '../support/error-code.js';
@@ -16,9 +23,14 @@ let dealt: DealtCluster;
 let grant: Grant;
 let token: AdmissionToken;
 
-
 /** Token bytes with arbitrary fields, bypassing the encoder's checks. */
-function rawToken(fields: { version?: number; epoch?: bigint; resource?: Uint8Array; resourceLength?: number; signature?: Uint8Array }): Uint8Array {
+function rawToken(fields: {
+  version?: number;
+  epoch?: bigint;
+  resource?: Uint8Array;
+  resourceLength?: number;
+  signature?: Uint8Array;
+}): Uint8Array {
   const resource = fields.resource ?? new TextEncoder().encode(grant.resource);
   return concatBytes(
     Uint8Array.of(fields.version ?? 1),
@@ -33,7 +45,12 @@ function rawToken(fields: { version?: number; epoch?: bigint; resource?: Uint8Ar
 
 beforeAll(() => {
   dealt = dealCluster(4, backend);
-  grant = makeGrant({ clusterId: dealt.cluster.id, resource: 'orders/42', epoch: 7n, holder: new Uint8Array(32).fill(9) });
+  grant = makeGrant({
+    clusterId: dealt.cluster.id,
+    resource: 'orders/42',
+    epoch: 7n,
+    holder: new Uint8Array(32).fill(9),
+  });
   const partials = [1, 2, 3].map((index) => ({ index, signature: dealt.partial(index, grant) }));
   token = encodeToken(grant, combinePartials(backend, 4, partials)!);
 });
@@ -73,17 +90,25 @@ describe('admission token codec', () => {
 
   it('refuses an empty resource with RESOURCE_EMPTY and an over-long one with RESOURCE_TOO_LONG', () => {
     expect(codeOf(() => decodeToken(rawToken({ resource: new Uint8Array(0) }), backend))).toBe('RESOURCE_EMPTY');
-    expect(codeOf(() => decodeToken(rawToken({ resource: new Uint8Array(257).fill(0x61) }), backend))).toBe('RESOURCE_TOO_LONG');
+    expect(codeOf(() => decodeToken(rawToken({ resource: new Uint8Array(257).fill(0x61) }), backend))).toBe(
+      'RESOURCE_TOO_LONG',
+    );
     expect(codeOf(() => makeGrant({ ...grant, resource: '' }))).toBe('RESOURCE_EMPTY');
     expect(codeOf(() => makeGrant({ ...grant, resource: 'é'.repeat(129) }))).toBe('RESOURCE_TOO_LONG');
     expect(codeOf(() => makeGrant({ ...grant, resource: 'é'.repeat(128) }))).toBeUndefined();
   });
 
   it('refuses invalid UTF-8 with RESOURCE_NOT_UTF8', () => {
-    expect(codeOf(() => decodeToken(rawToken({ resource: Uint8Array.of(0x61, 0xff, 0x62) }), backend))).toBe('RESOURCE_NOT_UTF8');
+    expect(codeOf(() => decodeToken(rawToken({ resource: Uint8Array.of(0x61, 0xff, 0x62) }), backend))).toBe(
+      'RESOURCE_NOT_UTF8',
+    );
     // An overlong encoding of "/" and a lone surrogate encoded as UTF-8 are both ill-formed.
-    expect(codeOf(() => decodeToken(rawToken({ resource: Uint8Array.of(0xc0, 0xaf) }), backend))).toBe('RESOURCE_NOT_UTF8');
-    expect(codeOf(() => decodeToken(rawToken({ resource: Uint8Array.of(0xed, 0xa0, 0x80) }), backend))).toBe('RESOURCE_NOT_UTF8');
+    expect(codeOf(() => decodeToken(rawToken({ resource: Uint8Array.of(0xc0, 0xaf) }), backend))).toBe(
+      'RESOURCE_NOT_UTF8',
+    );
+    expect(codeOf(() => decodeToken(rawToken({ resource: Uint8Array.of(0xed, 0xa0, 0x80) }), backend))).toBe(
+      'RESOURCE_NOT_UTF8',
+    );
     expect(codeOf(() => makeGrant({ ...grant, resource: 'a\ud800' }))).toBe('RESOURCE_NOT_UTF8');
   });
 
@@ -108,6 +133,10 @@ describe('admission token codec', () => {
     expect(checkToken(token.bytes, other.cluster)).toMatchObject({ ok: false, reason: 'wrong_cluster' });
     const forged = encodeToken({ ...grant, epoch: 8n }, token.signature);
     expect(checkToken(forged.bytes, dealt.cluster)).toMatchObject({ ok: false, reason: 'bad_signature' });
-    expect(checkToken(concatBytes(token.bytes, Uint8Array.of(1)), dealt.cluster)).toMatchObject({ ok: false, reason: 'malformed', code: 'TRAILING_BYTES' });
+    expect(checkToken(concatBytes(token.bytes, Uint8Array.of(1)), dealt.cluster)).toMatchObject({
+      ok: false,
+      reason: 'malformed',
+      code: 'TRAILING_BYTES',
+    });
   });
 });

@@ -28,21 +28,24 @@ export type ByzantineBehaviour = (typeof BYZANTINE_BEHAVIOURS)[number];
 
 /** What each behaviour does to a request it is chosen for (one line each, for --help and the README). */
 export const BEHAVIOUR_DESCRIPTIONS: Readonly<Record<ByzantineBehaviour, string>> = {
-  equivocate: 'grants every acquire: a refusal of the real record (stale, busy, too_far) becomes a valid partial for whoever asked',
+  equivocate:
+    'grants every acquire: a refusal of the real record (stale, busy, too_far) becomes a valid partial for whoever asked',
   'wrong-share': 'a granted partial is signed with a random key instead of the share',
   garbage: 'a granted partial is 96 random bytes',
   identity: 'a granted partial is the identity point of G2',
   replay: 'a granted partial is one sent earlier for another grant',
   'other-replica': "a granted partial is signed with another replica's share (--other-key)",
   'lie-epoch-huge': 'status, stale, busy, too_far and not_holder answers report epoch 2^63-1 (status also says leased)',
-  'lie-epoch-zero': 'status, stale, too_far and not_holder answers report epoch 0 (busy reports 1; status says not leased)',
+  'lie-epoch-zero':
+    'status, stale, too_far and not_holder answers report epoch 0 (busy reports 1; status says not leased)',
   silent: 'the request is accepted and never answered (nor passed to the real replica)',
   slow: 'the answer leaves after --slow',
   flood: 'the answer comes with --flood extra frames: duplicates, replies to unknown ids, error frames',
   malformed: 'the answer is replaced by a malformed frame (random bytes, text, wrong version, bad fields)',
   drop: 'the request reaches the real replica, then the connection is dropped before the answer',
   'ignore-release': 'a release is answered "released" and never reaches the real replica: the lease keeps running',
-  'no-record': 'the process-wide signing record lives in a directory wiped at every start, so after a restart it signs again',
+  'no-record':
+    'the process-wide signing record lives in a directory wiped at every start, so after a restart it signs again',
 };
 
 /** Behaviours that act on the whole process, not on single requests. */
@@ -60,7 +63,11 @@ export function parseBehaviours(text: string, flag = 'behaviour'): ByzantineBeha
   const out: ByzantineBehaviour[] = [];
   for (const name of names) {
     if (!(BYZANTINE_BEHAVIOURS as readonly string[]).includes(name)) {
-      throw new QuorumFenceError('INVALID_OPTION', `--${flag}: unknown behaviour "${name}" (known: ${BYZANTINE_BEHAVIOURS.join(', ')})`, { field: flag });
+      throw new QuorumFenceError(
+        'INVALID_OPTION',
+        `--${flag}: unknown behaviour "${name}" (known: ${BYZANTINE_BEHAVIOURS.join(', ')})`,
+        { field: flag },
+      );
     }
     if (!out.includes(name as ByzantineBehaviour)) out.push(name as ByzantineBehaviour);
   }
@@ -93,15 +100,23 @@ export const DEFAULT_BYZANTINE_PARAMS: ByzantineParams = {
  * Checks a params override (from flags or the control endpoint).
  * @throws QuorumFenceError INVALID_ARGUMENT naming the field
  */
-export function byzantineParams(overrides: Partial<ByzantineParams> = {}, base: ByzantineParams = DEFAULT_BYZANTINE_PARAMS): ByzantineParams {
-  const params = { ...base, ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)) } as ByzantineParams;
+export function byzantineParams(
+  overrides: Partial<ByzantineParams> = {},
+  base: ByzantineParams = DEFAULT_BYZANTINE_PARAMS,
+): ByzantineParams {
+  const params = {
+    ...base,
+    ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)),
+  } as ByzantineParams;
   const bad = (field: string, message: string): never => {
     throw new QuorumFenceError('INVALID_ARGUMENT', `byzantine "${field}" ${message}`, { field });
   };
-  if (typeof params.rate !== 'number' || !(params.rate >= 0 && params.rate <= 1)) bad('rate', `expected a number in 0..1, got ${String(params.rate)}`);
+  if (typeof params.rate !== 'number' || !(params.rate >= 0 && params.rate <= 1))
+    bad('rate', `expected a number in 0..1, got ${String(params.rate)}`);
   for (const field of ['slowMs', 'floodCount', 'clockJumpMs'] as const) {
     const value = params[field];
-    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0 || value > 0x7fff_ffff) bad(field, `expected an integer in 0..2^31-1, got ${String(value)}`);
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0 || value > 0x7fff_ffff)
+      bad(field, `expected an integer in 0..2^31-1, got ${String(value)}`);
   }
   return params;
 }

@@ -24,10 +24,19 @@ async function call(replicaUrl: string, init: RequestInit): Promise<ByzantineSta
   try {
     response = await fetch(controlUrl(replicaUrl), { ...init, signal: AbortSignal.timeout(CONTROL_TIMEOUT_MS) });
   } catch (error) {
-    throw new QuorumFenceError('CONNECTION_FAILED', `byzantine control at ${replicaUrl}: ${(error as Error).message}`, undefined, { cause: error });
+    throw new QuorumFenceError(
+      'CONNECTION_FAILED',
+      `byzantine control at ${replicaUrl}: ${(error as Error).message}`,
+      undefined,
+      { cause: error },
+    );
   }
   const body = (await response.json().catch(() => ({}))) as ByzantineState & { error?: string };
-  if (!response.ok) throw new QuorumFenceError('INVALID_ARGUMENT', `byzantine control at ${replicaUrl}: ${body.error ?? response.status}`);
+  if (!response.ok)
+    throw new QuorumFenceError(
+      'INVALID_ARGUMENT',
+      `byzantine control at ${replicaUrl}: ${body.error ?? response.status}`,
+    );
   return body;
 }
 
@@ -44,7 +53,11 @@ export function byzantineState(replicaUrl: string): Promise<ByzantineState> {
  * @throws QuorumFenceError CONNECTION_FAILED, INVALID_ARGUMENT (refused by the replica)
  */
 export function controlByzantine(replicaUrl: string, change: ByzantineControl): Promise<ByzantineState> {
-  return call(replicaUrl, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify(change) });
+  return call(replicaUrl, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(change),
+  });
 }
 
 export type { ByzantineControl, ByzantineState };

@@ -45,7 +45,10 @@ export class PartialForger {
   wrongShare(grant: Grant): Uint8Array {
     for (;;) {
       try {
-        return this.#backend.sign(this.#backend.secretKeyFromBytes(new Uint8Array(randomBytes(SECRET_KEY_BYTES))), grantMessage(grant)).bytes;
+        return this.#backend.sign(
+          this.#backend.secretKeyFromBytes(new Uint8Array(randomBytes(SECRET_KEY_BYTES))),
+          grantMessage(grant),
+        ).bytes;
       } catch {
         // A random 32-byte string is at or above the group order about half the time; draw again.
       }

@@ -18,7 +18,13 @@
  *
  * Test use only: this process signs whatever it is told to.
  */
-import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { Duplex } from 'node:stream';
 import { pack } from 'msgpackr';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
@@ -29,7 +35,13 @@ import { decodeClientMessage, decodeServerMessage, encodeMessage } from '../../p
 import { PROTOCOL_VERSION, type Request, type ServerMessage } from '../../protocol/messages.js';
 import type { Grant } from '../../token/grant.js';
 import { seededRandom, type SeededRandom } from '../seeded-random.js';
-import { PROCESS_BEHAVIOURS, byzantineParams, parseBehaviours, type ByzantineBehaviour, type ByzantineParams } from './behaviours.js';
+import {
+  PROCESS_BEHAVIOURS,
+  byzantineParams,
+  parseBehaviours,
+  type ByzantineBehaviour,
+  type ByzantineParams,
+} from './behaviours.js';
 import type { PartialForger } from './forge.js';
 import type { JumpClock } from './jump-clock.js';
 
@@ -119,7 +131,12 @@ export class ByzantineFront {
 
   /** Listens; resolves once the port is bound. */
   static async start(options: ByzantineFrontOptions): Promise<ByzantineFront> {
-    const wss = new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes, perMessageDeflate: false, clientTracking: false });
+    const wss = new WebSocketServer({
+      noServer: true,
+      maxPayload: options.maxFrameBytes,
+      perMessageDeflate: false,
+      clientTracking: false,
+    });
     const server = createServer();
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -163,13 +180,23 @@ export class ByzantineFront {
   control(change: ByzantineControl): ByzantineState {
     let behaviours = this.#behaviours;
     if (change.behaviours !== undefined) {
-      const list = typeof change.behaviours === 'string' ? change.behaviours : Array.isArray(change.behaviours) ? change.behaviours.join(',') : String(change.behaviours);
+      const list =
+        typeof change.behaviours === 'string'
+          ? change.behaviours
+          : Array.isArray(change.behaviours)
+            ? change.behaviours.join(',')
+            : String(change.behaviours);
       behaviours = parseBehaviours(list).filter((b) => !PROCESS_BEHAVIOURS.has(b));
     }
-    const params = byzantineParams({ rate: change.rate, slowMs: change.slowMs, floodCount: change.floodCount, clockJumpMs: change.clockJumpMs }, this.#params);
+    const params = byzantineParams(
+      { rate: change.rate, slowMs: change.slowMs, floodCount: change.floodCount, clockJumpMs: change.clockJumpMs },
+      this.#params,
+    );
     if (change.jumpClockMs !== undefined) this.#options.clock.jump(change.jumpClockMs);
     if (behaviours.includes('other-replica') && !this.#options.forger.hasOtherKey) {
-      this.#options.logger.warn('other-replica without --other-key: it replays another index\'s partial when it has one, else answers honestly');
+      this.#options.logger.warn(
+        "other-replica without --other-key: it replays another index's partial when it has one, else answers honestly",
+      );
     }
     this.#behaviours = behaviours;
     this.#params = params;
@@ -210,7 +237,8 @@ export class ByzantineFront {
         if (tooLarge) return;
         try {
           const change = JSON.parse(body || '{}') as unknown;
-          if (typeof change !== 'object' || change === null || Array.isArray(change)) throw new Error('expected a JSON object');
+          if (typeof change !== 'object' || change === null || Array.isArray(change))
+            throw new Error('expected a JSON object');
           json(res, 200, this.control(change as ByzantineControl));
         } catch (error) {
           json(res, 400, { error: (error as Error).message });
@@ -219,10 +247,14 @@ export class ByzantineFront {
       return;
     }
     // Everything else (/healthz, /metrics) is the real replica's.
-    const inner = httpRequest(this.#innerHttp + (req.url ?? '/'), { method: req.method, headers: req.headers, timeout: 5_000 }, (answer) => {
-      res.writeHead(answer.statusCode ?? 502, answer.headers);
-      answer.pipe(res);
-    });
+    const inner = httpRequest(
+      this.#innerHttp + (req.url ?? '/'),
+      { method: req.method, headers: req.headers, timeout: 5_000 },
+      (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      },
+    );
     inner.on('timeout', () => inner.destroy());
     inner.on('error', (error) => {
       if (!res.headersSent) json(res, 502, { error: `the replica behind the front did not answer: ${error.message}` });
@@ -235,7 +267,10 @@ export class ByzantineFront {
 
   #onConnection(client: WebSocket): void {
     this.#sockets.add(client);
-    const upstream = new WebSocket(this.#options.innerUrl, { perMessageDeflate: false, maxPayload: this.#options.maxFrameBytes });
+    const upstream = new WebSocket(this.#options.innerUrl, {
+      perMessageDeflate: false,
+      maxPayload: this.#options.maxFrameBytes,
+    });
     const queued: { data: RawData; binary: boolean }[] = [];
     const pending = new Map<number, Pending>();
     let holder: Uint8Array | undefined;
@@ -330,7 +365,12 @@ export class ByzantineFront {
   ): void {
     const { request, behaviour } = entry;
     const reply = (o: Outcome) => encodeMessage({ type: 'reply', id: request.id, outcome: o });
-    const grant = (): Grant => ({ clusterId: this.#options.cluster.id, resource: request.resource, epoch: (request as { epoch: bigint }).epoch, holder });
+    const grant = (): Grant => ({
+      clusterId: this.#options.cluster.id,
+      resource: request.resource,
+      epoch: (request as { epoch: bigint }).epoch,
+      holder,
+    });
     const granted = request.type === 'acquire' && outcome.status === 'granted';
     const forger = this.#options.forger;
     if (granted) forger.remember(grant(), outcome.partial as Uint8Array);
@@ -343,7 +383,9 @@ export class ByzantineFront {
 
     switch (behaviour) {
       case 'equivocate': {
-        const refused = request.type === 'acquire' && (outcome.status === 'stale' || outcome.status === 'busy' || outcome.status === 'too_far');
+        const refused =
+          request.type === 'acquire' &&
+          (outcome.status === 'stale' || outcome.status === 'busy' || outcome.status === 'too_far');
         if (!refused) return io.toClient(honestFrame);
         this.#act('equivocate');
         const partial = forger.sign(grant());
@@ -359,7 +401,11 @@ export class ByzantineFront {
       case 'replay':
         return withPartial(granted ? forger.replay(grant(), (n) => this.#random.int(0, n - 1)) : undefined);
       case 'other-replica':
-        return withPartial(granted ? (forger.otherReplica(grant()) ?? forger.replay(grant(), (n) => this.#random.int(0, n - 1))) : undefined);
+        return withPartial(
+          granted
+            ? (forger.otherReplica(grant()) ?? forger.replay(grant(), (n) => this.#random.int(0, n - 1)))
+            : undefined,
+        );
       case 'lie-epoch-huge':
       case 'lie-epoch-zero': {
         const lied = lieAboutEpoch(outcome, behaviour === 'lie-epoch-huge');
@@ -378,7 +424,10 @@ export class ByzantineFront {
         for (let k = 0; k < this.#params.floodCount; k++) {
           const kind = k % 3;
           if (kind === 0) io.toClient(honestFrame);
-          else if (kind === 1) io.toClient(encodeMessage({ type: 'reply', id: (request.id + 1 + this.#random.int(1, 1 << 30)) >>> 0, outcome }));
+          else if (kind === 1)
+            io.toClient(
+              encodeMessage({ type: 'reply', id: (request.id + 1 + this.#random.int(1, 1 << 30)) >>> 0, outcome }),
+            );
           else io.toClient(encodeMessage({ type: 'error', code: 'INTERNAL', message: 'flood' }));
         }
         return;
@@ -426,7 +475,9 @@ function lieAboutEpoch(outcome: Outcome, huge: boolean): Outcome | undefined {
   const epoch = huge ? MAX_EPOCH : 0n;
   switch (outcome.status) {
     case 'ok':
-      return huge ? { status: 'ok', epoch, leased: true, remainingMs: 60_000 } : { status: 'ok', epoch, leased: false, remainingMs: 0 };
+      return huge
+        ? { status: 'ok', epoch, leased: true, remainingMs: 60_000 }
+        : { status: 'ok', epoch, leased: false, remainingMs: 0 };
     case 'stale':
     case 'too_far':
     case 'not_holder':
@@ -445,6 +496,7 @@ function asBuffer(data: RawData): Buffer {
 
 function json(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(JSON.stringify(body, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value)) + '\n');
+  res.end(
+    JSON.stringify(body, (_key, value: unknown) => (typeof value === 'bigint' ? value.toString() : value)) + '\n',
+  );
 }
-

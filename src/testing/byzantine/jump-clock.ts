@@ -26,7 +26,9 @@ export class JumpClock implements MonotonicClock {
    */
   jump(ms: number): void {
     if (typeof ms !== 'number' || !(Number.isFinite(ms) && ms >= 0)) {
-      throw new QuorumFenceError('INVALID_ARGUMENT', `"jumpClockMs" expected a finite number >= 0, got ${String(ms)}`, { field: 'jumpClockMs' });
+      throw new QuorumFenceError('INVALID_ARGUMENT', `"jumpClockMs" expected a finite number >= 0, got ${String(ms)}`, {
+        field: 'jumpClockMs',
+      });
     }
     this.#offsetMs += ms;
     this.#jumps++;

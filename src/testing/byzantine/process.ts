@@ -22,7 +22,13 @@ import { probeSigningRecord } from '../../replica/signing-record.js';
 import { integerFlag, parseDuration, parseFlags, required } from '../../cli/args.js';
 import { watchForStop } from '../../cli/lifecycle.js';
 import { loadReplicaRunSettings, REPLICA_RUN_FLAGS } from '../../cli/replica.js';
-import { BEHAVIOUR_DESCRIPTIONS, BYZANTINE_BEHAVIOURS, DEFAULT_BYZANTINE_PARAMS, byzantineParams, parseBehaviours } from './behaviours.js';
+import {
+  BEHAVIOUR_DESCRIPTIONS,
+  BYZANTINE_BEHAVIOURS,
+  DEFAULT_BYZANTINE_PARAMS,
+  byzantineParams,
+  parseBehaviours,
+} from './behaviours.js';
 import { PartialForger } from './forge.js';
 import { ByzantineFront } from './front.js';
 import { JumpClock } from './jump-clock.js';
@@ -63,7 +69,8 @@ the real replica's.
 function rateFlag(value: string | undefined): number {
   if (value === undefined) return p.rate;
   const rate = Number(value);
-  if (!/^\d*\.?\d+$/.test(value) || !(rate >= 0 && rate <= 1)) throw new QuorumFenceError('INVALID_OPTION', `--rate expects a number in 0..1, got "${value}"`);
+  if (!/^\d*\.?\d+$/.test(value) || !(rate >= 0 && rate <= 1))
+    throw new QuorumFenceError('INVALID_OPTION', `--rate expects a number in 0..1, got "${value}"`);
   return rate;
 }
 
@@ -109,7 +116,8 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
   // The real replica's flags, checked and loaded the way the replica does it.
   const { listen, limits, access, clusterJson, cluster, keyJson, key } = loadReplicaRunSettings(values);
   const otherKey = values['other-key'] ? loadReplicaKeyFile(resolve(values['other-key']), cluster) : undefined;
-  if (otherKey && otherKey.index === key.index) throw new QuorumFenceError('INVALID_OPTION', '--other-key must be another replica\'s key');
+  if (otherKey && otherKey.index === key.index)
+    throw new QuorumFenceError('INVALID_OPTION', "--other-key must be another replica's key");
 
   const { ReplicaServer } = await import('../../replica/server.js');
   const logger = createLogger('byzantine-replica');
@@ -152,7 +160,10 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
     });
   } catch (error) {
     await server.close();
-    throw new QuorumFenceError('IO_ERROR', `cannot listen on ${listen.host}:${listen.port}: ${(error as Error).message}`);
+    throw new QuorumFenceError(
+      'IO_ERROR',
+      `cannot listen on ${listen.host}:${listen.port}: ${(error as Error).message}`,
+    );
   }
   logger.info(
     {
