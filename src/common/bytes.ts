@@ -52,6 +52,15 @@ export function fromBase64Url(text: unknown, field: string): Uint8Array {
   return new Uint8Array(bytes);
 }
 
+/**
+ * A copy of `bytes` in a fresh plain Uint8Array. Use it wherever caller
+ * bytes are kept or changed: `Buffer#slice` (and `subarray` everywhere) is a
+ * view on the caller's memory, not a copy.
+ */
+export function copyBytes(bytes: Uint8Array): Uint8Array {
+  return new Uint8Array(bytes);
+}
+
 export function concatBytes(...parts: readonly Uint8Array[]): Uint8Array {
   let total = 0;
   for (const part of parts) total += part.length;
@@ -75,6 +84,57 @@ export function u16be(value: number): Uint8Array {
   const out = new Uint8Array(2);
   new DataView(out.buffer).setUint16(0, value);
   return out;
+}
+
+/**
+ * `bytes` preceded by their length as a big-endian u16: how the grant body
+ * carries the resource name, and the part encoding of storeKey. At most
+ * 65535 bytes (names are 256, keys 1024 at most).
+ */
+export function lengthPrefixed(bytes: Uint8Array): Uint8Array {
+  if (bytes.length > 0xffff)
+    throw new QuorumFenceError('INVALID_ARGUMENT', 'a length-prefixed field is over 65535 bytes');
+  return concatBytes(u16be(bytes.length), bytes);
+}
+
+const utf8 = new TextEncoder();
+
+/**
+ * An injective key for an ordered binary store: each part's raw UTF-8 bytes,
+ * length-prefixed as the grant body prefixes the resource. Two different
+ * lists of strings never give the same bytes, whatever characters they hold
+ * (the guards key (resource) and (resource, key) with it; a store's default
+ * key encodings are not one-to-one for every string). All keys of one
+ * first part share its prefix, so a range scan finds them.
+ */
+export function storeKey(...parts: readonly string[]): Buffer {
+  const encoded = concatBytes(...parts.map((part) => lengthPrefixed(utf8.encode(part))));
+  return Buffer.from(encoded.buffer, encoded.byteOffset, encoded.byteLength);
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * The parts of a storeKey. Strict: every length must fit and the parts must
+ * fill the key exactly, as well-formed UTF-8.
+ * @throws QuorumFenceError STORE_CORRUPT
+ */
+export function decodeStoreKey(key: Uint8Array): string[] {
+  const parts: string[] = [];
+  let offset = 0;
+  while (offset < key.length) {
+    if (offset + 2 > key.length) throw new QuorumFenceError('STORE_CORRUPT', 'a store key has a truncated length');
+    const length = (key[offset]! << 8) | key[offset + 1]!;
+    offset += 2;
+    if (offset + length > key.length) throw new QuorumFenceError('STORE_CORRUPT', 'a store key part overruns the key');
+    try {
+      parts.push(strictUtf8.decode(key.subarray(offset, offset + length)));
+    } catch {
+      throw new QuorumFenceError('STORE_CORRUPT', 'a store key part is not UTF-8');
+    }
+    offset += length;
+  }
+  return parts;
 }
 
 export function u64be(value: bigint): Uint8Array {

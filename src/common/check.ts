@@ -60,29 +60,82 @@ export function expectEpoch(value: unknown, field = 'epoch'): bigint {
 }
 
 /**
- * A resource name given as a string: well-formed (no lone surrogates), 1..256 UTF-8 bytes.
+ * A resource name given as a string: well-formed (no lone surrogates), 1..256 UTF-8 bytes,
+ * no control character (checkNameCharacters).
  * Returns its UTF-8 bytes, which is what the token and the stores key on.
- * @throws QuorumFenceError INVALID_ARGUMENT, RESOURCE_NOT_UTF8, RESOURCE_EMPTY, RESOURCE_TOO_LONG
+ * @throws QuorumFenceError INVALID_ARGUMENT, RESOURCE_NOT_UTF8, RESOURCE_EMPTY, RESOURCE_TOO_LONG, NAME_CONTROL_CHARACTER
  */
 export function expectResource(value: unknown, field = 'resource'): Uint8Array {
   if (typeof value !== 'string') fail('INVALID_ARGUMENT', field, `expected a string, got ${describe(value)}`);
   if (!value.isWellFormed()) fail('RESOURCE_NOT_UTF8', field, 'is not well-formed Unicode (lone surrogate)');
   const bytes = utf8.encode(value);
   checkResourceLength(bytes.length, field);
+  checkNameCharacters(value, field);
   return bytes;
 }
 
 /**
- * A resource name given as bytes: 1..256 bytes of well-formed UTF-8. Returns the decoded string.
- * @throws QuorumFenceError RESOURCE_EMPTY, RESOURCE_TOO_LONG, RESOURCE_NOT_UTF8
+ * A resource name given as bytes: 1..256 bytes of well-formed UTF-8 holding no
+ * control character. Returns the decoded string.
+ *
+ * `storedBeforeNameContract` is for one caller only: the replica's signing
+ * record, which may hold watermarks for names granted before control
+ * characters were refused. Those watermarks must still load (a forgotten
+ * watermark is a second signature waiting to happen); no request can name
+ * them any more.
+ * @throws QuorumFenceError RESOURCE_EMPTY, RESOURCE_TOO_LONG, RESOURCE_NOT_UTF8, NAME_CONTROL_CHARACTER
  */
-export function decodeResource(bytes: Uint8Array, field = 'resource'): string {
+export function decodeResource(
+  bytes: Uint8Array,
+  field = 'resource',
+  options: { readonly storedBeforeNameContract?: boolean } = {},
+): string {
   checkResourceLength(bytes.length, field);
+  let name: string;
   try {
-    return strictUtf8.decode(bytes);
+    name = strictUtf8.decode(bytes);
   } catch {
     fail('RESOURCE_NOT_UTF8', field, 'is not well-formed UTF-8');
   }
+  if (options.storedBeforeNameContract !== true) checkNameCharacters(name, field);
+  return name;
+}
+
+/**
+ * The name contract, for resource names and guard data keys alike: no C0
+ * control character (U+0000..U+001F) and no DEL (U+007F). Such characters
+ * have no place in a name, are invisible in logs and terminals, and are what
+ * store key encodings, C strings and PostgreSQL `text` (no U+0000) treat
+ * specially; refusing them everywhere means every store and every language
+ * sees the same set of names. C1 controls (U+0080..U+009F) and other
+ * Unicode are allowed: they are ordinary multi-byte UTF-8 to every store.
+ * This function is the one place the rule lives.
+ * @throws QuorumFenceError NAME_CONTROL_CHARACTER, naming the first one and its position
+ */
+export function checkNameCharacters(value: string, field: string): void {
+  for (let index = 0; index < value.length; index++) {
+    const unit = value.charCodeAt(index);
+    if (unit <= 0x1f || unit === 0x7f) {
+      fail(
+        'NAME_CONTROL_CHARACTER',
+        field,
+        `must not contain control characters (U+0000..U+001F, U+007F): U+${unit.toString(16).padStart(4, '0').toUpperCase()} at character ${index}`,
+        { index },
+      );
+    }
+  }
+}
+
+/**
+ * A guard data key: a string of 1..`maxBytes` UTF-8 bytes, well-formed, under the name contract.
+ * @throws QuorumFenceError INVALID_ARGUMENT, NAME_CONTROL_CHARACTER
+ */
+export function expectGuardKey(value: unknown, maxBytes: number, field = 'key'): string {
+  if (typeof value !== 'string' || value.length === 0 || !value.isWellFormed() || Buffer.byteLength(value) > maxBytes) {
+    fail('INVALID_ARGUMENT', field, `expected 1..${maxBytes} UTF-8 bytes of well-formed text`, { max: maxBytes });
+  }
+  checkNameCharacters(value, field);
+  return value;
 }
 
 function checkResourceLength(length: number, field: string): void {

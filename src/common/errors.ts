@@ -28,6 +28,11 @@ export type ErrorCode =
   | 'RESOURCE_TOO_LONG'
   /** A resource name that is not well-formed UTF-8. */
   | 'RESOURCE_NOT_UTF8'
+  /**
+   * A resource name or guard data key holding a control character (U+0000..U+001F or U+007F):
+   * refused everywhere (replica, client, guards, resource, token decoder) so no store can confuse two names.
+   */
+  | 'NAME_CONTROL_CHARACTER'
   /** A point encoding with bad flag bits or a coordinate not below the field modulus. */
   | 'POINT_NOT_CANONICAL'
   /** A point whose x coordinate has no matching y on the curve. */

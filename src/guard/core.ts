@@ -14,7 +14,7 @@
  */
 import { QuorumFenceError, type ErrorCode } from '../common/errors.js';
 import { bytesEqual, toBase64Url, toHex } from '../common/bytes.js';
-import { expectInteger, expectResource, expectString } from '../common/check.js';
+import { expectGuardKey, expectInteger, expectResource, expectString } from '../common/check.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import type { AdmissionToken } from '../token/admission-token.js';
@@ -118,7 +118,7 @@ export type GuardResult<T> = GuardAccepted<T> | GuardRefused;
 
 /**
  * Checks a request's shape once, at the adapter's boundary.
- * @throws QuorumFenceError INVALID_ARGUMENT, RESOURCE_EMPTY, RESOURCE_TOO_LONG, RESOURCE_NOT_UTF8
+ * @throws QuorumFenceError INVALID_ARGUMENT, RESOURCE_EMPTY, RESOURCE_TOO_LONG, RESOURCE_NOT_UTF8, NAME_CONTROL_CHARACTER
  */
 export function checkGuardRequest(request: GuardRequest, maxKeyBytes: number): void {
   expectResource(request.resource, 'resource');
@@ -127,16 +127,7 @@ export function checkGuardRequest(request: GuardRequest, maxKeyBytes: number): v
     if (request.op.length === 0)
       throw new QuorumFenceError('INVALID_ARGUMENT', '"op" must not be empty', { field: 'op' });
   }
-  if (request.key !== undefined) {
-    expectString(request.key, 'key', maxKeyBytes);
-    if (!request.key.isWellFormed() || Buffer.byteLength(request.key) > maxKeyBytes) {
-      throw new QuorumFenceError(
-        'INVALID_ARGUMENT',
-        `"key" expected well-formed text of at most ${maxKeyBytes} UTF-8 bytes`,
-        { field: 'key' },
-      );
-    }
-  }
+  if (request.key !== undefined) expectGuardKey(request.key, maxKeyBytes);
   const token = request.token;
   if (token !== undefined && typeof token !== 'string' && !(token instanceof Uint8Array)) {
     throw new QuorumFenceError('INVALID_ARGUMENT', '"token" expected a string or bytes', { field: 'token' });

@@ -31,7 +31,8 @@
  */
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
-import { expectInteger, expectString } from '../common/check.js';
+import { copyBytes, decodeStoreKey, storeKey } from '../common/bytes.js';
+import { expectGuardKey, expectInteger, expectResource, expectString } from '../common/check.js';
 import type { Cluster } from '../cluster/description.js';
 import type { Barrier } from './fence.js';
 import {
@@ -47,7 +48,17 @@ import {
 } from './core.js';
 import type { GuardLogEntry, GuardLogQuery } from './log.js';
 
-export const LMDB_GUARD_FORMAT = 'quorumfence/guard-lmdb/v1';
+/**
+ * v2: barrier and data keys are storeKey encodings (length-prefixed UTF-8
+ * parts). v1 used lmdb-js's default key encoding, under which different
+ * (resource, key) pairs could share a key; v1 stores are refused.
+ */
+export const LMDB_GUARD_FORMAT = 'quorumfence/guard-lmdb/v2';
+const REFUSED_FORMATS: Readonly<Record<string, string>> = {
+  'quorumfence/guard-lmdb/v1':
+    "it was written by an earlier build whose store keys could let one resource write another resource's data; " +
+    'start from an empty directory (the barriers rebuild from the next accepted tokens)',
+};
 
 export interface LmdbGuardOptions extends GuardOptions {
   /** Largest value one put may store, in bytes. Default DEFAULT_MAX_VALUE_BYTES. */
@@ -150,32 +161,20 @@ class BufferedContext implements LmdbWriteContext {
     readonly epoch: bigint,
     readonly holder: Uint8Array,
     readonly version: number,
-    private readonly data: Database<DataRecord, [string, string]>,
+    private readonly data: Database<DataRecord, Buffer>,
     private readonly maxKeyBytes: number,
     private readonly maxValueBytes: number,
   ) {}
 
   #key(key: string): string {
-    if (
-      typeof key !== 'string' ||
-      key.length === 0 ||
-      !key.isWellFormed() ||
-      Buffer.byteLength(key) > this.maxKeyBytes
-    ) {
-      throw new QuorumFenceError(
-        'INVALID_ARGUMENT',
-        `"key" expected 1..${this.maxKeyBytes} UTF-8 bytes of well-formed text`,
-        { field: 'key' },
-      );
-    }
-    return key;
+    return expectGuardKey(key, this.maxKeyBytes);
   }
 
   get(key: string): StoredValue | undefined {
     const pending = this.changes.get(this.#key(key));
     if (pending === null) return undefined;
     if (pending !== undefined) return { value: pending, version: this.version };
-    const record = this.data.get([this.resource, key]);
+    const record = this.data.get(storeKey(this.resource, key));
     return record && { value: record.value, version: record.version };
   }
 
@@ -189,12 +188,13 @@ class BufferedContext implements LmdbWriteContext {
         { field: 'value' },
       );
     }
-    this.changes.set(this.#key(key), value.slice());
+    // A real copy: Buffer#slice would be a view the caller could change before the commit.
+    this.changes.set(this.#key(key), copyBytes(value));
   }
 
   remove(key: string): boolean {
     const existed = this.get(key) !== undefined;
-    this.changes.set(key, null);
+    this.changes.set(this.#key(key), null);
     return existed;
   }
 
@@ -212,8 +212,8 @@ function isRefusal(value: unknown): value is MutationRefusal {
 export class LmdbGuard {
   readonly core: GuardCore;
   readonly #root: RootDatabase;
-  readonly #barriers: Database<BarrierRecord, string>;
-  readonly #data: Database<DataRecord, [string, string]>;
+  readonly #barriers: Database<BarrierRecord, Buffer>;
+  readonly #data: Database<DataRecord, Buffer>;
   readonly #log: Database<GuardLogEntry, number>;
   readonly #meta: Database<unknown, string>;
   readonly #maxValueBytes: number;
@@ -227,8 +227,9 @@ export class LmdbGuard {
     this.#maxValueBytes = expectInteger(options.maxValueBytes ?? DEFAULT_MAX_VALUE_BYTES, 0, 1 << 30, 'maxValueBytes');
     this.#maxLogPage = expectInteger(options.maxLogPage ?? DEFAULT_MAX_LOG_PAGE, 1, 100_000, 'maxLogPage');
     this.#root = root;
-    this.#barriers = root.openDB({ name: 'barrier' });
-    this.#data = root.openDB({ name: 'data' });
+    // Binary keys built by storeKey: injective, unlike the default key encoding (see LMDB_GUARD_FORMAT).
+    this.#barriers = root.openDB({ name: 'barrier', keyEncoding: 'binary' });
+    this.#data = root.openDB({ name: 'data', keyEncoding: 'binary' });
     this.#log = root.openDB({ name: 'log' });
     this.#meta = root.openDB({ name: 'meta' });
   }
@@ -273,6 +274,9 @@ export class LmdbGuard {
       await this.#root.flushed;
       return;
     }
+    const refusedBecause = typeof format === 'string' ? REFUSED_FORMATS[format] : undefined;
+    if (refusedBecause !== undefined)
+      throw new QuorumFenceError('STORE_CORRUPT', `guard store: format ${format} is refused: ${refusedBecause}`);
     if (format !== LMDB_GUARD_FORMAT) {
       throw new QuorumFenceError(
         'STORE_CORRUPT',
@@ -299,7 +303,7 @@ export class LmdbGuard {
     checkGuardRequest(request, this.core.maxKeyBytes);
     if (request.ifVersion !== undefined) {
       expectInteger(request.ifVersion.version, 0, Number.MAX_SAFE_INTEGER, 'ifVersion.version');
-      expectString(request.ifVersion.key, 'ifVersion.key', this.core.maxKeyBytes);
+      expectGuardKey(request.ifVersion.key, this.core.maxKeyBytes, 'ifVersion.key');
     }
     const admission = this.core.admit(request);
     this.#inFlight++;
@@ -322,7 +326,8 @@ export class LmdbGuard {
     mutation: LmdbMutation<T> | undefined,
   ): TxnOutcome<T> {
     const seq = ((this.#meta.get('lastSeq') as number | undefined) ?? 0) + 1;
-    const stored = this.#barriers.get(request.resource);
+    const barrierKey = storeKey(request.resource);
+    const stored = this.#barriers.get(barrierKey);
     const barrier = stored ? toBarrier(stored) : undefined;
     const before = barrier?.epoch;
 
@@ -357,7 +362,7 @@ export class LmdbGuard {
       );
     }
     if (request.ifVersion !== undefined) {
-      const current = this.#data.get([request.resource, request.ifVersion.key])?.version ?? 0;
+      const current = this.#data.get(storeKey(request.resource, request.ifVersion.key))?.version ?? 0;
       if (current !== request.ifVersion.version) {
         return refuse(
           'version_mismatch',
@@ -391,10 +396,10 @@ export class LmdbGuard {
 
     const version = context.changes.size > 0 ? seq : null;
     for (const [key, value] of context.changes) {
-      if (value === null) this.#data.removeSync([request.resource, key]);
-      else this.#data.putSync([request.resource, key], { value, version: seq });
+      if (value === null) this.#data.removeSync(storeKey(request.resource, key));
+      else this.#data.putSync(storeKey(request.resource, key), { value, version: seq });
     }
-    if (!sameBarrier(barrier, decision.barrier)) this.#barriers.putSync(request.resource, toRecord(decision.barrier));
+    if (!sameBarrier(barrier, decision.barrier)) this.#barriers.putSync(barrierKey, toRecord(decision.barrier));
     const entry = this.core.entry({
       seq,
       request,
@@ -412,31 +417,45 @@ export class LmdbGuard {
     };
   }
 
-  /** A plain, unfenced read of one key (the committed state). */
+  /**
+   * A plain, unfenced read of one key (the committed state).
+   * @throws QuorumFenceError for a resource or key outside the name contract
+   */
   read(resource: string, key: string): StoredValue | undefined {
-    const record = this.#data.get([resource, key]);
+    expectResource(resource);
+    expectGuardKey(key, this.core.maxKeyBytes);
+    const record = this.#data.get(storeKey(resource, key));
     return record && { value: record.value, version: record.version };
   }
 
-  /** Every key of a resource, in key order, with its value and version (for tests and tools; unbounded). */
+  /**
+   * Every key of a resource with its value and version (for tests and tools;
+   * unbounded), in store order: shorter keys first, then by UTF-8 bytes.
+   */
   entries(resource: string): { key: string; value: Uint8Array; version: number }[] {
+    expectResource(resource);
+    const prefix = storeKey(resource);
+    // Every key part starts with its u16 length, at most 1024: its first byte is below 0xff.
+    const end = Buffer.concat([prefix, Buffer.of(0xff)]);
     const out: { key: string; value: Uint8Array; version: number }[] = [];
-    for (const { key, value } of this.#data.getRange({ start: [resource, ''] })) {
-      if (key[0] !== resource) break;
-      out.push({ key: key[1], value: value.value, version: value.version });
+    for (const { key, value } of this.#data.getRange({ start: prefix, end })) {
+      const [owner, name] = decodeStoreKey(key);
+      if (owner !== resource || name === undefined) continue;
+      out.push({ key: name, value: value.value, version: value.version });
     }
     return out;
   }
 
   /** The barrier of a resource, or undefined when no write was ever accepted. */
   barrier(resource: string): Barrier | undefined {
-    const record = this.#barriers.get(resource);
+    expectResource(resource);
+    const record = this.#barriers.get(storeKey(resource));
     return record && toBarrier(record);
   }
 
-  /** Every resource that has a barrier, in name order (for tools and tests). */
+  /** Every resource that has a barrier, in store order: shorter names first, then by UTF-8 bytes (for tools and tests). */
   resources(): string[] {
-    return [...this.#barriers.getKeys()];
+    return [...this.#barriers.getKeys()].map((key) => decodeStoreKey(key)[0]!);
   }
 
   /** The last seq written (0 for an empty log). */

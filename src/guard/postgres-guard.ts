@@ -29,7 +29,7 @@
  */
 import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
 import { QuorumFenceError } from '../common/errors.js';
-import { expectInteger } from '../common/check.js';
+import { expectInteger, expectResource } from '../common/check.js';
 import type { Cluster } from '../cluster/description.js';
 import type { Barrier } from './fence.js';
 import {
@@ -418,8 +418,12 @@ export class PostgresGuard {
     return result.rows[0] && toBarrier(result.rows[0]);
   }
 
-  /** The committed barrier of a resource, or undefined when no write was ever accepted. */
+  /**
+   * The committed barrier of a resource, or undefined when no write was ever accepted.
+   * @throws QuorumFenceError for a name outside the name contract (writes check it in checkGuardRequest)
+   */
   async barrier(resource: string): Promise<Barrier | undefined> {
+    expectResource(resource);
     const client = await this.#pool.connect();
     try {
       return await this.#readBarrier(client, resource);

@@ -35,7 +35,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { QuorumFenceError } from '../common/errors.js';
 import { fromBase64Url, toHex } from '../common/bytes.js';
-import { expectInteger, expectResource } from '../common/check.js';
+import { expectGuardKey, expectInteger, expectResource } from '../common/check.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import type { GuardRefusalReason } from './log.js';
@@ -320,11 +320,13 @@ export class ResourceServer {
 
   #key(segment: string): string {
     const key = decodeSegment(segment, 'key');
-    const max = this.guard.core.maxKeyBytes;
-    if (key.length === 0 || !key.isWellFormed() || Buffer.byteLength(key) > max) {
-      throw new BadRequest(400, 'bad_request', `key must be 1..${max} UTF-8 bytes of well-formed text`);
+    try {
+      return expectGuardKey(key, this.guard.core.maxKeyBytes);
+    } catch (error) {
+      if (error instanceof QuorumFenceError)
+        throw new BadRequest(400, 'bad_request', `${error.message} (${error.code})`);
+      throw error;
     }
-    return key;
   }
 
   #queryInteger(query: URLSearchParams, name: string, fallback: number): number {

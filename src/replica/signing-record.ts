@@ -527,7 +527,7 @@ export class SigningRecord {
     for (const { key, value } of this.#records.getRange({})) {
       let resource: string;
       try {
-        resource = decodeResource(key);
+        resource = decodeResource(key, 'resource', { storedBeforeNameContract: true });
       } catch {
         throw corrupt(this.dir, 'a record key is not a valid resource name');
       }

@@ -6,7 +6,7 @@
  *   grant message = "quorumfence/grant/v1" ‖ grant body
  */
 import { sha256 } from '@noble/hashes/sha2.js';
-import { concatBytes, u16be, u64be } from '../common/bytes.js';
+import { concatBytes, lengthPrefixed, u64be } from '../common/bytes.js';
 import { expectBytes, expectEpoch, expectResource } from '../common/check.js';
 
 export const GRANT_DOMAIN_TAG = new TextEncoder().encode('quorumfence/grant/v1');
@@ -38,7 +38,7 @@ export function makeGrant(fields: { clusterId: unknown; resource: unknown; epoch
 /** clusterId ‖ epoch ‖ resourceLength ‖ resource ‖ holder: the token's bytes between version and signature. */
 export function encodeGrantBody(grant: Grant): Uint8Array {
   const resource = expectResource(grant.resource);
-  return concatBytes(grant.clusterId, u64be(grant.epoch), u16be(resource.length), resource, grant.holder);
+  return concatBytes(grant.clusterId, u64be(grant.epoch), lengthPrefixed(resource), grant.holder);
 }
 
 /** What replicas sign: the domain tag followed by the grant body. */

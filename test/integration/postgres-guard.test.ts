@@ -250,13 +250,16 @@ describe('PostgreSQL guard: refusals change nothing but the log', () => {
     expect(r).toMatchObject({ ok: false, reason: 'bad_proof' });
   });
 
-  test('names PostgreSQL cannot store (U+0000) are refused up front with INVALID_ARGUMENT', async () => {
-    const token = factory.issue({ resource: 'nul\u0000name', epoch: 1 });
+  test('names outside the name contract (U+0000, which PostgreSQL cannot store, and every control character) are refused up front with NAME_CONTROL_CHARACTER', async () => {
+    const token = factory.issue({ resource: 'nul', epoch: 1 });
     await expect(guard.write({ token: token.bytes, resource: 'nul\u0000name' })).rejects.toSatisfy((e: unknown) =>
-      isQuorumFenceError(e, 'INVALID_ARGUMENT'),
+      isQuorumFenceError(e, 'NAME_CONTROL_CHARACTER'),
     );
     await expect(guard.write({ token: token.bytes, resource: 'nul', key: 'a\u0000' })).rejects.toSatisfy((e: unknown) =>
-      isQuorumFenceError(e, 'INVALID_ARGUMENT'),
+      isQuorumFenceError(e, 'NAME_CONTROL_CHARACTER'),
+    );
+    await expect(guard.write({ token: token.bytes, resource: 'nul', key: 'tab\tkey' })).rejects.toSatisfy(
+      (e: unknown) => isQuorumFenceError(e, 'NAME_CONTROL_CHARACTER'),
     );
   });
 
