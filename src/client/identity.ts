@@ -8,7 +8,7 @@
  */
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
+import { bytesEqual, copyBytes, fromHex, toHex } from '../common/bytes.js';
 import { expectBytes } from '../common/check.js';
 import { readJsonFile, writeFileDurably } from '../common/files.js';
 import { HOLDER_KEY_BYTES } from '../protocol/messages.js';
@@ -33,8 +33,8 @@ export interface Identity {
 }
 
 function makeIdentity(secretKey: Uint8Array): Identity {
-  // Copied so that a caller wiping or reusing its buffer cannot change the key under us.
-  const secret = secretKey.slice();
+  // Copied so that a caller wiping or reusing its buffer cannot change the key under us (a Buffer's slice would be a view).
+  const secret = copyBytes(secretKey);
   const publicKey = ed25519.getPublicKey(secret);
   return {
     publicKey,

@@ -6,6 +6,7 @@
  */
 import type * as blst from '@chainsafe/blst';
 import { QuorumFenceError } from '../common/errors.js';
+import { copyBytes } from '../common/bytes.js';
 import type { BlsBackend, CombineTerm, PublicKey, SecretKey, Signature } from './backend.js';
 import { checkCompressedPoint, negateUncompressedG2 } from './point-encoding.js';
 import { secretScalar } from './threshold.js';
@@ -88,7 +89,7 @@ export function createBlstBackend(native: BlstModule): BlsBackend {
       } catch {
         throw new QuorumFenceError('POINT_NOT_IN_SUBGROUP', `"${field}" is not in the prime-order subgroup`, { field });
       }
-      return new BlstPublicKey(bytes.slice(), inner);
+      return new BlstPublicKey(copyBytes(bytes), inner);
     },
 
     decodeSignature(bytes, field = 'signature') {
@@ -104,7 +105,7 @@ export function createBlstBackend(native: BlstModule): BlsBackend {
       } catch {
         throw new QuorumFenceError('POINT_NOT_IN_SUBGROUP', `"${field}" is not in the prime-order subgroup`, { field });
       }
-      return new BlstSignature(bytes.slice(), inner);
+      return new BlstSignature(copyBytes(bytes), inner);
     },
 
     secretKeyFromBytes(bytes) {

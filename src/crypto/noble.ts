@@ -13,6 +13,7 @@ import {
   type SecretKey,
   type Signature,
 } from './backend.js';
+import { copyBytes } from '../common/bytes.js';
 import { checkCompressedPoint } from './point-encoding.js';
 import { SCALAR_ORDER, secretScalar } from './threshold.js';
 
@@ -72,7 +73,7 @@ export function createNobleBackend(): BlsBackend {
       } catch (error) {
         throw decodeFailure(error, field);
       }
-      return new NoblePublicKey(bytes.slice(), point);
+      return new NoblePublicKey(copyBytes(bytes), point);
     },
 
     decodeSignature(bytes, field = 'signature') {
@@ -83,12 +84,12 @@ export function createNobleBackend(): BlsBackend {
       } catch (error) {
         throw decodeFailure(error, field);
       }
-      return new NobleSignature(bytes.slice(), point);
+      return new NobleSignature(copyBytes(bytes), point);
     },
 
     secretKeyFromBytes(bytes) {
       secretScalar(bytes);
-      return new NobleSecretKey(bytes.slice());
+      return new NobleSecretKey(copyBytes(bytes));
     },
 
     publicKeyOf(secretKey) {

@@ -5,7 +5,7 @@
  * code for the same bad bytes; the backends then check curve and subgroup.
  */
 import { QuorumFenceError } from '../common/errors.js';
-import { bigIntToBytes, bytesToBigInt } from '../common/bytes.js';
+import { bigIntToBytes, bytesToBigInt, copyBytes } from '../common/bytes.js';
 
 /** The BLS12-381 base field modulus p. */
 export const FIELD_MODULUS =
@@ -43,7 +43,8 @@ export function checkCompressedPoint(bytes: Uint8Array, length: 48 | 96, field: 
     });
   }
   for (let offset = 0; offset < length; offset += FIELD_ELEMENT_BYTES) {
-    const coordinate = bytes.slice(offset, offset + FIELD_ELEMENT_BYTES);
+    // A real copy: clearing the flag bits must never touch the caller's bytes (Buffer#slice is a view).
+    const coordinate = copyBytes(bytes.subarray(offset, offset + FIELD_ELEMENT_BYTES));
     if (offset === 0) coordinate[0]! &= 0x1f;
     if (bytesToBigInt(coordinate) >= FIELD_MODULUS) {
       throw new QuorumFenceError('POINT_NOT_CANONICAL', `"${field}" has a coordinate not below the field modulus`, {
@@ -60,7 +61,7 @@ export function checkCompressedPoint(bytes: Uint8Array, length: 48 | 96, field: 
  * flipping the sign flag of the compressed form and decompressing.
  */
 export function negateUncompressedG2(bytes: Uint8Array): Uint8Array {
-  const out = bytes.slice();
+  const out = copyBytes(bytes);
   for (let offset = 2 * FIELD_ELEMENT_BYTES; offset < 4 * FIELD_ELEMENT_BYTES; offset += FIELD_ELEMENT_BYTES) {
     const y = bytesToBigInt(bytes.subarray(offset, offset + FIELD_ELEMENT_BYTES));
     out.set(bigIntToBytes(y === 0n ? 0n : FIELD_MODULUS - y, FIELD_ELEMENT_BYTES), offset);

@@ -11,7 +11,7 @@
  */
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError, type ErrorCode } from '../common/errors.js';
-import { fromBase64Url, toBase64Url, toHex } from '../common/bytes.js';
+import { copyBytes, fromBase64Url, toBase64Url, toHex } from '../common/bytes.js';
 import { expectInteger } from '../common/check.js';
 import { MAX_RESOURCE_BYTES } from '../common/limits.js';
 import type { Cluster } from '../cluster/description.js';
@@ -124,7 +124,8 @@ export class TokenVerifier {
           message: `admission token: longer than ${MAX_TOKEN_BYTES} bytes`,
         };
       }
-      bytes = input;
+      // A copy: the caller may reuse its buffer, and the cache keeps what decodes from it.
+      bytes = copyBytes(input);
       text = toBase64Url(bytes);
       const hit = this.#lookup(text);
       if (hit) return hit;

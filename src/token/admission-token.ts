@@ -6,7 +6,7 @@
  */
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError, type ErrorCode } from '../common/errors.js';
-import { bytesEqual, concatBytes, fromBase64Url, toBase64Url, toHex } from '../common/bytes.js';
+import { bytesEqual, concatBytes, copyBytes, fromBase64Url, toBase64Url, toHex } from '../common/bytes.js';
 import { decodeResource } from '../common/check.js';
 import { MAX_EPOCH, MAX_RESOURCE_BYTES, MIN_EPOCH } from '../common/limits.js';
 import { SIGNATURE_BYTES, type BlsBackend, type Signature } from '../crypto/backend.js';
@@ -63,7 +63,8 @@ export function decodeToken(bytes: Uint8Array, backend: BlsBackend): AdmissionTo
   if (bytes.length < headerBytes) fail('BAD_LENGTH', `expected at least ${FIXED_BYTES + 1} bytes, got ${bytes.length}`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   let offset = 1;
-  const clusterId = bytes.slice(offset, (offset += CLUSTER_ID_BYTES));
+  // Real copies throughout (copyBytes): a Buffer's slice is a view, and the token must not share the caller's memory.
+  const clusterId = copyBytes(bytes.subarray(offset, (offset += CLUSTER_ID_BYTES)));
   const epoch = view.getBigUint64(offset);
   offset += 8;
   if (epoch < MIN_EPOCH || epoch > MAX_EPOCH) fail('EPOCH_OUT_OF_RANGE', `epoch ${epoch} outside 1 .. 2^63-1`);
@@ -77,9 +78,9 @@ export function decodeToken(bytes: Uint8Array, backend: BlsBackend): AdmissionTo
   if (bytes.length > expectedLength)
     fail('TRAILING_BYTES', `${bytes.length - expectedLength} bytes after the signature`);
   const resource = decodeResource(bytes.subarray(offset, (offset += resourceLength)));
-  const holder = bytes.slice(offset, (offset += HOLDER_BYTES));
+  const holder = copyBytes(bytes.subarray(offset, (offset += HOLDER_BYTES)));
   const signature = backend.decodeSignature(bytes.subarray(offset, offset + SIGNATURE_BYTES), 'token signature');
-  return { grant: { clusterId, resource, epoch, holder }, signature, bytes: bytes.slice() };
+  return { grant: { clusterId, resource, epoch, holder }, signature, bytes: copyBytes(bytes) };
 }
 
 /**

@@ -6,7 +6,7 @@
  *   grant message = "quorumfence/grant/v1" ‖ grant body
  */
 import { sha256 } from '@noble/hashes/sha2.js';
-import { concatBytes, lengthPrefixed, u64be } from '../common/bytes.js';
+import { concatBytes, copyBytes, lengthPrefixed, u64be } from '../common/bytes.js';
 import { expectBytes, expectEpoch, expectResource } from '../common/check.js';
 
 export const GRANT_DOMAIN_TAG = new TextEncoder().encode('quorumfence/grant/v1');
@@ -28,10 +28,11 @@ export interface Grant {
  * @throws QuorumFenceError INVALID_ARGUMENT, BAD_LENGTH, EPOCH_OUT_OF_RANGE, RESOURCE_EMPTY, RESOURCE_TOO_LONG, RESOURCE_NOT_UTF8
  */
 export function makeGrant(fields: { clusterId: unknown; resource: unknown; epoch: unknown; holder: unknown }): Grant {
-  const clusterId = expectBytes(fields.clusterId, CLUSTER_ID_BYTES, 'clusterId');
+  // Copies: the grant must not share memory the caller may change later.
+  const clusterId = copyBytes(expectBytes(fields.clusterId, CLUSTER_ID_BYTES, 'clusterId'));
   expectResource(fields.resource);
   const epoch = expectEpoch(fields.epoch);
-  const holder = expectBytes(fields.holder, HOLDER_BYTES, 'holder');
+  const holder = copyBytes(expectBytes(fields.holder, HOLDER_BYTES, 'holder'));
   return { clusterId, resource: fields.resource as string, epoch, holder };
 }
 
