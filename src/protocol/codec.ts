@@ -1,13 +1,17 @@
 /**
  * The msgpack codec and its strict validators. Decoding never trusts the
  * peer: any frame that is not exactly one well-formed message of a known type
- * throws PROTOCOL_ERROR (and the receiver closes the connection). Range checks
+ * throws PROTOCOL_ERROR (and the receiver closes the connection). Before
+ * msgpackr sees a frame, strict-msgpack.ts refuses everything outside the
+ * protocol's subset (extensions, floats, integers over 64 bits, invalid UTF-8),
+ * so every integer here is a number or a 64-bit bigint. Range checks
  * that the replica rules own (resource bytes, epoch range, ttl) are left to
  * the policy, which answers them with an `invalid` outcome instead.
  */
 import { Packr } from 'msgpackr';
 import { QuorumFenceError } from '../common/errors.js';
 import { describe } from '../common/check.js';
+import { checkStrictMsgpack } from './strict-msgpack.js';
 import { MAX_EPOCH } from '../common/limits.js';
 import {
   HOLDER_KEY_BYTES,
@@ -54,6 +58,8 @@ export function encodeMessage(message: ClientMessage | ServerMessage): Uint8Arra
 
 function decodeFrame(frame: Uint8Array, maxBytes: number): Fields {
   if (frame.length > maxBytes) protocolError(`frame of ${frame.length} bytes exceeds the ${maxBytes}-byte limit`);
+  // Only the protocol's msgpack subset reaches msgpackr: no extensions (its BigInt included), no floats, strict UTF-8.
+  checkStrictMsgpack(frame);
   let value: unknown;
   try {
     value = packr.unpack(frame);
@@ -91,7 +97,7 @@ function int(fields: Fields, key: string, min: number, max: number): number {
   return n;
 }
 
-/** Any integer the wire can carry, as a bigint; range checks belong to the policy. */
+/** Any integer the wire can carry (at most 64 bits, see strict-msgpack.ts), as a bigint; range checks belong to the policy. */
 function wideInteger(fields: Fields, key: string): bigint {
   const value = fields[key];
   if (typeof value === 'bigint') return value;

@@ -114,13 +114,14 @@ export function precheck(request: Request, holder: Uint8Array, config: PolicyCon
     throw error;
   }
   if (request.type !== 'status' && (request.epoch < MIN_EPOCH || request.epoch > MAX_EPOCH)) {
-    return invalid(`"epoch" expected 1 .. 2^63-1, got ${request.epoch}`);
+    // Never echo the refused value: a reply must not grow with what the peer sent.
+    return invalid('"epoch" expected 1 .. 2^63-1');
   }
   if (
     (request.type === 'acquire' || request.type === 'renew') &&
     (request.ttlMs < config.minTtlMs || request.ttlMs > config.maxTtlMs)
   ) {
-    return invalid(`"ttlMs" expected ${config.minTtlMs}..${config.maxTtlMs}, got ${request.ttlMs}`);
+    return invalid(`"ttlMs" expected ${config.minTtlMs}..${config.maxTtlMs}`);
   }
   if (!mayAccess(config.access, holder, request.resource)) return FORBIDDEN;
   return undefined;
