@@ -16,6 +16,7 @@
 import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
+import { localOperatorSecret } from '../common/operator-secret.js';
 import { clusterToJson, withEndpoints, type Cluster } from '../cluster/description.js';
 import { dealLocalCluster, startLocalCluster, startLocalResource, type LocalCluster } from '../cluster/launcher.js';
 import type { LocalProcess } from '../cluster/local-process.js';
@@ -96,6 +97,8 @@ async function guardLog(ctx: Context): Promise<GuardLogEntry[]> {
   const entries: GuardLogEntry[] = [];
   for (let after = 0; ;) {
     const response = await fetch(`${ctx.resourceUrl}/log?after=${after}&limit=500`, {
+      // The launcher gave the resource this process's operator secret; the checker needs the tokens.
+      headers: { authorization: `Bearer ${localOperatorSecret()}` },
       signal: AbortSignal.timeout(10_000),
     });
     const page = ((await response.json()) as { entries: unknown[] }).entries.map(parseGuardLogEntry);

@@ -1,5 +1,5 @@
 /** `quorumfence resource`: run the reference guarded key-value resource over HTTP. */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
@@ -7,6 +7,7 @@ import { loadClusterFile } from '../cluster/description.js';
 import { DEFAULT_MAX_KEY_BYTES } from '../guard/core.js';
 import { DEFAULT_MAX_BODY_BYTES, ResourceServer } from '../guard/resource-server.js';
 import { DEFAULT_TOKEN_CACHE_SIZE } from '../guard/verifier.js';
+import { MIN_OPERATOR_SECRET_LENGTH, OPERATOR_SECRET_ENV, checkOperatorSecret } from '../common/operator-secret.js';
 import { integerFlag, parseFlags, parseListen, required, type Command } from './args.js';
 import { watchForStop } from './lifecycle.js';
 
@@ -29,7 +30,41 @@ options:
   --token-cache N       verified tokens to remember            (default ${DEFAULT_TOKEN_CACHE_SIZE})
   --require-proof       refuse requests without a holder signature (QuorumFence-Proof)
   --audience NAME       this guard's name in proof transcripts (default: none)
+  --operator-secret-file FILE
+                        a secret (one line, at least ${MIN_OPERATOR_SECRET_LENGTH} characters) that
+                        unlocks the tokens in /log for "Authorization: Bearer <secret>";
+                        also read from $${OPERATOR_SECRET_ENV}. Without it, /log never shows tokens.
+
+In production run with --require-proof: then a token alone (from a log, a
+proxy, a crash dump) cannot write.
 `;
+
+/** @throws QuorumFenceError INVALID_OPTION (unreadable file, too short), IO_ERROR */
+function readOperatorSecret(file: string | undefined): string | undefined {
+  let secret: string | undefined;
+  let source: string;
+  if (file !== undefined) {
+    source = 'operator-secret-file';
+    try {
+      secret = readFileSync(file, 'utf8').trim();
+    } catch (error) {
+      throw new QuorumFenceError('INVALID_OPTION', `--operator-secret-file ${file}: ${(error as Error).message}`, {
+        field: source,
+      });
+    }
+  } else {
+    source = OPERATOR_SECRET_ENV;
+    secret = process.env[OPERATOR_SECRET_ENV];
+    if (secret === undefined || secret === '') return undefined;
+  }
+  try {
+    return checkOperatorSecret(secret, source);
+  } catch (error) {
+    if (error instanceof QuorumFenceError)
+      throw new QuorumFenceError('INVALID_OPTION', error.message, { field: source });
+    throw error;
+  }
+}
 
 export const command: Command = {
   summary: 'run the reference guarded key-value resource (HTTP)',
@@ -44,6 +79,7 @@ export const command: Command = {
       'token-cache': { type: 'string' },
       'require-proof': { type: 'boolean' },
       audience: { type: 'string' },
+      'operator-secret-file': { type: 'string' },
     });
     const cluster = loadClusterFile(required(values.cluster, 'cluster'));
     const dataDir = resolve(required(values.data, 'data'));
@@ -59,6 +95,7 @@ export const command: Command = {
       });
     }
 
+    const operatorSecret = readOperatorSecret(values['operator-secret-file']);
     const logger = createLogger('resource');
     const server = await ResourceServer.start(dataDir, cluster, {
       host: listen.host,
@@ -68,6 +105,7 @@ export const command: Command = {
       tokenCacheSize,
       requireProof: values['require-proof'] ?? false,
       audience: values.audience ?? '',
+      ...(operatorSecret === undefined ? {} : { operatorSecret }),
       logger,
     });
     const watch = watchForStop(logger);

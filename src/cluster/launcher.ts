@@ -13,6 +13,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { QuorumFenceError } from '../common/errors.js';
 import { writeFileDurably } from '../common/files.js';
+import { OPERATOR_SECRET_ENV, localOperatorSecret } from '../common/operator-secret.js';
 import { systemRandom } from '../crypto/random.js';
 import { dealKey } from '../crypto/threshold.js';
 import { describeDealtKey, loadClusterFile, localEndpoints, withEndpoints, type Cluster } from './description.js';
@@ -208,7 +209,8 @@ export async function startLocalResource(options: StartLocalResourceOptions): Pr
       listenAddress(host, port || (options.port ?? 0)),
       ...(options.extraArgs ?? []),
     ],
-    env: options.env,
+    // The resource shows tokens in /log only to its operator: this process (localOperatorSecret).
+    env: { [OPERATOR_SECRET_ENV]: localOperatorSecret(), ...options.env },
     startTimeoutMs: options.startTimeoutMs,
   });
   await resource.start();

@@ -131,6 +131,18 @@ export function parseGuardLogEntry(json: unknown): GuardLogEntry {
   };
 }
 
+/**
+ * The entry as anyone may read it: no token and no conflicting token (a
+ * token is a bearer credential unless the guard requires proof of
+ * possession). The digest, epoch, holder and outcome stay. Operators get the
+ * full entry (see common/operator-secret.ts).
+ */
+export function withoutTokens(entry: GuardLogEntry): GuardLogEntry {
+  return entry.token === null && entry.conflictingToken === null
+    ? entry
+    : { ...entry, token: null, conflictingToken: null };
+}
+
 /** A page of the log: entries with seq > `after`, at most `limit` of them. */
 export interface GuardLogQuery {
   /** Return entries after this seq (default 0: from the start). */

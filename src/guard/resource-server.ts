@@ -7,7 +7,7 @@
  *   GET    /kv/<resource>/<key>   with a token           fenced read (see below)
  *   GET    /kv/<resource>/<key>   without a token        plain read
  *   GET    /barrier/<resource>                           the barrier (epoch, token digest)
- *   GET    /log?after=N&limit=M                          the guard log, in order
+ *   GET    /log?after=N&limit=M                          the guard log, in order (tokens only for an operator: operator.ts)
  *   GET    /healthz, /metrics
  *
  * Path segments are URL-encoded (a resource name may contain `/`). Requests
@@ -38,10 +38,11 @@ import { fromBase64Url, toHex } from '../common/bytes.js';
 import { expectGuardKey, expectInteger, expectResource } from '../common/check.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
-import type { GuardRefusalReason } from './log.js';
+import { withoutTokens, type GuardRefusalReason } from './log.js';
 import type { GuardResult, PresentedProof } from './core.js';
 import { LmdbGuard, type LmdbGuardOptions, type StoredValue } from './lmdb-guard.js';
 import { GuardMetrics } from './metrics.js';
+import { checkOperatorSecret, presentsOperatorSecret } from '../common/operator-secret.js';
 import { MAX_PROOF_COUNTER, PROOF_SIGNATURE_BYTES, bodyDigest } from './proof.js';
 
 export interface ResourceServerOptions extends Omit<LmdbGuardOptions, 'observer' | 'logger' | 'maxValueBytes'> {
@@ -51,6 +52,11 @@ export interface ResourceServerOptions extends Omit<LmdbGuardOptions, 'observer'
   readonly port?: number;
   /** Largest request body, in bytes; also the largest value. Default DEFAULT_MAX_BODY_BYTES. */
   readonly maxBodyBytes?: number;
+  /**
+   * The secret that unlocks the full guard log (tokens included) at `/log`
+   * (see operator.ts). Default: none, and `/log` serves every entry without tokens.
+   */
+  readonly operatorSecret?: string;
   readonly logger?: Logger;
 }
 
@@ -119,16 +125,24 @@ export class ResourceServer {
   readonly #server: Server;
   readonly #logger: Logger;
   readonly #maxBodyBytes: number;
+  readonly #operatorSecret: string | undefined;
   #url = '';
   #closing: Promise<void> | undefined;
   #active = 0;
   #idle: (() => void) | undefined;
 
-  private constructor(guard: LmdbGuard, metrics: GuardMetrics, logger: Logger, maxBodyBytes: number) {
+  private constructor(
+    guard: LmdbGuard,
+    metrics: GuardMetrics,
+    logger: Logger,
+    maxBodyBytes: number,
+    operatorSecret: string | undefined,
+  ) {
     this.guard = guard;
     this.metrics = metrics;
     this.#logger = logger;
     this.#maxBodyBytes = maxBodyBytes;
+    this.#operatorSecret = operatorSecret;
     this.#server = createServer((req, res) => {
       this.#active++;
       res.once('close', () => {
@@ -156,6 +170,8 @@ export class ResourceServer {
    */
   static async start(dataDir: string, cluster: Cluster, options: ResourceServerOptions = {}): Promise<ResourceServer> {
     const maxBodyBytes = expectInteger(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, 0, 1 << 30, 'maxBodyBytes');
+    const operatorSecret =
+      options.operatorSecret === undefined ? undefined : checkOperatorSecret(options.operatorSecret);
     const logger = options.logger ?? silentLogger;
     // The metrics read the guard lazily: it opens after them so it can report to them.
     const guardRef: { current?: LmdbGuard } = {};
@@ -170,7 +186,7 @@ export class ResourceServer {
       logger,
     });
     guardRef.current = guard;
-    const server = new ResourceServer(guard, metrics, logger, maxBodyBytes);
+    const server = new ResourceServer(guard, metrics, logger, maxBodyBytes, operatorSecret);
     try {
       await new Promise<void>((resolve, reject) => {
         server.#server.once('error', reject);
@@ -225,7 +241,13 @@ export class ResourceServer {
       const limit = this.#queryInteger(query, 'limit', 100);
       if (limit < 1) throw new BadRequest(400, 'bad_request', '"limit" must be at least 1');
       const entries = this.guard.readLog({ after, limit: Math.min(limit, 1000) });
-      return sendJson(res, 200, { entries, lastSeq: this.guard.lastSeq() });
+      // Tokens are bearer credentials (without --require-proof): only an operator gets them.
+      const operator = presentsOperatorSecret(req.headers.authorization, this.#operatorSecret);
+      return sendJson(res, 200, {
+        entries: operator ? entries : entries.map(withoutTokens),
+        lastSeq: this.guard.lastSeq(),
+        tokens: operator ? 'included' : 'withheld',
+      });
     }
     if (route === 'barrier' && segments.length === 2) {
       this.#only(method, ['GET']);

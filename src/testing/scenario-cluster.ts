@@ -21,6 +21,7 @@ import {
 } from '../cluster/launcher.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { writeFileDurably } from '../common/files.js';
+import { OPERATOR_SECRET_ENV, localOperatorSecret } from '../common/operator-secret.js';
 import { byzantineEntryPoint } from './byzantine/control.js';
 import { startFaultProxy, type FaultProxy } from './fault-proxy.js';
 
@@ -78,7 +79,8 @@ export function startResourceProcess(options: {
     ],
     {
       stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' },
+      // The resource shows tokens in /log only to its operator: this process (localOperatorSecret).
+      env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1', [OPERATOR_SECRET_ENV]: localOperatorSecret() },
     },
   );
   child.stdin!.on('error', () => undefined);

@@ -7,6 +7,7 @@
  * history checker needs: every token obtained, every acknowledged write.
  */
 import { toHex } from '../common/bytes.js';
+import { localOperatorSecret } from '../common/operator-secret.js';
 import type { Lease, QuorumFenceClient } from '../client/index.js';
 import { parseGuardLogEntry, type GuardLogEntry } from '../guard/log.js';
 import { tokenDigest, type AdmissionToken } from '../token/admission-token.js';
@@ -30,10 +31,16 @@ const DEFAULT_RESOURCE_TIMEOUT_MS = 5_000;
 export class ResourceHttpClient {
   readonly url: string;
   readonly #timeoutMs: number;
+  readonly #operatorSecret: string;
 
-  constructor(url: string, options: { timeoutMs?: number } = {}) {
+  /**
+   * @param options.operatorSecret what unlocks the tokens in the resource's log (the history checker verifies
+   *   them). Default: localOperatorSecret(), which the local launcher gives every resource it starts.
+   */
+  constructor(url: string, options: { timeoutMs?: number; operatorSecret?: string } = {}) {
     this.url = url.replace(/\/+$/, '');
     this.#timeoutMs = options.timeoutMs ?? DEFAULT_RESOURCE_TIMEOUT_MS;
+    this.#operatorSecret = options.operatorSecret ?? localOperatorSecret();
   }
 
   #kv(resource: string, key: string): string {
@@ -117,6 +124,7 @@ export class ResourceHttpClient {
     const entries: GuardLogEntry[] = [];
     for (let after = 0; ;) {
       const response = await fetch(`${this.url}/log?after=${after}&limit=1000`, {
+        headers: { authorization: `Bearer ${this.#operatorSecret}` },
         signal: AbortSignal.timeout(this.#timeoutMs),
       });
       const body = (await response.json()) as { entries: unknown[] };
