@@ -37,6 +37,8 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
   --max-in-flight N         unanswered requests per connection                  (default ${d.maxInFlightPerConnection})
   --rate-limit N            requests per second per connection (also the burst)  (default ${d.requestsPerSecondPerConnection})
   --max-connections N       open connections                                    (default ${d.maxConnections})
+  --max-unauthenticated-per-address N
+                            connections from one IP address not yet authenticated (default ${d.maxUnauthenticatedPerAddress})
   --tls-cert FILE           PEM certificate: serve wss:// (needs --tls-key)
   --tls-key FILE            PEM private key for --tls-cert
 
@@ -83,6 +85,7 @@ export const REPLICA_RUN_FLAGS = {
   'max-in-flight': { type: 'string' },
   'rate-limit': { type: 'string' },
   'max-connections': { type: 'string' },
+  'max-unauthenticated-per-address': { type: 'string' },
 } as const;
 
 type RunFlagValues = { readonly [K in keyof typeof REPLICA_RUN_FLAGS]?: string | undefined };
@@ -108,6 +111,11 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
       requestsPerSecondPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.requestsPerSecondPerConnection),
       burstPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.burstPerConnection),
       maxConnections: integerFlag(values['max-connections'], 'max-connections', d.maxConnections),
+      maxUnauthenticatedPerAddress: integerFlag(
+        values['max-unauthenticated-per-address'],
+        'max-unauthenticated-per-address',
+        d.maxUnauthenticatedPerAddress,
+      ),
     },
     access: values.config ? loadAccessRules(resolve(values.config)) : undefined,
   };

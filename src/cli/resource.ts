@@ -5,10 +5,16 @@ import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
 import { loadClusterFile } from '../cluster/description.js';
 import { DEFAULT_MAX_KEY_BYTES } from '../guard/core.js';
-import { DEFAULT_MAX_BODY_BYTES, ResourceServer } from '../guard/resource-server.js';
+import {
+  DEFAULT_HEADERS_TIMEOUT_MS,
+  DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  ResourceServer,
+} from '../guard/resource-server.js';
 import { DEFAULT_TOKEN_CACHE_SIZE } from '../guard/verifier.js';
+import { DEFAULT_MAX_REFUSED_LOG_ENTRIES } from '../guard/lmdb-guard.js';
 import { MIN_OPERATOR_SECRET_LENGTH, OPERATOR_SECRET_ENV, checkOperatorSecret } from '../common/operator-secret.js';
-import { integerFlag, parseFlags, parseListen, required, type Command } from './args.js';
+import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
 import { watchForStop } from './lifecycle.js';
 
 const usage = `usage: quorumfence resource --cluster FILE --data DIR [options]
@@ -28,6 +34,10 @@ options:
   --max-body BYTES      largest request body and value        (default ${DEFAULT_MAX_BODY_BYTES})
   --max-key BYTES       longest key, in UTF-8 bytes            (default ${DEFAULT_MAX_KEY_BYTES})
   --token-cache N       verified tokens to remember            (default ${DEFAULT_TOKEN_CACHE_SIZE})
+  --headers-timeout DURATION  time a client has to send a request's head (default ${DEFAULT_HEADERS_TIMEOUT_MS}ms)
+  --request-timeout DURATION  time a client has to send a whole request (default ${DEFAULT_REQUEST_TIMEOUT_MS}ms)
+  --max-refused-log N   refused entries the guard log keeps, oldest dropped first;
+                        accepted and conflict entries are always kept  (default ${DEFAULT_MAX_REFUSED_LOG_ENTRIES})
   --require-proof       refuse requests without a holder signature (QuorumFence-Proof)
   --audience NAME       this guard's name in proof transcripts (default: none)
   --operator-secret-file FILE
@@ -80,6 +90,9 @@ export const command: Command = {
       'require-proof': { type: 'boolean' },
       audience: { type: 'string' },
       'operator-secret-file': { type: 'string' },
+      'headers-timeout': { type: 'string' },
+      'max-refused-log': { type: 'string' },
+      'request-timeout': { type: 'string' },
     });
     const cluster = loadClusterFile(required(values.cluster, 'cluster'));
     const dataDir = resolve(required(values.data, 'data'));
@@ -105,6 +118,23 @@ export const command: Command = {
       tokenCacheSize,
       requireProof: values['require-proof'] ?? false,
       audience: values.audience ?? '',
+      maxRefusedLogEntries: integerFlag(
+        values['max-refused-log'],
+        'max-refused-log',
+        DEFAULT_MAX_REFUSED_LOG_ENTRIES,
+        1,
+        1_000_000_000,
+      ),
+      ...(values['headers-timeout'] === undefined
+        ? {}
+        : {
+            headersTimeoutMs: parseDuration(values['headers-timeout'], 'headers-timeout', DEFAULT_HEADERS_TIMEOUT_MS),
+          }),
+      ...(values['request-timeout'] === undefined
+        ? {}
+        : {
+            requestTimeoutMs: parseDuration(values['request-timeout'], 'request-timeout', DEFAULT_REQUEST_TIMEOUT_MS),
+          }),
       ...(operatorSecret === undefined ? {} : { operatorSecret }),
       logger,
     });

@@ -65,12 +65,25 @@ export interface LmdbGuardOptions extends GuardOptions {
   readonly maxValueBytes?: number;
   /** Most log entries one readLog call returns. Default DEFAULT_MAX_LOG_PAGE. */
   readonly maxLogPage?: number;
+  /**
+   * Refused entries the log keeps (conflict evidence excepted); past it, the
+   * oldest refused entry is deleted in the transaction that adds a new one.
+   * Default DEFAULT_MAX_REFUSED_LOG_ENTRIES.
+   */
+  readonly maxRefusedLogEntries?: number;
 }
 
 /** 1 MiB: the reference resource's default body limit; LMDB handles larger, but a guard has no reason to. */
 export const DEFAULT_MAX_VALUE_BYTES = 1 << 20;
 /** A page of 1000 entries is a few hundred KiB of JSON. */
 export const DEFAULT_MAX_LOG_PAGE = 1000;
+/**
+ * Anyone can make a refused entry (a PUT with garbage for a token), and each
+ * costs ~1.3 KiB of store: 50,000 bound that to ~65 MiB while keeping hours of
+ * refusals for an operator to read. Accepted entries and conflicts are never
+ * dropped: they are the write history and the evidence.
+ */
+export const DEFAULT_MAX_REFUSED_LOG_ENTRIES = 50_000;
 
 export interface StoredValue {
   readonly value: Uint8Array;
@@ -216,7 +229,10 @@ export class LmdbGuard {
   readonly #data: Database<DataRecord, Buffer>;
   readonly #log: Database<GuardLogEntry, number>;
   readonly #meta: Database<unknown, string>;
+  /** seq of every refused entry the log still holds (conflicts excepted), oldest first: the retention queue. */
+  readonly #refused: Database<true, number>;
   readonly #maxValueBytes: number;
+  readonly #maxRefusedLogEntries: number;
   readonly #maxLogPage: number;
   #inFlight = 0;
   #drained: (() => void) | undefined;
@@ -226,12 +242,19 @@ export class LmdbGuard {
     this.core = new GuardCore(cluster, options);
     this.#maxValueBytes = expectInteger(options.maxValueBytes ?? DEFAULT_MAX_VALUE_BYTES, 0, 1 << 30, 'maxValueBytes');
     this.#maxLogPage = expectInteger(options.maxLogPage ?? DEFAULT_MAX_LOG_PAGE, 1, 100_000, 'maxLogPage');
+    this.#maxRefusedLogEntries = expectInteger(
+      options.maxRefusedLogEntries ?? DEFAULT_MAX_REFUSED_LOG_ENTRIES,
+      1,
+      1_000_000_000,
+      'maxRefusedLogEntries',
+    );
     this.#root = root;
     // Binary keys built by storeKey: injective, unlike the default key encoding (see LMDB_GUARD_FORMAT).
     this.#barriers = root.openDB({ name: 'barrier', keyEncoding: 'binary' });
     this.#data = root.openDB({ name: 'data', keyEncoding: 'binary' });
     this.#log = root.openDB({ name: 'log' });
     this.#meta = root.openDB({ name: 'meta' });
+    this.#refused = root.openDB({ name: 'refused' });
   }
 
   /**
@@ -348,6 +371,7 @@ export class LmdbGuard {
       });
       this.#meta.putSync('lastSeq', seq);
       this.#log.putSync(seq, entry);
+      if (reason !== 'conflict') this.#retainRefused(seq);
       return { entry, result: refusedResult(entry, message, before) };
     };
 
@@ -417,6 +441,32 @@ export class LmdbGuard {
     };
   }
 
+  /** Inside the write transaction: queue a refused entry, dropping the oldest past maxRefusedLogEntries. */
+  #retainRefused(seq: number): void {
+    this.#refused.putSync(seq, true);
+    let kept = ((this.#meta.get('refusedKept') as number | undefined) ?? 0) + 1;
+    if (kept > this.#maxRefusedLogEntries) {
+      let dropped = (this.#meta.get('refusedDropped') as number | undefined) ?? 0;
+      for (const oldest of this.#refused.getKeys({ limit: kept - this.#maxRefusedLogEntries })) {
+        this.#log.removeSync(oldest);
+        this.#refused.removeSync(oldest);
+        kept--;
+        dropped++;
+      }
+      this.#meta.putSync('refusedDropped', dropped);
+    }
+    this.#meta.putSync('refusedKept', kept);
+  }
+
+  /** How the log's retention stands: refused entries kept (conflicts excepted) and dropped so far. */
+  logRetention(): { readonly refusedKept: number; readonly refusedDropped: number; readonly maxRefused: number } {
+    return {
+      refusedKept: (this.#meta.get('refusedKept') as number | undefined) ?? 0,
+      refusedDropped: (this.#meta.get('refusedDropped') as number | undefined) ?? 0,
+      maxRefused: this.#maxRefusedLogEntries,
+    };
+  }
+
   /**
    * A plain, unfenced read of one key (the committed state).
    * @throws QuorumFenceError for a resource or key outside the name contract
@@ -463,7 +513,11 @@ export class LmdbGuard {
     return (this.#meta.get('lastSeq') as number | undefined) ?? 0;
   }
 
-  /** Log entries with seq > after, in order; the log has no gaps. */
+  /**
+   * Log entries with seq > after, in seq order. Accepted and conflict entries
+   * are never removed; refused ones past maxRefusedLogEntries are, oldest
+   * first, so seqs may skip where they were.
+   */
   readLog(query: GuardLogQuery = {}): GuardLogEntry[] {
     const after = expectInteger(query.after ?? 0, 0, Number.MAX_SAFE_INTEGER, 'after');
     const limit = expectInteger(query.limit ?? this.#maxLogPage, 1, this.#maxLogPage, 'limit');

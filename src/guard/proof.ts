@@ -25,6 +25,7 @@ import { createPublicKey, verify as verifySignature, type KeyObject } from 'node
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { concatBytes, u16be, u64be } from '../common/bytes.js';
+import { isUsableHolderKey } from '../common/holder-key.js';
 import { expectBytes } from '../common/check.js';
 import { MAX_EPOCH } from '../common/limits.js';
 
@@ -111,6 +112,8 @@ function holderKeyObject(holder: Uint8Array): KeyObject | undefined {
   const id = Buffer.from(holder).toString('hex');
   let key = holderKeys.get(id);
   if (!key) {
+    // A small-order key verifies forged signatures (see common/holder-key.ts); a non-canonical one is no honest key.
+    if (!isUsableHolderKey(holder)) return undefined;
     try {
       key = createPublicKey({
         key: Buffer.from(concatBytes(ED25519_SPKI_PREFIX, holder)),

@@ -52,6 +52,10 @@ export interface ResourceServerOptions extends Omit<LmdbGuardOptions, 'observer'
   readonly port?: number;
   /** Largest request body, in bytes; also the largest value. Default DEFAULT_MAX_BODY_BYTES. */
   readonly maxBodyBytes?: number;
+  /** Time a client has to send a request's head (line and headers). Default DEFAULT_HEADERS_TIMEOUT_MS. */
+  readonly headersTimeoutMs?: number;
+  /** Time a client has to send a whole request, body included. Default DEFAULT_REQUEST_TIMEOUT_MS. */
+  readonly requestTimeoutMs?: number;
   /**
    * The secret that unlocks the full guard log (tokens included) at `/log`
    * (see operator.ts). Default: none, and `/log` serves every entry without tokens.
@@ -62,6 +66,18 @@ export interface ResourceServerOptions extends Omit<LmdbGuardOptions, 'observer'
 
 /** 1 MiB: generous for a key-value value, small enough that a flood of bodies cannot exhaust memory. */
 export const DEFAULT_MAX_BODY_BYTES = 1 << 20;
+/** A request head is a few hundred bytes: 10 s (the replica's authTimeoutMs) allows a slow link, and bounds idle sockets. */
+export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
+/** 30 s sends a 1 MiB body at ~35 KB/s; a client slower than that holds a socket for nothing. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
+/** The client went away before its request was read: its doing, not a failure of ours. */
+class ClientGone extends Error {}
+
+const CLIENT_ERROR_STATUS: Readonly<Record<string, string>> = {
+  ERR_HTTP_REQUEST_TIMEOUT: '408 Request Timeout',
+  HPE_HEADER_OVERFLOW: '431 Request Header Fields Too Large',
+};
 
 export const STATUS_BY_REASON: Readonly<Record<GuardRefusalReason, number>> = {
   missing_token: 401,
@@ -137,13 +153,20 @@ export class ResourceServer {
     logger: Logger,
     maxBodyBytes: number,
     operatorSecret: string | undefined,
+    timeouts: { readonly headersTimeoutMs: number; readonly requestTimeoutMs: number },
   ) {
     this.guard = guard;
     this.metrics = metrics;
     this.#logger = logger;
     this.#maxBodyBytes = maxBodyBytes;
     this.#operatorSecret = operatorSecret;
-    this.#server = createServer((req, res) => {
+    const serverOptions = {
+      headersTimeout: timeouts.headersTimeoutMs,
+      requestTimeout: timeouts.requestTimeoutMs,
+      // Node checks both timeouts on this period (default 30 s); a tenth of the shorter keeps them close to their value.
+      connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(timeouts.headersTimeoutMs / 10))),
+    };
+    this.#server = createServer(serverOptions, (req, res) => {
       this.#active++;
       res.once('close', () => {
         if (--this.#active === 0) this.#idle?.();
@@ -157,10 +180,15 @@ export class ResourceServer {
         );
       this.#handle(req, res).catch((error: unknown) => this.#fail(res, error));
     });
-    // Unparseable HTTP (bad request line, oversized headers): answer 400 and drop the socket.
-    this.#server.on('clientError', (_error, socket) => {
-      if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
-      else socket.destroy();
+    // Unparseable HTTP (bad request line, oversized headers) or a request that ran past its timeout: answer
+    // if the socket still takes writes, then destroy it. Never only half-close: a peer that neither reads nor
+    // closes would keep the descriptor (as the replica does, the socket is destroyed).
+    this.#server.on('clientError', (error: Error & { code?: string }, socket) => {
+      if (!socket.writable) return void socket.destroy();
+      const status = CLIENT_ERROR_STATUS[error.code ?? ''] ?? '400 Bad Request';
+      socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`, () => socket.destroy());
+      // The answer is a few dozen bytes; if even those cannot leave, stop waiting for them.
+      setTimeout(() => socket.destroy(), 1_000).unref();
     });
   }
 
@@ -172,6 +200,26 @@ export class ResourceServer {
     const maxBodyBytes = expectInteger(options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, 0, 1 << 30, 'maxBodyBytes');
     const operatorSecret =
       options.operatorSecret === undefined ? undefined : checkOperatorSecret(options.operatorSecret);
+    const requestTimeoutMs = expectInteger(
+      options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+      1,
+      0x7fff_ffff,
+      'requestTimeoutMs',
+    );
+    const timeouts = {
+      requestTimeoutMs,
+      headersTimeoutMs: expectInteger(
+        options.headersTimeoutMs ?? Math.min(DEFAULT_HEADERS_TIMEOUT_MS, requestTimeoutMs),
+        1,
+        0x7fff_ffff,
+        'headersTimeoutMs',
+      ),
+    };
+    // Node requires the head's deadline to fit inside the request's.
+    if (timeouts.headersTimeoutMs > timeouts.requestTimeoutMs)
+      throw new QuorumFenceError('INVALID_ARGUMENT', '"headersTimeoutMs" must not exceed "requestTimeoutMs"', {
+        field: 'headersTimeoutMs',
+      });
     const logger = options.logger ?? silentLogger;
     // The metrics read the guard lazily: it opens after them so it can report to them.
     const guardRef: { current?: LmdbGuard } = {};
@@ -186,7 +234,7 @@ export class ResourceServer {
       logger,
     });
     guardRef.current = guard;
-    const server = new ResourceServer(guard, metrics, logger, maxBodyBytes, operatorSecret);
+    const server = new ResourceServer(guard, metrics, logger, maxBodyBytes, operatorSecret, timeouts);
     try {
       await new Promise<void>((resolve, reject) => {
         server.#server.once('error', reject);
@@ -400,11 +448,18 @@ export class ResourceServer {
     }
     const chunks: Buffer[] = [];
     let size = 0;
-    for await (const chunk of req as AsyncIterable<Buffer>) {
-      size += chunk.length;
-      if (size > this.#maxBodyBytes)
-        throw new BadRequest(413, 'body_too_large', `the body limit is ${this.#maxBodyBytes} bytes`);
-      chunks.push(chunk);
+    try {
+      for await (const chunk of req as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > this.#maxBodyBytes)
+          throw new BadRequest(413, 'body_too_large', `the body limit is ${this.#maxBodyBytes} bytes`);
+        chunks.push(chunk);
+      }
+    } catch (error) {
+      // The peer closed or reset mid-body: nothing reached the guard, and nobody is left to answer.
+      if (!(error instanceof BadRequest) && (req.readableAborted || req.socket.destroyed))
+        throw new ClientGone('the client disconnected before sending the whole body', { cause: error });
+      throw error;
     }
     return size === 0 ? EMPTY : new Uint8Array(Buffer.concat(chunks, size));
   }
@@ -425,6 +480,11 @@ export class ResourceServer {
           { connection: 'close' },
         );
       return;
+    }
+    if (error instanceof ClientGone) {
+      // The client's doing, and anyone can do it as often as they like: debug, never error with a stack.
+      this.#logger.debug({ reason: error.message }, 'client disconnected mid-request');
+      return void res.destroy();
     }
     this.#logger.error({ err: error }, 'request failed');
     if (res.headersSent) return void res.destroy();

@@ -18,6 +18,12 @@ export interface ReplicaLimits {
   readonly maxConsecutiveRateLimited: number;
   /** Open connections (authenticated or not); more are refused at the upgrade with 503. */
   readonly maxConnections: number;
+  /**
+   * Connections from one IP address that have not authenticated yet; more are
+   * refused at the upgrade with 503. Stops one host from holding every slot
+   * with sockets that never say hello (each lives up to authTimeoutMs).
+   */
+  readonly maxUnauthenticatedPerAddress: number;
   /** Time a new connection has to authenticate before it is closed with 1008. */
   readonly authTimeoutMs: number;
   /** Replies queued for a client that does not read; above this the connection is dropped. */
@@ -49,6 +55,9 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   maxConsecutiveRateLimited: 10_000,
   // Each connection costs a socket and a few KiB; 10,000 fits in a small container.
   maxConnections: 10_000,
+  // A client authenticates within a round trip; 64 handshakes at once covers a fleet behind one NAT address,
+  // and keeps one host from tying up more than 64 of the 10,000 slots for authTimeoutMs each.
+  maxUnauthenticatedPerAddress: 64,
   // A client signs one challenge; 10 s allows for a slow link, and bounds idle unauthenticated sockets.
   authTimeoutMs: 10_000,
   // 1 MiB is thousands of replies: a client that far behind is not reading.
@@ -96,6 +105,7 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'burstPerConnection',
     'maxConsecutiveRateLimited',
     'maxConnections',
+    'maxUnauthenticatedPerAddress',
     'authTimeoutMs',
     'maxBufferedBytesPerConnection',
     'minTtlMs',

@@ -13,7 +13,10 @@
  *   frame over maxFrameBytes                 → close 1009 (ws maxPayload)
  *   undecodable / malformed / unknown type   → close 1002
  *   request before hello                     → error UNAUTHENTICATED, close 1008
- *   hello with a bad signature (or replayed) → close 1008
+ *   hello with a bad signature (or replayed),
+ *     or a small-order / non-canonical key  → close 1008
+ *   upgrade over maxConnections, or over maxUnauthenticatedPerAddress
+ *     from the peer's IP address            → HTTP 503, no WebSocket
  *   second hello                             → close 1002
  *   over the in-flight bound or rate         → error RATE_LIMITED (closed with 1008 after many in a row)
  *
@@ -32,6 +35,7 @@ import {
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { ed25519 } from '@noble/curves/ed25519.js';
+import { isUsableHolderKey } from '../common/holder-key.js';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { QuorumFenceError } from '../common/errors.js';
 import { systemClock, type MonotonicClock } from '../common/clock.js';
@@ -93,6 +97,8 @@ interface Connection {
   refilledAt: number;
   consecutiveLimited: number;
   authTimer: NodeJS.Timeout | undefined;
+  /** The peer's IP address while it counts against maxUnauthenticatedPerAddress; undefined once authenticated or closed. */
+  unauthenticatedFrom: string | undefined;
 }
 
 export class ReplicaServer {
@@ -112,6 +118,8 @@ export class ReplicaServer {
   readonly #logger: Logger;
   readonly #clock: MonotonicClock;
   readonly #connections = new Set<Connection>();
+  /** IP address → connections from it not yet authenticated (see maxUnauthenticatedPerAddress). */
+  readonly #unauthenticatedByAddress = new Map<string, number>();
   #inFlight = 0;
   #closing: Promise<void> | undefined;
 
@@ -304,14 +312,32 @@ export class ReplicaServer {
 
   #onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => socket.destroy());
-    if (!this.ready || this.#connections.size >= this.limits.maxConnections) {
+    const address = req.socket.remoteAddress ?? '';
+    if (
+      !this.ready ||
+      this.#connections.size >= this.limits.maxConnections ||
+      (this.#unauthenticatedByAddress.get(address) ?? 0) >= this.limits.maxUnauthenticatedPerAddress
+    ) {
       socket.end('HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
       return;
     }
-    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#onConnection(ws));
+    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#onConnection(ws, address));
   }
 
-  #onConnection(socket: WebSocket): void {
+  /** Counts a connection that has not authenticated against its address (add = 1), or stops counting it (add = -1). */
+  #countUnauthenticated(address: string, add: 1 | -1): void {
+    const count = (this.#unauthenticatedByAddress.get(address) ?? 0) + add;
+    if (count > 0) this.#unauthenticatedByAddress.set(address, count);
+    else this.#unauthenticatedByAddress.delete(address);
+  }
+
+  #authenticated(connection: Connection): void {
+    if (connection.unauthenticatedFrom === undefined) return;
+    this.#countUnauthenticated(connection.unauthenticatedFrom, -1);
+    connection.unauthenticatedFrom = undefined;
+  }
+
+  #onConnection(socket: WebSocket, address: string): void {
     const connection: Connection = {
       socket,
       stream: (socket as unknown as { _socket?: Duplex })._socket,
@@ -323,7 +349,9 @@ export class ReplicaServer {
       refilledAt: this.#clock.now(),
       consecutiveLimited: 0,
       authTimer: undefined,
+      unauthenticatedFrom: address,
     };
+    this.#countUnauthenticated(address, 1);
     this.#connections.add(connection);
     this.metrics.connections.inc();
     connection.authTimer = setTimeout(
@@ -347,6 +375,7 @@ export class ReplicaServer {
     });
     socket.on('close', () => {
       clearTimeout(connection.authTimer);
+      this.#authenticated(connection); // stops counting it either way
       if (this.#connections.delete(connection)) this.metrics.connections.dec();
     });
     this.#send(connection, {
@@ -377,17 +406,22 @@ export class ReplicaServer {
       }
       let valid: boolean;
       try {
-        valid = ed25519.verify(
-          message.signature,
-          authTranscript(connection.nonce, this.#cluster.id, this.#index),
-          message.holder,
-        );
+        // Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032's strict rules.
+        valid =
+          isUsableHolderKey(message.holder) &&
+          ed25519.verify(
+            message.signature,
+            authTranscript(connection.nonce, this.#cluster.id, this.#index),
+            message.holder,
+            { zip215: false },
+          );
       } catch {
         valid = false; // A malformed key or signature is just a failed proof.
       }
       if (!valid) return this.#close(connection, CloseCode.POLICY_VIOLATION, 'authentication failed');
       clearTimeout(connection.authTimer);
       connection.authTimer = undefined;
+      this.#authenticated(connection);
       connection.holder = message.holder;
       this.#send(connection, { type: 'welcome', id: message.id, replica: this.#index });
       return;
