@@ -201,7 +201,7 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
    * Acquires a lease on `resource`: an admission token signed by a quorum,
    * kept alive by automatic renewal until released.
    * @returns `{ ok: true, lease }`, or `{ ok: false, reason }` with reason busy, timeout, unavailable, aborted, forbidden or invalid.
-   * @throws QuorumFenceError INVALID_ARGUMENT / RESOURCE_* for bad arguments; CLOSED after close();
+   * @throws QuorumFenceError INVALID_ARGUMENT / RESOURCE_* / NAME_CONTROL_CHARACTER for bad arguments; CLOSED after close();
    *   EPOCH_OUT_OF_RANGE if the resource's 2^63-1 epochs are used up.
    */
   async acquire(resource: string, options: AcquireOptions = {}): Promise<AcquireResult> {
@@ -242,7 +242,7 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   /**
    * Each replica's view of `resource` and a quorum summary. Waits up to
    * `timeoutMs` (default: the client's requestTimeoutMs) for answers.
-   * @throws QuorumFenceError INVALID_ARGUMENT / RESOURCE_* for bad arguments; CLOSED after close().
+   * @throws QuorumFenceError INVALID_ARGUMENT / RESOURCE_* / NAME_CONTROL_CHARACTER for bad arguments; CLOSED after close().
    */
   async status(resource: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<ResourceStatus> {
     this.#assertOpen();
