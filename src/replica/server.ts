@@ -210,7 +210,16 @@ export class ReplicaServer {
       late.service = service;
       let http: HttpServer;
       try {
-        http = options.tls ? createHttpsServer({ cert: options.tls.cert, key: options.tls.key }) : createHttpServer();
+        // A request head (an upgrade, /healthz, /metrics) gets authTimeoutMs, as an unauthenticated socket does:
+        // Node's defaults (60 s, checked every 30 s) let a slow client hold sockets that maxConnections does not count.
+        const deadlines = {
+          headersTimeout: limits.authTimeoutMs,
+          requestTimeout: limits.authTimeoutMs,
+          connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(limits.authTimeoutMs / 10))),
+        };
+        http = options.tls
+          ? createHttpsServer({ ...deadlines, cert: options.tls.cert, key: options.tls.key })
+          : createHttpServer(deadlines);
       } catch (error) {
         throw new QuorumFenceError(
           'INVALID_OPTION',

@@ -119,6 +119,25 @@ describe('finding 5: small-order and non-canonical Ed25519 holder keys', () => {
       expect(next).toMatchObject({ closed: { code: CloseCode.POLICY_VIOLATION } });
     });
 
+    test('the same class at the replica: HTTP sockets whose head never ends are destroyed after authTimeoutMs (10 s)', async () => {
+      const replica = cluster.replica(1);
+      const baseline = descriptors(replica.pid);
+      const sockets: Socket[] = [];
+      try {
+        for (let i = 0; i < 5; i++) {
+          const socket = connect(replica.port, '127.0.0.1');
+          socket.pause();
+          socket.on('error', () => undefined);
+          socket.write('GET /healthz HTTP/1.1\r\nhost: x\r\n'); // the head never ends
+          sockets.push(socket);
+        }
+        expect(await until(() => descriptors(replica.pid) >= baseline + 5, 5_000)).toBe(true);
+        expect(await until(() => descriptors(replica.pid) <= baseline, 15_000)).toBe(true);
+      } finally {
+        for (const socket of sockets) socket.destroy();
+      }
+    });
+
     test('per-address cap on unauthenticated sockets: the 4th from one address gets 503, others and authenticated ones are not counted', async () => {
       const url = cluster.replica(1).url;
       const open = (localAddress = '127.0.0.1') =>
