@@ -31,7 +31,7 @@
  */
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
-import { copyBytes, decodeStoreKey, storeKey } from '../common/bytes.js';
+import { decodeStoreKey, storeKey } from '../common/bytes.js';
 import { expectGuardKey, expectInteger, expectResource, expectString } from '../common/check.js';
 import type { Cluster } from '../cluster/description.js';
 import type { Barrier } from './fence.js';
@@ -47,6 +47,18 @@ import {
   type GuardResult,
 } from './core.js';
 import type { GuardLogEntry, GuardLogQuery } from './log.js';
+import {
+  BufferedContext,
+  isRefusal,
+  type DataRecord,
+  type LmdbMutation,
+  type LmdbWriteContext,
+  type MutationRefusal,
+  type StoredValue,
+  type VersionCondition,
+} from './lmdb-context.js';
+
+export type { LmdbMutation, LmdbWriteContext, MutationRefusal, StoredValue, VersionCondition };
 
 /**
  * v2: barrier and data keys are storeKey encodings (length-prefixed UTF-8
@@ -85,50 +97,9 @@ export const DEFAULT_MAX_LOG_PAGE = 1000;
  */
 export const DEFAULT_MAX_REFUSED_LOG_ENTRIES = 50_000;
 
-export interface StoredValue {
-  readonly value: Uint8Array;
-  /**
-   * The seq of the write that stored this value. Seqs only grow, so a key that
-   * is deleted and written again never returns to an old version (no ABA for
-   * compare-and-set).
-   */
-  readonly version: number;
-}
-
-/** A compare-and-set precondition: `key` is at `version` (0: the key is absent). */
-export interface VersionCondition {
-  readonly key: string;
-  readonly version: number;
-}
-
 export interface LmdbWriteRequest extends GuardRequest {
   readonly ifVersion?: VersionCondition;
 }
-
-/** Returned by a mutation (`return tx.refuse(...)`) to refuse the attempt after the fence passed. */
-export interface MutationRefusal {
-  readonly refusal: 'version_mismatch';
-  readonly message: string;
-}
-
-/** What the caller's mutation sees: its resource's keys, inside the write transaction. */
-export interface LmdbWriteContext {
-  readonly resource: string;
-  readonly epoch: bigint;
-  /** The holder's Ed25519 public key. */
-  readonly holder: Uint8Array;
-  /** The version this write stamps on what it changes: its seq. */
-  readonly version: number;
-  get(key: string): StoredValue | undefined;
-  put(key: string, value: Uint8Array): void;
-  /** @returns whether the key existed */
-  remove(key: string): boolean;
-  /** Refuse the attempt (e.g. a precondition of the caller's own); nothing is applied. */
-  refuse(reason: 'version_mismatch', message?: string): MutationRefusal;
-}
-
-/** Mutations run inside the LMDB write transaction and must be synchronous. */
-export type LmdbMutation<T> = (tx: LmdbWriteContext) => T;
 
 interface BarrierRecord {
   epoch: string;
@@ -136,11 +107,6 @@ interface BarrierRecord {
   token: Uint8Array;
   replayHigh: string | null;
   replaySeen: string | null;
-}
-
-interface DataRecord {
-  value: Uint8Array;
-  version: number;
 }
 
 function toBarrier(record: BarrierRecord): Barrier {
@@ -163,64 +129,7 @@ function toRecord(barrier: Barrier): BarrierRecord {
   };
 }
 
-const REFUSAL = Symbol('quorumfence.refusal');
-
 type TxnOutcome<T> = { entry: GuardLogEntry; result: GuardResult<T>; thrown?: unknown };
-
-class BufferedContext implements LmdbWriteContext {
-  readonly changes = new Map<string, Uint8Array | null>();
-  constructor(
-    readonly resource: string,
-    readonly epoch: bigint,
-    readonly holder: Uint8Array,
-    readonly version: number,
-    private readonly data: Database<DataRecord, Buffer>,
-    private readonly maxKeyBytes: number,
-    private readonly maxValueBytes: number,
-  ) {}
-
-  #key(key: string): string {
-    return expectGuardKey(key, this.maxKeyBytes);
-  }
-
-  get(key: string): StoredValue | undefined {
-    const pending = this.changes.get(this.#key(key));
-    if (pending === null) return undefined;
-    if (pending !== undefined) return { value: pending, version: this.version };
-    const record = this.data.get(storeKey(this.resource, key));
-    return record && { value: record.value, version: record.version };
-  }
-
-  put(key: string, value: Uint8Array): void {
-    if (!(value instanceof Uint8Array))
-      throw new QuorumFenceError('INVALID_ARGUMENT', '"value" expected bytes', { field: 'value' });
-    if (value.length > this.maxValueBytes) {
-      throw new QuorumFenceError(
-        'INVALID_ARGUMENT',
-        `"value" expected at most ${this.maxValueBytes} bytes, got ${value.length}`,
-        { field: 'value' },
-      );
-    }
-    // A real copy: Buffer#slice would be a view the caller could change before the commit.
-    this.changes.set(this.#key(key), copyBytes(value));
-  }
-
-  remove(key: string): boolean {
-    const existed = this.get(key) !== undefined;
-    this.changes.set(this.#key(key), null);
-    return existed;
-  }
-
-  refuse(reason: 'version_mismatch', message = "the write's precondition does not hold"): MutationRefusal {
-    const refusal = { refusal: reason, message };
-    Object.defineProperty(refusal, REFUSAL, { value: true });
-    return refusal;
-  }
-}
-
-function isRefusal(value: unknown): value is MutationRefusal {
-  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[REFUSAL] === true;
-}
 
 export class LmdbGuard {
   readonly core: GuardCore;
