@@ -7,7 +7,7 @@
  * (no U+0000..U+001F, no U+007F in resource names and guard keys) is checked
  * by one function everywhere a name enters.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -225,6 +225,11 @@ describe('finding 1: cross-resource aliasing in the LMDB guard', () => {
       expect(codeOf(() => expectGuardKey(bad, 512))).toBe('NAME_CONTROL_CHARACTER');
       expect(codeOf(() => factory.issue({ resource: bad, epoch: 1 }))).toBe('NAME_CONTROL_CHARACTER');
     }
+    // The known-answer vectors follow the rule, so they still hold (crypto-known-answer.test.ts checks the bytes).
+    const vectors = JSON.parse(readFileSync('test/fixtures/known-answer-v1.json', 'utf8')) as {
+      grant: { resource: string };
+    };
+    expect(codeOf(() => expectResource(vectors.grant.resource))).toBeUndefined();
     // Allowed: space, C1 controls (ordinary two-byte UTF-8), and everything else well-formed.
     for (const good of [' ', 'a b', '\u0080\u009f', 'é/😀', '~']) {
       expect(codeOf(() => expectResource(good))).toBeUndefined();
