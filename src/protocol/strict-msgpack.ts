@@ -43,12 +43,18 @@ export function checkStrictMsgpack(frame: Uint8Array): void {
   };
   const skipString = (bytes: number, at: number): void => {
     need(bytes, at);
-    try {
-      strictUtf8.decode(frame.subarray(offset, offset + bytes));
-    } catch {
-      refuse('string is not well-formed UTF-8', at);
+    const end = offset + bytes;
+    let ascii = true;
+    for (let i = offset; i < end && ascii; i++) ascii = frame[i]! < 0x80;
+    // Field names and most resources are ASCII, always valid; only other strings need the strict decoder.
+    if (!ascii) {
+      try {
+        strictUtf8.decode(frame.subarray(offset, end));
+      } catch {
+        refuse('string is not well-formed UTF-8', at);
+      }
     }
-    offset += bytes;
+    offset = end;
   };
   const skipBytes = (bytes: number, at: number): void => {
     need(bytes, at);
