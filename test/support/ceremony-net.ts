@@ -63,6 +63,8 @@ export async function runNetworkCeremony(
     rewrites?: Map<number, OutgoingRewrite>;
     acceptTimeoutMs?: number;
     phaseTimeoutMs?: number;
+    /** Sees every frame a member sends. */
+    tap?: (from: number, to: number, bytes: Uint8Array) => void;
     /** Called once every transport is listening, to poke at members from outside. */
     meanwhile?: (proposal: Proposal) => Promise<void>;
   } = {},
@@ -82,8 +84,12 @@ export async function runNetworkCeremony(
     const running = await Promise.all(
       nodeKeys.map(async (nodeKey, k) => {
         if (absent.has(k + 1)) return undefined;
-        const transport = await openWebSocketTransport({ proposal, self: k + 1 });
-        transports.push(transport);
+        const real = await openWebSocketTransport({ proposal, self: k + 1 });
+        transports.push(real);
+        const tap = options.tap;
+        const transport: CeremonyTransport = tap
+          ? { ...real, send: (to, bytes) => (tap(k + 1, to, bytes), real.send(to, bytes)) }
+          : real;
         return { nodeKey, self: k + 1, transport };
       }),
     );
