@@ -176,11 +176,15 @@ export function makeProposal(
 }
 
 /**
- * The index of the member whose node key this is.
+ * The index of the member whose node key this is (and, when given, whose encryption key).
  * @throws QuorumFenceError BAD_PROPOSAL when the proposal does not name it
  */
-export function memberIndexOf(proposal: Proposal, nodeKey: Uint8Array): number {
+export function memberIndexOf(proposal: Proposal, nodeKey: Uint8Array, encryptionKey?: Uint8Array): number {
   const member = proposal.members.find((m) => bytesEqual(m.nodeKey, nodeKey));
   if (!member) bad(`this replica's node key ${toHex(nodeKey).slice(0, 16)}… is not among the members`);
+  // A card from another node key file would name us but seal our shares to a key we do not hold.
+  if (encryptionKey && !bytesEqual(member.encryptionKey, encryptionKey)) {
+    bad(`member ${member.index}'s encryption key is not this replica's; was the card made from another node key?`);
+  }
   return member.index;
 }

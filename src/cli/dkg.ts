@@ -157,7 +157,7 @@ async function run(argv: string[]): Promise<number> {
     readJsonFile(resolve(required(values.proposal, 'proposal')), 'proposal', 'BAD_PROPOSAL'),
   );
   const nodeKey = loadNodeKeyFile(dataDir);
-  const self = memberIndexOf(proposal, nodeKey.nodeKey);
+  const self = memberIndexOf(proposal, nodeKey.nodeKey, nodeKey.encryptionKey);
   if (values['if-missing'] && existsSync(join(dataDir, CLUSTER_FILE)) && existsSync(join(dataDir, REPLICA_KEY_FILE))) {
     const existing = readJsonFile(join(dataDir, CLUSTER_FILE), 'cluster description', 'BAD_CLUSTER') as {
       ceremony?: { proposal?: string };
