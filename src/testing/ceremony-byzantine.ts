@@ -16,6 +16,7 @@ export const CEREMONY_BEHAVIOURS = [
   'bad-commitments',
   'two-deals',
   'false-complaint',
+  'selective-complaint',
   'bad-justification',
   'missing-justification',
   'silent',
@@ -83,6 +84,10 @@ export function ceremonyBehaviour(behaviour: CeremonyBehaviour, self: number, n:
       }
       case 'false-complaint':
         return phase === 'complaint' ? { against: [victim] } : body;
+      case 'selective-complaint':
+        // Accuses the victim before everyone but the victim, who so never answers (the known gap in docs/ceremony.md).
+        if (phase !== 'complaint') return body;
+        return recipient === victim ? { against: [] } : { against: [victim] };
     }
   };
   return rewrite as unknown as OutgoingRewrite;

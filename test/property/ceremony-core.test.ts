@@ -130,3 +130,26 @@ describe('ceremony core: f Byzantine members never leave honest members with two
     }
   });
 });
+
+describe('ceremony core: never two keys (R5), even through the known gap', () => {
+  it('a complaint shown to all but the accused splits the honest view; whoever finishes holds the one confirmed key', () => {
+    fc.assert(
+      fc.property(fc.constantFrom(4, 7), fc.array(fc.nat(), { minLength: 1, maxLength: 50 }), (n, choices) => {
+        const f = (n - 1) / 3;
+        const byzantine = Array.from({ length: f }, (_, k) => n - k);
+        let k = 0;
+        const sim = simulateCeremony(n, {
+          rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour('selective-complaint', b, n)])),
+          pick: () => choices[k++ % choices.length]!,
+        });
+        const honest = sim.members.filter((m) => !byzantine.includes(m.self));
+        const finished = honest.filter((m) => m.phase === 'done');
+        expect(new Set(finished.map((m) => m.result!.cluster.clusterId)).size).toBeLessThanOrEqual(1);
+        // Every finisher's key was confirmed by t members.
+        for (const m of finished) expect(m.result!.signatures.length).toBeGreaterThanOrEqual(sim.proposal.t);
+        for (const m of honest.filter((x) => x.phase !== 'done')) expect(m.phase).toBe('aborted');
+      }),
+      { numRuns: 8 },
+    );
+  });
+});
