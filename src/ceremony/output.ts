@@ -18,7 +18,7 @@ import type { ClusterDescriptionJson } from '../cluster/description.js';
 import { REPLICA_KEY_FORMAT, type ReplicaKeyJson } from '../cluster/replica-key.js';
 import { clusterSignatureMessage } from './packets.js';
 import type { Proposal } from './proposal.js';
-import type { CeremonyResult } from './state.js';
+import type { CeremonyResult } from './events.js';
 
 export const REPLICA_KEY_FILE = 'replica.key';
 export const CLUSTER_FILE = 'cluster.json';

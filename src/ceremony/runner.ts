@@ -10,7 +10,8 @@ import { jointFeldman, type DealingRule } from './dealing.js';
 import type { NodeKey } from './node-key.js';
 import { PHASES } from './packets.js';
 import type { Proposal } from './proposal.js';
-import { CeremonyMember, type CeremonyResult, type OutgoingRewrite, type ProgressEvent } from './state.js';
+import type { CeremonyResult, OutgoingRewrite, ProgressEvent } from './events.js';
+import { CeremonyMember } from './state.js';
 import type { CeremonyTransport } from './transport.js';
 
 export type CeremonyOutcome =

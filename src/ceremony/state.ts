@@ -17,10 +17,12 @@
  *                  signatures are needed, so honest members never keep two keys
  */
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesEqual, toHex } from '../common/bytes.js';
-import { computeClusterId, type ClusterDescriptionJson, CLUSTER_FORMAT } from '../cluster/description.js';
+import { bytesEqual } from '../common/bytes.js';
+import type { ClusterDescriptionJson } from '../cluster/description.js';
+import type { CeremonyPhase, CeremonyResult, Outgoing, OutgoingRewrite, ProgressEvent } from './events.js';
 import type { RandomSource } from '../crypto/random.js';
 import type { DealingRule } from './dealing.js';
+import { describeCeremonyKey } from './describe.js';
 import type { NodeKey } from './node-key.js';
 import {
   clusterSignatureMessage,
@@ -38,50 +40,13 @@ import {
   commit,
   decodeCommitments,
   evaluate,
-  pointBytes,
   scalarFromBytes,
   scalarToBytes,
-  scaledPublicShare,
   scaledShareBytes,
   shareMatchesCommitments,
   type G1Point,
   type Polynomial,
 } from './vss.js';
-
-export type CeremonyPhase = PacketPhase | 'done' | 'aborted';
-
-export type ProgressEvent =
-  | { kind: 'phase'; phase: PacketPhase; at: number }
-  | { kind: 'phase-closed'; phase: PacketPhase; received: number[]; missing: number[]; byDeadline: boolean }
-  | { kind: 'excluded'; dealer: number; reason: string }
-  | { kind: 'refused'; reason: string; code: string }
-  | { kind: 'done'; clusterId: string; qualified: number[] }
-  | { kind: 'aborted'; reason: string; members: number[] };
-
-export interface Outgoing {
-  readonly to: number;
-  readonly bytes: Uint8Array;
-}
-
-/** What the member keeps when the ceremony succeeds. */
-export interface CeremonyResult {
-  readonly cluster: ClusterDescriptionJson;
-  readonly qualified: number[];
-  /** Excluded dealers with the reason. */
-  readonly excluded: { dealer: number; reason: string }[];
-  /** Ed25519 signatures of the members that confirmed this cluster, by index. */
-  readonly signatures: { index: number; signature: Uint8Array }[];
-  /** This member's Δ-scaled secret share, 32 bytes (the replica key file's secretShare). Secret. */
-  readonly scaledSecretShare: Uint8Array;
-}
-
-/** Hooks a test uses to make this member Byzantine: rewrite (or drop: null) what it sends to one recipient. */
-export type OutgoingRewrite = <P extends PacketPhase>(
-  phase: P,
-  body: BodyByPhase[P],
-  recipient: number,
-  own: { polynomial: Polynomial; seal(recipient: number, share: bigint): Uint8Array },
-) => BodyByPhase[P] | null;
 
 export interface MemberOptions {
   readonly proposal: Proposal;
@@ -441,25 +406,8 @@ export class CeremonyMember {
         commitments: this.#deals.get(dealer)!.commitments,
       })),
     );
-    const { n, t, f } = this.proposal;
-    const publicShares = this.#everyone().map((i) => scaledPublicShare(commitments, i, n));
-    const commitmentBytes = commitments.map(pointBytes);
-    const clusterId = computeClusterId(n, t, commitmentBytes[0]!, publicShares, commitmentBytes);
-    const cluster: ClusterDescriptionJson = {
-      format: CLUSTER_FORMAT,
-      n,
-      f,
-      t,
-      groupPublicKey: toHex(commitmentBytes[0]!),
-      commitments: commitmentBytes.map(toHex),
-      replicas: this.proposal.members.map((m) => ({
-        index: m.index,
-        publicKeyShare: toHex(publicShares[m.index - 1]!),
-        endpoint: m.endpoint,
-      })),
-      clusterId: toHex(clusterId),
-    };
-    this.#resultDraft = { cluster, qualified, clusterId, share: scaledShareBytes(share, n) };
+    const { cluster, clusterId } = describeCeremonyKey(this.proposal, commitments);
+    this.#resultDraft = { cluster, qualified, clusterId, share: scaledShareBytes(share, this.proposal.n) };
     return true;
   }
 

@@ -20,7 +20,8 @@ import {
   type Proposal,
 } from '../ceremony/proposal.js';
 import { runCeremony } from '../ceremony/runner.js';
-import type { CeremonyMember, ProgressEvent } from '../ceremony/state.js';
+import type { ProgressEvent } from '../ceremony/events.js';
+import type { CeremonyMember } from '../ceremony/state.js';
 import { openWebSocketTransport } from '../ceremony/transport.js';
 import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
 

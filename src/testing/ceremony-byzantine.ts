@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { SCALAR_ORDER } from '../crypto/threshold.js';
 import type { BodyByPhase, PacketPhase } from '../ceremony/packets.js';
-import type { OutgoingRewrite } from '../ceremony/state.js';
+import type { OutgoingRewrite } from '../ceremony/events.js';
 import { commit, evaluate, scalarToBytes } from '../ceremony/vss.js';
 
 export const CEREMONY_BEHAVIOURS = [

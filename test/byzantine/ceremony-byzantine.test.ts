@@ -8,7 +8,7 @@ import { WebSocket } from 'ws';
 import { describe, expect, it } from 'vitest';
 import { parseCluster } from '../../src/cluster/description.js';
 import { parseReplicaKey, replicaKeyJson } from '../../src/cluster/replica-key.js';
-import type { CeremonyResult } from '../../src/ceremony/state.js';
+import type { CeremonyResult } from '../../src/ceremony/events.js';
 import { ceremonyBehaviour, garbageFrames, type CeremonyBehaviour } from '../../src/testing/ceremony-byzantine.js';
 import { runNetworkCeremony, type NetworkRun } from '../support/ceremony-net.js';
 

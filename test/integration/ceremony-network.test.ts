@@ -20,7 +20,7 @@ import { combinePartials } from '../../src/crypto/threshold.js';
 import { LmdbGuard } from '../../src/guard/lmdb-guard.js';
 import { encodeToken, tokenToText, verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage, makeGrant } from '../../src/token/grant.js';
-import type { CeremonyResult } from '../../src/ceremony/state.js';
+import type { CeremonyResult } from '../../src/ceremony/events.js';
 import { runCli } from '../support/cli.js';
 import { runNetworkCeremony } from '../support/ceremony-net.js';
 

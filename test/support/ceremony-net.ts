@@ -6,7 +6,8 @@ import { createServer } from 'node:net';
 import { generateNodeKey, type NodeKey } from '../../src/ceremony/node-key.js';
 import { makeProposal, type Proposal } from '../../src/ceremony/proposal.js';
 import { runCeremony, type CeremonyOutcome } from '../../src/ceremony/runner.js';
-import type { CeremonyMember, OutgoingRewrite, ProgressEvent } from '../../src/ceremony/state.js';
+import type { OutgoingRewrite, ProgressEvent } from '../../src/ceremony/events.js';
+import type { CeremonyMember } from '../../src/ceremony/state.js';
 import { openWebSocketTransport, type CeremonyTransport } from '../../src/ceremony/transport.js';
 
 /** Ports the OS says are free right now (loopback only). */

@@ -6,7 +6,8 @@
 import { jointFeldman } from '../../src/ceremony/dealing.js';
 import { generateNodeKey, type NodeKey } from '../../src/ceremony/node-key.js';
 import { makeProposal, type Proposal } from '../../src/ceremony/proposal.js';
-import { CeremonyMember, type OutgoingRewrite, type ProgressEvent } from '../../src/ceremony/state.js';
+import type { OutgoingRewrite, ProgressEvent } from '../../src/ceremony/events.js';
+import { CeremonyMember } from '../../src/ceremony/state.js';
 import { systemRandom } from '../../src/crypto/random.js';
 
 export interface SimulatedCeremony {
