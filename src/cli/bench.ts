@@ -14,10 +14,11 @@ import { benchEtcd, findEtcd, type EtcdFigures } from '../bench/etcd.js';
 import { benchGuard, type GuardBenchFigures } from '../bench/guard.js';
 import type { Timing } from '../bench/measure.js';
 import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
+import { benchCeremony } from '../bench/ceremony.js';
 import { benchSystem, type LoopRate, type SystemFigures } from '../bench/system.js';
 import { integerFlag, parseFlags, type Command } from './args.js';
 
-const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd'] as const;
+const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony'] as const;
 type Section = (typeof SECTIONS)[number];
 
 const usage = `usage: quorumfence bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json]
@@ -35,6 +36,7 @@ sections (default: all):
   etcd      a 3-member etcd cluster on loopback, the same loops through its lock API
             (lock, read the key's create revision as the token, unlock); needs
             etcd on PATH (Debian: apt-get install etcd-server), skipped otherwise
+  ceremony  the dealerless key ceremony for N = 4 and 7 on loopback (targets 2 s, 5 s)
 
 options:
   --quick          short runs (about a minute in all)
@@ -263,6 +265,7 @@ export const command: Command = {
         ]),
       );
     }
+    if (sections.has('ceremony')) out.push(await benchCeremony({ quick, progress, report }));
     progress('done');
     if (process.stderr.isTTY) process.stderr.write('\n');
     (report.machine as Record<string, unknown>).loadAverageAtEnd = loadavg()[0];

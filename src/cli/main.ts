@@ -18,6 +18,7 @@ const verbs: Record<string, () => Promise<{ command: Command }>> = {
   status: () => import('./status.js'),
   identity: () => import('./identity.js'),
   chaos: () => import('./chaos.js'),
+  dkg: () => import('./dkg.js'),
 };
 
 function verbList(loaded: [string, Command][]): string {

@@ -15,12 +15,14 @@ import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
 import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js';
 import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
 import { watchForStop } from './lifecycle.js';
+import { INIT_USAGE, initNode } from './replica-init.js';
 
 const d = DEFAULT_REPLICA_LIMITS;
 
 const usage = `usage: quorumfence replica [run] --cluster FILE --key FILE --data DIR [options]
        quorumfence replica export --data DIR [--out FILE]
        quorumfence replica import --data DIR --in FILE --cluster FILE
+       quorumfence replica init --data DIR --endpoint URL [--card FILE] [--if-missing]
 
 run (the default): serve the replica protocol over WebSocket, with GET /healthz
 and GET /metrics on the same port. Logs JSON lines; the "listening" line holds
@@ -48,18 +50,20 @@ to --out FILE or stdout. Safe while the replica runs (read-only).
 import: raise the watermarks in --data from an interchange file. Never lowers
 a watermark; refuses (changing nothing) a file from another cluster or replica,
 or one that names another holder at an equal epoch. The replica must be stopped.
-`;
+
+${INIT_USAGE}`;
 
 export const command: Command = {
-  summary: 'run a replica, or export/import its signing record',
+  summary: 'run a replica, export/import its signing record, or init its node key',
   usage,
   async run(argv) {
     const [sub, ...rest] = argv;
     if (sub === 'export') return exportRecord(rest);
     if (sub === 'import') return importRecord(rest);
     if (sub === 'run') return runReplica(rest);
+    if (sub === 'init') return initNode(rest);
     if (sub !== undefined && !sub.startsWith('-'))
-      throw new QuorumFenceError('INVALID_OPTION', `unknown subcommand "${sub}" (run, export, import)`);
+      throw new QuorumFenceError('INVALID_OPTION', `unknown subcommand "${sub}" (run, export, import, init)`);
     return runReplica(argv);
   },
 };

@@ -59,6 +59,10 @@ export type ErrorCode =
   | 'IO_ERROR'
   /** The requested crypto backend cannot be loaded on this machine. */
   | 'BACKEND_UNAVAILABLE'
+  /** A key ceremony proposal or member card is malformed, or does not name this member. */
+  | 'BAD_PROPOSAL'
+  /** The key ceremony stopped without a key (members missing, too few qualified dealers, disagreement); nothing was written and it can be run again. */
+  | 'CEREMONY_ABORTED'
 
   // --- storage ---
   /** The on-disk store is unreadable, inconsistent, or from another cluster or replica. */

@@ -19,13 +19,13 @@ export const SCALAR_ORDER = 0x73eda753299d7d483339d80809a1d80553bda402fffe5bfeff
 type G1Point = InstanceType<typeof bls12_381.G1.Point>;
 const G1 = bls12_381.G1.Point;
 
-function mod(a: bigint, m = SCALAR_ORDER): bigint {
+export function mod(a: bigint, m = SCALAR_ORDER): bigint {
   const r = a % m;
   return r < 0n ? r + m : r;
 }
 
-/** a⁻¹ mod r by Fermat (r is prime). */
-function invert(a: bigint): bigint {
+/** a⁻¹ mod r by Fermat (r is prime). Shared with the key ceremony. */
+export function invert(a: bigint): bigint {
   let result = 1n;
   let base = mod(a);
   let exponent = SCALAR_ORDER - 2n;

@@ -7,6 +7,8 @@
  * folders; `depends_on` conditions and health checks are honoured; the image's
  * ENTRYPOINT comes from nodes/Dockerfile. The demo workers must finish with
  * the refusal the story expects, with the honest and the byzantine profile.
+ * The keys come from the key ceremony the file runs; afterwards no file
+ * outside replica i's volume holds share i.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -15,6 +17,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { fromHex } from '../../src/common/bytes.js';
+import { filesHoldingShare } from '../support/share-scan.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const compose = parse(readFileSync(join(ROOT, 'docker-compose.yml'), 'utf8')) as {
@@ -155,7 +159,15 @@ describe('docker-compose.yml', () => {
   it('has the services the deployment promises', () => {
     expect(Object.keys(compose.services).sort()).toEqual(
       [
-        'keygen',
+        'replica-1-init',
+        'replica-2-init',
+        'replica-3-init',
+        'replica-4-init',
+        'dkg-propose',
+        'replica-1-dkg',
+        'replica-2-dkg',
+        'replica-3-dkg',
+        'replica-4-dkg',
         'replica-1',
         'replica-2',
         'replica-3',
@@ -169,6 +181,23 @@ describe('docker-compose.yml', () => {
     expect(readFileSync(join(ROOT, '.env'), 'utf8')).toMatch(/^COMPOSE_PROFILES=honest$/m);
     expect(dockerfile).toMatch(/npm ci --omit=dev/);
     expect(dockerfile).toMatch(/^USER quorumfence$/m);
+  });
+
+  it("no service but replica i (its init, ceremony and server) mounts replica i's secrets volume; the resource and workers mount only public volumes", () => {
+    for (const [name, service] of Object.entries(compose.services)) {
+      for (const mount of service.volumes ?? []) {
+        const match = /^replica-(\d)-data$/.exec(mount.split(':')[0]!);
+        if (match)
+          expect(name, `${name} mounts ${mount}`).toMatch(new RegExp(`^replica-${match[1]}(-init|-dkg|-byzantine)?$`));
+      }
+    }
+    for (const name of ['resource', 'worker-a', 'worker-b']) {
+      const mounts = (compose.services[name]!.volumes ?? []).map((m) => m.split(':')[0]);
+      expect(
+        mounts.every((m) => m === 'cluster' || m === 'resource-data'),
+        `${name}: ${mounts.join(', ')}`,
+      ).toBe(true);
+    }
   });
 
   it.each([
@@ -187,11 +216,20 @@ describe('docker-compose.yml', () => {
       expect(outputs[0]).toMatch(/worker A: write epoch=1 status=409 outcome=stale barrier=2/);
       expect(outputs[1]).toMatch(/worker B: write epoch=2 status=200 outcome=accepted/);
       // The long-running services are still up when the workers are done.
-      for (const name of Object.keys(running).filter((n) => n.startsWith('replica') || n === 'resource')) {
+      for (const name of Object.keys(running).filter(
+        (n) => (n.startsWith('replica') && !/-(init|dkg)$/.test(n)) || n === 'resource',
+      )) {
         expect(running[name]!.child.exitCode, `${name}:\n${running[name]!.output()}`).toBeNull();
       }
       for (const { child } of Object.values(running)) child.kill('SIGTERM');
       await Promise.all(Object.values(running).map((r) => r.exited));
+      // Every file the ceremony and the services wrote: share i only in replica i's volume.
+      const volumes = join(root, profile);
+      for (let i = 1; i <= 4; i++) {
+        const dir = join(volumes, `replica-${i}-data`);
+        const key = JSON.parse(readFileSync(join(dir, 'replica.key'), 'utf8')) as { secretShare: string };
+        expect(filesHoldingShare(volumes, dir, fromHex(key.secretShare, 32, 'secretShare'), 4)).toEqual([]);
+      }
     },
   );
 });

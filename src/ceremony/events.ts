@@ -1,0 +1,42 @@
+/**
+ * What one member's state machine says to the outside: packets to send,
+ * progress events, and the result it keeps. Types only.
+ */
+import type { ClusterDescriptionJson } from '../cluster/description.js';
+import type { BodyByPhase, PacketPhase } from './packets.js';
+import type { Polynomial } from './vss.js';
+
+export type CeremonyPhase = PacketPhase | 'done' | 'aborted';
+
+export type ProgressEvent =
+  | { kind: 'phase'; phase: PacketPhase; at: number }
+  | { kind: 'phase-closed'; phase: PacketPhase; received: number[]; missing: number[]; byDeadline: boolean }
+  | { kind: 'excluded'; dealer: number; reason: string }
+  | { kind: 'refused'; reason: string; code: string }
+  | { kind: 'done'; clusterId: string; qualified: number[] }
+  | { kind: 'aborted'; reason: string; members: number[] };
+
+export interface Outgoing {
+  readonly to: number;
+  readonly bytes: Uint8Array;
+}
+
+/** What the member keeps when the ceremony succeeds. */
+export interface CeremonyResult {
+  readonly cluster: ClusterDescriptionJson;
+  readonly qualified: number[];
+  /** Excluded dealers with the reason. */
+  readonly excluded: { dealer: number; reason: string }[];
+  /** Ed25519 signatures of the members that confirmed this cluster, by index. */
+  readonly signatures: { index: number; signature: Uint8Array }[];
+  /** This member's Δ-scaled secret share, 32 bytes (the replica key file's secretShare). Secret. */
+  readonly scaledSecretShare: Uint8Array;
+}
+
+/** Hooks a test uses to make this member Byzantine: rewrite (or drop: null) what it sends to one recipient. */
+export type OutgoingRewrite = <P extends PacketPhase>(
+  phase: P,
+  body: BodyByPhase[P],
+  recipient: number,
+  own: { polynomial: Polynomial; seal(recipient: number, share: bigint): Uint8Array },
+) => BodyByPhase[P] | null;

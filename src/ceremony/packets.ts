@@ -1,0 +1,227 @@
+/**
+ * Ceremony packets: one msgpack envelope per packet,
+ *   { v: 1, c: proposal digest (32), p: phase (0..5), from: member index, body: bytes, sig: Ed25519 (64) }
+ * signed by the sender's node key over
+ *   "quorumfence/dkg/packet/v1" ‖ c ‖ u8 p ‖ u16 from ‖ SHA-256(body).
+ * A packet is refused unless its digest is this ceremony's, its sender is a
+ * member and the signature verifies under that member's node key. A deal's
+ * SHA-256(body) is what the echo round compares, and the dealer's signature
+ * over it makes two versions of one deal a proof of equivocation.
+ */
+import { ed25519 } from '@noble/curves/ed25519.js';
+import { sha256 } from '@noble/hashes/sha2.js';
+import { Packr } from 'msgpackr';
+import { QuorumFenceError } from '../common/errors.js';
+import { bytesEqual, concatBytes, u16be } from '../common/bytes.js';
+import { describe } from '../common/check.js';
+import type { Proposal } from './proposal.js';
+import { SEALED_SHARE_BYTES } from './share-box.js';
+
+export const PACKET_VERSION = 1;
+/** An echo relays at most two versions of each of 31 deals (about 2.6 KiB each at N = 31): 512 KiB bounds every packet. */
+export const MAX_PACKET_BYTES = 512 * 1024;
+
+export const PHASES = ['accept', 'deal', 'echo', 'complaint', 'justification', 'confirm'] as const;
+export type PacketPhase = (typeof PHASES)[number];
+
+export interface DealBody {
+  /** t compressed G1 points. */
+  readonly commitments: Uint8Array[];
+  /** The dealer's ephemeral X25519 public key for this deal. */
+  readonly ephemeral: Uint8Array;
+  /** n sealed shares, shares[j - 1] for member j. */
+  readonly shares: Uint8Array[];
+}
+export interface EchoBody {
+  /** Signed deal packets (whole envelopes) as the sender received them. */
+  readonly deals: Uint8Array[];
+}
+export interface ComplaintBody {
+  /** Dealers whose share to the sender did not open or did not match their commitments. */
+  readonly against: number[];
+}
+export interface JustificationBody {
+  /** Shares this dealer reveals in the clear, one per complaint it received. */
+  readonly reveals: { to: number; share: Uint8Array }[];
+}
+export interface ConfirmBody {
+  readonly clusterId: Uint8Array;
+  readonly qualified: number[];
+  /** Ed25519 over "quorumfence/dkg/cluster/v1" ‖ proposal digest ‖ clusterId: the member's signature on the result. */
+  readonly signature: Uint8Array;
+}
+export type AcceptBody = Record<string, never>;
+
+export interface BodyByPhase {
+  accept: AcceptBody;
+  deal: DealBody;
+  echo: EchoBody;
+  complaint: ComplaintBody;
+  justification: JustificationBody;
+  confirm: ConfirmBody;
+}
+
+export interface Packet<P extends PacketPhase = PacketPhase> {
+  readonly phase: P;
+  readonly from: number;
+  readonly body: BodyByPhase[P];
+  /** SHA-256 of the body bytes: the deal digest the echo round compares. */
+  readonly bodyDigest: Uint8Array;
+  /** The envelope exactly as received (relayed unchanged by echoes). */
+  readonly bytes: Uint8Array;
+}
+
+const packr = new Packr({
+  useRecords: false,
+  mapsAsObjects: true,
+  moreTypes: false,
+  structuredClone: false,
+  bundleStrings: false,
+  copyBuffers: true,
+});
+
+const PACKET_TAG = new TextEncoder().encode('quorumfence/dkg/packet/v1');
+const CLUSTER_SIGNATURE_TAG = new TextEncoder().encode('quorumfence/dkg/cluster/v1');
+
+function refuse(message: string): never {
+  throw new QuorumFenceError('PROTOCOL_ERROR', `ceremony packet: ${message}`);
+}
+
+function signedMessage(ceremony: Uint8Array, phase: number, from: number, bodyDigest: Uint8Array): Uint8Array {
+  return concatBytes(PACKET_TAG, ceremony, Uint8Array.of(phase), u16be(from), bodyDigest);
+}
+
+/** The message a member signs to endorse the resulting cluster. */
+export function clusterSignatureMessage(proposalDigest: Uint8Array, clusterId: Uint8Array): Uint8Array {
+  return concatBytes(CLUSTER_SIGNATURE_TAG, proposalDigest, clusterId);
+}
+
+/** Encodes and signs one packet. */
+export function encodePacket<P extends PacketPhase>(
+  proposal: Proposal,
+  from: number,
+  phase: P,
+  body: BodyByPhase[P],
+  sign: (message: Uint8Array) => Uint8Array,
+): Uint8Array {
+  const bodyBytes = packr.pack(body) as Uint8Array;
+  const p = PHASES.indexOf(phase);
+  const sig = sign(signedMessage(proposal.digest, p, from, sha256(bodyBytes)));
+  return packr.pack({ v: PACKET_VERSION, c: proposal.digest, p, from, body: bodyBytes, sig }) as Uint8Array;
+}
+
+function bytesField(value: unknown, length: number | null, field: string): Uint8Array {
+  if (!(value instanceof Uint8Array)) refuse(`"${field}" expected bytes, got ${describe(value)}`);
+  if (length !== null && value.length !== length) refuse(`"${field}" expected ${length} bytes, got ${value.length}`);
+  // A plain copy: msgpack yields Buffers, whose slice() is a view, and checks that slice-and-mask would write through.
+  return new Uint8Array(value);
+}
+
+function indexList(value: unknown, n: number, field: string): number[] {
+  if (!Array.isArray(value) || value.length > n) refuse(`"${field}" expected at most ${n} member indices`);
+  const out = value.map((i) => {
+    if (typeof i !== 'number' || !Number.isInteger(i) || i < 1 || i > n) refuse(`"${field}" holds a bad index`);
+    return i;
+  });
+  if (new Set(out).size !== out.length) refuse(`"${field}" repeats an index`);
+  return out;
+}
+
+function object(value: unknown, field: string): Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value) || value instanceof Uint8Array)
+    refuse(`"${field}" expected a map, got ${describe(value)}`);
+  return value as Record<string, unknown>;
+}
+
+function decodeBody(phase: PacketPhase, bytes: Uint8Array, proposal: Proposal): BodyByPhase[PacketPhase] {
+  let raw: unknown;
+  try {
+    raw = packr.unpack(bytes);
+  } catch {
+    refuse('body is not msgpack');
+  }
+  const b = object(raw, 'body');
+  const { n, t } = proposal;
+  switch (phase) {
+    case 'accept':
+      return {};
+    case 'deal': {
+      if (!Array.isArray(b.commitments) || b.commitments.length !== t) refuse(`"commitments" expected ${t} points`);
+      if (!Array.isArray(b.shares) || b.shares.length !== n) refuse(`"shares" expected ${n} sealed shares`);
+      return {
+        commitments: b.commitments.map((c, k) => bytesField(c, 48, `commitments[${k}]`)),
+        ephemeral: bytesField(b.ephemeral, 32, 'ephemeral'),
+        shares: b.shares.map((s, k) => bytesField(s, SEALED_SHARE_BYTES, `shares[${k}]`)),
+      };
+    }
+    case 'echo': {
+      if (!Array.isArray(b.deals) || b.deals.length > 2 * n) refuse(`"deals" expected at most ${2 * n} packets`);
+      return { deals: b.deals.map((d, k) => bytesField(d, null, `deals[${k}]`)) };
+    }
+    case 'complaint':
+      return { against: indexList(b.against, n, 'against') };
+    case 'justification': {
+      if (!Array.isArray(b.reveals) || b.reveals.length > n) refuse(`"reveals" expected at most ${n} entries`);
+      const reveals = b.reveals.map((r, k) => {
+        const e = object(r, `reveals[${k}]`);
+        return {
+          to: indexList([e.to], n, `reveals[${k}].to`)[0]!,
+          share: bytesField(e.share, 32, `reveals[${k}].share`),
+        };
+      });
+      indexList(
+        reveals.map((r) => r.to),
+        n,
+        'reveals',
+      );
+      return { reveals };
+    }
+    case 'confirm':
+      return {
+        clusterId: bytesField(b.clusterId, 32, 'clusterId'),
+        qualified: indexList(b.qualified, n, 'qualified'),
+        signature: bytesField(b.signature, 64, 'signature'),
+      };
+  }
+}
+
+/**
+ * Decodes and authenticates one packet of this ceremony.
+ * @throws QuorumFenceError PROTOCOL_ERROR (malformed, oversized, unknown phase,
+ *   bad body), CLUSTER_MISMATCH (another ceremony), UNAUTHENTICATED (bad signature)
+ */
+export function decodePacket(bytes: Uint8Array, proposal: Proposal): Packet {
+  if (!(bytes instanceof Uint8Array)) refuse('expected bytes');
+  if (bytes.length > MAX_PACKET_BYTES) refuse(`${bytes.length} bytes exceeds the ${MAX_PACKET_BYTES}-byte limit`);
+  let raw: unknown;
+  try {
+    raw = packr.unpack(bytes);
+  } catch {
+    refuse('not a msgpack value');
+  }
+  const e = object(raw, 'packet');
+  if (e.v !== PACKET_VERSION) refuse(`unknown version ${JSON.stringify(e.v)}`);
+  const ceremony = bytesField(e.c, 32, 'c');
+  if (!bytesEqual(ceremony, proposal.digest)) {
+    throw new QuorumFenceError('CLUSTER_MISMATCH', 'ceremony packet: from another ceremony (or other proposal terms)');
+  }
+  if (typeof e.p !== 'number' || !Number.isInteger(e.p) || e.p < 0 || e.p >= PHASES.length) refuse('unknown phase');
+  const phase = PHASES[e.p]!;
+  if (typeof e.from !== 'number' || !Number.isInteger(e.from) || e.from < 1 || e.from > proposal.n)
+    refuse('"from" is not a member');
+  const body = bytesField(e.body, null, 'body');
+  const sig = bytesField(e.sig, 64, 'sig');
+  const bodyDigest = sha256(body);
+  let valid: boolean;
+  try {
+    valid = ed25519.verify(
+      sig,
+      signedMessage(ceremony, e.p, e.from, bodyDigest),
+      proposal.members[e.from - 1]!.nodeKey,
+    );
+  } catch {
+    valid = false;
+  }
+  if (!valid) throw new QuorumFenceError('UNAUTHENTICATED', `ceremony packet: bad signature for member ${e.from}`);
+  return { phase, from: e.from, body: decodeBody(phase, body, proposal), bodyDigest, bytes };
+}

@@ -1,0 +1,190 @@
+/**
+ * The ceremony proposal: who takes part (node keys, encryption keys,
+ * endpoints), f and t, a fresh ceremony id and the phase timeouts. Every
+ * member signs its digest (the accept phase) before anything is dealt, and
+ * every packet of the ceremony is bound to that digest, so a packet from
+ * another ceremony, or from the same one under other terms, is refused.
+ */
+import { randomBytes } from 'node:crypto';
+import { sha256 } from '@noble/hashes/sha2.js';
+import { QuorumFenceError } from '../common/errors.js';
+import { bytesEqual, concatBytes, fromHex, toHex, u16be } from '../common/bytes.js';
+import { MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
+import { parseMemberCard, type MemberCard, type MemberCardJson } from './node-key.js';
+
+export const PROPOSAL_FORMAT = 'quorumfence/dkg-proposal/v1';
+
+/** Members start by hand or by an orchestrator: a minute for all of them to be up. */
+export const DEFAULT_ACCEPT_TIMEOUT_MS = 60_000;
+/** Each later phase is one round of small messages; 10 s is far above a WAN round trip plus the crypto at N = 31. */
+export const DEFAULT_PHASE_TIMEOUT_MS = 10_000;
+const MAX_TIMEOUT_MS = 3_600_000;
+
+export interface ProposalJson {
+  format: typeof PROPOSAL_FORMAT;
+  ceremonyId: string;
+  n: number;
+  f: number;
+  t: number;
+  acceptTimeoutMs: number;
+  phaseTimeoutMs: number;
+  members: (Omit<MemberCardJson, 'format'> & { index: number })[];
+}
+
+export interface Member extends MemberCard {
+  /** 1..n, the replica index this member's share will have. */
+  readonly index: number;
+}
+
+export interface Proposal {
+  readonly ceremonyId: Uint8Array;
+  readonly n: number;
+  readonly f: number;
+  readonly t: number;
+  readonly acceptTimeoutMs: number;
+  readonly phaseTimeoutMs: number;
+  /** members[i - 1].index === i */
+  readonly members: readonly Member[];
+  /** SHA-256 of the canonical encoding: what accept packets sign and every packet is bound to. */
+  readonly digest: Uint8Array;
+  readonly json: ProposalJson;
+}
+
+const TAG = new TextEncoder().encode(PROPOSAL_FORMAT);
+const utf8 = new TextEncoder();
+
+function u32be(value: number): Uint8Array {
+  const out = new Uint8Array(4);
+  new DataView(out.buffer).setUint32(0, value);
+  return out;
+}
+
+function text(value: string): Uint8Array {
+  const bytes = utf8.encode(value);
+  return concatBytes(u16be(bytes.length), bytes);
+}
+
+function digestOf(p: Omit<Proposal, 'digest' | 'json'>): Uint8Array {
+  return sha256(
+    concatBytes(
+      TAG,
+      p.ceremonyId,
+      u16be(p.n),
+      u16be(p.t),
+      u32be(p.acceptTimeoutMs),
+      u32be(p.phaseTimeoutMs),
+      ...p.members.flatMap((m) => [m.nodeKey, m.encryptionKey, text(m.endpoint), text(m.ceremonyEndpoint)]),
+    ),
+  );
+}
+
+function bad(message: string, field?: string): never {
+  throw new QuorumFenceError('BAD_PROPOSAL', `proposal: ${message}`, { field });
+}
+
+function timeout(value: unknown, field: string): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_TIMEOUT_MS)
+    bad(`"${field}" expected an integer number of ms in 1..${MAX_TIMEOUT_MS}`, field);
+  return value;
+}
+
+/**
+ * Checks a proposal: format, n = 3f+1, t = 2f+1, distinct node keys and
+ * endpoints, timeouts. Computes its digest.
+ * @throws QuorumFenceError BAD_PROPOSAL naming the field, UNKNOWN_VERSION
+ */
+export function parseProposal(json: unknown): Proposal {
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) bad('expected a JSON object');
+  const p = json as Record<string, unknown>;
+  if (p.format !== PROPOSAL_FORMAT) {
+    throw new QuorumFenceError(
+      'UNKNOWN_VERSION',
+      `proposal: "format" expected "${PROPOSAL_FORMAT}", got ${JSON.stringify(p.format)}`,
+    );
+  }
+  let ceremonyId: Uint8Array;
+  try {
+    ceremonyId = fromHex(p.ceremonyId, 32, 'ceremonyId');
+  } catch (error) {
+    bad((error as Error).message, 'ceremonyId');
+  }
+  const { n, f, t } = p;
+  if (typeof f !== 'number' || !Number.isInteger(f) || f < 1) bad(`"f" expected an integer >= 1`, 'f');
+  if (n !== 3 * f + 1 || n < MIN_REPLICAS || n > MAX_REPLICAS)
+    bad(`"n" expected 3f+1 = ${3 * f + 1} (at most ${MAX_REPLICAS})`, 'n');
+  if (t !== 2 * f + 1) bad(`"t" expected 2f+1 = ${2 * f + 1}`, 't');
+  if (!Array.isArray(p.members) || p.members.length !== n) bad(`"members" expected n = ${n} entries`, 'members');
+  const members: Member[] = p.members.map((entry: unknown, k) => {
+    const field = `members[${k}]`;
+    const card = parseMemberCard(entry, field);
+    if ((entry as Record<string, unknown>).index !== k + 1) bad(`"${field}.index" expected ${k + 1}`, `${field}.index`);
+    return { ...card, index: k + 1 };
+  });
+  const seen = new Set<string>();
+  for (const m of members) {
+    for (const key of [
+      toHex(m.nodeKey),
+      toHex(m.encryptionKey),
+      `endpoint ${m.endpoint}`,
+      `ceremony ${m.ceremonyEndpoint}`,
+    ]) {
+      if (seen.has(key))
+        bad(`member ${m.index} repeats a key or endpoint of another member (${key.slice(0, 24)})`, 'members');
+      seen.add(key);
+    }
+  }
+  const core = {
+    ceremonyId,
+    n,
+    f,
+    t,
+    acceptTimeoutMs: timeout(p.acceptTimeoutMs, 'acceptTimeoutMs'),
+    phaseTimeoutMs: timeout(p.phaseTimeoutMs, 'phaseTimeoutMs'),
+    members,
+  };
+  return { ...core, digest: digestOf(core), json: json as ProposalJson };
+}
+
+/**
+ * A fresh proposal from member cards, in the order given (the order is the replica index).
+ * @throws QuorumFenceError BAD_PROPOSAL
+ */
+export function makeProposal(
+  cards: readonly MemberCard[],
+  f: number,
+  options: { acceptTimeoutMs?: number; phaseTimeoutMs?: number; ceremonyId?: Uint8Array } = {},
+): Proposal {
+  const json: ProposalJson = {
+    format: PROPOSAL_FORMAT,
+    ceremonyId: toHex(options.ceremonyId ?? new Uint8Array(randomBytes(32))),
+    n: cards.length,
+    f,
+    t: 2 * f + 1,
+    acceptTimeoutMs: options.acceptTimeoutMs ?? DEFAULT_ACCEPT_TIMEOUT_MS,
+    phaseTimeoutMs: options.phaseTimeoutMs ?? DEFAULT_PHASE_TIMEOUT_MS,
+    members: cards.map((c, k) => ({
+      index: k + 1,
+      nodeKey: toHex(c.nodeKey),
+      encryptionKey: toHex(c.encryptionKey),
+      endpoint: c.endpoint,
+      ceremonyEndpoint: c.ceremonyEndpoint,
+    })),
+  };
+  if (cards.length !== 3 * f + 1)
+    bad(`${cards.length} member cards given for f = ${f}; expected 3f+1 = ${3 * f + 1}`, 'members');
+  return parseProposal(json);
+}
+
+/**
+ * The index of the member whose node key this is (and, when given, whose encryption key).
+ * @throws QuorumFenceError BAD_PROPOSAL when the proposal does not name it
+ */
+export function memberIndexOf(proposal: Proposal, nodeKey: Uint8Array, encryptionKey?: Uint8Array): number {
+  const member = proposal.members.find((m) => bytesEqual(m.nodeKey, nodeKey));
+  if (!member) bad(`this replica's node key ${toHex(nodeKey).slice(0, 16)}… is not among the members`);
+  // A card from another node key file would name us but seal our shares to a key we do not hold.
+  if (encryptionKey && !bytesEqual(member.encryptionKey, encryptionKey)) {
+    bad(`member ${member.index}'s encryption key is not this replica's; was the card made from another node key?`);
+  }
+  return member.index;
+}

@@ -1,0 +1,445 @@
+/**
+ * One member's side of the key ceremony as a state machine: inputs are
+ * packets (bytes, untrusted) and clock ticks; outputs are packets to send and
+ * progress events. No I/O, no timers, no clock of its own: the runner feeds it
+ * time, so a test runs a whole ceremony on fake time. Randomness is drawn once
+ * at construction.
+ *
+ * Phases (each ends when every member's packet for it is in, or at its
+ * deadline on this member's own clock):
+ *   accept         every member signs the proposal digest; all n are needed
+ *   deal           each dealer sends commitments + one sealed share per member
+ *   echo           each member relays every signed deal it received, so a
+ *                  dealer that showed two versions is caught by every honest member
+ *   complaint      each member names dealers whose share to it fails the Feldman check
+ *   justification  each accused dealer reveals the disputed shares in the clear
+ *   confirm        each member signs the resulting cluster id; t matching
+ *                  signatures are needed, so honest members never keep two keys
+ */
+import { QuorumFenceError } from '../common/errors.js';
+import { bytesEqual } from '../common/bytes.js';
+import type { ClusterDescriptionJson } from '../cluster/description.js';
+import type { CeremonyPhase, CeremonyResult, Outgoing, OutgoingRewrite, ProgressEvent } from './events.js';
+import type { RandomSource } from '../crypto/random.js';
+import type { DealingRule } from './dealing.js';
+import { describeCeremonyKey } from './describe.js';
+import type { NodeKey } from './node-key.js';
+import {
+  clusterSignatureMessage,
+  decodePacket,
+  encodePacket,
+  PHASES,
+  type BodyByPhase,
+  type DealBody,
+  type Packet,
+  type PacketPhase,
+} from './packets.js';
+import type { Proposal } from './proposal.js';
+import { ephemeralKey, openShare } from './share-box.js';
+import {
+  commit,
+  decodeCommitments,
+  evaluate,
+  scalarFromBytes,
+  scalarToBytes,
+  scaledShareBytes,
+  shareMatchesCommitments,
+  type G1Point,
+  type Polynomial,
+} from './vss.js';
+
+export interface MemberOptions {
+  readonly proposal: Proposal;
+  readonly nodeKey: NodeKey;
+  readonly self: number;
+  readonly rule: DealingRule;
+  readonly random: RandomSource;
+  /** Test-only: turns this member Byzantine. */
+  readonly rewrite?: OutgoingRewrite;
+}
+
+/** Packets kept per sender per phase are bounded (one, two for deals: the second proves equivocation). */
+export class CeremonyMember {
+  readonly proposal: Proposal;
+  readonly self: number;
+  #phase: CeremonyPhase = 'accept';
+  #phaseStartedAt = 0;
+  #started = false;
+  readonly #options: MemberOptions;
+  readonly #polynomial: Polynomial;
+  readonly #ephemeral = ephemeralKey();
+  /** packets[phase][from] — the first valid packet of each member in each phase. */
+  readonly #packets = new Map<PacketPhase, Map<number, Packet>>(PHASES.map((p) => [p, new Map()]));
+  /** Distinct signed versions of each dealer's deal, by body digest. */
+  readonly #dealVersions = new Map<number, Packet<'deal'>[]>();
+  /** Deals in force after the echo round, with their decoded commitments. */
+  readonly #deals = new Map<number, { body: DealBody; commitments: G1Point[] }>();
+  readonly #excluded = new Map<number, string>();
+  /** The share each dealer gave this member (after justifications replace disputed ones). */
+  readonly #myShares = new Map<number, bigint>();
+  #myComplaints: number[] = [];
+  #result: CeremonyResult | undefined;
+  #resultDraft:
+    { cluster: ClusterDescriptionJson; qualified: number[]; clusterId: Uint8Array; share: Uint8Array } | undefined;
+  #abortReason: { reason: string; members: number[] } | undefined;
+
+  constructor(options: MemberOptions) {
+    this.#options = options;
+    this.proposal = options.proposal;
+    this.self = options.self;
+    this.#polynomial = options.rule.dealers.includes(options.self)
+      ? options.rule.polynomial(options.self, options.proposal.t, options.random)
+      : [];
+  }
+
+  get phase(): CeremonyPhase {
+    return this.#phase;
+  }
+  get result(): CeremonyResult | undefined {
+    return this.#result;
+  }
+  get abort(): { reason: string; members: number[] } | undefined {
+    return this.#abortReason;
+  }
+
+  /** The commitments of a dealer's deal in force after the echo round (public), for checks and audits. */
+  dealCommitments(dealer: number): Uint8Array[] | undefined {
+    return this.#deals.get(dealer)?.body.commitments;
+  }
+
+  /** Members whose packet for the current phase has not arrived. */
+  missing(): number[] {
+    if (this.#phase === 'done' || this.#phase === 'aborted') return [];
+    const got = this.#packets.get(this.#phase)!;
+    return this.#everyone().filter((i) => !got.has(i));
+  }
+
+  /** Starts the accept phase. */
+  start(now: number): { out: Outgoing[]; events: ProgressEvent[] } {
+    const step = new Step();
+    if (!this.#started) {
+      this.#started = true;
+      this.#enter('accept', now, step);
+    }
+    this.#advance(now, step);
+    return step;
+  }
+
+  /** Feeds one frame from the network. Bad frames change nothing and yield a `refused` event. */
+  receive(bytes: Uint8Array, now: number): { out: Outgoing[]; events: ProgressEvent[] } {
+    const step = new Step();
+    if (this.#phase === 'done' || this.#phase === 'aborted') return step;
+    let packet: Packet;
+    try {
+      packet = decodePacket(bytes, this.proposal);
+    } catch (error) {
+      if (!(error instanceof QuorumFenceError)) throw error;
+      step.events.push({ kind: 'refused', reason: error.message, code: error.code });
+      return step;
+    }
+    this.#store(packet, step);
+    this.#advance(now, step);
+    return step;
+  }
+
+  /** Lets deadlines pass. */
+  tick(now: number): { out: Outgoing[]; events: ProgressEvent[] } {
+    const step = new Step();
+    if (this.#started) this.#advance(now, step);
+    return step;
+  }
+
+  #everyone(): number[] {
+    return this.proposal.members.map((m) => m.index);
+  }
+
+  #store(packet: Packet, step: Step): void {
+    if (packet.phase === 'deal') {
+      this.#noteDealVersion(packet as Packet<'deal'>);
+      // Deals count only until the echo round closes.
+      if (PHASES.indexOf(this.#phase as PacketPhase) > PHASES.indexOf('echo')) return;
+    }
+    const byMember = this.#packets.get(packet.phase)!;
+    if (!byMember.has(packet.from)) byMember.set(packet.from, packet);
+    if (packet.phase === 'echo' && PHASES.indexOf(this.#phase as PacketPhase) <= PHASES.indexOf('echo')) {
+      for (const relayed of (packet as Packet<'echo'>).body.deals) {
+        try {
+          const deal = decodePacket(relayed, this.proposal);
+          if (deal.phase === 'deal') this.#noteDealVersion(deal as Packet<'deal'>);
+        } catch (error) {
+          if (!(error instanceof QuorumFenceError)) throw error;
+          step.events.push({
+            kind: 'refused',
+            reason: `relayed by ${packet.from}: ${error.message}`,
+            code: error.code,
+          });
+        }
+      }
+    }
+  }
+
+  #noteDealVersion(deal: Packet<'deal'>): void {
+    if (this.#deals.size > 0 || PHASES.indexOf(this.#phase as PacketPhase) > PHASES.indexOf('echo')) return;
+    const versions = this.#dealVersions.get(deal.from) ?? [];
+    if (versions.length < 2 && !versions.some((v) => bytesEqual(v.bodyDigest, deal.bodyDigest))) versions.push(deal);
+    this.#dealVersions.set(deal.from, versions);
+  }
+
+  #enter(phase: PacketPhase, now: number, step: Step): void {
+    this.#phase = phase;
+    this.#phaseStartedAt = now;
+    step.events.push({ kind: 'phase', phase, at: now });
+    const body = this.#bodyFor(phase);
+    if (body !== null) this.#broadcast(phase, body, step);
+  }
+
+  #broadcast<P extends PacketPhase>(phase: P, body: BodyByPhase[P], step: Step): void {
+    const { proposal, nodeKey, rewrite } = this.#options;
+    const sign = (message: Uint8Array) => nodeKey.sign(message);
+    const plain = rewrite ? undefined : encodePacket(proposal, this.self, phase, body, sign);
+    for (const to of this.#everyone()) {
+      let bytes = plain;
+      if (rewrite) {
+        const changed = rewrite(phase, body, to, {
+          polynomial: this.#polynomial,
+          seal: (recipient, share) => this.#seal(recipient, share),
+        });
+        if (changed === null) continue;
+        bytes = encodePacket(proposal, this.self, phase, changed, sign);
+      }
+      if (to === this.self) this.#store(decodePacket(bytes!, proposal), step);
+      else step.out.push({ to, bytes: bytes! });
+    }
+  }
+
+  #seal(recipient: number, share: bigint): Uint8Array {
+    const member = this.proposal.members[recipient - 1]!;
+    return this.#ephemeral.seal(member.encryptionKey, this.proposal.digest, this.self, recipient, scalarToBytes(share));
+  }
+
+  #bodyFor(phase: PacketPhase): BodyByPhase[PacketPhase] | null {
+    switch (phase) {
+      case 'accept':
+        return {};
+      case 'deal':
+        if (this.#polynomial.length === 0) return null;
+        return {
+          commitments: commit(this.#polynomial),
+          ephemeral: this.#ephemeral.publicKey,
+          shares: this.#everyone().map((j) => this.#seal(j, evaluate(this.#polynomial, j))),
+        };
+      case 'echo':
+        return { deals: [...this.#dealVersions.values()].flat().map((p) => p.bytes) };
+      case 'complaint':
+        return { against: this.#myComplaints };
+      case 'justification': {
+        const accusers = [...this.#packets.get('complaint')!.values()]
+          .filter((p) => (p as Packet<'complaint'>).body.against.includes(this.self))
+          .map((p) => p.from);
+        if (this.#polynomial.length === 0 || !this.#deals.has(this.self)) return { reveals: [] };
+        return { reveals: accusers.map((to) => ({ to, share: scalarToBytes(evaluate(this.#polynomial, to)) })) };
+      }
+      case 'confirm': {
+        const draft = this.#resultDraft!;
+        return {
+          clusterId: draft.clusterId,
+          qualified: draft.qualified,
+          signature: this.#options.nodeKey.sign(clusterSignatureMessage(this.proposal.digest, draft.clusterId)),
+        };
+      }
+    }
+  }
+
+  #deadline(): number {
+    return (
+      this.#phaseStartedAt + (this.#phase === 'accept' ? this.proposal.acceptTimeoutMs : this.proposal.phaseTimeoutMs)
+    );
+  }
+
+  /** Closes every phase whose packets are all in or whose deadline passed; bounded by the phase count. */
+  #advance(now: number, step: Step): void {
+    for (let guard = 0; guard < PHASES.length + 1; guard++) {
+      if (this.#phase === 'done' || this.#phase === 'aborted') return;
+      const phase = this.#phase;
+      const expected = phase === 'deal' ? this.#options.rule.dealers : this.#everyone();
+      const got = this.#packets.get(phase)!;
+      const missing = expected.filter((i) => !got.has(i));
+      const byDeadline = now >= this.#deadline();
+      if (missing.length > 0 && !byDeadline) return;
+      step.events.push({
+        kind: 'phase-closed',
+        phase,
+        received: [...got.keys()].sort((a, b) => a - b),
+        missing,
+        byDeadline,
+      });
+      this.#close(phase, missing, now, step);
+    }
+  }
+
+  #fail(reason: string, members: number[], step: Step): void {
+    this.#phase = 'aborted';
+    this.#abortReason = { reason, members };
+    this.#myShares.clear();
+    this.#resultDraft = undefined;
+    step.events.push({ kind: 'aborted', reason, members });
+  }
+
+  #exclude(dealer: number, reason: string, step: Step): void {
+    if (this.#excluded.has(dealer)) return;
+    this.#excluded.set(dealer, reason);
+    step.events.push({ kind: 'excluded', dealer, reason });
+  }
+
+  #close(phase: PacketPhase, missing: number[], now: number, step: Step): void {
+    switch (phase) {
+      case 'accept':
+        if (missing.length > 0) {
+          return this.#fail(`members ${missing.join(', ')} did not accept the proposal in time`, missing, step);
+        }
+        return this.#enter('deal', now, step);
+      case 'deal':
+        return this.#enter('echo', now, step);
+      case 'echo':
+        this.#settleDeals(step);
+        return this.#enter('complaint', now, step);
+      case 'complaint':
+        return this.#enter('justification', now, step);
+      case 'justification':
+        this.#settleJustifications(step);
+        if (!this.#draftResult(step)) return;
+        return this.#enter('confirm', now, step);
+      case 'confirm':
+        return this.#finish(step);
+    }
+  }
+
+  /** After the echo round: one version per dealer, well-formed, accepted by the rule; open my shares; decide my complaints. */
+  #settleDeals(step: Step): void {
+    const { rule } = this.#options;
+    const nodeKey = this.#options.nodeKey;
+    for (const dealer of rule.dealers) {
+      const versions = this.#dealVersions.get(dealer) ?? [];
+      if (versions.length === 0) {
+        this.#exclude(dealer, 'sent no deal', step);
+        continue;
+      }
+      if (versions.length > 1) {
+        this.#exclude(dealer, 'equivocated: signed two different deals', step);
+        continue;
+      }
+      const body = versions[0]!.body;
+      let commitments: G1Point[];
+      try {
+        commitments = decodeCommitments(body.commitments, this.proposal.t);
+      } catch (error) {
+        this.#exclude(dealer, `malformed commitments: ${(error as Error).message}`, step);
+        continue;
+      }
+      if (!rule.acceptsCommitments(dealer, commitments)) {
+        this.#exclude(dealer, 'commitments refused by the dealing rule', step);
+        continue;
+      }
+      this.#deals.set(dealer, { body, commitments });
+      const opened = openShare(
+        (peer) => nodeKey.sharedSecret(peer),
+        body.ephemeral,
+        this.proposal.digest,
+        dealer,
+        this.self,
+        body.shares[this.self - 1]!,
+      );
+      const share = opened ? scalarFromBytes(opened) : null;
+      if (share !== null && shareMatchesCommitments(share, this.self, commitments)) this.#myShares.set(dealer, share);
+      else this.#myComplaints.push(dealer);
+    }
+  }
+
+  /** Every complaint against a dealer needs a revealed share that matches its commitments. */
+  #settleJustifications(step: Step): void {
+    const complaints = this.#packets.get('complaint')!;
+    const justifications = this.#packets.get('justification')!;
+    for (const [dealer, deal] of this.#deals) {
+      if (this.#excluded.has(dealer)) continue;
+      const accusers = [...complaints.values()]
+        .filter((p) => (p as Packet<'complaint'>).body.against.includes(dealer))
+        .map((p) => p.from);
+      const reveals = (justifications.get(dealer) as Packet<'justification'> | undefined)?.body.reveals;
+      for (const accuser of accusers) {
+        const reveal = reveals?.find((r) => r.to === accuser);
+        if (!reveal) {
+          this.#exclude(dealer, `did not answer the complaint of member ${accuser}`, step);
+          break;
+        }
+        const share = scalarFromBytes(reveal.share);
+        if (share === null || !shareMatchesCommitments(share, accuser, deal.commitments)) {
+          this.#exclude(
+            dealer,
+            `answered the complaint of member ${accuser} with a share that fails its commitments`,
+            step,
+          );
+          break;
+        }
+        if (accuser === this.self) this.#myShares.set(dealer, share);
+      }
+    }
+  }
+
+  #draftResult(step: Step): boolean {
+    const { rule } = this.#options;
+    const qualified = [...this.#deals.keys()].filter((d) => !this.#excluded.has(d)).sort((a, b) => a - b);
+    if (qualified.length < rule.minimumQualified) {
+      const out = rule.dealers.filter((d) => !qualified.includes(d));
+      this.#fail(
+        `only ${qualified.length} qualified dealers, ${rule.minimumQualified} needed; excluded: ${out
+          .map((d) => `${d} (${this.#excluded.get(d) ?? 'no deal'})`)
+          .join(', ')}`,
+        out,
+        step,
+      );
+      return false;
+    }
+    const { share, commitments } = rule.combine(
+      qualified.map((dealer) => ({
+        dealer,
+        share: this.#myShares.get(dealer)!,
+        commitments: this.#deals.get(dealer)!.commitments,
+      })),
+    );
+    const { cluster, clusterId } = describeCeremonyKey(this.proposal, commitments);
+    this.#resultDraft = { cluster, qualified, clusterId, share: scaledShareBytes(share, this.proposal.n) };
+    return true;
+  }
+
+  #finish(step: Step): void {
+    const draft = this.#resultDraft!;
+    const confirms = [...this.#packets.get('confirm')!.values()] as Packet<'confirm'>[];
+    const agreeing = confirms.filter((p) => bytesEqual(p.body.clusterId, draft.clusterId));
+    const others = this.#everyone().filter((i) => !agreeing.some((p) => p.from === i));
+    if (agreeing.length < this.proposal.t) {
+      this.#fail(
+        `only ${agreeing.length} members confirmed this result, ${this.proposal.t} needed; not confirming: ${others.join(', ')}`,
+        others,
+        step,
+      );
+      return;
+    }
+    this.#phase = 'done';
+    this.#result = {
+      cluster: draft.cluster,
+      qualified: draft.qualified,
+      excluded: [...this.#excluded].map(([dealer, reason]) => ({ dealer, reason })).sort((a, b) => a.dealer - b.dealer),
+      signatures: agreeing
+        .map((p) => ({ index: p.from, signature: p.body.signature }))
+        .sort((a, b) => a.index - b.index),
+      scaledSecretShare: draft.share,
+    };
+    this.#resultDraft = undefined;
+    step.events.push({ kind: 'done', clusterId: draft.cluster.clusterId, qualified: draft.qualified });
+  }
+}
+
+class Step {
+  readonly out: Outgoing[] = [];
+  readonly events: ProgressEvent[] = [];
+}

@@ -1,0 +1,246 @@
+/**
+ * `quorumfence dkg propose|run`: the dealerless key ceremony. `propose` turns
+ * member cards into a proposal; `run` takes part in it for one replica, with
+ * progress on stderr, and writes the replica's share (0600) and the public
+ * cluster.json into its own data directory only.
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { QuorumFenceError } from '../common/errors.js';
+import { toHex } from '../common/bytes.js';
+import { readJsonFile, writeFileDurably } from '../common/files.js';
+import { loadNodeKeyFile, parseMemberCard } from '../ceremony/node-key.js';
+import { assertNoKeyYet, CLUSTER_FILE, REPLICA_KEY_FILE, writeCeremonyOutput } from '../ceremony/output.js';
+import {
+  DEFAULT_ACCEPT_TIMEOUT_MS,
+  DEFAULT_PHASE_TIMEOUT_MS,
+  makeProposal,
+  memberIndexOf,
+  parseProposal,
+  type Proposal,
+} from '../ceremony/proposal.js';
+import { runCeremony } from '../ceremony/runner.js';
+import type { ProgressEvent } from '../ceremony/events.js';
+import type { CeremonyMember } from '../ceremony/state.js';
+import { openWebSocketTransport } from '../ceremony/transport.js';
+import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
+
+const usage = `usage: quorumfence dkg propose --member CARD --member CARD ... --f F [--out FILE] [options]
+       quorumfence dkg run --data DIR --proposal FILE [--listen HOST:PORT] [--publish FILE] [--json]
+
+A key ceremony among the N = 3f+1 replicas, with no dealer: each replica
+deals a random secret to the others (Feldman VSS, shares encrypted to each
+recipient), bad deals are found by complaints and justifications, and each
+replica keeps only its own share of a key nobody ever holds.
+
+propose: write a proposal from the members' cards (made by "quorumfence replica
+init"), in replica index order, with a fresh ceremony id.
+  --member CARD            a member card file; one per replica, in index order  (required)
+  --f F                    faults tolerated; needs 3f+1 cards                     (required)
+  --out FILE               write the proposal here (default: stdout)
+  --if-missing             keep FILE if it already exists (default: refuse)
+  --accept-timeout D       how long members wait for every member to accept   (default ${DEFAULT_ACCEPT_TIMEOUT_MS / 1000}s)
+  --phase-timeout D        deadline of each later phase                         (default ${DEFAULT_PHASE_TIMEOUT_MS / 1000}s)
+
+run: take part for the replica whose node key is in DIR. Every member runs
+this with the same proposal; it finishes when all have. Progress on stderr.
+On success writes DIR/${REPLICA_KEY_FILE} (secret, 0600) and DIR/${CLUSTER_FILE} (public,
+with every confirming member's signature). On an abort writes nothing and
+exits 1 naming the members at fault; make a fresh proposal and run again.
+  --data DIR               the replica's data directory (holds node.key)         (required)
+  --proposal FILE          the proposal                                          (required)
+  --listen HOST:PORT       where to listen (default: the host:port of this member's ceremony endpoint)
+  --publish FILE           also write the public cluster.json to FILE
+  --if-missing             exit 0 when DIR already holds this proposal's output
+  --json                   print the outcome as one JSON object on stdout
+`;
+
+export const command: Command = {
+  summary: 'dealerless key ceremony: propose from member cards, run as one member',
+  usage,
+  async run(argv) {
+    const [sub, ...rest] = argv;
+    if (sub === 'propose') return propose(rest);
+    if (sub === 'run') return run(rest);
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      `expected a subcommand (propose, run), got ${JSON.stringify(sub ?? '')}`,
+    );
+  },
+};
+
+function propose(argv: string[]): number {
+  const { values } = parseFlags(argv, {
+    member: { type: 'string', multiple: true },
+    f: { type: 'string' },
+    out: { type: 'string' },
+    'if-missing': { type: 'boolean' },
+    'accept-timeout': { type: 'string' },
+    'phase-timeout': { type: 'string' },
+  });
+  const f = integerFlag(required(values.f, 'f'), 'f', 1, 1, 10);
+  const cards = (values.member ?? []).map((path, k) =>
+    parseMemberCard(readJsonFile(resolve(path), 'member card', 'BAD_PROPOSAL'), `--member ${path} (member ${k + 1})`),
+  );
+  if (cards.length !== 3 * f + 1) {
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      `--f ${f} needs 3f+1 = ${3 * f + 1} --member cards, got ${cards.length}`,
+    );
+  }
+  const out = values.out ? resolve(values.out) : undefined;
+  if (out && values['if-missing'] && existsSync(out)) {
+    parseProposal(readJsonFile(out, 'proposal', 'BAD_PROPOSAL'));
+    process.stderr.write(`${out} already exists; keeping it\n`);
+    return 0;
+  }
+  const proposal = makeProposal(cards, f, {
+    acceptTimeoutMs: parseDuration(values['accept-timeout'], 'accept-timeout', DEFAULT_ACCEPT_TIMEOUT_MS),
+    phaseTimeoutMs: parseDuration(values['phase-timeout'], 'phase-timeout', DEFAULT_PHASE_TIMEOUT_MS),
+  });
+  const text = JSON.stringify(proposal.json, null, 2) + '\n';
+  if (out) {
+    mkdirSync(dirname(out), { recursive: true });
+    writeFileDurably(out, text, { exclusive: true });
+    process.stderr.write(
+      `wrote ${out}: ceremony ${proposal.json.ceremonyId.slice(0, 16)}…, n = ${proposal.n}, t = ${proposal.t}\n`,
+    );
+  } else process.stdout.write(text);
+  return 0;
+}
+
+/** Proposals this data directory has taken part in: one never runs twice, so old packets cannot be replayed into a rerun. */
+const ATTEMPTS_FILE = 'ceremony-attempts.json';
+
+function recordAttempt(dataDir: string, proposal: Proposal): void {
+  const path = join(dataDir, ATTEMPTS_FILE);
+  const attempts = existsSync(path) ? (readJsonFile(path, 'ceremony attempts', 'BAD_PROPOSAL') as string[]) : [];
+  const digest = toHex(proposal.digest);
+  if (Array.isArray(attempts) && attempts.includes(digest)) {
+    throw new QuorumFenceError(
+      'BAD_PROPOSAL',
+      `this replica already took part in proposal ${digest.slice(0, 16)}…; make a fresh one with "quorumfence dkg propose"`,
+    );
+  }
+  writeFileDurably(path, JSON.stringify([...(Array.isArray(attempts) ? attempts : []), digest]) + '\n');
+}
+
+function describeEvent(event: ProgressEvent): string | undefined {
+  switch (event.kind) {
+    case 'phase':
+      return `phase ${event.phase}`;
+    case 'phase-closed':
+      return `  ${event.phase}: from ${event.received.join(', ') || 'nobody'}${
+        event.missing.length > 0 ? `; missing ${event.missing.join(', ')} (deadline passed)` : ''
+      }`;
+    case 'excluded':
+      return `  dealer ${event.dealer} excluded: ${event.reason}`;
+    case 'refused':
+      return `  refused a frame (${event.code}): ${event.reason}`;
+    case 'done':
+      return `done: cluster ${event.clusterId}, qualified dealers ${event.qualified.join(', ')}`;
+    case 'aborted':
+      return `aborted: ${event.reason}`;
+  }
+}
+
+async function run(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, {
+    data: { type: 'string' },
+    proposal: { type: 'string' },
+    listen: { type: 'string' },
+    publish: { type: 'string' },
+    'if-missing': { type: 'boolean' },
+    json: { type: 'boolean' },
+  });
+  const dataDir = resolve(required(values.data, 'data'));
+  const proposal = parseProposal(
+    readJsonFile(resolve(required(values.proposal, 'proposal')), 'proposal', 'BAD_PROPOSAL'),
+  );
+  const nodeKey = loadNodeKeyFile(dataDir);
+  const self = memberIndexOf(proposal, nodeKey.nodeKey, nodeKey.encryptionKey);
+  if (values['if-missing'] && existsSync(join(dataDir, CLUSTER_FILE)) && existsSync(join(dataDir, REPLICA_KEY_FILE))) {
+    const existing = readJsonFile(join(dataDir, CLUSTER_FILE), 'cluster description', 'BAD_CLUSTER') as {
+      ceremony?: { proposal?: string };
+    };
+    if (existing.ceremony?.proposal === toHex(proposal.digest)) {
+      if (values.publish && !existsSync(resolve(values.publish))) {
+        writeFileDurably(resolve(values.publish), JSON.stringify(existing, null, 2) + '\n');
+      }
+      process.stderr.write(`dkg: ${dataDir} already holds this ceremony's key; nothing to do\n`);
+      return 0;
+    }
+  }
+  assertNoKeyYet(dataDir);
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  recordAttempt(dataDir, proposal);
+  const listen = values.listen ? parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }) : undefined;
+  const transport = await openWebSocketTransport({ proposal, self, listen });
+  const log = (line: string) => process.stderr.write(`dkg member ${self}: ${line}\n`);
+  log(
+    `ceremony ${toHex(proposal.ceremonyId).slice(0, 16)}…, n = ${proposal.n}, t = ${proposal.t}, listening for members`,
+  );
+  let member: CeremonyMember | undefined;
+  let refused = 0;
+  // Every 2 s, who the current phase still waits for.
+  const waiting = setInterval(() => {
+    const missing = member?.missing() ?? [];
+    if (member && missing.length > 0) log(`  ${member.phase}: waiting for ${missing.join(', ')}`);
+  }, 2000);
+  let outcome;
+  try {
+    outcome = await runCeremony({
+      proposal,
+      nodeKey,
+      self,
+      transport,
+      onEvent: (event, m) => {
+        member = m;
+        // Bounded: a flood of garbage must not flood the log too.
+        if (event.kind === 'refused' && ++refused > 20) return;
+        const line = describeEvent(event);
+        if (line) log(line);
+      },
+    });
+  } finally {
+    clearInterval(waiting);
+    await transport.close();
+  }
+  if (!outcome.ok) {
+    if (values.json)
+      process.stdout.write(JSON.stringify({ ok: false, reason: outcome.reason, members: outcome.members }) + '\n');
+    throw new QuorumFenceError('CEREMONY_ABORTED', `ceremony aborted, nothing written: ${outcome.reason}`, {
+      members: outcome.members,
+    });
+  }
+  if (values.publish) mkdirSync(dirname(resolve(values.publish)), { recursive: true });
+  const { keyPath, clusterPath } = writeCeremonyOutput(
+    dataDir,
+    proposal,
+    self,
+    outcome.result,
+    values.publish ? resolve(values.publish) : undefined,
+  );
+  const summary = {
+    ok: true,
+    clusterId: outcome.result.cluster.clusterId,
+    groupPublicKey: outcome.result.cluster.groupPublicKey,
+    index: self,
+    qualified: outcome.result.qualified,
+    excluded: outcome.result.excluded,
+    signatures: outcome.result.signatures.map((s) => s.index),
+    key: keyPath,
+    cluster: clusterPath,
+    elapsedMs: Math.round(outcome.elapsedMs),
+  };
+  if (values.json) process.stdout.write(JSON.stringify(summary) + '\n');
+  else {
+    process.stdout.write(
+      `cluster ${summary.clusterId}\n  replica ${self} of ${proposal.n}, t = ${proposal.t}, qualified dealers ${summary.qualified.join(', ')}\n` +
+        summary.excluded.map((e) => `  excluded dealer ${e.dealer}: ${e.reason}\n`).join('') +
+        `  wrote ${keyPath} (secret, mode 0600)\n  wrote ${clusterPath} (public, signed by members ${summary.signatures.join(', ')})\n` +
+        (values.publish ? `  wrote ${resolve(values.publish)} (public)\n` : ''),
+    );
+  }
+  return 0;
+}

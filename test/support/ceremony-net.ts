@@ -1,0 +1,125 @@
+/**
+ * Ceremonies over real WebSocket connections on loopback, every member in
+ * this process with its own transport (the CLI tests run them as processes).
+ */
+import { createServer } from 'node:net';
+import { generateNodeKey, type NodeKey } from '../../src/ceremony/node-key.js';
+import { makeProposal, type Proposal } from '../../src/ceremony/proposal.js';
+import { runCeremony, type CeremonyOutcome } from '../../src/ceremony/runner.js';
+import type { OutgoingRewrite, ProgressEvent } from '../../src/ceremony/events.js';
+import type { CeremonyMember } from '../../src/ceremony/state.js';
+import { openWebSocketTransport, type CeremonyTransport } from '../../src/ceremony/transport.js';
+
+/** Ports the OS says are free right now (loopback only). */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<import('node:net').Server>((resolve) => {
+          const server = createServer();
+          server.listen(0, '127.0.0.1', () => resolve(server));
+        }),
+    ),
+  );
+  const ports = servers.map((s) => (s.address() as { port: number }).port);
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  return ports;
+}
+
+export async function proposalFor(
+  nodeKeys: readonly NodeKey[],
+  timeouts: { acceptTimeoutMs?: number; phaseTimeoutMs?: number } = {},
+): Promise<Proposal> {
+  const ports = await freePorts(nodeKeys.length);
+  return makeProposal(
+    nodeKeys.map((k, i) => ({
+      nodeKey: k.nodeKey,
+      encryptionKey: k.encryptionKey,
+      endpoint: `ws://127.0.0.1:${7101 + i}`,
+      ceremonyEndpoint: `ws://127.0.0.1:${ports[i]}`,
+    })),
+    (nodeKeys.length - 1) / 3,
+    timeouts,
+  );
+}
+
+export interface NetworkRun {
+  proposal: Proposal;
+  nodeKeys: NodeKey[];
+  /** outcomes[i - 1] for member i; undefined for members not started. */
+  outcomes: (CeremonyOutcome | undefined)[];
+  events: ProgressEvent[][];
+  /** The commitments of `dealer`'s deal as member `member` holds it. */
+  dealCommitments(member: number, dealer: number): Uint8Array[];
+}
+
+export async function runNetworkCeremony(
+  n: number,
+  options: {
+    nodeKeys?: NodeKey[];
+    proposal?: Proposal;
+    /** Members that never start (no process at all). */
+    absent?: number[];
+    rewrites?: Map<number, OutgoingRewrite>;
+    acceptTimeoutMs?: number;
+    phaseTimeoutMs?: number;
+    /** Sees every frame a member sends. */
+    tap?: (from: number, to: number, bytes: Uint8Array) => void;
+    /** Called once every transport is listening, to poke at members from outside. */
+    meanwhile?: (proposal: Proposal) => Promise<void>;
+  } = {},
+): Promise<NetworkRun> {
+  const nodeKeys = options.nodeKeys ?? Array.from({ length: n }, () => generateNodeKey());
+  const proposal =
+    options.proposal ??
+    (await proposalFor(nodeKeys, {
+      acceptTimeoutMs: options.acceptTimeoutMs ?? 10_000,
+      phaseTimeoutMs: options.phaseTimeoutMs ?? 5_000,
+    }));
+  const absent = new Set(options.absent ?? []);
+  const events: ProgressEvent[][] = nodeKeys.map(() => []);
+  const transports: CeremonyTransport[] = [];
+  const members = new Map<number, CeremonyMember>();
+  try {
+    const running = await Promise.all(
+      nodeKeys.map(async (nodeKey, k) => {
+        if (absent.has(k + 1)) return undefined;
+        const real = await openWebSocketTransport({ proposal, self: k + 1 });
+        transports.push(real);
+        const tap = options.tap;
+        const transport: CeremonyTransport = tap
+          ? { ...real, send: (to, bytes) => (tap(k + 1, to, bytes), real.send(to, bytes)) }
+          : real;
+        return { nodeKey, self: k + 1, transport };
+      }),
+    );
+    const outcomes = Promise.all(
+      running.map((r) =>
+        r
+          ? runCeremony({
+              proposal,
+              nodeKey: r.nodeKey,
+              self: r.self,
+              transport: r.transport,
+              rewrite: options.rewrites?.get(r.self),
+              onEvent: (event, member) => {
+                events[r.self - 1]!.push(event);
+                members.set(r.self, member);
+              },
+            })
+          : Promise.resolve(undefined),
+      ),
+    );
+    await options.meanwhile?.(proposal);
+    return {
+      proposal,
+      nodeKeys,
+      outcomes: await outcomes,
+      events,
+      dealCommitments: (member, dealer) => members.get(member)!.dealCommitments(dealer)!,
+    };
+  } finally {
+    await Promise.all(transports.map((t) => t.close()));
+  }
+}

@@ -1,0 +1,78 @@
+/**
+ * A whole ceremony in memory on fake time: n members, a queue of frames
+ * delivered in a seeded order, a manual clock. Used by the pure-core property
+ * tests; the networked tests use real sockets instead.
+ */
+import { jointFeldman } from '../../src/ceremony/dealing.js';
+import { generateNodeKey, type NodeKey } from '../../src/ceremony/node-key.js';
+import { makeProposal, type Proposal } from '../../src/ceremony/proposal.js';
+import type { OutgoingRewrite, ProgressEvent } from '../../src/ceremony/events.js';
+import { CeremonyMember } from '../../src/ceremony/state.js';
+import { systemRandom } from '../../src/crypto/random.js';
+
+export interface SimulatedCeremony {
+  proposal: Proposal;
+  members: CeremonyMember[];
+  nodeKeys: NodeKey[];
+  events: ProgressEvent[][];
+  /** Fake milliseconds it took. */
+  elapsedMs: number;
+}
+
+export function simulateCeremony(
+  n: number,
+  options: {
+    rewrites?: Map<number, OutgoingRewrite>;
+    /** Picks which queued frame goes next (default: first in, first out). */
+    pick?: (queueLength: number) => number;
+    /** Extra frames injected to each member at start. */
+    inject?: Uint8Array[];
+    phaseTimeoutMs?: number;
+  } = {},
+): SimulatedCeremony {
+  const f = (n - 1) / 3;
+  const nodeKeys = Array.from({ length: n }, () => generateNodeKey());
+  const proposal = makeProposal(
+    nodeKeys.map((k, i) => ({
+      nodeKey: k.nodeKey,
+      encryptionKey: k.encryptionKey,
+      endpoint: `ws://127.0.0.1:${7101 + i}`,
+      ceremonyEndpoint: `ws://127.0.0.1:${7201 + i}`,
+    })),
+    f,
+    { acceptTimeoutMs: 5000, phaseTimeoutMs: options.phaseTimeoutMs ?? 1000 },
+  );
+  const members = nodeKeys.map(
+    (nodeKey, k) =>
+      new CeremonyMember({
+        proposal,
+        nodeKey,
+        self: k + 1,
+        rule: jointFeldman(n, proposal.t),
+        random: systemRandom,
+        rewrite: options.rewrites?.get(k + 1),
+      }),
+  );
+  const events: ProgressEvent[][] = members.map(() => []);
+  const queue: { to: number; bytes: Uint8Array }[] = [];
+  let now = 0;
+  const take = (k: number, step: { out: { to: number; bytes: Uint8Array }[]; events: ProgressEvent[] }) => {
+    queue.push(...step.out);
+    events[k]!.push(...step.events);
+  };
+  members.forEach((m, k) => take(k, m.start(now)));
+  for (const frame of options.inject ?? []) members.forEach((m, k) => take(k, m.receive(frame, now)));
+  const finished = () => members.every((m) => m.phase === 'done' || m.phase === 'aborted');
+  // Bounded: at most n² frames per phase, and time moves only when the queue is empty.
+  for (let round = 0; round < 100_000 && !finished(); round++) {
+    if (queue.length === 0) {
+      now += 100;
+      members.forEach((m, k) => take(k, m.tick(now)));
+      continue;
+    }
+    const index = options.pick ? options.pick(queue.length) % queue.length : 0;
+    const [frame] = queue.splice(index, 1);
+    take(frame!.to - 1, members[frame!.to - 1]!.receive(frame!.bytes, now));
+  }
+  return { proposal, members, nodeKeys, events, elapsedMs: now };
+}
