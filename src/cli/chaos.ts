@@ -75,6 +75,10 @@ export const command: Command = {
     if (tty) process.stderr.write('\n');
     if (values.json) process.stdout.write(JSON.stringify(report) + '\n');
     else process.stdout.write(`quorumfence chaos\n${formatChaosReport(report)}\n`);
-    return report.violations.length === 0 && report.counterMismatches.length === 0 ? 0 : 1;
+    return report.violations.length === 0 &&
+      report.counterMismatches.length === 0 &&
+      report.unreadableCounters.length === 0
+      ? 0
+      : 1;
   },
 };

@@ -22,7 +22,7 @@ import { checkHistory, formatViolation, type HistoryCheck } from './history-chec
 import { HolderProcess } from './holder-process.js';
 import { ScenarioCluster } from './scenario-cluster.js';
 import { seededRandom, type SeededRandom } from './seeded-random.js';
-import { ResourceHttpClient, WorkloadRecorder, incrementCounter, lostIncrements } from './workload.js';
+import { ResourceHttpClient, WorkloadRecorder, counterValues, incrementCounter, lostIncrements } from './workload.js';
 import { decodeTokenText } from '../token/admission-token.js';
 
 export interface ChaosOptions {
@@ -73,6 +73,10 @@ export interface ChaosReport {
   readonly violations: readonly string[];
   /** Counters whose value differs from their number of accepted writes (lost or doubled increments). */
   readonly counterMismatches: readonly string[];
+  /** Counters whose final value could not be read, with the reason: the run cannot vouch for them. */
+  readonly unreadableCounters: readonly string[];
+  /** Final reads that failed at first and were retried, with the reason of each failure. */
+  readonly retriedFinalReads: readonly string[];
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -431,14 +435,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     for (const state of states)
       for (const [name, acts] of Object.entries(state?.acts ?? {}))
         byzantineActs[name] = (byzantineActs[name] ?? 0) + (acts ?? 0);
-    const history = await recorder.history(guard);
+    const reads = await recorder.finalReads(guard);
+    const history = await recorder.history(guard, reads);
     const check: HistoryCheck = checkHistory(history, deployment.direct);
-    const finalValues = new Map<string, number>();
-    for (const slot of recorder.keys) {
-      const [resource, key] = slot.split('\u0000') as [string, string];
-      const stored = await guard.read(resource, key);
-      finalValues.set(slot, stored ? Number(new TextDecoder().decode(stored.value)) : 0);
-    }
+    const { values: finalValues, unreadable } = counterValues(reads);
     report = {
       seed: options.seed,
       replicas: n,
@@ -457,6 +457,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       byzantineActs,
       byzantineClients,
       violations: check.ok ? [] : check.violations.map(formatViolation),
+      unreadableCounters: unreadable,
+      retriedFinalReads: [...recorder.failedFinalReads],
       counterMismatches: lostIncrements(history.guardLogs[0]!, finalValues).map(
         (m) => `${m.slot.replace('\u0000', '/')}: value ${m.value}, ${m.accepted} accepted writes`,
       ),
@@ -508,6 +510,12 @@ export function formatChaosReport(report: ChaosReport): string {
         ? 'every value equals its accepted writes'
         : report.counterMismatches.join('; '),
     ],
+    ...(report.retriedFinalReads.length === 0
+      ? []
+      : [['final reads retried', report.retriedFinalReads.join('; ')] as [string, string]]),
+    ...(report.unreadableCounters.length === 0
+      ? []
+      : [['could not read', report.unreadableCounters.join('; ')] as [string, string]]),
     ['violations', `${report.violations.length}`],
     [
       'seed',

@@ -37,6 +37,8 @@ export interface History {
   readonly acknowledged?: readonly AcknowledgedWrite[];
   /** Per guard, the data version each key holds at the end (`resource \u0000 key` → version; absent = deleted or never written). */
   readonly finalVersions?: readonly ReadonlyMap<string, number>[];
+  /** Per guard, keys whose final version could not be read (`slot` → why); they are not checked for lost writes. */
+  readonly unreadable?: readonly ReadonlyMap<string, string>[];
 }
 
 /** Where a token was seen: a guard log entry, or the captured list. */
@@ -198,6 +200,7 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
   history.finalVersions?.forEach((finalVersions, guard) => {
     const expected = lastAcceptedVersion[guard] ?? new Map<string, number | null>();
     for (const [slot, version] of expected) {
+      if (history.unreadable?.[guard]?.has(slot)) continue;
       const actual = finalVersions.get(slot);
       if (version !== null && actual !== version) {
         const [resource, key] = slot.split('\u0000') as [string, string];

@@ -27,6 +27,11 @@ export type ResourceAnswer =
 /** An HTTP request to the resource should take milliseconds; 5 s allows a loaded machine and a slow fsync. */
 const DEFAULT_RESOURCE_TIMEOUT_MS = 5_000;
 
+/** A plain read's outcome: the committed value (or its absence), or why the read could not be made. */
+export type CommittedRead =
+  | { readonly ok: true; readonly stored: { readonly value: Uint8Array; readonly version: number } | undefined }
+  | { readonly ok: false; readonly code: string; readonly message: string };
+
 /** A small client of the reference resource's HTTP API (src/guard/README.md, "The reference resource"). */
 export class ResourceHttpClient {
   readonly url: string;
@@ -112,11 +117,17 @@ export class ResourceHttpClient {
     });
   }
 
-  /** A plain read of the committed value (no token, no fence); undefined when absent. */
-  async read(resource: string, key: string): Promise<{ value: Uint8Array; version: number } | undefined> {
+  /**
+   * A plain read of the committed value (no token, no fence): `stored` is undefined when the key is absent.
+   * A read that could not be made (unreachable, refused) says why instead: never mistaken for an absent key.
+   */
+  async read(resource: string, key: string): Promise<CommittedRead> {
     const answer = await this.#send(this.#kv(resource, key), { method: 'GET' });
-    if (!answer.ok || answer.value === undefined) return undefined;
-    return { value: answer.value, version: answer.version ?? 0 };
+    if (answer.ok && answer.value !== undefined)
+      return { ok: true, stored: { value: answer.value, version: answer.version ?? 0 } };
+    if (!answer.ok && answer.status === 404 && answer.code === 'not_found') return { ok: true, stored: undefined };
+    if (answer.ok) return { ok: false, code: 'unexpected_answer', message: `status ${answer.status} without a value` };
+    return { ok: false, code: answer.code, message: `status ${answer.status}: ${answer.message}` };
   }
 
   /** The whole guard log, page by page, each entry checked. */
@@ -147,6 +158,8 @@ export class WorkloadRecorder {
   /** Increments attempted, and how each ended. */
   operations = 0;
   readonly outcomes: Record<string, number> = {};
+  /** Final reads that failed and were retried, with the reason (`resource/key: code (why)`). */
+  readonly failedFinalReads: string[] = [];
   /** Keys the workload wrote, as `resource \u0000 key`. */
   readonly keys = new Set<string>();
 
@@ -159,25 +172,67 @@ export class WorkloadRecorder {
   }
 
   /**
-   * The history of a run against one reference resource: its log, the tokens
-   * and acknowledgements recorded here, and each written key's final version.
+   * Every written key's committed value, read once the run is over. A read that fails is retried (the resource
+   * may still be catching up with the faults just healed) and, if it keeps failing, reported with its reason:
+   * "could not read" must never pass for a value or an absent key.
    */
-  async history(resource: ResourceHttpClient): Promise<History> {
-    const guardLog = await resource.readLog();
-    const finalVersions = new Map<string, number>();
+  async finalReads(resource: ResourceHttpClient): Promise<Map<string, CommittedRead>> {
+    const reads = new Map<string, CommittedRead>();
     for (const slot of this.keys) {
       const [name, key] = slot.split('\u0000') as [string, string];
-      const stored = await resource.read(name, key);
-      if (stored) finalVersions.set(slot, stored.version);
+      let read = await resource.read(name, key);
+      for (let attempt = 1; !read.ok && attempt < FINAL_READ_ATTEMPTS; attempt++) {
+        this.failedFinalReads.push(`${name}/${key}: ${read.code} (${read.message})`);
+        await new Promise((resolve) => setTimeout(resolve, 250 * 2 ** attempt));
+        read = await resource.read(name, key);
+      }
+      reads.set(slot, read);
+    }
+    return reads;
+  }
+
+  /**
+   * The history of a run against one reference resource: its log, the tokens and acknowledgements recorded
+   * here, and each written key's final version (from `reads`, or read now). Keys that could not be read are
+   * left out of `finalVersions` and named in `unreadable`.
+   */
+  async history(resource: ResourceHttpClient, reads?: ReadonlyMap<string, CommittedRead>): Promise<History> {
+    const guardLog = await resource.readLog();
+    const finalVersions = new Map<string, number>();
+    const unreadable = new Map<string, string>();
+    for (const [slot, read] of reads ?? (await this.finalReads(resource))) {
+      if (!read.ok) unreadable.set(slot, `${read.code}: ${read.message}`);
+      else if (read.stored) finalVersions.set(slot, read.stored.version);
     }
     return {
       guardLogs: [guardLog],
       capturedTokens: this.tokens,
       acknowledged: this.acknowledged,
       finalVersions: [finalVersions],
+      unreadable: [unreadable],
     };
   }
 }
+
+/**
+ * Counter values from final reads (an absent key counts 0); counters that could not be read are listed apart
+ * as `resource/key: code (why)`, never counted as 0.
+ */
+export function counterValues(reads: ReadonlyMap<string, CommittedRead>): {
+  values: Map<string, number>;
+  unreadable: string[];
+} {
+  const values = new Map<string, number>();
+  const unreadable: string[] = [];
+  for (const [slot, read] of reads) {
+    if (!read.ok) unreadable.push(`${slot.replace('\u0000', '/')}: ${read.code} (${read.message})`);
+    else values.set(slot, read.stored ? Number(new TextDecoder().decode(read.stored.value)) : 0);
+  }
+  return { values, unreadable };
+}
+
+/** Final reads are retried this many times in all, waiting 0.5, 1, 2, 4 s between them. */
+const FINAL_READ_ATTEMPTS = 5;
 
 export type IncrementOutcome =
   | { readonly kind: 'incremented'; readonly epoch: bigint; readonly value: number; readonly version: number }
