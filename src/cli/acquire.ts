@@ -8,7 +8,7 @@ import { loadClusterFile, type Cluster } from '../cluster/description.js';
 import { QuorumFenceClient } from '../client/client.js';
 import type { AcquireRefusal } from '../client/acquire.js';
 import { loadIdentityFile } from '../client/identity.js';
-import { parseDuration, parseFlags, required, type Command } from './args.js';
+import { parseDuration, parseFlags, required, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence acquire RESOURCE --cluster FILE --identity FILE [--ttl 10s] [--wait 5s] [--json] [--hold]
 

@@ -23,7 +23,7 @@ import { runCeremony } from '../ceremony/runner.js';
 import type { ProgressEvent } from '../ceremony/events.js';
 import type { CeremonyMember } from '../ceremony/state.js';
 import { openWebSocketTransport } from '../ceremony/transport.js';
-import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
+import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence dkg propose --member CARD --member CARD ... --f F [--out FILE] [options]
        quorumfence dkg run --data DIR --proposal FILE [--listen HOST:PORT] [--publish FILE] [--json]

@@ -2,7 +2,7 @@
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { createIdentityFile, loadIdentityFile } from '../client/identity.js';
-import { parseFlags, type Command } from './args.js';
+import { parseFlags, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence identity new FILE
        quorumfence identity show FILE [--json]

@@ -8,7 +8,7 @@ import { checkEndpoint, describeDealtKey, localEndpoints } from '../cluster/desc
 import { replicaKeyJson } from '../cluster/replica-key.js';
 import { systemRandom } from '../crypto/random.js';
 import { dealKey } from '../crypto/threshold.js';
-import { integerFlag, parseFlags, required, type Command } from './args.js';
+import { integerFlag, parseFlags, required, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence keygen --replicas N --out DIR [--endpoints URL,URL,...] [--base-port PORT] [--host HOST]
 

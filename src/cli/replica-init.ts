@@ -13,7 +13,7 @@ import {
   nodeKeyExists,
   NODE_KEY_FILE,
 } from '../ceremony/node-key.js';
-import { parseFlags, required } from './args.js';
+import { parseFlags, required } from '../command/args.js';
 
 export const INIT_USAGE = `init: make this replica's node key (Ed25519 for signing ceremony packets,
 X25519 for receiving shares) in DIR/${NODE_KEY_FILE} (mode 0600) and print its member

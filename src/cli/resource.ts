@@ -14,8 +14,8 @@ import {
 import { DEFAULT_TOKEN_CACHE_SIZE } from '../guard/verifier.js';
 import { DEFAULT_MAX_REFUSED_LOG_ENTRIES } from '../guard/lmdb-guard.js';
 import { MIN_OPERATOR_SECRET_LENGTH, OPERATOR_SECRET_ENV, checkOperatorSecret } from '../common/operator-secret.js';
-import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from './args.js';
-import { watchForStop } from './lifecycle.js';
+import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
+import { watchForStop } from '../command/lifecycle.js';
 
 const usage = `usage: quorumfence resource --cluster FILE --data DIR [options]
 

@@ -2,7 +2,7 @@
 import { toHex } from '../common/bytes.js';
 import type { ResourceStatus } from '../client/status.js';
 import { openClient } from './acquire.js';
-import { parseDuration, parseFlags, type Command } from './args.js';
+import { parseDuration, parseFlags, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence status RESOURCE --cluster FILE --identity FILE [--timeout 2s] [--json]
 

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { toHex } from '../common/bytes.js';
 import { loadClusterFile } from '../cluster/description.js';
 import { checkToken, tokenDigest } from '../token/admission-token.js';
-import { parseFlags, required, type Command } from './args.js';
+import { parseFlags, required, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence verify TOKEN --cluster FILE [--json]
 

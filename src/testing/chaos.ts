@@ -476,7 +476,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   return report;
 }
 
-/** The report as the table `quorumfence chaos` prints. */
+/** The report as the table `quorumfence-dev chaos` prints. */
 export function formatChaosReport(report: ChaosReport): string {
   const list = (record: Readonly<Record<string, number>>) =>
     Object.entries(record)
@@ -519,7 +519,7 @@ export function formatChaosReport(report: ChaosReport): string {
     ['violations', `${report.violations.length}`],
     [
       'seed',
-      `${report.seed} (replay: quorumfence chaos --seed ${report.seed} --replicas ${report.replicas} --duration ${Math.round(report.durationMs / 1000)}s)`,
+      `${report.seed} (replay: quorumfence-dev chaos --seed ${report.seed} --replicas ${report.replicas} --duration ${Math.round(report.durationMs / 1000)}s)`,
     ],
   ];
   const width = Math.max(...rows.map(([k]) => k.length));

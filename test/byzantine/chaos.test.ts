@@ -1,15 +1,15 @@
 /**
- * `quorumfence chaos` as a user runs it (a real process): a short soak ends by
+ * `quorumfence-dev chaos` as a user runs it (a real process): a short soak ends by
  * itself with a clean history and a report; bad flags are one line and exit 2.
- * The soak itself is the product here; longer runs: `quorumfence chaos --duration 3m`.
+ * The soak itself is the product here; longer runs: `quorumfence-dev chaos --duration 3m`.
  */
 import { describe, expect, it } from 'vitest';
 import type { ChaosReport } from '../../src/testing/chaos.js';
-import { runCli } from '../support/cli.js';
+import { runDevCli } from '../support/cli.js';
 
-describe('quorumfence chaos', () => {
+describe('quorumfence-dev chaos', () => {
   it('a short seeded soak stops by itself, injects faults, and finds no violation', async () => {
-    const result = await runCli(['chaos', '--duration', '6s', '--seed', '3', '--json'], { timeoutMs: 90_000 });
+    const result = await runDevCli(['chaos', '--duration', '6s', '--seed', '3', '--json'], { timeoutMs: 90_000 });
     expect(result.code, result.stderr).toBe(0);
     const report = JSON.parse(result.stdout) as ChaosReport;
     expect(report.seed).toBe(3);
@@ -25,7 +25,7 @@ describe('quorumfence chaos', () => {
   // Finding 6 (issue 16) showed only with 7 replicas and a history large enough that checking it outlasted the
   // resource's keep-alive timeout (about 60 s of run on two cores): every counter must be read and match.
   it('a 7-replica seeded soak reads every counter and each equals its accepted writes', async () => {
-    const result = await runCli(['chaos', '--replicas', '7', '--duration', '60s', '--seed', '777', '--json'], {
+    const result = await runDevCli(['chaos', '--replicas', '7', '--duration', '60s', '--seed', '777', '--json'], {
       timeoutMs: 240_000,
     });
     expect(result.code, result.stderr).toBe(0);
@@ -39,7 +39,7 @@ describe('quorumfence chaos', () => {
   }, 240_000);
 
   it('refuses a cluster size other than 4 or 7', async () => {
-    const result = await runCli(['chaos', '--replicas', '5']);
+    const result = await runDevCli(['chaos', '--replicas', '5']);
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/--replicas expects 4 or 7.*INVALID_OPTION/);
   });

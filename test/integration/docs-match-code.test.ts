@@ -4,7 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { runCli } from '../support/cli.js';
+import { runCli, runDevCli } from '../support/cli.js';
 
 const read = (path: string) => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
 const readme = read('README.md');
@@ -14,42 +14,51 @@ const errorCodes = [
     .split('export class')[0]!
     .matchAll(/\| '([A-Z_]+)'/g),
 ].map((m) => m[1]!);
-const verbs = [...read('src/cli/main.ts').matchAll(/^\s+([a-z-]+): \(\) => import\('\.\/[a-z-]+\.js'\),$/gm)].map(
-  (m) => m[1]!,
-);
+const verbsOf = (mainFile: string) =>
+  [...read(mainFile).matchAll(/^\s+([a-z-]+): \(\) => import\('\.\/[a-z-]+\.js'\),$/gm)].map((m) => m[1]!);
+/** The operator's command, and the development tools' command: neither lists the other's verbs. */
+const programs = [
+  { program: 'quorumfence', run: runCli, verbs: verbsOf('src/cli/main.ts') },
+  { program: 'quorumfence-dev', run: runDevCli, verbs: verbsOf('src/devtools/main.ts') },
+] as const;
+/** Each program's verb table in the README: the operator's under "## CLI", the tools' under its own heading. */
+const DEV_HEADING = '### Development tools: `quorumfence-dev`';
+const cliSection = readme.slice(readme.indexOf('## CLI'), readme.indexOf('\n## ', readme.indexOf('## CLI') + 1));
+const tableOf = (program: string) =>
+  program === 'quorumfence' ? cliSection.split(DEV_HEADING)[0]! : (cliSection.split(DEV_HEADING)[1] ?? '');
+const verbs = programs.flatMap(({ program, run, verbs }) => verbs.map((verb) => ({ program, run, verb })));
 
 describe('docs match the code', () => {
   it('finds the codes and verbs it checks', () => {
     expect(errorCodes.length).toBeGreaterThan(25);
-    expect(verbs).toEqual(
-      expect.arrayContaining([
-        'keygen',
-        'verify',
-        'replica',
-        'resource',
-        'acquire',
-        'status',
-        'identity',
-        'demo',
-        'bench',
-      ]),
+    expect(programs[0].verbs).toEqual(
+      expect.arrayContaining(['keygen', 'verify', 'replica', 'resource', 'acquire', 'status', 'identity', 'dkg']),
     );
+    expect(programs[1].verbs).toEqual(['demo', 'chaos', 'bench', 'worker']);
   });
 
   it.each(errorCodes)('README documents error code %s', (code) => {
     expect(readme).toContain(`| \`${code}\` |`);
   });
 
-  it.each(verbs)('README documents verb %s, and it answers --help', async (verb) => {
-    expect(readme).toMatch(new RegExp(`\\| \`${verb}[ \`]`));
-    const result = await runCli([verb, '--help']);
+  it.each(verbs)('README documents $program $verb, and it answers --help', async ({ program, run, verb }) => {
+    expect(tableOf(program)).toMatch(new RegExp(`\\| \`${verb}[ \`]`));
+    const result = await run([verb, '--help']);
     expect(result.code).toBe(0);
-    expect(result.stdout).toMatch(new RegExp(`^usage: quorumfence ${verb}`));
+    expect(result.stdout).toMatch(new RegExp(`^usage: ${program} ${verb}`));
   });
 
-  it('lists every verb in quorumfence --help', async () => {
-    const result = await runCli(['--help']);
+  it.each(programs)('$program --help lists its verbs and no other', async ({ run, verbs: own }) => {
+    const result = await run(['--help']);
     expect(result.code).toBe(0);
-    for (const verb of verbs) expect(result.stdout).toMatch(new RegExp(`^  ${verb} `, 'm'));
+    for (const verb of own) expect(result.stdout).toMatch(new RegExp(`^  ${verb} `, 'm'));
+    for (const { verb } of verbs.filter((v) => !own.includes(v.verb)))
+      expect(result.stdout).not.toMatch(new RegExp(`^  ${verb} `, 'm'));
+  });
+
+  it('the operator command refuses a development verb by name, with exit code 2', async () => {
+    const result = await runCli(['chaos']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/quorumfence: unknown command "chaos"/);
   });
 });

@@ -6,6 +6,8 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 export const CLI_PATH = fileURLToPath(new URL('../../dist/nodes/quorumfence.js', import.meta.url));
+/** The development tools' command (demo, chaos, bench, worker). */
+export const DEV_CLI_PATH = fileURLToPath(new URL('../../dist/nodes/quorumfence-dev.js', import.meta.url));
 
 export interface CliResult {
   code: number | null;
@@ -15,10 +17,10 @@ export interface CliResult {
 
 export function runCli(
   args: string[],
-  options: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+  options: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number; program?: string } = {},
 ): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI_PATH, ...args], {
+    const child = spawn(process.execPath, [options.program ?? CLI_PATH, ...args], {
       env: { ...process.env, ...options.env },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
@@ -37,4 +39,12 @@ export function runCli(
     });
     child.stdin.end(options.input ?? '');
   });
+}
+
+/** Runs the compiled `quorumfence-dev` command (demo, chaos, bench, worker) the same way. */
+export function runDevCli(
+  args: string[],
+  options: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+): Promise<CliResult> {
+  return runCli(args, { ...options, program: DEV_CLI_PATH });
 }

@@ -19,9 +19,9 @@ import { createLogger } from '../../common/log.js';
 import { loadReplicaKeyFile } from '../../cluster/replica-key.js';
 import { DEFAULT_REPLICA_LIMITS } from '../../replica/options.js';
 import { probeSigningRecord } from '../../replica/signing-record.js';
-import { integerFlag, parseDuration, parseFlags, required } from '../../cli/args.js';
-import { watchForStop } from '../../cli/lifecycle.js';
-import { loadReplicaRunSettings, REPLICA_RUN_FLAGS } from '../../cli/replica.js';
+import { integerFlag, parseDuration, parseFlags, required } from '../../command/args.js';
+import { watchForStop } from '../../command/lifecycle.js';
+import { loadReplicaRunSettings, REPLICA_RUN_FLAGS } from '../../command/replica-settings.js';
 import {
   BEHAVIOUR_DESCRIPTIONS,
   BYZANTINE_BEHAVIOURS,

@@ -1,16 +1,16 @@
 /**
- * `quorumfence chaos`: a time-bounded soak of a local deployment under a
+ * `quorumfence-dev chaos`: a time-bounded soak of a local deployment under a
  * seeded mix of faults and Byzantine behaviours, judged by the history
  * checker afterwards (src/testing/chaos.ts).
  */
 import { randomInt } from 'node:crypto';
 import { QuorumFenceError } from '../common/errors.js';
-import { integerFlag, parseDuration, parseFlags, type Command } from './args.js';
+import { integerFlag, parseDuration, parseFlags, type Command } from '../command/args.js';
 
 /** Three minutes: long enough for dozens of faults of every kind, short enough to run before a merge. */
 const DEFAULT_DURATION_MS = 3 * 60_000;
 
-const usage = `usage: quorumfence chaos [--duration 3m] [--seed N] [--replicas 4|7] [--workers N] [--json]
+const usage = `usage: quorumfence-dev chaos [--duration 3m] [--seed N] [--replicas 4|7] [--workers N] [--json]
 
 Starts a local cluster (the last f replicas Byzantine) and the reference
 resource, runs read-modify-write increments through the guard from several
@@ -55,7 +55,7 @@ export const command: Command = {
     const { runChaos, formatChaosReport } = await import('../testing/chaos.js');
     const tty = process.stderr.isTTY === true;
     process.stderr.write(
-      `quorumfence chaos: ${Math.round(durationMs / 1000)} s, seed ${seed}, ${replicas} replicas; starting the cluster...\n`,
+      `quorumfence-dev chaos: ${Math.round(durationMs / 1000)} s, seed ${seed}, ${replicas} replicas; starting the cluster...\n`,
     );
     let lastLine = 0;
     const report = await runChaos({
@@ -74,7 +74,7 @@ export const command: Command = {
     });
     if (tty) process.stderr.write('\n');
     if (values.json) process.stdout.write(JSON.stringify(report) + '\n');
-    else process.stdout.write(`quorumfence chaos\n${formatChaosReport(report)}\n`);
+    else process.stdout.write(`quorumfence-dev chaos\n${formatChaosReport(report)}\n`);
     return report.violations.length === 0 &&
       report.counterMismatches.length === 0 &&
       report.unreadableCounters.length === 0

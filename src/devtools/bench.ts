@@ -1,5 +1,5 @@
 /**
- * `quorumfence bench [SECTION...]`: the benchmark. Prints a table with a
+ * `quorumfence-dev bench [SECTION...]`: the benchmark. Prints a table with a
  * progress line while it runs and writes every figure, the machine and the
  * exact command as JSON. It never fails on speed: targets are printed as
  * ratios beside the figures, all measured in the same run.
@@ -16,12 +16,12 @@ import type { Timing } from '../bench/measure.js';
 import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
 import { benchCeremony } from '../bench/ceremony.js';
 import { benchSystem, type LoopRate, type SystemFigures } from '../bench/system.js';
-import { integerFlag, parseFlags, type Command } from './args.js';
+import { integerFlag, parseFlags, type Command } from '../command/args.js';
 
 const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony'] as const;
 type Section = (typeof SECTIONS)[number];
 
-const usage = `usage: quorumfence bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json]
+const usage = `usage: quorumfence-dev bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json]
 
 Measures quorumfence on this machine, every process on this one box, and
 writes every figure as JSON. It never fails on speed.
@@ -108,7 +108,7 @@ export const command: Command = {
     const cores = availableParallelism();
     const report: Record<string, unknown> = {
       // A --postgres URL may carry a password: the report keeps the user and host only.
-      command: ['quorumfence', 'bench', ...argv].join(' ').replace(/(\/\/[^:/@\s]+):[^@\s]*@/g, '$1:***@'),
+      command: ['quorumfence-dev', 'bench', ...argv].join(' ').replace(/(\/\/[^:/@\s]+):[^@\s]*@/g, '$1:***@'),
       startedAt: new Date().toISOString(),
       machine: {
         cores,

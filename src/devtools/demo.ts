@@ -1,5 +1,5 @@
 /**
- * `quorumfence demo` (what `npm start` runs): a whole cluster on this machine
+ * `quorumfence-dev demo` (what `npm start` runs): a whole cluster on this machine
  * and the story the project exists for, told as a timeline.
  *
  *  1. Worker A takes the lease and writes. A stalls past its lease (a stand-in
@@ -27,9 +27,9 @@ import type { ReplicaFault } from '../client/evidence.js';
 import { parseGuardLogEntry, type GuardLogEntry } from '../guard/log.js';
 import { byzantineEntryPoint, byzantineState, controlByzantine } from '../testing/byzantine/control.js';
 import { checkHistory, formatViolation } from '../testing/history-checker.js';
-import { parseDuration, parseFlags, type Command } from './args.js';
+import { parseDuration, parseFlags, type Command } from '../command/args.js';
 
-const usage = `usage: quorumfence demo [--keep] [--dir DIR] [--ttl DURATION] [--pause DURATION] [--rounds N]
+const usage = `usage: quorumfence-dev demo [--keep] [--dir DIR] [--ttl DURATION] [--pause DURATION] [--rounds N]
 
 Starts 4 replicas (f = 1) and the reference guarded resource as separate
 processes on 127.0.0.1, then plays two scenes:
@@ -249,7 +249,7 @@ function prepareDir(dir: string): void {
     rmSync(dir, { recursive: true, force: true });
   }
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  writeFileSync(join(dir, MARKER), 'made by quorumfence demo; deleted by the next run\n');
+  writeFileSync(join(dir, MARKER), 'made by quorumfence-dev demo; deleted by the next run\n');
 }
 
 export const command: Command = {
@@ -288,7 +288,7 @@ export const command: Command = {
 
     try {
       process.stdout.write(
-        'quorumfence demo: 4 replicas (f = 1, any 3 sign) and a guarded key-value resource, as processes on this machine\n',
+        'quorumfence-dev demo: 4 replicas (f = 1, any 3 sign) and a guarded key-value resource, as processes on this machine\n',
       );
       prepareDir(dir);
       const keys = join(dir, 'keys');

@@ -1,5 +1,5 @@
 /**
- * `quorumfence worker`: one demo worker, as the compose file runs two of them.
+ * `quorumfence-dev worker`: one demo worker, as the compose file runs two of them.
  * It acquires a lease, writes through a guarded resource, optionally stalls
  * past its lease (a stand-in for a GC pause) and writes again with the old
  * token, and checks the resource answered as expected.
@@ -8,9 +8,9 @@ import { QuorumFenceError } from '../common/errors.js';
 import { loadClusterFile } from '../cluster/description.js';
 import { QuorumFenceClient } from '../client/client.js';
 import { generateIdentity, loadIdentityFile } from '../client/identity.js';
-import { parseDuration, parseFlags, required, type Command } from './args.js';
+import { parseDuration, parseFlags, required, type Command } from '../command/args.js';
 
-const usage = `usage: quorumfence worker --name NAME --cluster FILE --resource RESOURCE --guard URL
+const usage = `usage: quorumfence-dev worker --name NAME --cluster FILE --resource RESOURCE --guard URL
                           [--identity FILE] [--ttl 3s] [--wait 15s] [--start-after 0s]
                           [--pause DURATION] [--expect accepted|stale] [--json]
 

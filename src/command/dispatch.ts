@@ -1,0 +1,48 @@
+/**
+ * `<program> <verb> ...`: looks up the verb, runs it, and turns errors into one line on stderr with the error
+ * code. One implementation for both programs (the operator's `quorumfence` and the development tools'
+ * `quorumfence-dev`). Verbs load lazily so that `verify` does not pay for the replica's storage engine.
+ */
+import { QuorumFenceError } from '../common/errors.js';
+import type { Command } from './args.js';
+
+export type VerbTable = Readonly<Record<string, () => Promise<{ command: Command }>>>;
+
+function verbList(loaded: [string, Command][]): string {
+  const width = Math.max(...loaded.map(([name]) => name.length));
+  return loaded.map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`).join('\n');
+}
+
+/** Runs one command line of `program`; resolves with the exit code (0 done, 1 failure or refusal, 2 bad flags). */
+export async function runCommandLine(program: string, verbs: VerbTable, argv: string[]): Promise<number> {
+  const [verb, ...rest] = argv;
+  if (verb === undefined || verb === '--help' || verb === '-h' || verb === 'help') {
+    const loaded = await Promise.all(
+      Object.entries(verbs).map(async ([name, load]) => [name, (await load()).command] as [string, Command]),
+    );
+    process.stdout.write(
+      `usage: ${program} <command> [options]\n\ncommands:\n${verbList(loaded)}\n\nRun "${program} <command> --help" for a command's options.\n`,
+    );
+    return verb === undefined ? 2 : 0;
+  }
+  const load = Object.hasOwn(verbs, verb) ? verbs[verb] : undefined;
+  if (!load) {
+    process.stderr.write(`${program}: unknown command "${verb}"; run "${program} --help" for the list\n`);
+    return 2;
+  }
+  const { command } = await load();
+  if (rest.includes('--help') || rest.includes('-h')) {
+    process.stdout.write(command.usage.endsWith('\n') ? command.usage : command.usage + '\n');
+    return 0;
+  }
+  try {
+    return await command.run(rest);
+  } catch (error) {
+    if (error instanceof QuorumFenceError) {
+      const hint = error.code === 'INVALID_OPTION' ? `; run "${program} ${verb} --help"` : '';
+      process.stderr.write(`${program} ${verb}: ${error.message} (${error.code})${hint}\n`);
+      return error.code === 'INVALID_OPTION' ? 2 : 1;
+    }
+    throw error;
+  }
+}

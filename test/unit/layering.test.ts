@@ -1,0 +1,55 @@
+/**
+ * The folder rules of src/ that the code must keep (each folder's README says what it must not import). The
+ * one this file was written for: the operator's command (src/cli) and the development tools (src/devtools,
+ * with what only they use: src/testing, src/bench) never import each other; both build on src/command.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, relative, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const SRC = fileURLToPath(new URL('../../src', import.meta.url));
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
+    entry.isDirectory()
+      ? sourceFiles(join(dir, entry.name))
+      : entry.name.endsWith('.ts')
+        ? [join(dir, entry.name)]
+        : [],
+  );
+}
+
+/** Every relative import (static or dynamic) of every file, as `from folder → to folder`. */
+const edges = sourceFiles(SRC).flatMap((file) => {
+  const text = readFileSync(file, 'utf8');
+  const from = relative(SRC, file).split('/')[0]!;
+  return [...text.matchAll(/(?:from|import\()\s*'(\.{1,2}\/[^']+)'/g)].map((m) => {
+    const target = relative(SRC, resolve(dirname(file), m[1]!));
+    return { file: relative(SRC, file), from, to: target.split('/')[0]! };
+  });
+});
+
+const RULES: Record<string, readonly string[]> = {
+  cli: ['devtools', 'testing', 'bench'],
+  devtools: ['cli'],
+  testing: ['cli', 'devtools'],
+  bench: ['cli', 'devtools'],
+  command: ['cli', 'devtools', 'testing', 'bench'],
+  client: ['replica', 'guard', 'testing', 'cli', 'devtools'],
+  replica: ['client', 'guard', 'testing', 'cli', 'devtools'],
+  guard: ['replica', 'client', 'testing', 'cli', 'devtools'],
+  token: ['replica', 'client', 'guard', 'protocol'],
+};
+
+describe('src folder rules', () => {
+  it('reads the import graph', () => {
+    expect(edges.length).toBeGreaterThan(200);
+    expect(edges.some((e) => e.from === 'devtools' && e.to === 'testing')).toBe(true);
+  });
+
+  it.each(Object.entries(RULES))('src/%s imports none of %j', (folder, forbidden) => {
+    const broken = edges.filter((e) => e.from === folder && forbidden.includes(e.to)).map((e) => `${e.file} → ${e.to}`);
+    expect(broken).toEqual([]);
+  });
+});
