@@ -37,7 +37,7 @@ import { delay } from './delay.js';
 import { chooseEpoch, quorumRemainingMs } from './epoch-choice.js';
 import type { ReplicaFault } from './evidence.js';
 import { PartialCollector } from './partial-collector.js';
-import { CallFaults, rememberEpoch, type QuorumContext } from './quorum-context.js';
+import { CallFaults, type QuorumContext } from './quorum-context.js';
 import { Round } from './round.js';
 
 export interface AcquireRequest {
@@ -212,7 +212,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     if (attempt.kind !== 'granted') contended = retried = true;
     switch (attempt.kind) {
       case 'granted':
-        rememberEpoch(ctx.epochHints, request.resource, { epoch, contended: retried }, options.epochHintCacheSize);
+        ctx.epochHints.set(request.resource, { epoch, contended: retried });
         return { ok: true, grant: attempt.grant, faults: faults.list() };
       case 'stop':
         return refuse(attempt.reason, attempt.message);

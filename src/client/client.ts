@@ -4,6 +4,7 @@
  * quorum rounds over them. Expected outcomes come back as `{ ok, ... }`
  * values; only misuse (bad arguments, use after close) throws.
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import { EventEmitter } from 'node:events';
 import { QuorumFenceError } from '../common/errors.js';
 import { expectInteger, expectResource } from '../common/check.js';
@@ -127,7 +128,7 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
         },
       },
       evidence: this.#evidence,
-      epochHints: new Map(),
+      epochHints: new BoundedMap(this.options.epochHintCacheSize),
       onReleased: (resource, listener) => {
         let listeners = this.#releaseListeners.get(resource);
         if (!listeners) this.#releaseListeners.set(resource, (listeners = new Set()));

@@ -8,6 +8,7 @@
  *
  * Bounded: a lying replica chooses how much it lies, not how much we keep.
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import { bytesEqual } from '../common/bytes.js';
 import type { Cluster } from '../cluster/description.js';
 import { grantMessage, type Grant } from '../token/grant.js';
@@ -60,11 +61,12 @@ export class EvidenceLog {
   readonly #options: EvidenceLogOptions;
   readonly #items: Evidence[] = [];
   // Map iteration order is insertion order; re-inserting on use makes it an LRU.
-  readonly #memory = new Map<string, Remembered>();
+  readonly #memory: BoundedMap<string, Remembered>;
   readonly #listeners = new Set<Listener>();
 
   constructor(options: Partial<EvidenceLogOptions> = {}) {
     this.#options = { maxEvidence: options.maxEvidence ?? 64, partialMemorySize: options.partialMemorySize ?? 4096 };
+    this.#memory = new BoundedMap(this.#options.partialMemorySize);
   }
 
   /** The evidence kept, oldest first. */
@@ -95,9 +97,7 @@ export class EvidenceLog {
   /** Remembers a partial believed valid (part of a verified combination, or verified alone). */
   remember(replica: number, grant: Grant, partial: Uint8Array): void {
     const key = memoryKey(replica, grant);
-    this.#memory.delete(key);
     this.#memory.set(key, { grant, partial });
-    if (this.#memory.size > this.#options.partialMemorySize) this.#memory.delete(this.#memory.keys().next().value!);
   }
 
   /** The partial remembered from `replica` for the grant's (resource, epoch), whichever holder it was for. */

@@ -3,6 +3,7 @@
  * cluster, the caller's identity, the options, the connections, and where
  * misbehaviour is reported. Also the per-call fault list results carry.
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import type { Cluster } from '../cluster/description.js';
 import type { BlsBackend } from '../crypto/backend.js';
 import type { EvidenceLog, FaultKind, ReplicaFault } from './evidence.js';
@@ -22,7 +23,7 @@ export interface QuorumContext {
    * Per resource (bounded LRU): the last epoch this client was granted, so a repeat acquire can skip the status
    * round, and whether getting it took retries, so a repeat acquire of a contended resource starts leader-first.
    */
-  readonly epochHints: Map<string, EpochHint>;
+  readonly epochHints: BoundedMap<string, EpochHint>;
   /** Listens for replicas' release notices on `resource`; returns a function that stops listening. */
   onReleased(resource: string, listener: () => void): () => void;
 }
@@ -49,12 +50,4 @@ export class CallFaults {
 export interface EpochHint {
   readonly epoch: bigint;
   readonly contended: boolean;
-}
-
-/** Remembers the epoch granted for a resource, evicting the least recently used beyond `limit`. */
-export function rememberEpoch(hints: Map<string, EpochHint>, resource: string, hint: EpochHint, limit: number): void {
-  if (limit <= 0) return;
-  hints.delete(resource);
-  hints.set(resource, hint);
-  if (hints.size > limit) hints.delete(hints.keys().next().value!);
 }

@@ -7,6 +7,7 @@
  * Σ (Δ·λᵢ)·(sᵢ·Δ⁻¹)·H = Σ λᵢ·sᵢ·H = s·H. So combining t partials needs only
  * small integer multiples of points, which blst does with point additions.
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import { bls12_381 } from '@noble/curves/bls12-381.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { bigIntToBytes, bytesToBigInt } from '../common/bytes.js';
@@ -71,17 +72,14 @@ export function combineCoefficients(n: number, signers: readonly number[]): bigi
 }
 
 /** Coefficient sets by signer set; bounded because C(31, 21) sets exist and peers choose which we see. */
-const coefficientCache = new Map<string, bigint[]>();
 const COEFFICIENT_CACHE_LIMIT = 256;
+const coefficientCache = new BoundedMap<string, bigint[]>(COEFFICIENT_CACHE_LIMIT);
 
 function cachedCoefficients(n: number, signers: readonly number[]): bigint[] {
   const key = `${n}:${signers.join(',')}`;
   let coefficients = coefficientCache.get(key);
   if (!coefficients) {
     coefficients = combineCoefficients(n, signers);
-    if (coefficientCache.size >= COEFFICIENT_CACHE_LIMIT) {
-      coefficientCache.delete(coefficientCache.keys().next().value!);
-    }
     coefficientCache.set(key, coefficients);
   }
   return coefficients;

@@ -21,6 +21,7 @@
  * few bytes. Older tokens need no replay state: they are below the barrier and
  * refused as stale anyway.
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import { createPublicKey, verify as verifySignature, type KeyObject } from 'node:crypto';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError } from '../common/errors.js';
@@ -105,8 +106,8 @@ export function signRequest(signer: RequestSigner, fields: RequestFields): Reque
 const ED25519_SPKI_PREFIX = Uint8Array.from([0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00]);
 
 /** Imported holder keys, bounded: a key import costs about as much as the verification itself. */
-const holderKeys = new Map<string, KeyObject>();
 const HOLDER_KEY_CACHE_LIMIT = 1024;
+const holderKeys = new BoundedMap<string, KeyObject>(HOLDER_KEY_CACHE_LIMIT);
 
 function holderKeyObject(holder: Uint8Array): KeyObject | undefined {
   const id = Buffer.from(holder).toString('hex');
@@ -123,7 +124,6 @@ function holderKeyObject(holder: Uint8Array): KeyObject | undefined {
     } catch {
       return undefined; // not a point on the curve: no signature can verify under it
     }
-    if (holderKeys.size >= HOLDER_KEY_CACHE_LIMIT) holderKeys.delete(holderKeys.keys().next().value!);
     holderKeys.set(id, key);
   }
   return key;

@@ -9,6 +9,7 @@
  * a peer fill the cache with garbage). No clock is read here (S6); latency is
  * measured, if at all, by the injected observer.
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError, type ErrorCode } from '../common/errors.js';
 import { copyBytes, fromBase64Url, toBase64Url, toHex } from '../common/bytes.js';
@@ -73,12 +74,13 @@ export class TokenVerifier {
   readonly #cacheSize: number;
   readonly #observer: VerifierObserver | undefined;
   /** Map iteration order is insertion order: re-inserting on a hit makes it an LRU. */
-  readonly #cache = new Map<string, VerifiedTokenInfo>();
+  readonly #cache: BoundedMap<string, VerifiedTokenInfo>;
 
   /** @throws QuorumFenceError INVALID_ARGUMENT for a bad cacheSize. */
   constructor(cluster: Cluster, options: TokenVerifierOptions = {}) {
     this.#cluster = cluster;
     this.#cacheSize = expectInteger(options.cacheSize ?? DEFAULT_TOKEN_CACHE_SIZE, 0, 1 << 24, 'cacheSize');
+    this.#cache = new BoundedMap(this.#cacheSize);
     this.#observer = options.observer;
   }
 
@@ -142,10 +144,7 @@ export class TokenVerifier {
     }
     const token = checked.token;
     const info: VerifiedTokenInfo = { token, digest, digestHex, text, holderHex: toHex(token.grant.holder) };
-    if (this.#cacheSize > 0) {
-      if (this.#cache.size >= this.#cacheSize) this.#cache.delete(this.#cache.keys().next().value!);
-      this.#cache.set(text, info);
-    }
+    this.#cache.set(text, info);
     return { ok: true, cached: false, ...info };
   }
 

@@ -15,6 +15,7 @@ import { resolveClientOptions } from '../../src/client/options.js';
 import type { QuorumContext } from '../../src/client/quorum-context.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../../src/client/replica-connection.js';
 import type { AcquireOutcome, StatusOutcome } from '../../src/protocol/messages.js';
+import { BoundedMap } from '../../src/common/bounded-map.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { dealCluster } from '../support/dealt-cluster.js';
 
@@ -79,7 +80,7 @@ function context(scripts: (Script | 'down')[]): { ctx: QuorumContext; channels: 
     options: resolveClientOptions({ retryBaseMs: 1, retryMaxMs: 5, busyPollMs: 5 }),
     channels: { channels, subscribe: () => () => undefined },
     evidence: new EvidenceLog(),
-    epochHints: new Map(),
+    epochHints: new BoundedMap(1024),
     onReleased: () => () => undefined,
   };
   return { ctx, channels };
