@@ -25,6 +25,7 @@
  * waiters need not poll fast; the waiter sets are bounded (ReplicaLimits).
  *   no hello within authTimeoutMs            → close 1008
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import { randomBytes } from 'node:crypto';
 import {
   createServer as createHttpServer,
@@ -104,7 +105,7 @@ interface Connection {
 export class ReplicaServer {
   readonly url: string;
   /** Resource → connections told `busy` for it since its last release (insertion order = age). */
-  readonly #waiters = new Map<string, Set<Connection>>();
+  readonly #waiters: BoundedMap<string, Set<Connection>>;
   readonly healthUrl: string;
   readonly port: number;
   readonly service: ReplicaService;
@@ -146,6 +147,7 @@ export class ReplicaServer {
     this.#signer = fields.signer;
     this.metrics = fields.metrics;
     this.limits = fields.limits;
+    this.#waiters = new BoundedMap(this.limits.maxWatchedResources);
     this.#cluster = fields.cluster;
     this.#index = fields.index;
     this.#logger = fields.logger;
@@ -503,8 +505,6 @@ export class ReplicaServer {
   #watch(resource: string, connection: Connection): void {
     let waiters = this.#waiters.get(resource);
     if (!waiters) {
-      if (this.#waiters.size >= this.limits.maxWatchedResources)
-        this.#waiters.delete(this.#waiters.keys().next().value!);
       waiters = new Set();
       this.#waiters.set(resource, waiters);
     }
