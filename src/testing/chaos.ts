@@ -22,8 +22,11 @@ import { checkHistory, formatViolation, type HistoryCheck } from './history-chec
 import { HolderProcess } from './holder-process.js';
 import { ScenarioCluster } from './scenario-cluster.js';
 import { seededRandom, type SeededRandom } from './seeded-random.js';
+import type { ChaosReport } from './chaos-report.js';
 import { ResourceHttpClient, WorkloadRecorder, counterCheck, incrementCounter } from './workload.js';
 import { decodeTokenText } from '../token/admission-token.js';
+
+export { formatChaosReport, type ChaosReport } from './chaos-report.js';
 
 export interface ChaosOptions {
   readonly durationMs: number;
@@ -50,36 +53,6 @@ export interface ChaosProgress {
   readonly activeFault: string;
 }
 
-export interface ChaosReport {
-  readonly seed: number;
-  readonly replicas: number;
-  readonly f: number;
-  readonly byzantine: readonly number[];
-  readonly durationMs: number;
-  /** Increments attempted by the workload and the holder. */
-  readonly operations: number;
-  /** How each increment ended (incremented, not_acquired:<reason>, read:<code>, write:<code>, lease_lost). */
-  readonly outcomes: Readonly<Record<string, number>>;
-  /** Guard log entries, accepted ones, refusals by reason. */
-  readonly guardEntries: number;
-  readonly accepted: number;
-  readonly refusedByReason: Readonly<Record<string, number>>;
-  readonly tokens: number;
-  readonly faults: Readonly<Record<string, number>>;
-  readonly kills: number;
-  readonly staleHolderWrites: { readonly attempted: number; readonly refused: number };
-  readonly byzantineActs: Readonly<Record<string, number>>;
-  readonly byzantineClients: Readonly<Record<string, number>>;
-  readonly violations: readonly string[];
-  /** Counters whose value differs from their number of accepted writes (lost or doubled increments). */
-  readonly counterMismatches: readonly string[];
-  /**
-   * Counters whose final value could not be read, with the code and reason (the run then proves nothing about
-   * them, and fails): never reported as a value.
-   */
-  readonly unreadCounters: readonly string[];
-}
-
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
     if (signal?.aborted) return resolve();
@@ -92,6 +65,8 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     signal?.addEventListener('abort', done, { once: true });
   });
 
+/** What ResourceHttpClient answers when a request got no answer at all: not a refusal by the guard. */
+const UNDELIVERED: ReadonlySet<string> = new Set(['unreachable', 'timeout']);
 /** The holder's lease: long enough to write under, short enough that a pause outlives it. */
 const HOLDER_TTL_MS = 600;
 const FAULT_KINDS = [
@@ -161,7 +136,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const addActs = (acts: Readonly<Partial<Record<string, number>>>) => {
     for (const [name, value] of Object.entries(acts)) actsBefore[name] = (actsBefore[name] ?? 0) + (value ?? 0);
   };
-  const stale = { attempted: 0, refused: 0 };
+  const stale = { attempted: 0, refused: 0, undelivered: 0 };
   const counter = (k: number) => `chaos/${options.seed}/counter-${k}`;
   const clientOptions = { handshakeTimeoutMs: 1000, requestTimeoutMs: 1000, reconnectMaxMs: 500 };
   let clients: QuorumFenceClient[];
@@ -235,7 +210,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     if (paused) {
       // Refused when a newer holder reached the guard during the pause; accepted (rightly) when none did.
       stale.attempted++;
-      if (answer.kind === 'refused') stale.refused++;
+      if (answer.kind === 'refused') {
+        if (UNDELIVERED.has(String(answer.code))) stale.undelivered++;
+        else stale.refused++;
+      }
     }
     if (answer.kind === 'incremented') {
       recorder.acknowledged.push({
@@ -479,56 +457,4 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     if (ownDir) rmSync(dir, { recursive: true, force: true });
   }
   return report;
-}
-
-/** The report as the table `quorumfence chaos` prints. */
-export function formatChaosReport(report: ChaosReport): string {
-  const list = (record: Readonly<Record<string, number>>) =>
-    Object.entries(record)
-      .sort((a, b) => b[1] - a[1])
-      .map(([k, v]) => `${k} ${v}`)
-      .join(', ') || 'none';
-  const total = (record: Readonly<Record<string, number>>) => Object.values(record).reduce((a, b) => a + b, 0);
-  const rows: [string, string][] = [
-    ['duration', `${(report.durationMs / 1000).toFixed(1)} s`],
-    ['replicas', `${report.replicas} (f = ${report.f}; Byzantine: ${report.byzantine.join(', ')})`],
-    ['operations', `${report.operations} increments attempted`],
-    ['outcomes', list(report.outcomes)],
-    ['guard attempts', `${report.guardEntries}`],
-    ['accepted', `${report.accepted}`],
-    ['refused by reason', list(report.refusedByReason)],
-    ['tokens checked', `${report.tokens}`],
-    ['faults injected', `${total(report.faults)} (${list(report.faults)})`],
-    ['kills', `${report.kills}`],
-    [
-      'paused holders',
-      `${report.staleHolderWrites.attempted} resumed and wrote with their old token: ${report.staleHolderWrites.refused} refused as stale` +
-        (report.staleHolderWrites.attempted > report.staleHolderWrites.refused
-          ? ', the rest accepted (no newer holder had reached the guard)'
-          : ''),
-    ],
-    ['Byzantine acts', list(report.byzantineActs)],
-    ['Byzantine clients', list(report.byzantineClients)],
-    [
-      'counters',
-      report.counterMismatches.length > 0
-        ? report.counterMismatches.join('; ')
-        : report.unreadCounters.length > 0
-          ? 'every value read equals its accepted writes'
-          : 'every value equals its accepted writes',
-    ],
-    ...(report.unreadCounters.length > 0
-      ? [['could not read', report.unreadCounters.join('; ')] as [string, string]]
-      : []),
-    ['violations', `${report.violations.length}`],
-    [
-      'seed',
-      `${report.seed} (replay: quorumfence chaos --seed ${report.seed} --replicas ${report.replicas} --duration ${Math.round(report.durationMs / 1000)}s)`,
-    ],
-  ];
-  const width = Math.max(...rows.map(([k]) => k.length));
-  const lines = rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`);
-  if (report.violations.length > 0)
-    lines.push('', 'violations:', ...report.violations.map((v) => v.replace(/^/gm, '  ')));
-  return lines.join('\n');
 }

@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { formatChaosReport, type ChaosReport } from '../../src/testing/chaos.js';
+import { formatChaosReport, type ChaosReport } from '../../src/testing/chaos-report.js';
 import { ResourceHttpClient, WorkloadRecorder, counterCheck } from '../../src/testing/workload.js';
 import { startResource, stopAllResources, type ResourceProcess } from '../support/resource-process.js';
 import { makeTokenFactory } from '../support/token-factory.js';
@@ -85,7 +85,7 @@ describe("finding 6: the chaos run's final counter read", () => {
     ]);
   }, 30_000);
 
-  test('the report prints an unread counter as "could not read (code: reason)", apart from mismatches', () => {
+  test('the report prints an unread counter as "could not read (code: reason)", apart from mismatches and values', () => {
     const report: ChaosReport = {
       seed: 777,
       replicas: 7,
@@ -100,7 +100,7 @@ describe("finding 6: the chaos run's final counter read", () => {
       tokens: 10,
       faults: {},
       kills: 0,
-      staleHolderWrites: { attempted: 0, refused: 0 },
+      staleHolderWrites: { attempted: 3, refused: 1, undelivered: 1 },
       byzantineActs: {},
       byzantineClients: {},
       violations: [],
@@ -110,5 +110,10 @@ describe("finding 6: the chaos run's final counter read", () => {
     const table = formatChaosReport(report);
     expect(table).toMatch(/could not read\s+chaos\/777\/counter-1\/n: could not read \(unreachable: fetch failed\)/);
     expect(table).not.toMatch(/value 0/);
+    expect(table).toMatch(/counters\s+every value read equals its accepted writes/);
+    // Same class: a resumed holder whose write got no answer is not counted as refused by the fence.
+    expect(table).toMatch(
+      /3 resumed .*: 1 refused as stale, 1 never reached the guard \(unreachable or timeout\), the rest accepted/,
+    );
   });
 });
