@@ -21,9 +21,12 @@ jumps, changing Byzantine behaviours, replayed and tampered tokens, huge
 epochs. Stops by itself after --duration, then checks the whole history
 (accepted epochs never go down, one token per (resource, epoch), every
 accepted token verifies, no acknowledged write lost, every counter equals its
-accepted writes) and prints a table. Build first (it runs dist/).
+accepted writes) and prints a table. A counter whose final value could not be
+read is listed as "could not read" with the reason, never as a value. Build
+first (it runs dist/).
 
-Exit codes: 0 no violation; 1 a violation (listed) or a failure; 2 bad flags.
+Exit codes: 0 no violation; 1 a violation (listed), a counter mismatch, a
+counter that could not be read, or a failure; 2 bad flags.
 
 options:
   --duration DURATION   how long to run, e.g. 60s, 3m            (default 3m)
@@ -75,10 +78,8 @@ export const command: Command = {
     if (tty) process.stderr.write('\n');
     if (values.json) process.stdout.write(JSON.stringify(report) + '\n');
     else process.stdout.write(`quorumfence-dev chaos\n${formatChaosReport(report)}\n`);
-    return report.violations.length === 0 &&
-      report.counterMismatches.length === 0 &&
-      report.unreadableCounters.length === 0
-      ? 0
-      : 1;
+    const clean =
+      report.violations.length === 0 && report.counterMismatches.length === 0 && report.unreadCounters.length === 0;
+    return clean ? 0 : 1;
   },
 };

@@ -22,8 +22,11 @@ import { checkHistory, formatViolation, type HistoryCheck } from './history-chec
 import { HolderProcess } from './holder-process.js';
 import { ScenarioCluster } from './scenario-cluster.js';
 import { seededRandom, type SeededRandom } from './seeded-random.js';
-import { ResourceHttpClient, WorkloadRecorder, counterValues, incrementCounter, lostIncrements } from './workload.js';
+import type { ChaosReport } from './chaos-report.js';
+import { ResourceHttpClient, WorkloadRecorder, counterCheck, incrementCounter } from './workload.js';
 import { decodeTokenText } from '../token/admission-token.js';
+
+export { formatChaosReport, type ChaosReport } from './chaos-report.js';
 
 export interface ChaosOptions {
   readonly durationMs: number;
@@ -50,35 +53,6 @@ export interface ChaosProgress {
   readonly activeFault: string;
 }
 
-export interface ChaosReport {
-  readonly seed: number;
-  readonly replicas: number;
-  readonly f: number;
-  readonly byzantine: readonly number[];
-  readonly durationMs: number;
-  /** Increments attempted by the workload and the holder. */
-  readonly operations: number;
-  /** How each increment ended (incremented, not_acquired:<reason>, read:<code>, write:<code>, lease_lost). */
-  readonly outcomes: Readonly<Record<string, number>>;
-  /** Guard log entries, accepted ones, refusals by reason. */
-  readonly guardEntries: number;
-  readonly accepted: number;
-  readonly refusedByReason: Readonly<Record<string, number>>;
-  readonly tokens: number;
-  readonly faults: Readonly<Record<string, number>>;
-  readonly kills: number;
-  readonly staleHolderWrites: { readonly attempted: number; readonly refused: number };
-  readonly byzantineActs: Readonly<Record<string, number>>;
-  readonly byzantineClients: Readonly<Record<string, number>>;
-  readonly violations: readonly string[];
-  /** Counters whose value differs from their number of accepted writes (lost or doubled increments). */
-  readonly counterMismatches: readonly string[];
-  /** Counters whose final value could not be read, with the reason: the run cannot vouch for them. */
-  readonly unreadableCounters: readonly string[];
-  /** Final reads that failed at first and were retried, with the reason of each failure. */
-  readonly retriedFinalReads: readonly string[];
-}
-
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
     if (signal?.aborted) return resolve();
@@ -91,6 +65,8 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     signal?.addEventListener('abort', done, { once: true });
   });
 
+/** What ResourceHttpClient answers when a request got no answer at all: not a refusal by the guard. */
+const UNDELIVERED: ReadonlySet<string> = new Set(['unreachable', 'timeout']);
 /** The holder's lease: long enough to write under, short enough that a pause outlives it. */
 const HOLDER_TTL_MS = 600;
 const FAULT_KINDS = [
@@ -160,7 +136,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const addActs = (acts: Readonly<Partial<Record<string, number>>>) => {
     for (const [name, value] of Object.entries(acts)) actsBefore[name] = (actsBefore[name] ?? 0) + (value ?? 0);
   };
-  const stale = { attempted: 0, refused: 0 };
+  const stale = { attempted: 0, refused: 0, undelivered: 0 };
   const counter = (k: number) => `chaos/${options.seed}/counter-${k}`;
   const clientOptions = { handshakeTimeoutMs: 1000, requestTimeoutMs: 1000, reconnectMaxMs: 500 };
   let clients: QuorumFenceClient[];
@@ -234,7 +210,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     if (paused) {
       // Refused when a newer holder reached the guard during the pause; accepted (rightly) when none did.
       stale.attempted++;
-      if (answer.kind === 'refused') stale.refused++;
+      if (answer.kind === 'refused') {
+        if (UNDELIVERED.has(String(answer.code))) stale.undelivered++;
+        else stale.refused++;
+      }
     }
     if (answer.kind === 'incremented') {
       recorder.acknowledged.push({
@@ -435,10 +414,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     for (const state of states)
       for (const [name, acts] of Object.entries(state?.acts ?? {}))
         byzantineActs[name] = (byzantineActs[name] ?? 0) + (acts ?? 0);
-    const reads = await recorder.finalReads(guard);
-    const history = await recorder.history(guard, reads);
+    // Every read first, in the quiet: the check below keeps this event loop busy for seconds (a token
+    // verification per log entry), and nothing read after it may depend on sockets idle that long.
+    const finalReads = await recorder.finalReads(guard);
+    const history = await recorder.history(guard, finalReads);
     const check: HistoryCheck = checkHistory(history, deployment.direct);
-    const { values: finalValues, unreadable } = counterValues(reads);
+    const counters = counterCheck(history.guardLogs[0]!, finalReads);
     report = {
       seed: options.seed,
       replicas: n,
@@ -457,10 +438,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       byzantineActs,
       byzantineClients,
       violations: check.ok ? [] : check.violations.map(formatViolation),
-      unreadableCounters: unreadable,
-      retriedFinalReads: [...recorder.failedFinalReads],
-      counterMismatches: lostIncrements(history.guardLogs[0]!, finalValues).map(
+      counterMismatches: counters.mismatches.map(
         (m) => `${m.slot.replace('\u0000', '/')}: value ${m.value}, ${m.accepted} accepted writes`,
+      ),
+      unreadCounters: counters.unread.map(
+        (u) =>
+          `${u.slot.replace('\u0000', '/')}: could not read (${u.code}: ${u.message}), ${u.accepted} accepted writes`,
       ),
     };
   } finally {
@@ -474,57 +457,4 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     if (ownDir) rmSync(dir, { recursive: true, force: true });
   }
   return report;
-}
-
-/** The report as the table `quorumfence-dev chaos` prints. */
-export function formatChaosReport(report: ChaosReport): string {
-  const list = (record: Readonly<Record<string, number>>) =>
-    Object.entries(record)
-      .sort((a, b) => b[1] - a[1])
-      .map(([k, v]) => `${k} ${v}`)
-      .join(', ') || 'none';
-  const total = (record: Readonly<Record<string, number>>) => Object.values(record).reduce((a, b) => a + b, 0);
-  const rows: [string, string][] = [
-    ['duration', `${(report.durationMs / 1000).toFixed(1)} s`],
-    ['replicas', `${report.replicas} (f = ${report.f}; Byzantine: ${report.byzantine.join(', ')})`],
-    ['operations', `${report.operations} increments attempted`],
-    ['outcomes', list(report.outcomes)],
-    ['guard attempts', `${report.guardEntries}`],
-    ['accepted', `${report.accepted}`],
-    ['refused by reason', list(report.refusedByReason)],
-    ['tokens checked', `${report.tokens}`],
-    ['faults injected', `${total(report.faults)} (${list(report.faults)})`],
-    ['kills', `${report.kills}`],
-    [
-      'paused holders',
-      `${report.staleHolderWrites.attempted} resumed and wrote with their old token: ${report.staleHolderWrites.refused} refused as stale` +
-        (report.staleHolderWrites.attempted > report.staleHolderWrites.refused
-          ? ', the rest accepted (no newer holder had reached the guard)'
-          : ''),
-    ],
-    ['Byzantine acts', list(report.byzantineActs)],
-    ['Byzantine clients', list(report.byzantineClients)],
-    [
-      'counters',
-      report.counterMismatches.length === 0
-        ? 'every value equals its accepted writes'
-        : report.counterMismatches.join('; '),
-    ],
-    ...(report.retriedFinalReads.length === 0
-      ? []
-      : [['final reads retried', report.retriedFinalReads.join('; ')] as [string, string]]),
-    ...(report.unreadableCounters.length === 0
-      ? []
-      : [['could not read', report.unreadableCounters.join('; ')] as [string, string]]),
-    ['violations', `${report.violations.length}`],
-    [
-      'seed',
-      `${report.seed} (replay: quorumfence-dev chaos --seed ${report.seed} --replicas ${report.replicas} --duration ${Math.round(report.durationMs / 1000)}s)`,
-    ],
-  ];
-  const width = Math.max(...rows.map(([k]) => k.length));
-  const lines = rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`);
-  if (report.violations.length > 0)
-    lines.push('', 'violations:', ...report.violations.map((v) => v.replace(/^/gm, '  ')));
-  return lines.join('\n');
 }

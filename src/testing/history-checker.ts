@@ -9,7 +9,8 @@
  *  - duplicate_token: two different valid tokens for one (resource, epoch) anywhere in the history (S1);
  *  - invalid_token: a guard accepted a token that does not verify against the cluster (S5);
  *  - lost_write: a write a client saw acknowledged is missing from the guard's log, or the final
- *    stored version of a key is not the one its last accepted write produced.
+ *    stored version of a key is not the one its last accepted write produced (keys whose final
+ *    state could not be read are skipped: `unreadFinal`).
  */
 import { checkToken } from '../token/admission-token.js';
 import { toHex } from '../common/bytes.js';
@@ -37,8 +38,11 @@ export interface History {
   readonly acknowledged?: readonly AcknowledgedWrite[];
   /** Per guard, the data version each key holds at the end (`resource \u0000 key` → version; absent = deleted or never written). */
   readonly finalVersions?: readonly ReadonlyMap<string, number>[];
-  /** Per guard, keys whose final version could not be read (`slot` → why); they are not checked for lost writes. */
-  readonly unreadable?: readonly ReadonlyMap<string, string>[];
+  /**
+   * Per guard, keys whose final version could not be read (the resource did not answer): the final-version
+   * check skips them rather than call them lost; whoever collected the history reports them.
+   */
+  readonly unreadFinal?: readonly ReadonlySet<string>[];
 }
 
 /** Where a token was seen: a guard log entry, or the captured list. */
@@ -199,8 +203,9 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
 
   history.finalVersions?.forEach((finalVersions, guard) => {
     const expected = lastAcceptedVersion[guard] ?? new Map<string, number | null>();
+    const unread = history.unreadFinal?.[guard];
     for (const [slot, version] of expected) {
-      if (history.unreadable?.[guard]?.has(slot)) continue;
+      if (unread?.has(slot)) continue;
       const actual = finalVersions.get(slot);
       if (version !== null && actual !== version) {
         const [resource, key] = slot.split('\u0000') as [string, string];

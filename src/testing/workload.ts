@@ -7,11 +7,17 @@
  * history checker needs: every token obtained, every acknowledged write.
  */
 import { toHex } from '../common/bytes.js';
+import { QuorumFenceError } from '../common/errors.js';
 import { localOperatorSecret } from '../common/operator-secret.js';
 import type { Lease, QuorumFenceClient } from '../client/index.js';
 import { parseGuardLogEntry, type GuardLogEntry } from '../guard/log.js';
 import { tokenDigest, type AdmissionToken } from '../token/admission-token.js';
 import type { AcknowledgedWrite, History } from './history-checker.js';
+
+/** A plain read's result: the value (undefined: the key is absent, version 0), or why it could not be read. */
+export type CommittedRead =
+  | { readonly ok: true; readonly value: Uint8Array | undefined; readonly version: number }
+  | { readonly ok: false; readonly code: string; readonly message: string };
 
 /** What the reference resource answered to one fenced request. */
 export type ResourceAnswer =
@@ -27,10 +33,20 @@ export type ResourceAnswer =
 /** An HTTP request to the resource should take milliseconds; 5 s allows a loaded machine and a slow fsync. */
 const DEFAULT_RESOURCE_TIMEOUT_MS = 5_000;
 
-/** A plain read's outcome: the committed value (or its absence), or why the read could not be made. */
-export type CommittedRead =
-  | { readonly ok: true; readonly stored: { readonly value: Uint8Array; readonly version: number } | undefined }
-  | { readonly ok: false; readonly code: string; readonly message: string };
+/**
+ * Attempts of a request without a token that failed before any answer. Each
+ * stale pooled connection fails once and is dropped; a few cover the handful
+ * a run keeps open, and a resource that is really down still fails fast.
+ */
+const REPEATABLE_ATTEMPTS = 4;
+
+/** fetch's own message is "fetch failed"; the cause says why (other side closed, ECONNREFUSED, ...). */
+function fetchFailure(error: unknown): string {
+  const { message, cause } = error as Error & { cause?: { message?: unknown; code?: unknown } };
+  if (cause === undefined || cause === null) return message;
+  const code = typeof cause.code === 'string' ? ` (${cause.code})` : '';
+  return `${message}: ${String(cause.message)}${code}`;
+}
 
 /** A small client of the reference resource's HTTP API (src/guard/README.md, "The reference resource"). */
 export class ResourceHttpClient {
@@ -52,13 +68,38 @@ export class ResourceHttpClient {
     return `${this.url}/kv/${encodeURIComponent(resource)}/${encodeURIComponent(key)}`;
   }
 
-  async #send(url: string, init: RequestInit): Promise<ResourceAnswer> {
-    let response: Response;
-    try {
-      response = await fetch(url, { ...init, signal: AbortSignal.timeout(this.#timeoutMs) });
-    } catch (error) {
-      return { ok: false, status: 0, code: 'unreachable', message: (error as Error).message };
+  /**
+   * One request. `repeatable` (a request without a token: a plain read, the
+   * log) is sent again, a bounded number of times, when it failed before any
+   * answer came back: HTTP/1.1 lets a server close an idle keep-alive
+   * connection at any moment, and a client whose event loop was busy past the
+   * server's keep-alive timeout (the history check after a long run) sends its
+   * next request on the closed socket ("other side closed"). Repeating a
+   * request that carries no token changes nothing. Requests with a token are
+   * never repeated here: the caller sees `unreachable` and decides.
+   */
+  async #fetch(
+    url: string,
+    init: RequestInit,
+    repeatable: boolean,
+  ): Promise<{ readonly response: Response } | { readonly code: 'timeout' | 'unreachable'; readonly message: string }> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return { response: await fetch(url, { ...init, signal: AbortSignal.timeout(this.#timeoutMs) }) };
+      } catch (error) {
+        const timedOut = (error as Error).name === 'TimeoutError';
+        if (repeatable && !timedOut && attempt < REPEATABLE_ATTEMPTS) continue;
+        return timedOut
+          ? { code: 'timeout', message: `no answer in ${this.#timeoutMs} ms` }
+          : { code: 'unreachable', message: fetchFailure(error) };
+      }
     }
+  }
+
+  async #send(url: string, init: RequestInit, repeatable = false): Promise<ResourceAnswer> {
+    const sent = await this.#fetch(url, init, repeatable);
+    if (!('response' in sent)) return { ok: false, status: 0, ...sent };
+    const { response } = sent;
     const version = response.headers.get('quorumfence-version');
     const seq = response.headers.get('quorumfence-seq');
     const type = response.headers.get('content-type') ?? '';
@@ -118,27 +159,52 @@ export class ResourceHttpClient {
   }
 
   /**
-   * A plain read of the committed value (no token, no fence): `stored` is undefined when the key is absent.
-   * A read that could not be made (unreachable, refused) says why instead: never mistaken for an absent key.
+   * A plain read of the committed value (no token, no fence), telling an
+   * absent key (`value` undefined, version 0) from a read that failed
+   * (`ok: false` with the code: unreachable, timeout, or the resource's own).
    */
-  async read(resource: string, key: string): Promise<CommittedRead> {
-    const answer = await this.#send(this.#kv(resource, key), { method: 'GET' });
-    if (answer.ok && answer.value !== undefined)
-      return { ok: true, stored: { value: answer.value, version: answer.version ?? 0 } };
-    if (!answer.ok && answer.status === 404 && answer.code === 'not_found') return { ok: true, stored: undefined };
-    if (answer.ok) return { ok: false, code: 'unexpected_answer', message: `status ${answer.status} without a value` };
-    return { ok: false, code: answer.code, message: `status ${answer.status}: ${answer.message}` };
+  async readCommitted(resource: string, key: string): Promise<CommittedRead> {
+    const answer = await this.#send(this.#kv(resource, key), { method: 'GET' }, true);
+    if (answer.ok) return { ok: true, value: answer.value, version: answer.version ?? 0 };
+    if (answer.status === 404 && answer.code === 'not_found') return { ok: true, value: undefined, version: 0 };
+    return { ok: false, code: answer.code, message: answer.message };
   }
 
-  /** The whole guard log, page by page, each entry checked. */
+  /**
+   * A plain read of the committed value; undefined when absent.
+   * @throws QuorumFenceError CONNECTION_FAILED or TIMEOUT when the resource did not answer, IO_ERROR when it
+   *   answered with an error: a read that failed is never reported as an absent key
+   */
+  async read(resource: string, key: string): Promise<{ value: Uint8Array; version: number } | undefined> {
+    const answer = await this.readCommitted(resource, key);
+    if (!answer.ok) {
+      const code =
+        answer.code === 'timeout' ? 'TIMEOUT' : answer.code === 'unreachable' ? 'CONNECTION_FAILED' : 'IO_ERROR';
+      throw new QuorumFenceError(
+        code,
+        `could not read ${resource}/${key} at ${this.url}: ${answer.code}: ${answer.message}`,
+      );
+    }
+    return answer.value === undefined ? undefined : { value: answer.value, version: answer.version };
+  }
+
+  /**
+   * The whole guard log, page by page, each entry checked.
+   * @throws QuorumFenceError CONNECTION_FAILED or TIMEOUT when the resource did not answer, IO_ERROR when it refused
+   */
   async readLog(): Promise<GuardLogEntry[]> {
     const entries: GuardLogEntry[] = [];
     for (let after = 0; ;) {
-      const response = await fetch(`${this.url}/log?after=${after}&limit=1000`, {
-        headers: { authorization: `Bearer ${this.#operatorSecret}` },
-        signal: AbortSignal.timeout(this.#timeoutMs),
-      });
-      const body = (await response.json()) as { entries: unknown[] };
+      const url = `${this.url}/log?after=${after}&limit=1000`;
+      const sent = await this.#fetch(url, { headers: { authorization: `Bearer ${this.#operatorSecret}` } }, true);
+      if (!('response' in sent))
+        throw new QuorumFenceError(
+          sent.code === 'timeout' ? 'TIMEOUT' : 'CONNECTION_FAILED',
+          `could not read the guard log at ${this.url}: ${sent.code}: ${sent.message}`,
+        );
+      if (sent.response.status !== 200)
+        throw new QuorumFenceError('IO_ERROR', `the guard log at ${this.url} answered HTTP ${sent.response.status}`);
+      const body = (await sent.response.json()) as { entries: unknown[] };
       if (body.entries.length === 0) return entries;
       for (const raw of body.entries) entries.push(parseGuardLogEntry(raw));
       after = entries[entries.length - 1]!.seq;
@@ -158,8 +224,6 @@ export class WorkloadRecorder {
   /** Increments attempted, and how each ended. */
   operations = 0;
   readonly outcomes: Record<string, number> = {};
-  /** Final reads that failed and were retried, with the reason (`resource/key: code (why)`). */
-  readonly failedFinalReads: string[] = [];
   /** Keys the workload wrote, as `resource \u0000 key`. */
   readonly keys = new Set<string>();
 
@@ -172,67 +236,44 @@ export class WorkloadRecorder {
   }
 
   /**
-   * Every written key's committed value, read once the run is over. A read that fails is retried (the resource
-   * may still be catching up with the faults just healed) and, if it keeps failing, reported with its reason:
-   * "could not read" must never pass for a value or an absent key.
+   * One plain read of every key the run wrote (`resource \u0000 key` → what it
+   * holds, or why it could not be read). Take them while the system is quiet
+   * and before long computations, and use the same reads for the history and
+   * the counters, so both judge one state.
    */
   async finalReads(resource: ResourceHttpClient): Promise<Map<string, CommittedRead>> {
     const reads = new Map<string, CommittedRead>();
     for (const slot of this.keys) {
       const [name, key] = slot.split('\u0000') as [string, string];
-      let read = await resource.read(name, key);
-      for (let attempt = 1; !read.ok && attempt < FINAL_READ_ATTEMPTS; attempt++) {
-        this.failedFinalReads.push(`${name}/${key}: ${read.code} (${read.message})`);
-        await new Promise((resolve) => setTimeout(resolve, 250 * 2 ** attempt));
-        read = await resource.read(name, key);
-      }
-      reads.set(slot, read);
+      reads.set(slot, await resource.readCommitted(name, key));
     }
     return reads;
   }
 
   /**
-   * The history of a run against one reference resource: its log, the tokens and acknowledgements recorded
-   * here, and each written key's final version (from `reads`, or read now). Keys that could not be read are
-   * left out of `finalVersions` and named in `unreadable`.
+   * The history of a run against one reference resource: its log, the tokens
+   * and acknowledgements recorded here, and each written key's final version
+   * (from `finalReads`, read now when not given). Keys that could not be read
+   * go to `unreadFinal`, never into the history as absent.
    */
-  async history(resource: ResourceHttpClient, reads?: ReadonlyMap<string, CommittedRead>): Promise<History> {
+  async history(resource: ResourceHttpClient, finalReads?: ReadonlyMap<string, CommittedRead>): Promise<History> {
     const guardLog = await resource.readLog();
+    const reads = finalReads ?? (await this.finalReads(resource));
     const finalVersions = new Map<string, number>();
-    const unreadable = new Map<string, string>();
-    for (const [slot, read] of reads ?? (await this.finalReads(resource))) {
-      if (!read.ok) unreadable.set(slot, `${read.code}: ${read.message}`);
-      else if (read.stored) finalVersions.set(slot, read.stored.version);
+    const unread = new Set<string>();
+    for (const [slot, read] of reads) {
+      if (!read.ok) unread.add(slot);
+      else if (read.value !== undefined) finalVersions.set(slot, read.version);
     }
     return {
       guardLogs: [guardLog],
       capturedTokens: this.tokens,
       acknowledged: this.acknowledged,
       finalVersions: [finalVersions],
-      unreadable: [unreadable],
+      unreadFinal: [unread],
     };
   }
 }
-
-/**
- * Counter values from final reads (an absent key counts 0); counters that could not be read are listed apart
- * as `resource/key: code (why)`, never counted as 0.
- */
-export function counterValues(reads: ReadonlyMap<string, CommittedRead>): {
-  values: Map<string, number>;
-  unreadable: string[];
-} {
-  const values = new Map<string, number>();
-  const unreadable: string[] = [];
-  for (const [slot, read] of reads) {
-    if (!read.ok) unreadable.push(`${slot.replace('\u0000', '/')}: ${read.code} (${read.message})`);
-    else values.set(slot, read.stored ? Number(new TextDecoder().decode(read.stored.value)) : 0);
-  }
-  return { values, unreadable };
-}
-
-/** Final reads are retried this many times in all, waiting 0.5, 1, 2, 4 s between them. */
-const FINAL_READ_ATTEMPTS = 5;
 
 export type IncrementOutcome =
   | { readonly kind: 'incremented'; readonly epoch: bigint; readonly value: number; readonly version: number }
@@ -333,6 +374,45 @@ export function lostIncrements(
   log: readonly GuardLogEntry[],
   finalValues: ReadonlyMap<string, number>,
 ): { slot: string; accepted: number; value: number }[] {
+  const accepted = acceptedWrites(log);
+  const wrong: { slot: string; accepted: number; value: number }[] = [];
+  for (const [slot, value] of finalValues) {
+    const count = accepted.get(slot) ?? 0;
+    if (count !== value) wrong.push({ slot, accepted: count, value });
+  }
+  return wrong;
+}
+
+/** A counter's final value as a number: an absent key has never been incremented (0). */
+export function counterValue(read: CommittedRead & { ok: true }): number {
+  return read.value === undefined ? 0 : Number(new TextDecoder().decode(read.value));
+}
+
+/**
+ * The counter check over final reads (`WorkloadRecorder.finalReads`): keys
+ * whose value differs from their accepted writes, and, apart, keys that
+ * could not be read (with the code and reason), which prove nothing either
+ * way and are never counted as 0.
+ */
+export function counterCheck(
+  log: readonly GuardLogEntry[],
+  finalReads: ReadonlyMap<string, CommittedRead>,
+): {
+  readonly mismatches: { slot: string; accepted: number; value: number }[];
+  readonly unread: { slot: string; accepted: number; code: string; message: string }[];
+} {
+  const values = new Map<string, number>();
+  const unread: { slot: string; accepted: number; code: string; message: string }[] = [];
+  const accepted = acceptedWrites(log);
+  for (const [slot, read] of finalReads) {
+    if (read.ok) values.set(slot, counterValue(read));
+    else unread.push({ slot, accepted: accepted.get(slot) ?? 0, code: read.code, message: read.message });
+  }
+  return { mismatches: lostIncrements(log, values), unread };
+}
+
+/** Accepted puts per `resource \u0000 key`. */
+function acceptedWrites(log: readonly GuardLogEntry[]): Map<string, number> {
   const accepted = new Map<string, number>();
   for (const entry of log) {
     if (entry.accepted && entry.op === 'put' && entry.key !== null) {
@@ -340,10 +420,5 @@ export function lostIncrements(
       accepted.set(slot, (accepted.get(slot) ?? 0) + 1);
     }
   }
-  const wrong: { slot: string; accepted: number; value: number }[] = [];
-  for (const [slot, value] of finalValues) {
-    const count = accepted.get(slot) ?? 0;
-    if (count !== value) wrong.push({ slot, accepted: count, value });
-  }
-  return wrong;
+  return accepted;
 }

@@ -191,4 +191,21 @@ describe('history checker', () => {
     if (!rolledBack.ok)
       expect(formatViolation(rolledBack.violations[0]!)).toMatch(/acknowledged write lost \(the store holds version/);
   });
+
+  it('skips a key whose final state could not be read (unreadFinal) instead of calling its write lost', () => {
+    const a = issue('r', 1n, 1);
+    const log = [entry('r', a, 'accepted')];
+    const acknowledged = [
+      { guard: 0, resource: 'r', key: 'counter', tokenDigest: a.digest, version: log[0]!.version! },
+    ];
+    const unread = checkHistory(
+      { guardLogs: [log], acknowledged, finalVersions: [new Map()], unreadFinal: [new Set(['r\u0000counter'])] },
+      dealt.cluster,
+    );
+    expect(unread.ok).toBe(true);
+    // Read, and absent: that one is lost.
+    const absent = checkHistory({ guardLogs: [log], acknowledged, finalVersions: [new Map()] }, dealt.cluster);
+    expect(absent.ok).toBe(false);
+    if (!absent.ok) expect(absent.violations).toEqual([expect.objectContaining({ kind: 'lost_write' })]);
+  });
 });

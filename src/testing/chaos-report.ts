@@ -1,0 +1,91 @@
+/**
+ * What a chaos run (chaos.ts) found, and the table `quorumfence-dev chaos` prints.
+ */
+
+export interface ChaosReport {
+  readonly seed: number;
+  readonly replicas: number;
+  readonly f: number;
+  readonly byzantine: readonly number[];
+  readonly durationMs: number;
+  /** Increments attempted by the workload and the holder. */
+  readonly operations: number;
+  /** How each increment ended (incremented, not_acquired:<reason>, read:<code>, write:<code>, lease_lost). */
+  readonly outcomes: Readonly<Record<string, number>>;
+  /** Guard log entries, accepted ones, refusals by reason. */
+  readonly guardEntries: number;
+  readonly accepted: number;
+  readonly refusedByReason: Readonly<Record<string, number>>;
+  readonly tokens: number;
+  readonly faults: Readonly<Record<string, number>>;
+  readonly kills: number;
+  /**
+   * Writes of holders resumed after a pause: refused by the guard; undelivered (the request never got an answer:
+   * unreachable or timeout, so it proves nothing about the fence); the rest were accepted.
+   */
+  readonly staleHolderWrites: { readonly attempted: number; readonly refused: number; readonly undelivered: number };
+  readonly byzantineActs: Readonly<Record<string, number>>;
+  readonly byzantineClients: Readonly<Record<string, number>>;
+  readonly violations: readonly string[];
+  /** Counters whose value differs from their number of accepted writes (lost or doubled increments). */
+  readonly counterMismatches: readonly string[];
+  /**
+   * Counters whose final value could not be read, with the code and reason (the run then proves nothing about
+   * them, and fails): never reported as a value.
+   */
+  readonly unreadCounters: readonly string[];
+}
+
+/** The report as the table `quorumfence-dev chaos` prints. */
+export function formatChaosReport(report: ChaosReport): string {
+  const list = (record: Readonly<Record<string, number>>) =>
+    Object.entries(record)
+      .sort((a, b) => b[1] - a[1])
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ') || 'none';
+  const total = (record: Readonly<Record<string, number>>) => Object.values(record).reduce((a, b) => a + b, 0);
+  const paused = report.staleHolderWrites;
+  const rows: [string, string][] = [
+    ['duration', `${(report.durationMs / 1000).toFixed(1)} s`],
+    ['replicas', `${report.replicas} (f = ${report.f}; Byzantine: ${report.byzantine.join(', ')})`],
+    ['operations', `${report.operations} increments attempted`],
+    ['outcomes', list(report.outcomes)],
+    ['guard attempts', `${report.guardEntries}`],
+    ['accepted', `${report.accepted}`],
+    ['refused by reason', list(report.refusedByReason)],
+    ['tokens checked', `${report.tokens}`],
+    ['faults injected', `${total(report.faults)} (${list(report.faults)})`],
+    ['kills', `${report.kills}`],
+    [
+      'paused holders',
+      `${paused.attempted} resumed and wrote with their old token: ${paused.refused} refused as stale` +
+        (paused.undelivered > 0 ? `, ${paused.undelivered} never reached the guard (unreachable or timeout)` : '') +
+        (paused.attempted > paused.refused + paused.undelivered
+          ? ', the rest accepted (no newer holder had reached the guard)'
+          : ''),
+    ],
+    ['Byzantine acts', list(report.byzantineActs)],
+    ['Byzantine clients', list(report.byzantineClients)],
+    [
+      'counters',
+      report.counterMismatches.length > 0
+        ? report.counterMismatches.join('; ')
+        : report.unreadCounters.length > 0
+          ? 'every value read equals its accepted writes'
+          : 'every value equals its accepted writes',
+    ],
+    ...(report.unreadCounters.length > 0
+      ? [['could not read', report.unreadCounters.join('; ')] as [string, string]]
+      : []),
+    ['violations', `${report.violations.length}`],
+    [
+      'seed',
+      `${report.seed} (replay: quorumfence-dev chaos --seed ${report.seed} --replicas ${report.replicas} --duration ${Math.round(report.durationMs / 1000)}s)`,
+    ],
+  ];
+  const width = Math.max(...rows.map(([k]) => k.length));
+  const lines = rows.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`);
+  if (report.violations.length > 0)
+    lines.push('', 'violations:', ...report.violations.map((v) => v.replace(/^/gm, '  ')));
+  return lines.join('\n');
+}
