@@ -34,10 +34,11 @@ import { encodeToken, type AdmissionToken } from '../token/admission-token.js';
 import { grantMessage, type Grant } from '../token/grant.js';
 import { backoffDelay } from './backoff.js';
 import { delay } from './delay.js';
-import { chooseEpoch, quorumRemainingMs } from './epoch-choice.js';
+import { chooseEpoch, fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
 import type { ReplicaFault } from './evidence.js';
 import { PartialCollector } from './partial-collector.js';
 import { CallFaults, type QuorumContext } from './quorum-context.js';
+import { QuorumTally } from './quorum-tally.js';
 import { Round } from './round.js';
 
 export interface AcquireRequest {
@@ -327,12 +328,10 @@ async function statusForEpoch(
     signal: request.signal,
   });
   const leased: { epoch: bigint; remainingMs: number }[] = [];
-  let answered = 0;
-  let forbidden = 0;
-  const invalid: string[] = [];
+  const tally = new QuorumTally<'forbidden' | 'invalid'>(f, need);
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   try {
-    while (answered < need && forbidden <= f && invalid.length <= f && answered + round.possible >= need) {
+    while (tally.open(round.possible)) {
       const event = await round.next();
       if (event.type === 'end') {
         ended = event.why;
@@ -344,24 +343,18 @@ async function statusForEpoch(
       if (answer.kind !== 'reply') continue;
       const outcome = answer.outcome;
       if (outcome.status === 'ok') {
-        answered++;
+        tally.accept();
         report(replica, outcome.epoch);
         if (outcome.leased) leased.push({ epoch: outcome.epoch, remainingMs: outcome.remainingMs });
-      } else if (outcome.status === 'forbidden') forbidden++;
-      else invalid.push(outcome.message);
+      } else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
     }
   } finally {
     round.close();
   }
   if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
-  if (forbidden > f)
-    return {
-      kind: 'stop',
-      reason: 'forbidden',
-      message: `${forbidden} replicas refuse this identity access to "${request.resource}"`,
-    };
-  if (invalid.length > f)
-    return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
+  const refused = confirmedRefusal(tally, request.resource);
+  if (refused) return refused;
+  const answered = tally.accepted;
   if (answered < need) {
     if (ended !== 'deadline')
       return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, answered, need) };
@@ -384,16 +377,28 @@ async function statusForEpoch(
       epoch: fPlusOneLargest(
         leased.map((l) => l.epoch),
         f,
-      ),
+      )!,
       remainingMs,
     };
   }
   return { kind: 'known' };
 }
 
-function fPlusOneLargest(epochs: readonly bigint[], f: number): bigint {
-  const sorted = [...epochs].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0));
-  return sorted[Math.min(f, sorted.length - 1)]!;
+/** A refusal f+1 replicas agree on ends the acquire: at least one honest replica refuses it. */
+function confirmedRefusal(
+  tally: QuorumTally<'forbidden' | 'invalid'>,
+  resource: string,
+): { kind: 'stop'; reason: 'forbidden' | 'invalid'; message: string } | undefined {
+  const refused = tally.confirmed('forbidden', 'invalid');
+  if (refused?.kind === 'forbidden')
+    return {
+      kind: 'stop',
+      reason: 'forbidden',
+      message: `${refused.count} replicas refuse this identity access to "${resource}"`,
+    };
+  if (refused?.kind === 'invalid')
+    return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${refused.first}` };
+  return undefined;
 }
 
 function unavailableMessage(ctx: QuorumContext, answered: number, need: number): string {
@@ -441,9 +446,9 @@ async function attemptEpoch(
   const granted = new Set<number>();
   const busy: number[] = [];
   const busyEpochs: bigint[] = [];
-  let forbidden = 0;
+  // Only the refusals that end the call; grants, busy and outdated answers have rules of their own below.
+  const refusals = new QuorumTally<'forbidden' | 'invalid'>(f, t);
   let outdated = 0;
-  const invalid: string[] = [];
   let straggling = false;
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
@@ -499,10 +504,10 @@ async function attemptEpoch(
           busyEpochs.push(outcome.epoch);
           break;
         case 'forbidden':
-          forbidden++;
+          refusals.refuse('forbidden');
           break;
         case 'invalid':
-          invalid.push(outcome.message);
+          refusals.refuse('invalid', outcome.message);
           break;
       }
       if (signature?.ok) break;
@@ -518,7 +523,7 @@ async function attemptEpoch(
         }
         round.widen();
       }
-      if (forbidden > f || invalid.length > f || busy.length > f) break;
+      if (refusals.confirmed('forbidden', 'invalid') || busy.length > f) break;
       if (!straggling && voted.size >= 2 * f + 1) {
         // Enough answers to choose the next epoch. A slow or silent replica may still hold the deciding vote, but
         // waiting out the full request timeout for it would let one silent replica stall every contended acquire.
@@ -553,18 +558,12 @@ async function attemptEpoch(
   }
 
   if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
-  if (forbidden > f)
-    return {
-      kind: 'stop',
-      reason: 'forbidden',
-      message: `${forbidden} replicas refuse this identity access to "${request.resource}"`,
-    };
-  if (invalid.length > f)
-    return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${invalid[0]}` };
+  const refused = confirmedRefusal(refusals, request.resource);
+  if (refused) return refused;
   if (busy.length > f)
     return {
       kind: 'busy',
-      epoch: fPlusOneLargest(busyEpochs, f),
+      epoch: fPlusOneLargest(busyEpochs, f)!,
       remainingMs: quorumRemainingMs(busy, f)!,
       leaderOnly: false,
     };

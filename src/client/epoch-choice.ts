@@ -12,6 +12,16 @@ import { QuorumFenceError } from '../common/errors.js';
 import { MAX_EPOCH } from '../common/limits.js';
 
 /**
+ * The (f+1)-th largest of the reported values: at least one honest replica reported this much or more, and at
+ * least one reported this much or less once 2f+1 values are in. Undefined with fewer than f+1 values (then no
+ * honest replica need be among them). The one place the rule is written; every client decision uses it.
+ */
+export function fPlusOneLargest(values: readonly bigint[], f: number): bigint | undefined {
+  if (values.length < f + 1) return undefined;
+  return [...values].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0))[f];
+}
+
+/**
  * The epoch to try next: the (f+1)-th largest reported epoch, plus one.
  * @param reported the highest epoch each answering replica has signed (0 = never), one per replica, at least 2f+1 of them.
  * @param floor never return less than this (an epoch the caller already tried).
@@ -24,8 +34,7 @@ export function chooseEpoch(reported: readonly bigint[], f: number, floor = 1n):
       `choosing an epoch needs at least ${2 * f + 1} answers, got ${reported.length}`,
     );
   }
-  const sorted = [...reported].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0));
-  const candidate = sorted[f]! + 1n;
+  const candidate = fPlusOneLargest(reported, f)! + 1n;
   const epoch = candidate > floor ? candidate : floor;
   if (epoch > MAX_EPOCH) {
     throw new QuorumFenceError(

@@ -6,6 +6,7 @@
  */
 import type { ReplicaFault } from './evidence.js';
 import { CallFaults, type QuorumContext } from './quorum-context.js';
+import { QuorumTally } from './quorum-tally.js';
 import { Round } from './round.js';
 
 export type RenewResult =
@@ -51,13 +52,10 @@ export async function renewGrant(
       signal,
     },
   );
-  let renewed = 0;
-  let notHolder = 0;
-  let forbidden = 0;
-  const invalid: string[] = [];
+  const tally = new QuorumTally<'not_holder' | 'forbidden' | 'invalid'>(f, t);
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   try {
-    while (renewed < t && notHolder <= f && forbidden <= f && invalid.length <= f && renewed + round.possible >= t) {
+    while (tally.open(round.possible)) {
       const event = await round.next();
       if (event.type === 'end') {
         ended = event.why;
@@ -67,30 +65,30 @@ export async function renewGrant(
       faults.fromAnswer(event.replica, event.answer);
       if (event.answer.kind !== 'reply') continue;
       const outcome = event.answer.outcome;
-      if (outcome.status === 'renewed') renewed++;
-      else if (outcome.status === 'not_holder') notHolder++;
-      else if (outcome.status === 'forbidden') forbidden++;
-      else invalid.push(outcome.message);
+      if (outcome.status === 'renewed') tally.accept();
+      else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
     }
   } finally {
     round.close();
   }
   const list = faults.list();
+  const renewed = tally.accepted;
   if (renewed >= t) return { ok: true, sentAt, faults: list };
   if (ended === 'aborted')
     return { ok: false, reason: 'aborted', message: 'the caller aborted the renewal', faults: list };
-  if (notHolder > f) {
+  const refused = tally.confirmed('not_holder', 'forbidden', 'invalid');
+  if (refused?.kind === 'not_holder') {
     return {
       ok: false,
       reason: 'lost',
-      message: `${notHolder} replicas no longer hold epoch ${grant.epoch} for this holder`,
+      message: `${refused.count} replicas no longer hold epoch ${grant.epoch} for this holder`,
       faults: list,
     };
   }
-  if (forbidden > f)
-    return { ok: false, reason: 'forbidden', message: `${forbidden} replicas refuse this identity`, faults: list };
-  if (invalid.length > f)
-    return { ok: false, reason: 'invalid', message: `replicas refused the renewal: ${invalid[0]}`, faults: list };
+  if (refused?.kind === 'forbidden')
+    return { ok: false, reason: 'forbidden', message: `${refused.count} replicas refuse this identity`, faults: list };
+  if (refused?.kind === 'invalid')
+    return { ok: false, reason: 'invalid', message: `replicas refused the renewal: ${refused.first}`, faults: list };
   if (ended === 'deadline')
     return {
       ok: false,
@@ -129,11 +127,11 @@ export async function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?:
       signal,
     },
   );
-  let released = 0;
-  let notHolder = 0;
+  // forbidden and invalid answers count for neither side: a release is judged only by who confirms or denies holding.
+  const tally = new QuorumTally<'not_holder'>(f, t);
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   try {
-    while (released < t && notHolder <= f && released + round.possible >= t) {
+    while (tally.open(round.possible)) {
       const event = await round.next();
       if (event.type === 'end') {
         ended = event.why;
@@ -143,21 +141,23 @@ export async function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?:
       faults.fromAnswer(event.replica, event.answer);
       if (event.answer.kind !== 'reply') continue;
       const status = event.answer.outcome.status;
-      if (status === 'released') released++;
-      else if (status === 'not_holder') notHolder++;
+      if (status === 'released') tally.accept();
+      else if (status === 'not_holder') tally.refuse('not_holder');
     }
   } finally {
     round.close();
   }
   const list = faults.list();
+  const released = tally.accepted;
   if (released >= t) return { ok: true, released, faults: list };
   if (ended === 'aborted')
     return { ok: false, reason: 'aborted', message: 'the caller aborted the release', released, faults: list };
-  if (notHolder > f) {
+  const denied = tally.confirmed('not_holder');
+  if (denied) {
     return {
       ok: false,
       reason: 'not_holder',
-      message: `${notHolder} replicas say epoch ${grant.epoch} is not held by this identity`,
+      message: `${denied.count} replicas say epoch ${grant.epoch} is not held by this identity`,
       released,
       faults: list,
     };

@@ -5,7 +5,7 @@
  * skew it either.
  */
 import type { ConnectionFailure } from './connection-state.js';
-import { quorumRemainingMs } from './epoch-choice.js';
+import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
 import type { QuorumContext } from './quorum-context.js';
 import { Round } from './round.js';
 
@@ -110,13 +110,18 @@ export async function resourceStatus(
     };
   });
   const ok = replicas.filter((v): v is Extract<ReplicaView, { state: 'ok' }> => v.state === 'ok');
-  const epochs = ok.map((v) => v.epoch).sort((a, b) => (a > b ? -1 : a < b ? 1 : 0));
   const leasedRemaining = ok.filter((v) => v.leased).map((v) => v.remainingMs);
   const leased = leasedRemaining.length > f;
   return {
     resource,
     replicas,
-    epoch: epochs.length >= 2 * f + 1 ? epochs[f] : undefined,
+    epoch:
+      ok.length >= 2 * f + 1
+        ? fPlusOneLargest(
+            ok.map((v) => v.epoch),
+            f,
+          )
+        : undefined,
     leased,
     remainingMs: leased ? quorumRemainingMs(leasedRemaining, f) : undefined,
     answered: ok.length,
