@@ -29,41 +29,41 @@
  */
 import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
 import { QuorumFenceError } from '../common/errors.js';
-import { expectInteger, expectResource } from '../common/check.js';
+import { expectResource } from '../common/check.js';
 import type { Cluster } from '../cluster/description.js';
 import type { Barrier } from './fence.js';
 import {
-  GuardCore,
   checkGuardRequest,
   fenceMessage,
   refusedResult,
   sameBarrier,
   type Admission,
-  type GuardOptions,
   type GuardRequest,
   type GuardResult,
 } from './core.js';
 import { parseGuardLogEntry, type GuardLogEntry, type GuardLogQuery } from './log.js';
+import {
+  DEFAULT_MAX_LOG_PAGE,
+  GuardAdapter,
+  isRefusal,
+  mutationRefusal,
+  type GuardAdapterOptions,
+  type MutationRefusal,
+} from './adapter.js';
 
 export const POSTGRES_GUARD_FORMAT = 'quorumfence/guard-postgres/v1';
 
-export interface PostgresGuardOptions extends GuardOptions {
+export interface PostgresGuardOptions extends GuardAdapterOptions {
   /** Prefix of the guard's tables. Default `quorumfence_`. Lowercase letters, digits, underscores. */
   readonly tablePrefix?: string;
-  /** Most log entries one readLog call returns. Default DEFAULT_MAX_LOG_PAGE. */
-  readonly maxLogPage?: number;
 }
 
-/** A page of 1000 entries is a few hundred KiB of JSON. */
-export const DEFAULT_MAX_LOG_PAGE = 1000;
+export { DEFAULT_MAX_LOG_PAGE };
 const TABLE_PREFIX = /^[a-z_][a-z0-9_]{0,39}$/;
 /** Any constant: the advisory lock that serialises concurrent schema creation. */
 const SCHEMA_LOCK = 0x71f3_0001;
 
-export interface PostgresMutationRefusal {
-  readonly refusal: 'version_mismatch';
-  readonly message: string;
-}
+export type PostgresMutationRefusal = MutationRefusal;
 
 /** What the caller's mutation gets: SQL inside the guard's transaction. */
 export interface PostgresWriteContext {
@@ -86,12 +86,6 @@ interface BarrierRow {
   replay_seen: string | null;
 }
 
-const REFUSAL = Symbol('quorumfence.refusal');
-
-function isRefusal(value: unknown): value is PostgresMutationRefusal {
-  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[REFUSAL] === true;
-}
-
 function toBarrier(row: BarrierRow): Barrier | undefined {
   if (row.epoch === '0') return undefined; // the placeholder of a resource nothing was accepted for yet
   return {
@@ -102,17 +96,12 @@ function toBarrier(row: BarrierRow): Barrier | undefined {
   };
 }
 
-export class PostgresGuard {
-  readonly core: GuardCore;
+export class PostgresGuard extends GuardAdapter {
   readonly #pool: Pool;
   readonly #t: { meta: string; barrier: string; log: string; seq: string };
-  readonly #maxLogPage: number;
-  #inFlight = 0;
-  #drained: (() => void) | undefined;
-  #closed = false;
 
   private constructor(pool: Pool, cluster: Cluster, options: PostgresGuardOptions) {
-    this.core = new GuardCore(cluster, options);
+    super(cluster, options);
     const prefix = options.tablePrefix ?? 'quorumfence_';
     if (!TABLE_PREFIX.test(prefix)) {
       throw new QuorumFenceError(
@@ -127,7 +116,6 @@ export class PostgresGuard {
       log: `${prefix}guard_log`,
       seq: `${prefix}guard_log_seq`,
     };
-    this.#maxLogPage = expectInteger(options.maxLogPage ?? DEFAULT_MAX_LOG_PAGE, 1, 100_000, 'maxLogPage');
     this.#pool = pool;
   }
 
@@ -202,7 +190,7 @@ export class PostgresGuard {
    * @throws QuorumFenceError INVALID_ARGUMENT (request shape), CLOSED; pg errors; whatever `mutation` throws
    */
   async write<T = undefined>(request: GuardRequest, mutation?: PostgresMutation<T>): Promise<GuardResult<T>> {
-    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the guard is closed');
+    this.checkOpen();
     checkGuardRequest(request, this.core.maxKeyBytes);
     // PostgreSQL text and jsonb cannot hold U+0000; refuse it here rather than fail inside a transaction.
     for (const [field, value] of [
@@ -216,8 +204,7 @@ export class PostgresGuard {
         });
     }
     const admission = this.core.admit(request);
-    this.#inFlight++;
-    try {
+    return this.tracked(async () => {
       const client = await this.#pool.connect();
       let broken = false;
       try {
@@ -229,9 +216,7 @@ export class PostgresGuard {
         // A connection that failed mid-transaction is discarded rather than handed to the next writer.
         client.release(broken);
       }
-    } finally {
-      if (--this.#inFlight === 0) this.#drained?.();
-    }
+    });
   }
 
   async #attempt<T>(
@@ -246,7 +231,7 @@ export class PostgresGuard {
       const current = await this.#readBarrier(client, request.resource);
       const entry = await this.#appendLog(
         client,
-        this.#refusalEntry(request, admission, admission.reason, current?.epoch),
+        this.refusalEntry(0, request, admission, admission.reason, current?.epoch),
       );
       this.core.committed(entry);
       return refusedResult(entry, admission.message, current?.epoch);
@@ -271,7 +256,8 @@ export class PostgresGuard {
       const decision = this.core.decide(admission, barrier);
       if (!decision.ok) {
         if (placeholder) await client.query(`DELETE FROM ${t.barrier} WHERE resource = $1`, [request.resource]);
-        const entry = this.#refusalEntry(
+        const entry = this.refusalEntry(
+          0,
           request,
           admission,
           decision.reason,
@@ -291,14 +277,14 @@ export class PostgresGuard {
       } catch (error) {
         await client.query('ROLLBACK');
         open = false;
-        const entry = await this.#appendLog(client, this.#refusalEntry(request, admission, 'aborted', before));
+        const entry = await this.#appendLog(client, this.refusalEntry(0, request, admission, 'aborted', before));
         this.core.committed(entry);
         throw new MutationFailure(error);
       }
       if (isRefusal(result)) {
         await client.query('ROLLBACK');
         open = false;
-        const entry = await this.#appendLog(client, this.#refusalEntry(request, admission, result.refusal, before));
+        const entry = await this.#appendLog(client, this.refusalEntry(0, request, admission, result.refusal, before));
         this.core.committed(entry);
         return refusedResult(entry, result.message, before);
       }
@@ -362,31 +348,8 @@ export class PostgresGuard {
       epoch: admission.token.grant.epoch,
       holder: admission.token.grant.holder,
       query: (text, values) => client.query(text, values),
-      refuse: (reason, message = "the write's precondition does not hold") => {
-        const refusal = { refusal: reason, message };
-        Object.defineProperty(refusal, REFUSAL, { value: true });
-        return refusal;
-      },
+      refuse: mutationRefusal,
     };
-  }
-
-  #refusalEntry(
-    request: GuardRequest,
-    admission: Admission,
-    reason: GuardLogEntry['outcome'],
-    before: bigint | undefined,
-    conflictingToken?: Uint8Array,
-  ): GuardLogEntry {
-    return this.core.entry({
-      seq: 0,
-      request,
-      admission,
-      outcome: reason,
-      barrierBefore: before,
-      barrierAfter: before,
-      version: null,
-      ...(conflictingToken ? { conflictingToken } : {}),
-    });
   }
 
   /** Appends an entry (its seq from the sequence) and returns it as stored. Runs in the caller's transaction, or alone. */
@@ -441,8 +404,7 @@ export class PostgresGuard {
    * reader of a quiescent log (a history checker after a run) sees it whole.
    */
   async readLog(query: GuardLogQuery = {}): Promise<GuardLogEntry[]> {
-    const after = expectInteger(query.after ?? 0, 0, Number.MAX_SAFE_INTEGER, 'after');
-    const limit = expectInteger(query.limit ?? this.#maxLogPage, 1, this.#maxLogPage, 'limit');
+    const { after, limit } = this.logPage(query);
     const result = await this.#pool.query<{ entry: unknown }>(
       `SELECT entry FROM ${this.#t.log} WHERE seq > $1 ORDER BY seq LIMIT $2`,
       [after, limit],
@@ -450,11 +412,9 @@ export class PostgresGuard {
     return result.rows.map((row) => parseGuardLogEntry(row.entry));
   }
 
-  /** Waits for writes in flight. The pool is the caller's to end. Idempotent. */
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    if (this.#inFlight > 0) await new Promise<void>((resolve) => (this.#drained = resolve));
+  /** Nothing beyond the writes in flight (GuardAdapter.close): the pool is the caller's to end. */
+  protected closeStore(): Promise<void> {
+    return Promise.resolve();
   }
 }
 
