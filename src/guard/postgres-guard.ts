@@ -54,6 +54,7 @@ import {
   batch,
   checkNoNul,
   checkStatement,
+  preparedName,
   statementRows,
   type FencedStatement,
   type StatementResult,
@@ -195,10 +196,16 @@ export class PostgresGuard extends GuardAdapter {
       });
       let result: QueryResult;
       try {
-        result = await this.#pool.query(statementSql(this.#t, text, values.length, { returning, requireRow }), [
-          ...values,
-          ...statementValues(request.resource, cached, next, JSON.stringify(entry)),
-        ]);
+        const raise = !sameBarrier(cached, next);
+        const sql = statementSql(this.#t, text, values.length, { returning, requireRow, raise });
+        result = await this.#pool.query({
+          ...(statement.prepare === false ? {} : { name: preparedName(sql) }),
+          text: sql,
+          values: [
+            ...values,
+            ...statementValues(request.resource, cached, raise ? next : undefined, JSON.stringify(entry)),
+          ],
+        });
       } catch (error) {
         const code = error instanceof pg.DatabaseError ? error.code : undefined;
         if (code === FENCE_MOVED) {
@@ -213,7 +220,10 @@ export class PostgresGuard extends GuardAdapter {
         if (reason === 'aborted') throw error;
         return refusedResult(logged, NO_ROW, cached.epoch);
       }
-      const committed = parseGuardLogEntry((result.rows[0] as { quorumfence_entry: unknown }).quorumfence_entry);
+      const committed: GuardLogEntry = {
+        ...entry,
+        seq: Number((result.rows[0] as { quorumfence_seq: string }).quorumfence_seq),
+      };
       this.#remember(request.resource, next);
       this.#forms.statement++;
       this.core.committed(committed);

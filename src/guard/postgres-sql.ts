@@ -10,13 +10,14 @@
  *   guard_log  seq, resource, entry (jsonb), refused (counts toward retention)
  *   guard_log_seq
  * Functions:
- *   <prefix>fence_held(entry)   raises FENCE_MOVED when entry is null: the
+ *   <prefix>fence_held(seq)     raises FENCE_MOVED when seq is null: the
  *                               single-statement write's barrier compare-and-set
  *                               matched no row, so the whole statement aborts
  *   <prefix>row_required(present) raises ROW_REQUIRED when present is null: the
  *                               caller's statement changed no row and asked to
  *                               be refused then
  */
+import { createHash } from 'node:crypto';
 import pg, { type PoolClient, type QueryResult } from 'pg';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Cluster } from '../cluster/description.js';
@@ -85,12 +86,12 @@ export async function createSchema(client: PoolClient, t: Tables, cluster: Clust
     await client.query(`ALTER TABLE ${t.log} ADD COLUMN IF NOT EXISTS refused boolean NOT NULL DEFAULT false`);
     await client.query(`CREATE INDEX IF NOT EXISTS ${t.log}_refused ON ${t.log} (seq) WHERE refused`);
     await client.query(
-      `CREATE OR REPLACE FUNCTION ${t.fenceHeld}(entry jsonb) RETURNS jsonb LANGUAGE plpgsql VOLATILE AS $$
+      `CREATE OR REPLACE FUNCTION ${t.fenceHeld}(seq bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
        BEGIN
-         IF entry IS NULL THEN
+         IF seq IS NULL THEN
            RAISE EXCEPTION USING ERRCODE = '${FENCE_MOVED}', MESSAGE = 'quorumfence guard: the barrier moved';
          END IF;
-         RETURN entry;
+         RETURN seq;
        END $$`,
     );
     await client.query(
@@ -215,48 +216,59 @@ export function retainSql(t: Tables, max: number): string {
  * The single-statement fenced write. The caller's statement keeps its own
  * parameters $1..$n; the guard's follow ($n+1..). Execution order is fixed by
  * what reads what: the primary SELECT calls fence_held on the log CTE, which
- * reads the fence CTE, so the barrier row is updated (compare-and-set on the
- * whole barrier the guard decided against, row-locked until commit) before
- * the caller's statement runs: after it, when it is read through the LATERAL
- * join, or at the end of the statement when nothing reads it. A barrier that
- * moved makes the fence CTE match no row, fence_held raise FENCE_MOVED, and
- * the statement (the caller's write included) abort as one.
+ * reads the fence CTE, so the barrier row is locked (compare-and-set on the
+ * whole barrier the guard decided against, row-locked until commit: an UPDATE
+ * when the barrier changes, SELECT ... FOR UPDATE when it does not, which
+ * writes no new row version) before the caller's statement runs: after it,
+ * when it is read through the LATERAL join, or at the end of the statement
+ * when nothing reads it. A barrier that moved makes the fence CTE match no
+ * row, fence_held raise FENCE_MOVED, and the statement (the caller's write
+ * included) abort as one. It answers the new entry's seq; the entry itself is
+ * the one the guard sent.
  */
 export function statementSql(
   t: Tables,
   callerText: string,
   callerValues: number,
-  options: { returning: boolean; requireRow: boolean },
+  options: { returning: boolean; requireRow: boolean; raise: boolean },
 ): string {
   const p = (i: number) => `$${callerValues + i}`;
-  const fence = `quorumfence_fence AS (
-      UPDATE ${t.barrier} SET epoch = ${p(1)}::bigint, token_digest = ${p(2)}::bytea, token = ${p(3)}::bytea,
-        replay_high = ${p(4)}::bigint, replay_seen = ${p(5)}::numeric
-      WHERE resource = ${p(6)}::text AND epoch = ${p(7)}::bigint AND token_digest = ${p(8)}::bytea
-        AND replay_high IS NOT DISTINCT FROM ${p(9)}::bigint AND replay_seen IS NOT DISTINCT FROM ${p(10)}::numeric
+  const expected = `resource = ${p(1)}::text AND epoch = ${p(2)}::bigint AND token_digest = ${p(3)}::bytea
+        AND replay_high IS NOT DISTINCT FROM ${p(4)}::bigint AND replay_seen IS NOT DISTINCT FROM ${p(5)}::numeric`;
+  const fence = options.raise
+    ? `quorumfence_fence AS (
+      UPDATE ${t.barrier} SET epoch = ${p(7)}::bigint, token_digest = ${p(8)}::bytea, token = ${p(9)}::bytea,
+        replay_high = ${p(10)}::bigint, replay_seen = ${p(11)}::numeric
+      WHERE ${expected}
       RETURNING resource
-    )`;
+    )`
+    : `quorumfence_fence AS (SELECT resource FROM ${t.barrier} WHERE ${expected} FOR UPDATE)`;
   const logged = `quorumfence_logged AS (
       INSERT INTO ${t.log} (seq, resource, entry)
-      SELECT s.seq, ${p(6)}::text, ${p(11)}::jsonb || jsonb_build_object('seq', s.seq)
+      SELECT s.seq, ${p(1)}::text, ${p(6)}::jsonb || jsonb_build_object('seq', s.seq)
       FROM (SELECT nextval('${t.seq}') AS seq FROM quorumfence_fence) s
-      RETURNING entry
+      RETURNING seq
     )`;
   const head = `WITH ${fence}, ${logged}, quorumfence_write AS (${callerText})`;
   // Target-list order: the fence first, then (with requireRow) the caller's rows.
   const found = options.requireRow
     ? `, ${t.rowRequired}((SELECT true FROM quorumfence_write LIMIT 1)) AS quorumfence_found`
     : '';
-  const held = `SELECT ${t.fenceHeld}((SELECT entry FROM quorumfence_logged)) AS quorumfence_entry${found}`;
+  const held = `SELECT ${t.fenceHeld}((SELECT seq FROM quorumfence_logged)) AS quorumfence_seq${found}`;
   if (!options.returning) return `${head} ${held}`;
   return `${head}
     SELECT g.*, w.* FROM (${held}) g
-    LEFT JOIN LATERAL (SELECT true AS quorumfence_row, * FROM quorumfence_write WHERE g.quorumfence_entry IS NOT NULL) w
+    LEFT JOIN LATERAL (SELECT true AS quorumfence_row, * FROM quorumfence_write WHERE g.quorumfence_seq IS NOT NULL) w
     ON true`;
 }
 
-/** The guard's parameters of statementSql, after the caller's. */
-export function statementValues(resource: string, expected: Barrier, next: Barrier, entryJson: string): unknown[] {
+/** The guard's parameters of statementSql, after the caller's: the new barrier only when it raises. */
+export function statementValues(
+  resource: string,
+  expected: Barrier,
+  next: Barrier | undefined,
+  entryJson: string,
+): unknown[] {
   const columns = (b: Barrier) => [
     b.epoch.toString(),
     Buffer.from(b.tokenDigest),
@@ -264,9 +276,8 @@ export function statementValues(resource: string, expected: Barrier, next: Barri
     b.replay ? b.replay.high.toString() : null,
     b.replay ? b.replay.seen.toString() : null,
   ];
-  const [nextEpoch, nextDigest, nextToken, nextHigh, nextSeen] = columns(next);
   const [epoch, digest, , high, seen] = columns(expected);
-  return [nextEpoch, nextDigest, nextToken, nextHigh, nextSeen, resource, epoch, digest, high, seen, entryJson];
+  return [resource, epoch, digest, high, seen, entryJson, ...(next ? columns(next) : [])];
 }
 
 /** One data statement for `writeStatement`. */
@@ -278,6 +289,13 @@ export interface FencedStatement {
   readonly returning?: boolean;
   /** Refuse with version_mismatch, applying nothing, when the statement returns no row (needs `returning`). */
   readonly requireRow?: boolean;
+  /**
+   * Run it as a named prepared statement (parsed and planned once per
+   * connection). Default true: keep the text constant and the values in
+   * `values`; pass false for text built per call, or each connection keeps
+   * every text it saw.
+   */
+  readonly prepare?: boolean;
 }
 
 export interface StatementResult<R> {
@@ -300,6 +318,9 @@ export function checkStatement(statement: FencedStatement): string {
   if (text.length === 0) throw bad('text', 'a statement');
   if (statement.values !== undefined && !Array.isArray(statement.values)) throw bad('values', 'an array');
   if (statement.requireRow && !statement.returning) throw bad('requireRow', 'a statement with returning: true');
+  for (const flag of ['returning', 'requireRow', 'prepare'] as const) {
+    if (statement[flag] !== undefined && typeof statement[flag] !== 'boolean') throw bad(flag, 'a boolean');
+  }
   return text;
 }
 
@@ -330,5 +351,10 @@ export function checkNoNul(request: { resource: string; key?: string; op?: strin
 export function statementRows<R>(rows: Record<string, unknown>[]): R[] {
   return rows
     .filter((row) => row.quorumfence_row === true)
-    .map(({ quorumfence_entry: _e, quorumfence_row: _r, quorumfence_found: _f, ...rest }) => rest as R);
+    .map(({ quorumfence_seq: _s, quorumfence_row: _r, quorumfence_found: _f, ...rest }) => rest as R);
+}
+
+/** A prepared statement's name, from its text: one text, one name, on every connection. */
+export function preparedName(sql: string): string {
+  return `quorumfence_${createHash('sha256').update(sql).digest('hex').slice(0, 32)}`;
 }
