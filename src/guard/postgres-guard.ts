@@ -291,8 +291,10 @@ export class PostgresGuard extends GuardAdapter {
     const epoch = admission.token.grant.epoch;
     let open = true;
     try {
-      const [, inserted, locked] = await batch(client, lockSql(t, request.resource));
-      const placeholder = inserted!.rowCount === 1;
+      const known = this.#barriers.has(request.resource);
+      const opened = await batch(client, lockSql(t, request.resource, !known));
+      const placeholder = !known && opened[1]!.rowCount === 1;
+      const locked = opened[opened.length - 1];
       const row = locked!.rows[0] as BarrierRow | undefined;
       if (row === undefined) throw new QuorumFenceError('INTERNAL', 'guard: the barrier row vanished under its lock');
       const barrier = toBarrier(row);

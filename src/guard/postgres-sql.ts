@@ -170,12 +170,18 @@ export function barrierLiterals(b: Barrier): string[] {
   ];
 }
 
-/** Locks (creating a placeholder first when missing) and reads the barrier row: opens the transaction form. */
-export function lockSql(t: Tables, resource: string): string {
+/**
+ * Opens the transaction form: BEGIN, then locks and reads the barrier row.
+ * With `placeholder` (the guard has not seen the row yet), first inserts a
+ * placeholder row (epoch 0) unless one exists: a racing transaction waits on
+ * our uncommitted row, then finds it and waits on its lock. Barrier rows are
+ * never deleted once real, so a row the guard has seen needs no placeholder.
+ */
+export function lockSql(t: Tables, resource: string, placeholder: boolean): string {
   const r = literal(resource);
-  return `BEGIN;
-    INSERT INTO ${t.barrier} (resource, epoch, token_digest, token) VALUES (${r}, 0, '\\x', '\\x')
-      ON CONFLICT (resource) DO NOTHING RETURNING true AS placeholder;
+  const insert = `INSERT INTO ${t.barrier} (resource, epoch, token_digest, token) VALUES (${r}, 0, '\\x', '\\x')
+      ON CONFLICT (resource) DO NOTHING RETURNING true AS placeholder;`;
+  return `BEGIN; ${placeholder ? insert : ''}
     SELECT ${BARRIER_COLUMNS} FROM ${t.barrier} WHERE resource = ${r} FOR UPDATE`;
 }
 

@@ -59,6 +59,16 @@ describe('single-statement form', () => {
     expect(guard.forms).toEqual({ statement: before.statement + 1, transaction: before.transaction });
     const [entry] = await guard.readLog({ after: second.seq - 1, limit: 1 });
     expect(entry).toMatchObject({ seq: second.seq, outcome: 'accepted', epoch: '1', barrierBefore: '1' });
+    // Unprepared (text built per call) takes the same path.
+    const third = await guard.writeStatement(request, {
+      text: `UPDATE kv SET value = 'literal' WHERE resource = 'one' AND key = 'k'`,
+      prepare: false,
+    });
+    expect(third).toMatchObject({ ok: true, result: { rows: [] } });
+    expect(guard.forms.statement).toBe(before.statement + 2);
+    expect((await pool.query('SELECT value FROM kv WHERE resource = $1', ['one'])).rows).toEqual([
+      { value: 'literal' },
+    ]);
   });
 
   test('when another guard moved the barrier, the statement aborts whole and the transaction form decides: stale refused, newer accepted', async () => {
