@@ -54,7 +54,6 @@ import {
   batch,
   checkNoNul,
   checkStatement,
-  preparedName,
   statementRows,
   type FencedStatement,
   type StatementResult,
@@ -65,7 +64,7 @@ import {
   lockSql,
   raiseSql,
   retainSql,
-  statementSql,
+  StatementTexts,
   statementValues,
   tablesFor,
   toBarrier,
@@ -108,10 +107,12 @@ export class PostgresGuard extends GuardAdapter {
   /** The last barrier this guard committed or read per resource, LRU-bounded (insertion order). */
   readonly #barriers = new Map<string, Barrier>();
   readonly #forms: Record<WriteForm, number> = { statement: 0, transaction: 0 };
+  readonly #statements: StatementTexts;
 
   private constructor(pool: Pool, cluster: Cluster, options: PostgresGuardOptions) {
     super(cluster, options);
     this.#t = tablesFor(options.tablePrefix ?? 'quorumfence_');
+    this.#statements = new StatementTexts(this.#t);
     this.#pool = pool;
   }
 
@@ -197,10 +198,9 @@ export class PostgresGuard extends GuardAdapter {
       let result: QueryResult;
       try {
         const raise = !sameBarrier(cached, next);
-        const sql = statementSql(this.#t, text, values.length, { returning, requireRow, raise });
+        const prepared = this.#statements.get(text, values.length, { returning, requireRow, raise }, statement.prepare);
         result = await this.#pool.query({
-          ...(statement.prepare === false ? {} : { name: preparedName(sql) }),
-          text: sql,
+          ...prepared,
           values: [
             ...values,
             ...statementValues(request.resource, cached, raise ? next : undefined, JSON.stringify(entry)),

@@ -237,7 +237,7 @@ export function statementSql(
   callerText: string,
   callerValues: number,
   options: { returning: boolean; requireRow: boolean; raise: boolean },
-): string {
+): { text: string; name: string } {
   const p = (i: number) => `$${callerValues + i}`;
   const expected = `resource = ${p(1)}::text AND epoch = ${p(2)}::bigint AND token_digest = ${p(3)}::bytea
         AND replay_high IS NOT DISTINCT FROM ${p(4)}::bigint AND replay_seen IS NOT DISTINCT FROM ${p(5)}::numeric`;
@@ -261,11 +261,13 @@ export function statementSql(
     ? `, ${t.rowRequired}((SELECT true FROM quorumfence_write LIMIT 1)) AS quorumfence_found`
     : '';
   const held = `SELECT ${t.fenceHeld}((SELECT seq FROM quorumfence_logged)) AS quorumfence_seq${found}`;
-  if (!options.returning) return `${head} ${held}`;
-  return `${head}
+  const text = !options.returning
+    ? `${head} ${held}`
+    : `${head}
     SELECT g.*, w.* FROM (${held}) g
     LEFT JOIN LATERAL (SELECT true AS quorumfence_row, * FROM quorumfence_write WHERE g.quorumfence_seq IS NOT NULL) w
     ON true`;
+  return { text, name: preparedName(text) };
 }
 
 /** The guard's parameters of statementSql, after the caller's: the new barrier only when it raises. */
@@ -363,4 +365,31 @@ export function statementRows<R>(rows: Record<string, unknown>[]): R[] {
 /** A prepared statement's name, from its text: one text, one name, on every connection. */
 export function preparedName(sql: string): string {
   return `quorumfence_${createHash('sha256').update(sql).digest('hex').slice(0, 32)}`;
+}
+
+/** Statement texts whose guard SQL is kept built (first in, first out). */
+const BUILT_TEXTS = 256;
+
+/** statementSql per caller text, built once: a hot loop sends one text, and hashing it per write shows in the bench. */
+export class StatementTexts {
+  readonly #built = new Map<string, { text: string; name: string }>();
+  constructor(private readonly tables: Tables) {}
+
+  /** The guard's SQL around `text`, with its prepared-statement name unless `prepare` is false. */
+  get(
+    text: string,
+    values: number,
+    options: { returning: boolean; requireRow: boolean; raise: boolean },
+    prepare = true,
+  ): { text: string; name?: string } {
+    const key = `${values}|${options.returning}|${options.requireRow}|${options.raise}|${text}`;
+    let sql = this.#built.get(key);
+    if (sql === undefined) {
+      sql = statementSql(this.tables, text, values, options);
+      this.#built.set(key, sql);
+      // Bounded: texts built per call (prepare: false) must not grow it without end.
+      if (this.#built.size > BUILT_TEXTS) this.#built.delete(this.#built.keys().next().value!);
+    }
+    return prepare ? sql : { text: sql.text };
+  }
 }
