@@ -50,13 +50,17 @@ import {
 import {
   BARRIER_COLUMNS,
   FENCE_MOVED,
+  MutationFailure,
   NO_ROW,
   batch,
   checkNoNul,
   checkStatement,
   statementRows,
   type FencedStatement,
+  type PostgresMutation,
+  type PostgresWriteContext,
   type StatementResult,
+  type WriteForm,
   ROW_REQUIRED,
   appendSql,
   createSchema,
@@ -72,7 +76,15 @@ import {
   type Tables,
 } from './postgres-sql.js';
 
-export { POSTGRES_GUARD_FORMAT, type FencedStatement, type StatementResult } from './postgres-sql.js';
+export {
+  POSTGRES_GUARD_FORMAT,
+  type FencedStatement,
+  type PostgresMutation,
+  type PostgresMutationRefusal,
+  type PostgresWriteContext,
+  type StatementResult,
+  type WriteForm,
+} from './postgres-sql.js';
 export { DEFAULT_MAX_LOG_PAGE, DEFAULT_MAX_REFUSED_LOG_ENTRIES };
 
 export interface PostgresGuardOptions extends GuardAdapterOptions {
@@ -82,24 +94,6 @@ export interface PostgresGuardOptions extends GuardAdapterOptions {
 
 /** Barriers remembered for the single-statement form; a miss costs one transaction-form write. */
 export const BARRIER_CACHE_SIZE = 4096;
-
-export type PostgresMutationRefusal = MutationRefusal;
-
-/** What the caller's mutation gets: SQL inside the guard's transaction. */
-export interface PostgresWriteContext {
-  readonly resource: string;
-  readonly epoch: bigint;
-  readonly holder: Uint8Array;
-  /** Runs one statement in the guard's transaction, on the guard's connection. */
-  query<R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
-  /** Refuse the attempt (e.g. an UPDATE ... WHERE version = $n matched no row); everything is rolled back. */
-  refuse(reason: 'version_mismatch', message?: string): PostgresMutationRefusal;
-}
-
-export type PostgresMutation<T> = (tx: PostgresWriteContext) => T | Promise<T>;
-
-/** How a write went, for the bench and tests: `statement` = one round trip. */
-export type WriteForm = 'statement' | 'transaction';
 
 export class PostgresGuard extends GuardAdapter {
   readonly #pool: Pool;
@@ -453,12 +447,5 @@ export class PostgresGuard extends GuardAdapter {
   /** Nothing beyond the writes in flight (GuardAdapter.close): the pool is the caller's to end. */
   protected closeStore(): Promise<void> {
     return Promise.resolve();
-  }
-}
-
-/** Carries a mutation's own error past the connection clean-up, so the connection is not discarded for it. */
-class MutationFailure extends Error {
-  constructor(override readonly cause: unknown) {
-    super('mutation failed');
   }
 }

@@ -18,7 +18,8 @@
  *                               be refused then
  */
 import { createHash } from 'node:crypto';
-import pg, { type PoolClient, type QueryResult } from 'pg';
+import pg, { type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
+import type { MutationRefusal } from './adapter.js';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Cluster } from '../cluster/description.js';
 import type { Barrier } from './fence.js';
@@ -288,6 +289,24 @@ export function statementValues(
   return [resource, epoch, digest, high, seen, entryJson, ...(next ? columns(next) : [])];
 }
 
+export type PostgresMutationRefusal = MutationRefusal;
+
+/** What the caller's mutation gets: SQL inside the guard's transaction. */
+export interface PostgresWriteContext {
+  readonly resource: string;
+  readonly epoch: bigint;
+  readonly holder: Uint8Array;
+  /** Runs one statement in the guard's transaction, on the guard's connection. */
+  query<R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
+  /** Refuse the attempt (e.g. an UPDATE ... WHERE version = $n matched no row); everything is rolled back. */
+  refuse(reason: 'version_mismatch', message?: string): PostgresMutationRefusal;
+}
+
+export type PostgresMutation<T> = (tx: PostgresWriteContext) => T | Promise<T>;
+
+/** How a write went, for the bench and tests: `statement` = one round trip. */
+export type WriteForm = 'statement' | 'transaction';
+
 /** One data statement for `writeStatement`. */
 export interface FencedStatement {
   /** INSERT, UPDATE or DELETE (it runs as a CTE), with its own parameters $1..$n; no trailing semicolon needed. */
@@ -391,5 +410,12 @@ export class StatementTexts {
       if (this.#built.size > BUILT_TEXTS) this.#built.delete(this.#built.keys().next().value!);
     }
     return prepare ? sql : { text: sql.text };
+  }
+}
+
+/** Carries a mutation's own error past the connection clean-up, so the connection is not discarded for it. */
+export class MutationFailure extends Error {
+  constructor(override readonly cause: unknown) {
+    super('mutation failed');
   }
 }
