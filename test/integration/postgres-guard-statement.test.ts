@@ -107,6 +107,22 @@ describe('single-statement form', () => {
       });
     expect(await cas('v0', 'lost')).toMatchObject({ ok: false, reason: 'version_mismatch', barrier: 1n });
     expect(await cas('v1', 'v2')).toMatchObject({ ok: true, result: { rows: [{ value: 'v2' }] } });
+    // A guard that has not seen the resource takes the transaction form: the same refusal.
+    const cold = await PostgresGuard.open(pool, factory.cluster);
+    try {
+      const before = cold.forms;
+      const r = await cold.writeStatement(request, {
+        text: 'UPDATE kv SET value = $3 WHERE resource = $1 AND key = $2 AND value = $4 RETURNING value',
+        values: ['cas', 'k', 'lost', 'v1'],
+        returning: true,
+        requireRow: true,
+      });
+      expect(r).toMatchObject({ ok: false, reason: 'version_mismatch', barrier: 1n });
+      expect(cold.forms).toEqual({ statement: before.statement, transaction: before.transaction + 1 });
+    } finally {
+      await cold.close();
+    }
+    expect((await pool.query('SELECT value FROM kv WHERE resource = $1', ['cas'])).rows).toEqual([{ value: 'v2' }]);
   });
 
   test('a malformed statement is refused with INVALID_ARGUMENT before any SQL runs, and a closed guard with CLOSED', async () => {
