@@ -209,7 +209,12 @@ export class PostgresGuard extends GuardAdapter {
         if (code === undefined) throw error; // not the statement's doing (connection, pool): nothing to log
         this.#forms.statement++;
         const reason = code === ROW_REQUIRED ? 'version_mismatch' : 'aborted';
-        const logged = await this.#appendRefused(this.refusalEntry(0, request, admission, reason, cached.epoch));
+        // When the server is what failed, the log append fails too: the caller hears the first error, not the second.
+        const logged = await this.#appendRefused(this.refusalEntry(0, request, admission, reason, cached.epoch)).catch(
+          () => {
+            throw error;
+          },
+        );
         this.core.committed(logged);
         if (reason === 'aborted') throw error;
         return refusedResult(logged, NO_ROW, cached.epoch);
