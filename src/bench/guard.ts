@@ -6,8 +6,12 @@
  *               durable before it resolves
  *   firstUse    a token the guard has not seen: decode + pairing alone, and a
  *               whole guarded write (verify + fence + durable commit)
- *   postgres    guarded writes/s (PostgresGuard around an UPDATE) beside the
- *               same UPDATE without the guard, as a ratio; only with a database
+ *   postgres    the same UPDATE of one row per writer, in one loop shape,
+ *               three ways: plain (no guard), through the single-statement
+ *               form (writeStatement) and through the transaction form
+ *               (write), with each form's ratio to plain from the same run;
+ *               and the plain UPDATE through the `postgres` driver beside
+ *               `pg`, for the driver choice. Only with a database.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -54,12 +58,24 @@ export interface GuardBenchFigures {
     /** A whole guarded write with a token never seen (raising the barrier), durable, in ms. */
     readonly writeMs: Timing;
   };
-  readonly postgres?: {
-    readonly guarded: Throughput;
-    readonly plainUpdate: Throughput;
-    /** guarded / plain. */
-    readonly ratio: number;
-  };
+  readonly postgres?: PostgresFigures;
+}
+
+export interface PostgresFigures {
+  /** The UPDATE alone, autocommit, through pg. */
+  readonly plainUpdate: Throughput;
+  /** writeStatement with a cached token: one round trip. */
+  readonly statement: Throughput;
+  /** write (the transaction form) with a cached token: three round trips. */
+  readonly transaction: Throughput;
+  /** statement / plainUpdate. */
+  readonly statementRatio: number;
+  /** transaction / plainUpdate. */
+  readonly transactionRatio: number;
+  /** Of the statement-form writes measured, how many held in one statement (the rest fell back). */
+  readonly statementShare: number;
+  /** The same plain UPDATE through the `postgres` driver (null when it is not installed). */
+  readonly plainUpdatePostgresDriver: Throughput | null;
 }
 
 interface Issuer {
@@ -110,6 +126,33 @@ async function measureThroughput(
   );
   const elapsed = (performance.now() - start) / 1000;
   return { concurrency: writers, writes, seconds: elapsed, perSecond: writes / elapsed };
+}
+
+/**
+ * Several write loops measured in turns (slices of `sliceSeconds` each, round
+ * after round, for `seconds` in all per loop), so a change in the machine's
+ * load during the run weighs on every loop alike and their ratios hold.
+ */
+async function measureInTurns(
+  writers: number,
+  seconds: number,
+  loops: readonly ((writer: number, n: number) => Promise<boolean>)[],
+  sliceSeconds = 0.25,
+): Promise<Throughput[]> {
+  const totals = loops.map(() => ({ writes: 0, seconds: 0 }));
+  for (let round = 0; round * sliceSeconds < seconds; round++) {
+    for (const [i, loop] of loops.entries()) {
+      const slice = await measureThroughput(writers, sliceSeconds, loop);
+      totals[i]!.writes += slice.writes;
+      totals[i]!.seconds += slice.seconds;
+    }
+  }
+  return totals.map((t) => ({
+    concurrency: writers,
+    writes: t.writes,
+    seconds: t.seconds,
+    perSecond: t.writes / t.seconds,
+  }));
 }
 
 export async function benchGuard(options: GuardBenchOptions = {}): Promise<GuardBenchFigures> {
@@ -181,7 +224,7 @@ async function benchPostgres(
   concurrency: number,
   seconds: number,
   value: Uint8Array,
-): Promise<NonNullable<GuardBenchFigures['postgres']>> {
+): Promise<PostgresFigures> {
   const { default: pg } = await import('pg');
   const pool = new pg.Pool({ ...config, max: concurrency });
   const prefix = `bench_${process.pid}_`;
@@ -197,31 +240,86 @@ async function benchPostgres(
     const tokens = resources.map((r) => issuer.issue(r, 1n));
     const guard = await PostgresGuard.open(pool, issuer.cluster, { tablePrefix: prefix });
     const update = `UPDATE ${table} SET value = $3 WHERE resource = $1 AND key = $2`;
+    const request = (writer: number) => ({ token: tokens[writer]!, resource: resources[writer]!, key: 'k', op: 'put' });
     try {
+      // Warm-up: each token verified once and each barrier known (cached token, as the target says).
       for (let w = 0; w < concurrency; w++) {
-        await guard.write({ token: tokens[w]!, resource: resources[w]!, key: 'k' }, (tx) =>
-          tx.query(update, [resources[w], 'k', text]),
-        );
+        await guard.write(request(w), (tx) => tx.query(update, [resources[w], 'k', text]));
       }
-      const guarded = await measureThroughput(concurrency, seconds, async (writer) => {
-        const resource = resources[writer]!;
-        const result = await guard.write({ token: tokens[writer]!, resource, key: 'k', op: 'put' }, (tx) =>
-          tx.query(update, [resource, 'k', text]),
-        );
-        return result.ok;
-      });
-      const plainUpdate = await measureThroughput(concurrency, seconds, async (writer) => {
-        const result = await pool.query(update, [resources[writer], 'k', text]);
-        return result.rowCount === 1;
-      });
-      return { guarded, plainUpdate, ratio: guarded.perSecond / plainUpdate.perSecond };
+      const formsBefore = guard.forms;
+      const turns = await measureInTurns(concurrency, seconds, [
+        async (writer) => (await pool.query(update, [resources[writer], 'k', text])).rowCount === 1,
+        async (writer) =>
+          (await guard.writeStatement(request(writer), { text: update, values: [resources[writer], 'k', text] })).ok,
+        async (writer) =>
+          (await guard.write(request(writer), (tx) => tx.query(update, [resources[writer], 'k', text]))).ok,
+      ]);
+      const [plainUpdate, statement, transaction] = [turns[0]!, turns[1]!, turns[2]!];
+      const held = guard.forms.statement - formsBefore.statement;
+      const plainUpdatePostgresDriver = await plainUpdateThroughPostgresDriver(
+        config,
+        concurrency,
+        seconds,
+        update,
+        resources,
+        text,
+      );
+      return {
+        plainUpdate,
+        statement,
+        transaction,
+        statementRatio: statement.perSecond / plainUpdate.perSecond,
+        transactionRatio: transaction.perSecond / plainUpdate.perSecond,
+        statementShare: statement.writes === 0 ? 0 : held / statement.writes,
+        plainUpdatePostgresDriver,
+      };
     } finally {
       await guard.close();
       for (const t of ['meta', 'barrier', 'guard_log', 'kv']) await pool.query(`DROP TABLE IF EXISTS ${prefix}${t}`);
       await pool.query(`DROP SEQUENCE IF EXISTS ${prefix}guard_log_seq`);
+      await pool.query(`DROP FUNCTION IF EXISTS ${prefix}fence_held(bigint), ${prefix}row_required(boolean)`);
     }
   } finally {
     await pool.end();
+  }
+}
+
+/** The plain UPDATE through the `postgres` driver (a development dependency): null when it is not installed. */
+async function plainUpdateThroughPostgresDriver(
+  config: PoolConfig,
+  concurrency: number,
+  seconds: number,
+  update: string,
+  resources: readonly string[],
+  text: string,
+): Promise<Throughput | null> {
+  type Connect = typeof import('postgres');
+  let connect: Connect;
+  try {
+    // The package's types say `export =`; its ESM build has a default export. Either shape works here.
+    const loaded = (await import('postgres')) as Connect | { default: Connect };
+    connect = 'default' in loaded ? loaded.default : loaded;
+  } catch {
+    return null;
+  }
+  const options = { max: concurrency, onnotice: () => undefined };
+  const sql = config.connectionString
+    ? connect(config.connectionString, options)
+    : connect({
+        ...options,
+        host: config.host ?? '127.0.0.1',
+        port: config.port ?? 5432,
+        ...(config.user ? { user: config.user } : {}),
+        ...(typeof config.password === 'string' ? { password: config.password } : {}),
+        ...(config.database ? { database: config.database } : {}),
+      });
+  try {
+    return await measureThroughput(concurrency, seconds, async (writer) => {
+      const result = await sql.unsafe(update, [resources[writer]!, 'k', text], { prepare: true });
+      return result.count === 1;
+    });
+  } finally {
+    await sql.end({ timeout: 5 });
   }
 }
 
@@ -234,12 +332,24 @@ export function formatGuardFigures(f: GuardBenchFigures): string {
     `  first use, verify only:  ${ms(f.firstUse.verifyMs)}`,
     `  first use, whole write:  ${ms(f.firstUse.writeMs)}`,
   ];
-  if (f.postgres) {
-    lines.push(
-      `  PostgreSQL, guarded:     ${f.postgres.guarded.perSecond.toFixed(0)} writes/s (${f.postgres.guarded.concurrency} connections)`,
-      `  PostgreSQL, plain UPDATE: ${f.postgres.plainUpdate.perSecond.toFixed(0)} writes/s`,
-      `  ratio guarded / plain:   ${f.postgres.ratio.toFixed(2)}`,
-    );
-  }
+  if (f.postgres) lines.push(...postgresRows(f.postgres).map(([name, figure]) => `  ${name}: ${figure}`));
   return lines.join('\n');
+}
+
+/** The PostgreSQL figures as table rows (the bench command's table and formatGuardFigures). */
+export function postgresRows(p: PostgresFigures): [string, string][] {
+  const rate = (t: Throughput) =>
+    `${t.perSecond.toFixed(0)} writes/s (${t.concurrency} connections, ${t.writes} writes)`;
+  return [
+    ['PostgreSQL plain UPDATE (pg)', rate(p.plainUpdate)],
+    ['PostgreSQL fenced, single statement', rate(p.statement)],
+    ['PostgreSQL fenced, transaction', rate(p.transaction)],
+    ['single statement / plain', p.statementRatio.toFixed(2)],
+    ['transaction / plain', p.transactionRatio.toFixed(2)],
+    ['single-statement writes that held in one statement', `${(p.statementShare * 100).toFixed(1)}%`],
+    [
+      'PostgreSQL plain UPDATE (postgres driver)',
+      p.plainUpdatePostgresDriver ? rate(p.plainUpdatePostgresDriver) : 'not installed',
+    ],
+  ];
 }

@@ -11,7 +11,7 @@ import { QuorumFenceError } from '../common/errors.js';
 import { loadBackend } from '../crypto/load.js';
 import { benchCrypto, type CryptoFigures } from '../bench/crypto.js';
 import { benchEtcd, findEtcd, type EtcdFigures } from '../bench/etcd.js';
-import { benchGuard, type GuardBenchFigures } from '../bench/guard.js';
+import { benchGuard, postgresRows, type GuardBenchFigures } from '../bench/guard.js';
 import type { Timing } from '../bench/measure.js';
 import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
 import { benchCeremony } from '../bench/ceremony.js';
@@ -171,9 +171,7 @@ export const command: Command = {
         ['first use of a new token: whole durable write', timing(guard.firstUse.writeMs)],
       ];
       if (guard.postgres) {
-        rows.push(['PostgreSQL guarded writes/s', guard.postgres.guarded.perSecond.toFixed(0)]);
-        rows.push(['PostgreSQL plain UPDATE/s', guard.postgres.plainUpdate.perSecond.toFixed(0)]);
-        rows.push(['guarded / plain', guard.postgres.ratio.toFixed(2)]);
+        rows.push(...postgresRows(guard.postgres));
       }
       out.push(table(rows));
     }

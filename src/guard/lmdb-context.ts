@@ -8,6 +8,9 @@ import type { Database } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
 import { copyBytes, storeKey } from '../common/bytes.js';
 import { expectGuardKey } from '../common/check.js';
+import { isRefusal, mutationRefusal, type MutationRefusal } from './adapter.js';
+
+export { isRefusal, type MutationRefusal };
 
 export interface StoredValue {
   readonly value: Uint8Array;
@@ -23,12 +26,6 @@ export interface StoredValue {
 export interface VersionCondition {
   readonly key: string;
   readonly version: number;
-}
-
-/** Returned by a mutation (`return tx.refuse(...)`) to refuse the attempt after the fence passed. */
-export interface MutationRefusal {
-  readonly refusal: 'version_mismatch';
-  readonly message: string;
 }
 
 /** What the caller's mutation sees: its resource's keys, inside the write transaction. */
@@ -54,8 +51,6 @@ export interface DataRecord {
   value: Uint8Array;
   version: number;
 }
-
-const REFUSAL = Symbol('quorumfence.refusal');
 
 export class BufferedContext implements LmdbWriteContext {
   readonly changes = new Map<string, Uint8Array | null>();
@@ -101,13 +96,7 @@ export class BufferedContext implements LmdbWriteContext {
     return existed;
   }
 
-  refuse(reason: 'version_mismatch', message = "the write's precondition does not hold"): MutationRefusal {
-    const refusal = { refusal: reason, message };
-    Object.defineProperty(refusal, REFUSAL, { value: true });
-    return refusal;
+  refuse(reason: 'version_mismatch', message?: string): MutationRefusal {
+    return mutationRefusal(reason, message);
   }
-}
-
-export function isRefusal(value: unknown): value is MutationRefusal {
-  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[REFUSAL] === true;
 }

@@ -36,17 +36,22 @@ import { expectGuardKey, expectInteger, expectResource, expectString } from '../
 import type { Cluster } from '../cluster/description.js';
 import type { Barrier } from './fence.js';
 import {
-  GuardCore,
   checkGuardRequest,
   fenceMessage,
   refusedResult,
   sameBarrier,
   type Admission,
-  type GuardOptions,
   type GuardRequest,
   type GuardResult,
 } from './core.js';
 import type { GuardLogEntry, GuardLogQuery } from './log.js';
+import {
+  DEFAULT_MAX_LOG_PAGE,
+  DEFAULT_MAX_REFUSED_LOG_ENTRIES,
+  GuardAdapter,
+  type GuardAdapterOptions,
+  type LogRetention,
+} from './adapter.js';
 import {
   BufferedContext,
   isRefusal,
@@ -59,6 +64,7 @@ import {
 } from './lmdb-context.js';
 
 export type { LmdbMutation, LmdbWriteContext, MutationRefusal, StoredValue, VersionCondition };
+export { DEFAULT_MAX_LOG_PAGE, DEFAULT_MAX_REFUSED_LOG_ENTRIES };
 
 /**
  * v2: barrier and data keys are storeKey encodings (length-prefixed UTF-8
@@ -72,30 +78,13 @@ const REFUSED_FORMATS: Readonly<Record<string, string>> = {
     'start from an empty directory (the barriers rebuild from the next accepted tokens)',
 };
 
-export interface LmdbGuardOptions extends GuardOptions {
+export interface LmdbGuardOptions extends GuardAdapterOptions {
   /** Largest value one put may store, in bytes. Default DEFAULT_MAX_VALUE_BYTES. */
   readonly maxValueBytes?: number;
-  /** Most log entries one readLog call returns. Default DEFAULT_MAX_LOG_PAGE. */
-  readonly maxLogPage?: number;
-  /**
-   * Refused entries the log keeps (conflict evidence excepted); past it, the
-   * oldest refused entry is deleted in the transaction that adds a new one.
-   * Default DEFAULT_MAX_REFUSED_LOG_ENTRIES.
-   */
-  readonly maxRefusedLogEntries?: number;
 }
 
 /** 1 MiB: the reference resource's default body limit; LMDB handles larger, but a guard has no reason to. */
 export const DEFAULT_MAX_VALUE_BYTES = 1 << 20;
-/** A page of 1000 entries is a few hundred KiB of JSON. */
-export const DEFAULT_MAX_LOG_PAGE = 1000;
-/**
- * Anyone can make a refused entry (a PUT with garbage for a token), and each
- * costs ~1.3 KiB of store: 50,000 bound that to ~65 MiB while keeping hours of
- * refusals for an operator to read. Accepted entries and conflicts are never
- * dropped: they are the write history and the evidence.
- */
-export const DEFAULT_MAX_REFUSED_LOG_ENTRIES = 50_000;
 
 export interface LmdbWriteRequest extends GuardRequest {
   readonly ifVersion?: VersionCondition;
@@ -131,8 +120,7 @@ function toRecord(barrier: Barrier): BarrierRecord {
 
 type TxnOutcome<T> = { entry: GuardLogEntry; result: GuardResult<T>; thrown?: unknown };
 
-export class LmdbGuard {
-  readonly core: GuardCore;
+export class LmdbGuard extends GuardAdapter {
   readonly #root: RootDatabase;
   readonly #barriers: Database<BarrierRecord, Buffer>;
   readonly #data: Database<DataRecord, Buffer>;
@@ -141,22 +129,10 @@ export class LmdbGuard {
   /** seq of every refused entry the log still holds (conflicts excepted), oldest first: the retention queue. */
   readonly #refused: Database<true, number>;
   readonly #maxValueBytes: number;
-  readonly #maxRefusedLogEntries: number;
-  readonly #maxLogPage: number;
-  #inFlight = 0;
-  #drained: (() => void) | undefined;
-  #closed = false;
 
   private constructor(root: RootDatabase, cluster: Cluster, options: LmdbGuardOptions) {
-    this.core = new GuardCore(cluster, options);
+    super(cluster, options);
     this.#maxValueBytes = expectInteger(options.maxValueBytes ?? DEFAULT_MAX_VALUE_BYTES, 0, 1 << 30, 'maxValueBytes');
-    this.#maxLogPage = expectInteger(options.maxLogPage ?? DEFAULT_MAX_LOG_PAGE, 1, 100_000, 'maxLogPage');
-    this.#maxRefusedLogEntries = expectInteger(
-      options.maxRefusedLogEntries ?? DEFAULT_MAX_REFUSED_LOG_ENTRIES,
-      1,
-      1_000_000_000,
-      'maxRefusedLogEntries',
-    );
     this.#root = root;
     // Binary keys built by storeKey: injective, unlike the default key encoding (see LMDB_GUARD_FORMAT).
     this.#barriers = root.openDB({ name: 'barrier', keyEncoding: 'binary' });
@@ -231,24 +207,21 @@ export class LmdbGuard {
    * @throws QuorumFenceError INVALID_ARGUMENT (request shape), CLOSED, and whatever `mutation` throws
    */
   async write<T = undefined>(request: LmdbWriteRequest, mutation?: LmdbMutation<T>): Promise<GuardResult<T>> {
-    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the guard store is closed');
+    this.checkOpen();
     checkGuardRequest(request, this.core.maxKeyBytes);
     if (request.ifVersion !== undefined) {
       expectInteger(request.ifVersion.version, 0, Number.MAX_SAFE_INTEGER, 'ifVersion.version');
       expectGuardKey(request.ifVersion.key, this.core.maxKeyBytes, 'ifVersion.key');
     }
     const admission = this.core.admit(request);
-    this.#inFlight++;
-    try {
+    return this.tracked(async () => {
       const outcome = await this.#root.transaction(() => this.#decideAndApply(request, admission, mutation));
       // The durable point (see the header): committed is not yet flushed under overlappingSync.
       await this.#root.flushed;
       this.core.committed(outcome.entry);
       if ('thrown' in outcome) throw outcome.thrown;
       return outcome.result;
-    } finally {
-      if (--this.#inFlight === 0) this.#drained?.();
-    }
+    });
   }
 
   /** Runs inside the LMDB write transaction: reads, decides and writes synchronously. */
@@ -268,16 +241,7 @@ export class LmdbGuard {
       message: string,
       conflictingToken?: Uint8Array,
     ): TxnOutcome<T> => {
-      const entry = this.core.entry({
-        seq,
-        request,
-        admission,
-        outcome: reason,
-        barrierBefore: before,
-        barrierAfter: before,
-        version: null,
-        ...(conflictingToken ? { conflictingToken } : {}),
-      });
+      const entry = this.refusalEntry(seq, request, admission, reason, before, conflictingToken);
       this.#meta.putSync('lastSeq', seq);
       this.#log.putSync(seq, entry);
       if (reason !== 'conflict') this.#retainRefused(seq);
@@ -354,9 +318,9 @@ export class LmdbGuard {
   #retainRefused(seq: number): void {
     this.#refused.putSync(seq, true);
     let kept = ((this.#meta.get('refusedKept') as number | undefined) ?? 0) + 1;
-    if (kept > this.#maxRefusedLogEntries) {
+    if (kept > this.maxRefusedLogEntries) {
       let dropped = (this.#meta.get('refusedDropped') as number | undefined) ?? 0;
-      for (const oldest of this.#refused.getKeys({ limit: kept - this.#maxRefusedLogEntries })) {
+      for (const oldest of this.#refused.getKeys({ limit: kept - this.maxRefusedLogEntries })) {
         this.#log.removeSync(oldest);
         this.#refused.removeSync(oldest);
         kept--;
@@ -368,11 +332,11 @@ export class LmdbGuard {
   }
 
   /** How the log's retention stands: refused entries kept (conflicts excepted) and dropped so far. */
-  logRetention(): { readonly refusedKept: number; readonly refusedDropped: number; readonly maxRefused: number } {
+  logRetention(): LogRetention {
     return {
       refusedKept: (this.#meta.get('refusedKept') as number | undefined) ?? 0,
       refusedDropped: (this.#meta.get('refusedDropped') as number | undefined) ?? 0,
-      maxRefused: this.#maxRefusedLogEntries,
+      maxRefused: this.maxRefusedLogEntries,
     };
   }
 
@@ -428,16 +392,12 @@ export class LmdbGuard {
    * first, so seqs may skip where they were.
    */
   readLog(query: GuardLogQuery = {}): GuardLogEntry[] {
-    const after = expectInteger(query.after ?? 0, 0, Number.MAX_SAFE_INTEGER, 'after');
-    const limit = expectInteger(query.limit ?? this.#maxLogPage, 1, this.#maxLogPage, 'limit');
+    const { after, limit } = this.logPage(query);
     return [...this.#log.getRange({ start: after + 1, limit }).map(({ value }) => value)];
   }
 
-  /** Waits for writes in flight, then closes the environment. Idempotent. */
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    if (this.#inFlight > 0) await new Promise<void>((resolve) => (this.#drained = resolve));
+  /** After the writes in flight (GuardAdapter.close): the environment. */
+  protected async closeStore(): Promise<void> {
     await this.#root.close();
   }
 }

@@ -1,144 +1,128 @@
 /**
- * The PostgreSQL guard store, through `pg`. A barrier table with one row per
- * resource; each attempt runs in one transaction on one pooled connection:
+ * The PostgreSQL guard store, through `pg` (docs/guard-postgres.md has the
+ * SQL and the argument). Two forms of write, one decision (decideFence):
  *
- *   BEGIN
- *   SELECT ... FROM barrier WHERE resource = $1 FOR UPDATE    row lock until COMMIT
- *     (first write to a resource: INSERT a placeholder row with epoch 0,
- *      ON CONFLICT DO NOTHING, then the SELECT again; a racing transaction
- *      waits on our uncommitted row, then finds it and waits on its lock)
- *   decide (pure, core.ts)
- *   the caller's SQL, through the same client
- *   UPDATE barrier + INSERT the log entry                     one statement
- *   COMMIT
+ * - `writeStatement`: one data statement, one round trip, autocommit. The
+ *   guard decides against the barrier it last saw for the resource and sends
+ *   one statement that compare-and-sets the whole barrier row, appends the
+ *   log entry and runs the caller's statement (postgres-sql.ts,
+ *   statementSql). A barrier that moved aborts the statement whole; the
+ *   guard then runs the transaction form, which decides again under the lock.
+ * - `write`: any statements, three round trips: BEGIN + lock the barrier row
+ *   (FOR UPDATE, a placeholder row first time); the caller's SQL; raise the
+ *   barrier + append the entry + COMMIT. Batches go as one simple-query
+ *   message (pg does not pipeline).
  *
- * Concurrent attempts on one resource serialise on the row lock, so the
- * decision and the data change are one atomic step under READ COMMITTED
- * (the row is re-read after the lock is granted); attempts on different
- * resources run in parallel. Durability is PostgreSQL's: COMMIT returns once
- * the WAL is flushed (synchronous_commit = on, the default; a server running
- * with it off weakens S4 and is the operator's choice).
- *
- * A refusal decided before the caller's SQL runs (every fence refusal) is
- * logged in the same transaction, which changes nothing else. When the
- * caller's SQL throws or the mutation refuses (`tx.refuse`), the transaction
- * is rolled back whole and the refusal is logged by a second, single-statement
- * transaction before `write` returns: PostgreSQL aborts a transaction at its
- * first error, and a savepoint around every mutation would cost two more round
- * trips on every write to serve the rare case.
+ * Attempts on one resource serialise on its barrier row, so decision and data
+ * commit as one step under READ COMMITTED; COMMIT is durable with
+ * synchronous_commit = on (the default). A fence refusal is logged in the
+ * transaction that saw it; when the caller's SQL fails or refuses, everything
+ * is rolled back and the refusal logged by a second transaction (PostgreSQL
+ * aborts a transaction at its first error; a savepoint per write would cost
+ * every write for the rare case). Refused entries (conflicts excepted) are
+ * kept up to maxRefusedLogEntries, as with LMDB (retainSql).
  */
-import type { Pool, PoolClient, QueryResult, QueryResultRow } from 'pg';
+import pg, { type Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
 import { QuorumFenceError } from '../common/errors.js';
-import { expectInteger, expectResource } from '../common/check.js';
+import { expectResource } from '../common/check.js';
 import type { Cluster } from '../cluster/description.js';
 import type { Barrier } from './fence.js';
 import {
-  GuardCore,
   checkGuardRequest,
   fenceMessage,
   refusedResult,
   sameBarrier,
   type Admission,
-  type GuardOptions,
   type GuardRequest,
   type GuardResult,
 } from './core.js';
 import { parseGuardLogEntry, type GuardLogEntry, type GuardLogQuery } from './log.js';
+import {
+  DEFAULT_MAX_LOG_PAGE,
+  DEFAULT_MAX_REFUSED_LOG_ENTRIES,
+  GuardAdapter,
+  isRefusal,
+  mutationRefusal,
+  type GuardAdapterOptions,
+  type LogRetention,
+  type MutationRefusal,
+} from './adapter.js';
+import {
+  BARRIER_COLUMNS,
+  FENCE_MOVED,
+  MutationFailure,
+  NO_ROW,
+  batch,
+  checkNoNul,
+  checkStatement,
+  statementRows,
+  type FencedStatement,
+  type PostgresMutation,
+  type PostgresWriteContext,
+  type StatementResult,
+  type WriteForm,
+  ROW_REQUIRED,
+  appendSql,
+  createSchema,
+  literal,
+  lockSql,
+  raiseSql,
+  retainSql,
+  StatementTexts,
+  statementValues,
+  tablesFor,
+  toBarrier,
+  type BarrierRow,
+  type Tables,
+} from './postgres-sql.js';
 
-export const POSTGRES_GUARD_FORMAT = 'quorumfence/guard-postgres/v1';
+export {
+  POSTGRES_GUARD_FORMAT,
+  type FencedStatement,
+  type PostgresMutation,
+  type PostgresMutationRefusal,
+  type PostgresWriteContext,
+  type StatementResult,
+  type WriteForm,
+} from './postgres-sql.js';
+export { DEFAULT_MAX_LOG_PAGE, DEFAULT_MAX_REFUSED_LOG_ENTRIES };
 
-export interface PostgresGuardOptions extends GuardOptions {
-  /** Prefix of the guard's tables. Default `quorumfence_`. Lowercase letters, digits, underscores. */
+export interface PostgresGuardOptions extends GuardAdapterOptions {
+  /** Prefix of the guard's tables and functions. Default `quorumfence_`. Lowercase letters, digits, underscores. */
   readonly tablePrefix?: string;
-  /** Most log entries one readLog call returns. Default DEFAULT_MAX_LOG_PAGE. */
-  readonly maxLogPage?: number;
 }
 
-/** A page of 1000 entries is a few hundred KiB of JSON. */
-export const DEFAULT_MAX_LOG_PAGE = 1000;
-const TABLE_PREFIX = /^[a-z_][a-z0-9_]{0,39}$/;
-/** Any constant: the advisory lock that serialises concurrent schema creation. */
-const SCHEMA_LOCK = 0x71f3_0001;
+/** Barriers remembered for the single-statement form; a miss costs one transaction-form write. */
+export const BARRIER_CACHE_SIZE = 4096;
 
-export interface PostgresMutationRefusal {
-  readonly refusal: 'version_mismatch';
-  readonly message: string;
-}
-
-/** What the caller's mutation gets: SQL inside the guard's transaction. */
-export interface PostgresWriteContext {
-  readonly resource: string;
-  readonly epoch: bigint;
-  readonly holder: Uint8Array;
-  /** Runs one statement in the guard's transaction, on the guard's connection. */
-  query<R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
-  /** Refuse the attempt (e.g. an UPDATE ... WHERE version = $n matched no row); everything is rolled back. */
-  refuse(reason: 'version_mismatch', message?: string): PostgresMutationRefusal;
-}
-
-export type PostgresMutation<T> = (tx: PostgresWriteContext) => T | Promise<T>;
-
-interface BarrierRow {
-  epoch: string;
-  token_digest: Buffer;
-  token: Buffer;
-  replay_high: string | null;
-  replay_seen: string | null;
-}
-
-const REFUSAL = Symbol('quorumfence.refusal');
-
-function isRefusal(value: unknown): value is PostgresMutationRefusal {
-  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[REFUSAL] === true;
-}
-
-function toBarrier(row: BarrierRow): Barrier | undefined {
-  if (row.epoch === '0') return undefined; // the placeholder of a resource nothing was accepted for yet
-  return {
-    epoch: BigInt(row.epoch),
-    tokenDigest: new Uint8Array(row.token_digest),
-    token: new Uint8Array(row.token),
-    replay: row.replay_high === null ? null : { high: BigInt(row.replay_high), seen: BigInt(row.replay_seen ?? '0') },
-  };
-}
-
-export class PostgresGuard {
-  readonly core: GuardCore;
+export class PostgresGuard extends GuardAdapter {
   readonly #pool: Pool;
-  readonly #t: { meta: string; barrier: string; log: string; seq: string };
-  readonly #maxLogPage: number;
-  #inFlight = 0;
-  #drained: (() => void) | undefined;
-  #closed = false;
+  readonly #t: Tables;
+  /** The last barrier this guard committed or read per resource, LRU-bounded (insertion order). */
+  readonly #barriers = new Map<string, Barrier>();
+  readonly #forms: Record<WriteForm, number> = { statement: 0, transaction: 0 };
+  readonly #statements: StatementTexts;
 
   private constructor(pool: Pool, cluster: Cluster, options: PostgresGuardOptions) {
-    this.core = new GuardCore(cluster, options);
-    const prefix = options.tablePrefix ?? 'quorumfence_';
-    if (!TABLE_PREFIX.test(prefix)) {
-      throw new QuorumFenceError(
-        'INVALID_ARGUMENT',
-        '"tablePrefix" expected lowercase letters, digits and underscores',
-        { field: 'tablePrefix' },
-      );
-    }
-    this.#t = {
-      meta: `${prefix}meta`,
-      barrier: `${prefix}barrier`,
-      log: `${prefix}guard_log`,
-      seq: `${prefix}guard_log_seq`,
-    };
-    this.#maxLogPage = expectInteger(options.maxLogPage ?? DEFAULT_MAX_LOG_PAGE, 1, 100_000, 'maxLogPage');
+    super(cluster, options);
+    this.#t = tablesFor(options.tablePrefix ?? 'quorumfence_');
+    this.#statements = new StatementTexts(this.#t);
     this.#pool = pool;
   }
 
   /**
-   * Creates the guard's tables if missing and checks they belong to `cluster`.
+   * Creates the guard's tables and functions if missing and checks they belong to `cluster`.
    * The pool stays the caller's: `close` does not end it.
    * @throws QuorumFenceError CLUSTER_MISMATCH, STORE_CORRUPT, INVALID_ARGUMENT; pg errors when the server is unreachable
    */
   static async open(pool: Pool, cluster: Cluster, options: PostgresGuardOptions = {}): Promise<PostgresGuard> {
     const guard = new PostgresGuard(pool, cluster, options);
-    await guard.#createSchema(cluster);
+    const client = await pool.connect();
+    try {
+      await createSchema(client, guard.#t, cluster);
+    } finally {
+      client.release();
+    }
     return guard;
   }
 
@@ -147,140 +131,195 @@ export class PostgresGuard {
     return this.#t;
   }
 
-  async #createSchema(cluster: Cluster): Promise<void> {
-    const t = this.#t;
-    const client = await this.#pool.connect();
-    try {
-      await client.query('BEGIN');
-      await client.query('SELECT pg_advisory_xact_lock($1)', [SCHEMA_LOCK]);
-      await client.query(`CREATE TABLE IF NOT EXISTS ${t.meta} (key text PRIMARY KEY, value text NOT NULL)`);
-      await client.query(
-        `CREATE TABLE IF NOT EXISTS ${t.barrier} (
-           resource text PRIMARY KEY,
-           epoch bigint NOT NULL CHECK (epoch >= 0),
-           token_digest bytea NOT NULL,
-           token bytea NOT NULL,
-           replay_high bigint,
-           replay_seen numeric(20, 0)
-         )`,
-      );
-      await client.query(`CREATE SEQUENCE IF NOT EXISTS ${t.seq}`);
-      await client.query(
-        `CREATE TABLE IF NOT EXISTS ${t.log} (seq bigint PRIMARY KEY, resource text NOT NULL, entry jsonb NOT NULL)`,
-      );
-      await client.query(
-        `INSERT INTO ${t.meta} (key, value) VALUES ('format', $1), ('clusterId', $2) ON CONFLICT (key) DO NOTHING`,
-        [POSTGRES_GUARD_FORMAT, cluster.idHex],
-      );
-      const rows = (await client.query<{ key: string; value: string }>(`SELECT key, value FROM ${t.meta}`)).rows;
-      const meta = new Map(rows.map((r) => [r.key, r.value]));
-      if (meta.get('format') !== POSTGRES_GUARD_FORMAT) {
-        throw new QuorumFenceError(
-          'STORE_CORRUPT',
-          `guard tables: unknown format ${JSON.stringify(meta.get('format'))}`,
-        );
-      }
-      if (meta.get('clusterId') !== cluster.idHex) {
-        throw new QuorumFenceError(
-          'CLUSTER_MISMATCH',
-          `guard tables belong to cluster ${String(meta.get('clusterId')).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`,
-        );
-      }
-      await client.query('COMMIT');
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw error;
-    } finally {
-      client.release();
-    }
+  /**
+   * Attempts so far by form: `statement` counts those decided in one statement
+   * (accepted, or refused by the statement itself); `transaction` the rest
+   * that reached a barrier, `write`s and fallbacks alike.
+   */
+  get forms(): Readonly<Record<WriteForm, number>> {
+    return { ...this.#forms };
   }
 
   /**
-   * One guarded attempt: verify, lock and fence, run `mutation`'s SQL, raise
+   * One guarded transaction: verify, lock and fence, run `mutation`'s SQL, raise
    * the barrier, append the log entry; durable when it resolves. A mutation
    * that throws is logged as `aborted` and its error rethrown.
    * @throws QuorumFenceError INVALID_ARGUMENT (request shape), CLOSED; pg errors; whatever `mutation` throws
    */
   async write<T = undefined>(request: GuardRequest, mutation?: PostgresMutation<T>): Promise<GuardResult<T>> {
-    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the guard is closed');
-    checkGuardRequest(request, this.core.maxKeyBytes);
-    // PostgreSQL text and jsonb cannot hold U+0000; refuse it here rather than fail inside a transaction.
-    for (const [field, value] of [
-      ['resource', request.resource],
-      ['key', request.key ?? ''],
-      ['op', request.op ?? ''],
-    ] as const) {
-      if (value.includes('\u0000'))
-        throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" must not contain U+0000 in a PostgreSQL guard`, {
-          field,
-        });
-    }
-    const admission = this.core.admit(request);
-    this.#inFlight++;
-    try {
-      const client = await this.#pool.connect();
-      let broken = false;
+    const admission = this.#admit(request);
+    return this.tracked(() => this.#transaction(request, admission, mutation));
+  }
+
+  /**
+   * One guarded data statement in one round trip (autocommit), when this guard
+   * knows the resource's barrier; otherwise, or when the barrier moved, the
+   * transaction form. Same atomicity, refusals and log as `write`.
+   * @throws QuorumFenceError INVALID_ARGUMENT (request or statement shape), CLOSED; the statement's pg error (logged `aborted`)
+   */
+  async writeStatement<R extends QueryResultRow = QueryResultRow>(
+    request: GuardRequest,
+    statement: FencedStatement,
+  ): Promise<GuardResult<StatementResult<R>>> {
+    const text = checkStatement(statement);
+    const admission = this.#admit(request);
+    const values = [...(statement.values ?? [])];
+    const returning = statement.returning ?? false;
+    const requireRow = statement.requireRow ?? false;
+    // A refusal value never reaches an accepted result (#attempt turns it into a refusal): hence the cast.
+    const viaTransaction = () =>
+      this.#transaction(request, admission, async (tx): Promise<StatementResult<R> | MutationRefusal> => {
+        const result = await tx.query<R>(text, values);
+        if (requireRow && result.rows.length === 0) return tx.refuse('version_mismatch', NO_ROW);
+        return { rows: returning ? result.rows : [] };
+      }) as Promise<GuardResult<StatementResult<R>>>;
+    return this.tracked(async () => {
+      const cached = this.#barriers.get(request.resource);
+      if (!admission.ok || cached === undefined) return viaTransaction();
+      const decision = this.core.decide(admission, cached);
+      // Refusals are rare and must name the barrier exactly: decided again under the lock.
+      if (!decision.ok) return viaTransaction();
+      const next = decision.barrier;
+      const entry = this.core.entry({
+        seq: 0,
+        request,
+        admission,
+        outcome: 'accepted',
+        barrierBefore: cached.epoch,
+        barrierAfter: next.epoch,
+        version: null,
+      });
+      let result: QueryResult;
       try {
-        return await this.#attempt(client, request, admission, mutation);
+        const raise = !sameBarrier(cached, next);
+        const prepared = this.#statements.get(text, values.length, { returning, requireRow, raise }, statement.prepare);
+        result = await this.#pool.query({
+          ...prepared,
+          values: [
+            ...values,
+            ...statementValues(request.resource, cached, raise ? next : undefined, JSON.stringify(entry)),
+          ],
+        });
       } catch (error) {
-        broken = !(error instanceof MutationFailure);
-        throw error instanceof MutationFailure ? error.cause : error;
-      } finally {
-        // A connection that failed mid-transaction is discarded rather than handed to the next writer.
-        client.release(broken);
+        const code = error instanceof pg.DatabaseError ? error.code : undefined;
+        if (code === FENCE_MOVED) {
+          this.#barriers.delete(request.resource);
+          return viaTransaction();
+        }
+        if (code === undefined) throw error; // not the statement's doing (connection, pool): nothing to log
+        this.#forms.statement++;
+        const reason = code === ROW_REQUIRED ? 'version_mismatch' : 'aborted';
+        // When the server is what failed, the log append fails too: the caller hears the first error, not the second.
+        const logged = await this.#appendRefused(this.refusalEntry(0, request, admission, reason, cached.epoch)).catch(
+          () => {
+            throw error;
+          },
+        );
+        this.core.committed(logged);
+        if (reason === 'aborted') throw error;
+        return refusedResult(logged, NO_ROW, cached.epoch);
       }
+      const committed: GuardLogEntry = {
+        ...entry,
+        seq: Number((result.rows[0] as { quorumfence_seq: string }).quorumfence_seq),
+      };
+      this.#remember(request.resource, next);
+      this.#forms.statement++;
+      this.core.committed(committed);
+      const rows = returning ? statementRows<R>(result.rows) : [];
+      return {
+        ok: true,
+        seq: committed.seq,
+        epoch: admission.token.grant.epoch,
+        barrier: next.epoch,
+        raised: decision.raised,
+        version: null,
+        result: { rows },
+      };
+    });
+  }
+
+  #admit(request: GuardRequest): Admission {
+    this.checkOpen();
+    checkGuardRequest(request, this.core.maxKeyBytes);
+    checkNoNul(request);
+    return this.core.admit(request);
+  }
+
+  #remember(resource: string, barrier: Barrier): void {
+    this.#barriers.delete(resource);
+    this.#barriers.set(resource, barrier);
+    if (this.#barriers.size > BARRIER_CACHE_SIZE) this.#barriers.delete(this.#barriers.keys().next().value!);
+  }
+
+  async #transaction<T>(
+    request: GuardRequest,
+    admission: Admission,
+    mutation: PostgresMutation<T> | undefined,
+  ): Promise<GuardResult<T>> {
+    if (!admission.ok) {
+      // Nothing to lock: the refusal needs no barrier. Its barrierBefore is what the table says now.
+      const current = await this.barrier(request.resource);
+      const entry = await this.#appendRefused(
+        this.refusalEntry(0, request, admission, admission.reason, current?.epoch),
+      );
+      this.core.committed(entry);
+      return refusedResult(entry, admission.message, current?.epoch);
+    }
+    this.#forms.transaction++;
+    const client = await this.#pool.connect();
+    let broken = false;
+    try {
+      return await this.#attempt(client, request, admission, mutation);
+    } catch (error) {
+      broken = !(error instanceof MutationFailure);
+      throw error instanceof MutationFailure ? error.cause : error;
     } finally {
-      if (--this.#inFlight === 0) this.#drained?.();
+      // A connection that failed mid-transaction is discarded rather than handed to the next writer.
+      client.release(broken);
     }
   }
 
   async #attempt<T>(
     client: PoolClient,
     request: GuardRequest,
-    admission: Admission,
+    admission: Extract<Admission, { ok: true }>,
     mutation: PostgresMutation<T> | undefined,
   ): Promise<GuardResult<T>> {
     const t = this.#t;
-    if (!admission.ok) {
-      // Nothing to lock: the refusal needs no barrier. Its barrierBefore is what the table says now.
-      const current = await this.#readBarrier(client, request.resource);
-      const entry = await this.#appendLog(
-        client,
-        this.#refusalEntry(request, admission, admission.reason, current?.epoch),
-      );
-      this.core.committed(entry);
-      return refusedResult(entry, admission.message, current?.epoch);
-    }
     const epoch = admission.token.grant.epoch;
-    await client.query('BEGIN');
     let open = true;
     try {
-      let row = await this.#lockBarrierRow(client, request.resource);
-      let placeholder = false;
-      if (row === undefined) {
-        const inserted = await client.query(
-          `INSERT INTO ${t.barrier} (resource, epoch, token_digest, token) VALUES ($1, 0, '\\x', '\\x') ON CONFLICT (resource) DO NOTHING`,
-          [request.resource],
-        );
-        placeholder = inserted.rowCount === 1;
-        row = await this.#lockBarrierRow(client, request.resource);
-        if (row === undefined) throw new QuorumFenceError('INTERNAL', 'guard: the barrier row vanished under its lock');
-      }
+      const known = this.#barriers.has(request.resource);
+      const opened = await batch(client, lockSql(t, request.resource, !known));
+      const placeholder = !known && opened[1]!.rowCount === 1;
+      const locked = opened[opened.length - 1];
+      const row = locked!.rows[0] as BarrierRow | undefined;
+      if (row === undefined) throw new QuorumFenceError('INTERNAL', 'guard: the barrier row vanished under its lock');
       const barrier = toBarrier(row);
+      if (barrier) this.#remember(request.resource, barrier);
       const before = barrier?.epoch;
       const decision = this.core.decide(admission, barrier);
       if (!decision.ok) {
-        if (placeholder) await client.query(`DELETE FROM ${t.barrier} WHERE resource = $1`, [request.resource]);
-        const entry = this.#refusalEntry(
+        const conflict = decision.reason === 'conflict';
+        const entry = this.refusalEntry(
+          0,
           request,
           admission,
           decision.reason,
           before,
           decision.reason === 'conflict' ? decision.barrierToken : undefined,
         );
-        const logged = await this.#appendLog(client, entry);
-        await client.query('COMMIT');
+        const removePlaceholder = placeholder
+          ? `DELETE FROM ${t.barrier} WHERE resource = ${literal(request.resource)};`
+          : '';
+        const results = await batch(
+          client,
+          `${removePlaceholder}${appendSql(t, JSON.stringify(entry), request.resource, !conflict)};
+           ${conflict ? '' : `${retainSql(t, this.maxRefusedLogEntries)};`} COMMIT`,
+        );
         open = false;
+        const logged = parseGuardLogEntry(results[placeholder ? 1 : 0]!.rows[0].entry);
         this.core.committed(logged);
         return refusedResult(logged, fenceMessage(decision, epoch), before);
       }
@@ -291,14 +330,13 @@ export class PostgresGuard {
       } catch (error) {
         await client.query('ROLLBACK');
         open = false;
-        const entry = await this.#appendLog(client, this.#refusalEntry(request, admission, 'aborted', before));
-        this.core.committed(entry);
+        this.core.committed(await this.#appendRefused(this.refusalEntry(0, request, admission, 'aborted', before)));
         throw new MutationFailure(error);
       }
       if (isRefusal(result)) {
         await client.query('ROLLBACK');
         open = false;
-        const entry = await this.#appendLog(client, this.#refusalEntry(request, admission, result.refusal, before));
+        const entry = await this.#appendRefused(this.refusalEntry(0, request, admission, result.refusal, before));
         this.core.committed(entry);
         return refusedResult(entry, result.message, before);
       }
@@ -313,34 +351,15 @@ export class PostgresGuard {
         barrierAfter: next.epoch,
         version: null,
       });
-      const values = [
-        JSON.stringify(entry),
-        request.resource,
-        next.epoch.toString(),
-        Buffer.from(next.tokenDigest),
-        Buffer.from(next.token),
-        next.replay ? next.replay.high.toString() : null,
-        next.replay ? next.replay.seen.toString() : null,
-      ];
-      // One round trip: raise the barrier (when it changed) and append the entry with its seq.
-      const changed = !sameBarrier(barrier, next);
-      const logged = await client.query<{ entry: unknown }>(
-        `WITH ${
-          changed
-            ? `raised AS (
-           UPDATE ${t.barrier} SET epoch = $3, token_digest = $4, token = $5, replay_high = $6, replay_seen = $7
-           WHERE resource = $2
-         ), `
-            : ''
-        }next AS (SELECT nextval('${t.seq}') AS seq)
-         INSERT INTO ${t.log} (seq, resource, entry)
-         SELECT seq, $2, $1::jsonb || jsonb_build_object('seq', seq) FROM next
-         RETURNING entry`,
-        changed ? values : values.slice(0, 2),
+      // One round trip: raise the barrier (when it changed), append the entry, commit.
+      const raise = sameBarrier(barrier, next) ? '' : `${raiseSql(t, request.resource, next)};`;
+      const results = await batch(
+        client,
+        `${raise}${appendSql(t, JSON.stringify(entry), request.resource, false)}; COMMIT`,
       );
-      await client.query('COMMIT');
       open = false;
-      const committed = parseGuardLogEntry(logged.rows[0]!.entry);
+      const committed = parseGuardLogEntry(results[raise ? 1 : 0]!.rows[0].entry);
+      this.#remember(request.resource, next);
       this.core.committed(committed);
       return {
         ok: true,
@@ -362,60 +381,26 @@ export class PostgresGuard {
       epoch: admission.token.grant.epoch,
       holder: admission.token.grant.holder,
       query: (text, values) => client.query(text, values),
-      refuse: (reason, message = "the write's precondition does not hold") => {
-        const refusal = { refusal: reason, message };
-        Object.defineProperty(refusal, REFUSAL, { value: true });
-        return refusal;
-      },
+      refuse: mutationRefusal,
     };
   }
 
-  #refusalEntry(
-    request: GuardRequest,
-    admission: Admission,
-    reason: GuardLogEntry['outcome'],
-    before: bigint | undefined,
-    conflictingToken?: Uint8Array,
-  ): GuardLogEntry {
-    return this.core.entry({
-      seq: 0,
-      request,
-      admission,
-      outcome: reason,
-      barrierBefore: before,
-      barrierAfter: before,
-      version: null,
-      ...(conflictingToken ? { conflictingToken } : {}),
-    });
-  }
-
-  /** Appends an entry (its seq from the sequence) and returns it as stored. Runs in the caller's transaction, or alone. */
-  async #appendLog(client: PoolClient, entry: GuardLogEntry): Promise<GuardLogEntry> {
+  /** Appends a refused entry in its own transaction, with the retention step; returns it as stored. */
+  async #appendRefused(entry: GuardLogEntry): Promise<GuardLogEntry> {
     const t = this.#t;
-    const result = await client.query<{ entry: unknown }>(
-      `WITH next AS (SELECT nextval('${t.seq}') AS seq)
-       INSERT INTO ${t.log} (seq, resource, entry)
-       SELECT seq, $2, $1::jsonb || jsonb_build_object('seq', seq) FROM next
-       RETURNING entry`,
-      [JSON.stringify(entry), entry.resource],
-    );
-    return parseGuardLogEntry(result.rows[0]!.entry);
-  }
-
-  async #lockBarrierRow(client: PoolClient, resource: string): Promise<BarrierRow | undefined> {
-    const result = await client.query<BarrierRow>(
-      `SELECT epoch, token_digest, token, replay_high, replay_seen FROM ${this.#t.barrier} WHERE resource = $1 FOR UPDATE`,
-      [resource],
-    );
-    return result.rows[0];
-  }
-
-  async #readBarrier(client: PoolClient, resource: string): Promise<Barrier | undefined> {
-    const result = await client.query<BarrierRow>(
-      `SELECT epoch, token_digest, token, replay_high, replay_seen FROM ${this.#t.barrier} WHERE resource = $1`,
-      [resource],
-    );
-    return result.rows[0] && toBarrier(result.rows[0]);
+    const client = await this.#pool.connect();
+    let broken = true;
+    try {
+      // One simple-query message runs as one implicit transaction.
+      const [appended] = await batch(
+        client,
+        `${appendSql(t, JSON.stringify(entry), entry.resource, true)}; ${retainSql(t, this.maxRefusedLogEntries)}`,
+      );
+      broken = false;
+      return parseGuardLogEntry(appended!.rows[0].entry);
+    } finally {
+      client.release(broken);
+    }
   }
 
   /**
@@ -424,25 +409,39 @@ export class PostgresGuard {
    */
   async barrier(resource: string): Promise<Barrier | undefined> {
     expectResource(resource);
-    const client = await this.#pool.connect();
-    try {
-      return await this.#readBarrier(client, resource);
-    } finally {
-      client.release();
-    }
+    const result = await this.#pool.query<BarrierRow>(
+      `SELECT ${BARRIER_COLUMNS} FROM ${this.#t.barrier} WHERE resource = $1`,
+      [resource],
+    );
+    return result.rows[0] && toBarrier(result.rows[0]);
+  }
+
+  /** How the log's retention stands: refused entries kept (conflicts excepted) and dropped so far. */
+  async logRetention(): Promise<LogRetention> {
+    const rows = (
+      await this.#pool.query<{ key: string; value: string }>(
+        `SELECT key, value FROM ${this.#t.meta} WHERE key IN ('refusedKept', 'refusedDropped')`,
+      )
+    ).rows;
+    const meta = new Map(rows.map((r) => [r.key, Number(r.value)]));
+    return {
+      refusedKept: meta.get('refusedKept') ?? 0,
+      refusedDropped: meta.get('refusedDropped') ?? 0,
+      maxRefused: this.maxRefusedLogEntries,
+    };
   }
 
   /**
    * Log entries with seq > after, in seq order. Within one resource, seq order
    * is decision order (the row lock is held while the seq is drawn). Across
    * resources, a transaction that drew a smaller seq may commit after one
-   * that drew a larger seq, and rolled-back draws leave gaps: a reader
-   * tailing a live log should re-read from a little before its cursor; a
-   * reader of a quiescent log (a history checker after a run) sees it whole.
+   * that drew a larger seq, and rolled-back draws leave gaps, as do refused
+   * entries dropped past maxRefusedLogEntries: a reader tailing a live log
+   * should re-read from a little before its cursor; a reader of a quiescent
+   * log (a history checker after a run) sees it whole.
    */
   async readLog(query: GuardLogQuery = {}): Promise<GuardLogEntry[]> {
-    const after = expectInteger(query.after ?? 0, 0, Number.MAX_SAFE_INTEGER, 'after');
-    const limit = expectInteger(query.limit ?? this.#maxLogPage, 1, this.#maxLogPage, 'limit');
+    const { after, limit } = this.logPage(query);
     const result = await this.#pool.query<{ entry: unknown }>(
       `SELECT entry FROM ${this.#t.log} WHERE seq > $1 ORDER BY seq LIMIT $2`,
       [after, limit],
@@ -450,17 +449,8 @@ export class PostgresGuard {
     return result.rows.map((row) => parseGuardLogEntry(row.entry));
   }
 
-  /** Waits for writes in flight. The pool is the caller's to end. Idempotent. */
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    if (this.#inFlight > 0) await new Promise<void>((resolve) => (this.#drained = resolve));
-  }
-}
-
-/** Carries a mutation's own error past the connection clean-up, so the connection is not discarded for it. */
-class MutationFailure extends Error {
-  constructor(override readonly cause: unknown) {
-    super('mutation failed');
+  /** Nothing beyond the writes in flight (GuardAdapter.close): the pool is the caller's to end. */
+  protected closeStore(): Promise<void> {
+    return Promise.resolve();
   }
 }
