@@ -115,7 +115,7 @@ export function parseInterchange(json: unknown, clusterId: Uint8Array): { replic
     if (previousKey && Buffer.compare(previousKey, key) >= 0)
       bad(`${field}.resource`, 'entries must be in strictly increasing resource order, without duplicates');
     previousKey = key;
-    entries.push({ resource, record: { epoch, holder, grantDigest: digest, released: false } });
+    entries.push({ resource, record: { epoch, holder, grantDigest: digest } });
   });
   return { replica: d.replica, entries };
 }

@@ -44,7 +44,7 @@ import type {
 } from '../protocol/messages.js';
 import { mayAccess, type AccessRules } from './access.js';
 
-/** What the signing record keeps durably per resource (never deleted, never lowered). */
+/** What the signing record keeps durably per resource (never lowered). */
 export interface SignedRecord {
   /** The highest epoch signed for the resource. */
   readonly epoch: bigint;
@@ -52,13 +52,14 @@ export interface SignedRecord {
   readonly holder: Uint8Array;
   /** grantDigest of (cluster, resource, epoch, holder): 32 bytes. */
   readonly grantDigest: Uint8Array;
-  /** The holder released the lease. */
-  readonly released: boolean;
 }
 
-/** The durable record plus the volatile lease end (monotonic ms; 0 when no lease runs). */
+/** The durable record plus the volatile lease state. */
 export interface PolicyRecord extends SignedRecord {
+  /** When the lease ends (monotonic ms; 0 when no lease runs). */
   readonly leaseEndsAt: number;
+  /** The holder released the lease since this replica started (volatile, see the header). */
+  readonly released: boolean;
 }
 
 export interface PolicyConfig {
@@ -192,7 +193,7 @@ function decideAcquire(
   }
   if (epoch > current + config.maxEpochStep) return { action: 'reply', outcome: { status: 'too_far', epoch: current } };
   const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder });
-  return { action: 'grant', record: { epoch, holder, grantDigest: digest, released: false }, leaseEndsAt: now + ttlMs };
+  return { action: 'grant', record: { epoch, holder, grantDigest: digest }, leaseEndsAt: now + ttlMs };
 }
 
 export function statusOf(record: PolicyRecord | undefined, now: number): StatusOutcome {

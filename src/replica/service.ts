@@ -40,7 +40,7 @@ export class ReplicaService {
     this.#clock = options.clock;
     this.#policy = options.policy;
     this.#metrics = options.metrics;
-    this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.unreleased);
+    this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
   }
 
   /**

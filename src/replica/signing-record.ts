@@ -1,7 +1,6 @@
 /**
  * The signing record: per resource, the highest epoch this replica signed,
- * the holder and grant digest at that epoch, and whether the holder released
- * it. It lives in LMDB (an embedded, crash-safe B-tree) in the replica's data
+ * the holder and grant digest at that epoch. It lives in LMDB (an embedded, crash-safe B-tree) in the replica's data
  * directory. Watermarks are never deleted or lowered.
  *
  * One entry point decides and writes: `checkAndRecord`. It is atomic per
@@ -40,27 +39,26 @@
  * cluster id and replica index, written at creation) and `replica.lock` (the
  * pid of the process that has the store open for writing).
  */
-import { spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
 import { decodeResource } from '../common/check.js';
 import { writeFileDurably } from '../common/files.js';
-import { MAX_EPOCH, MIN_EPOCH } from '../common/limits.js';
+import { CheckAndRecord, type RecordChange } from './check-and-record.js';
 import type { SignedRecord } from './policy.js';
+import { decodeRecord, encodeRecord } from './record-codec.js';
+import { storeCorrupt as corrupt } from './store-errors.js';
+import { takeLock } from './store-lock.js';
+import { probeStore } from './store-probe.js';
+
+export { probeSigningRecord } from './store-probe.js';
+export type { RecordChange } from './check-and-record.js';
 
 export const STORE_FORMAT = 'quorumfence/signing-record-store/v1';
 const IDENTITY_FILE = 'signing-record.json';
-const LOCK_FILE = 'replica.lock';
 const IDENTITY_KEY = 'identity';
-
-/** version(1) ‖ flags(1) ‖ epoch(8) ‖ holder(32) ‖ grantDigest(32) */
-const RECORD_VERSION = 1;
-const RECORD_BYTES = 74;
-const FLAG_RELEASED = 0x01;
 
 export interface StoreIdentity {
   readonly clusterId: Uint8Array;
@@ -86,190 +84,11 @@ export interface RecordEntry {
   readonly record: SignedRecord;
 }
 
-/** What a caller decides inside the per-resource critical section. */
-export interface RecordChange<T> {
-  /** Write this record (durably) before returning; absent when nothing durable changes. */
-  readonly record?: SignedRecord;
-  readonly result: T;
-}
-
 export interface ImportSummary {
   /** Entries that raised a watermark or created one. */
   readonly raised: number;
   /** Entries at or below the local watermark (same holder at an equal epoch). */
   readonly unchanged: number;
-}
-
-function corrupt(dir: string, message: string, cause?: unknown): QuorumFenceError {
-  return new QuorumFenceError(
-    'STORE_CORRUPT',
-    `signing record in ${dir}: ${message}`,
-    { dir },
-    cause === undefined ? undefined : { cause },
-  );
-}
-
-export function encodeRecord(record: SignedRecord): Uint8Array {
-  const out = new Uint8Array(RECORD_BYTES);
-  const view = new DataView(out.buffer);
-  out[0] = RECORD_VERSION;
-  out[1] = record.released ? FLAG_RELEASED : 0;
-  view.setBigUint64(2, record.epoch);
-  out.set(record.holder, 10);
-  out.set(record.grantDigest, 42);
-  return out;
-}
-
-/** @throws QuorumFenceError STORE_CORRUPT */
-export function decodeRecord(bytes: Uint8Array, where: string): SignedRecord {
-  if (bytes.length !== RECORD_BYTES || bytes[0] !== RECORD_VERSION || (bytes[1]! & ~FLAG_RELEASED) !== 0) {
-    throw corrupt(where, `a record has an unknown layout (${bytes.length} bytes, version ${bytes[0]})`);
-  }
-  const epoch = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getBigUint64(2);
-  if (epoch < MIN_EPOCH || epoch > MAX_EPOCH) throw corrupt(where, `a record has epoch ${epoch} outside 1 .. 2^63-1`);
-  return {
-    epoch,
-    // Plain Uint8Array copies: LMDB hands out Buffers over its own memory.
-    holder: Uint8Array.from(bytes.subarray(10, 42)),
-    grantDigest: Uint8Array.from(bytes.subarray(42, 74)),
-    released: (bytes[1]! & FLAG_RELEASED) !== 0,
-  };
-}
-
-/**
- * Whether `next` may replace `current`: a higher epoch, or the same grant
- * with its released flag set. Anything else would lower a watermark or sign
- * a second holder, so the store refuses it whatever the caller decided.
- */
-export function mayReplace(current: SignedRecord | undefined, next: SignedRecord): boolean {
-  if (!current) return true;
-  if (next.epoch > current.epoch) return true;
-  return (
-    next.epoch === current.epoch &&
-    bytesEqual(next.holder, current.holder) &&
-    bytesEqual(next.grantDigest, current.grantDigest) &&
-    (next.released || !current.released)
-  );
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/**
- * Takes `DIR/replica.lock`: two processes signing from one store would each
- * serialise only their own requests, and could both sign one (resource, epoch).
- * A lock left by a dead process (SIGKILL) is taken over.
- * @throws QuorumFenceError STORE_LOCKED, IO_ERROR
- */
-function takeLock(dir: string): () => void {
-  const path = join(dir, LOCK_FILE);
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      const fd = openSync(path, 'wx', 0o600);
-      try {
-        writeSync(fd, `${process.pid}\n`);
-      } finally {
-        closeSync(fd);
-      }
-      return () => {
-        try {
-          if (readFileSync(path, 'utf8').trim() === String(process.pid)) unlinkSync(path);
-        } catch {
-          // Already gone: nothing to release.
-        }
-      };
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new QuorumFenceError(
-          'IO_ERROR',
-          `cannot create ${path}: ${(error as Error).message}`,
-          { path },
-          { cause: error },
-        );
-      }
-    }
-    let owner: number;
-    try {
-      owner = Number(readFileSync(path, 'utf8').trim());
-    } catch {
-      continue; // Removed between our open and read: try again.
-    }
-    if (Number.isSafeInteger(owner) && owner > 0 && isAlive(owner)) {
-      throw new QuorumFenceError(
-        'STORE_LOCKED',
-        `data directory ${dir} is in use by process ${owner}${owner === process.pid ? ' (this process)' : ''}; stop it first (or remove ${path} if no replica runs)`,
-        { dir, pid: owner },
-      );
-    }
-    try {
-      unlinkSync(path); // Stale: its process is gone.
-    } catch {
-      // Someone else took it over first; the next attempt sees their lock.
-    }
-  }
-  throw new QuorumFenceError('STORE_LOCKED', `could not take the lock ${path}`, { dir });
-}
-
-/**
- * LMDB trusts its pages: opening or reading a damaged data.mdb can crash the
- * whole process (a segfault, not an exception). So before this process opens
- * an existing store, a throwaway child process opens it read-only and reads
- * every page we will touch; if that child dies by a signal, the store is
- * reported corrupt with a clear error instead of taking the replica down.
- */
-const PROBE_SCRIPT = `
-const { open } = require(process.argv[1]);
-const env = open({ path: process.argv[2], readOnly: true, maxDbs: 4 });
-for (const name of ['records', 'meta']) {
-  const db = env.openDB(name, { encoding: 'binary', keyEncoding: 'binary' });
-  if (db) for (const entry of db.getRange({})) void entry;
-}
-`;
-/** Reading every record of even a large store takes seconds at most; a minute means something is wrong. */
-const PROBE_TIMEOUT_MS = 60_000;
-
-function probeArgs(dir: string): string[] {
-  return ['-e', PROBE_SCRIPT, createRequire(import.meta.url).resolve('lmdb'), dir];
-}
-
-function probeVerdict(dir: string, signal: NodeJS.Signals | null, error: Error | undefined): void {
-  if (error) throw corrupt(dir, `cannot check it: ${error.message}`, error);
-  // A JS-level error (a missing table, say) is left to the real open, which reports it precisely.
-  if (signal) throw corrupt(dir, `LMDB crashed (${signal}) reading data.mdb: the file is damaged or not an LMDB file`);
-}
-
-function probeStore(dir: string): void {
-  const probe = spawnSync(process.execPath, probeArgs(dir), { stdio: 'ignore', timeout: PROBE_TIMEOUT_MS });
-  probeVerdict(dir, probe.signal, probe.error);
-}
-
-/**
- * The same check as the `probe` option of SigningRecord.open, in the
- * background, so a starting replica can overlap it with loading its key;
- * then open with `probe: false`. Resolves at once when there is no store yet.
- * @throws QuorumFenceError STORE_CORRUPT
- */
-export function probeSigningRecord(dir: string): Promise<void> {
-  if (!existsSync(join(dir, 'data.mdb'))) return Promise.resolve();
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, probeArgs(dir), { stdio: 'ignore', timeout: PROBE_TIMEOUT_MS });
-    let failure: Error | undefined;
-    child.once('error', (error) => (failure = error));
-    child.once('close', (_code, signal) => {
-      try {
-        probeVerdict(dir, signal, failure);
-        resolve();
-      } catch (error) {
-        reject(error);
-      }
-    });
-  });
 }
 
 interface IdentityJson {
@@ -310,14 +129,13 @@ function identityText(identity: StoreIdentity): string {
 export class SigningRecord {
   readonly dir: string;
   readonly identity: StoreIdentity;
-  /** Resources and unreleased records found when the store was opened. */
-  readonly openedWith: { readonly resources: number; readonly unreleased: number };
+  /** Resources found when the store was opened (each counts as leased for maxTtl after a restart). */
+  readonly openedWith: { readonly resources: number };
   readonly #env: RootDatabase;
   readonly #records: Database<Buffer, Buffer>;
   readonly #onFlush: ((ms: number) => void) | undefined;
   readonly #releaseLock: (() => void) | undefined;
-  /** Per resource: the promise of the last queued call (the per-resource critical section). */
-  readonly #tails = new Map<string, Promise<void>>();
+  readonly #sections: CheckAndRecord;
   #closed = false;
 
   private constructor(
@@ -334,14 +152,14 @@ export class SigningRecord {
     this.#records = records;
     this.#onFlush = options.onFlush;
     this.#releaseLock = releaseLock;
+    this.#sections = new CheckAndRecord({
+      read: (resource) => this.get(resource),
+      writeDurably: (resource, record) => this.#writeDurably(resource, record),
+    });
     let resources = 0;
-    let unreleased = 0;
     // Decode every record once at open: a corrupt store must stop the start, not a request hours later.
-    for (const { record } of this.entries()) {
-      resources++;
-      if (!record.released) unreleased++;
-    }
-    this.openedWith = { resources, unreleased };
+    for (const entry of this.entries()) if (entry) resources++;
+    this.openedWith = { resources };
   }
 
   /**
@@ -475,51 +293,24 @@ export class SigningRecord {
    */
   checkAndRecord<T>(resource: string, decide: (current: SignedRecord | undefined) => RecordChange<T>): Promise<T> {
     if (this.#closed) return Promise.reject(new QuorumFenceError('CLOSED', 'the signing record is closed'));
-    const run = (): Promise<T> => this.#decideAndWrite(resource, decide);
-    const previous = this.#tails.get(resource);
-    // Uncontended: decide in this very turn, so concurrent grants for other resources join one transaction.
-    const result = previous ? previous.then(run) : run();
-    const tail = result.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.#tails.set(resource, tail);
-    void tail.then(() => {
-      if (this.#tails.get(resource) === tail) this.#tails.delete(resource);
-    });
-    return result;
+    return this.#sections.run(resource, decide);
   }
 
-  async #decideAndWrite<T>(
-    resource: string,
-    decide: (current: SignedRecord | undefined) => RecordChange<T>,
-  ): Promise<T> {
-    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
-    const current = this.get(resource);
-    const change = decide(current);
-    if (change.record) {
-      if (!mayReplace(current, change.record)) {
-        throw new QuorumFenceError(
-          'INTERNAL',
-          `refusing to lower the watermark or change the holder of "${resource.slice(0, 64)}" at epoch ${change.record.epoch}`,
-        );
-      }
-      const started = performance.now();
-      try {
-        // Commit (which, with overlappingSync off, includes the sync), then the flush barrier (see the header).
-        await this.#records.put(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(change.record)));
-        await this.#env.flushed;
-      } catch (error) {
-        throw new QuorumFenceError(
-          'INTERNAL',
-          `cannot write the signing record: ${(error as Error).message}`,
-          undefined,
-          { cause: error },
-        );
-      }
-      this.#onFlush?.(performance.now() - started);
+  /** Commit (which, with overlappingSync off, includes the sync), then the flush barrier (see the header). */
+  async #writeDurably(resource: string, record: SignedRecord): Promise<void> {
+    const started = performance.now();
+    try {
+      await this.#records.put(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(record)));
+      await this.#env.flushed;
+    } catch (error) {
+      throw new QuorumFenceError(
+        'INTERNAL',
+        `cannot write the signing record: ${(error as Error).message}`,
+        undefined,
+        { cause: error },
+      );
     }
-    return change.result;
+    this.#onFlush?.(performance.now() - started);
   }
 
   /** Every record, in resource order (UTF-8 byte order). @throws QuorumFenceError STORE_CORRUPT */
@@ -540,13 +331,13 @@ export class SigningRecord {
    * nothing, in one synchronous, durable transaction: an entry whose epoch
    * equals the local one with a different holder or digest refuses the whole
    * import; lower entries are ignored; higher or new ones replace the local
-   * record (as unreleased, so the restart lease rule covers them).
+   * record (their leases count as running until maxTtl after the next start, as every record's does).
    * Waits until no checkAndRecord call is queued, then runs without yielding,
    * so no grant can be decided against a watermark the import is raising.
    * @throws QuorumFenceError BAD_INTERCHANGE (conflict), CLOSED, INTERNAL
    */
   async raiseFrom(entries: readonly RecordEntry[]): Promise<ImportSummary> {
-    while (this.#tails.size > 0) await Promise.all([...this.#tails.values()]);
+    await this.#sections.drain();
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
     let raised = 0;
     let unchanged = 0;
@@ -565,10 +356,7 @@ export class SigningRecord {
         } else if (current && record.epoch < current.epoch) {
           unchanged++;
         } else {
-          this.#records.putSync(
-            Buffer.from(resource, 'utf8'),
-            Buffer.from(encodeRecord({ ...record, released: false })),
-          );
+          this.#records.putSync(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(record)));
           raised++;
         }
       }
@@ -579,7 +367,7 @@ export class SigningRecord {
   /** Waits for queued calls, then closes LMDB and releases the lock. Idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
-    while (this.#tails.size > 0) await Promise.all([...this.#tails.values()]);
+    await this.#sections.drain();
     this.#closed = true;
     try {
       await this.#env.close();
