@@ -63,12 +63,37 @@ export class LeaseTable {
     this.#released.set(resource, record.epoch);
   }
 
+  /** Whether a lease on `resource` (whose record is `record`) runs now, the restart rule included. */
+  isRunning(resource: string, record: SignedRecord): boolean {
+    return this.endsAt(resource, record) > this.#clock.now();
+  }
+
+  /**
+   * Drops everything kept about `resource` (its record was compacted, and no
+   * lease ran on it). Without a record, `endsAt` answers 0 for it anyway.
+   */
+  forget(resource: string): void {
+    this.#ends.delete(resource);
+    this.#released.delete(resource);
+  }
+
+  /** Resources this table holds an entry for (memory follows running and recently ended leases). */
+  get size(): number {
+    return this.#ends.size;
+  }
+
   /** Leases running now. */
   activeCount(): number {
     const now = this.#clock.now();
     let active = now < this.#restartLeaseEndsAt ? this.#untouchedRestartLeases : 0;
     for (const end of this.#ends.values()) if (end > now) active++;
     return active;
+  }
+
+  /** Forgets expired entries now (compaction calls it; `set` does it at most every few seconds). */
+  sweep(): void {
+    this.#lastSweep = -Infinity;
+    this.#sweepSometimes();
   }
 
   #sweepSometimes(): void {

@@ -9,9 +9,9 @@
  *   1 invalid   resource 1..256 UTF-8 bytes, epoch 1..2^63-1, ttl in [minTtlMs, maxTtlMs]
  *   2 forbidden the access rules do not give this holder this resource
  *   3 resend    same (R, e, H) as the record: the same partial again (BLS is deterministic)
- *   4 stale     e <= record.epoch
+ *   4 stale     e <= record.epoch (the floor when the resource has no record)
  *   5 busy      another holder's lease is running and not released
- *   6 too_far   e > record.epoch + maxEpochStep
+ *   6 too_far   e > record.epoch (or the floor) + maxEpochStep
  *   7 grant     record (R, e, H) durably, then sign
  *
  * Lease choices (documented in README.md):
@@ -129,7 +129,10 @@ export function precheck(request: Request, holder: Uint8Array, config: PolicyCon
 }
 
 /**
- * The policy. `record` is undefined when the replica never signed for the resource.
+ * The policy. `record` is undefined when the resource has no record: never
+ * signed, or compacted; `floor` (the store's replica-wide epoch floor, at
+ * least every compacted record's epoch) then stands for its epoch, so a
+ * compacted resource is never signed again at an epoch it already had.
  * Throws only for programmer errors (it is total over every decoded request).
  */
 export function decide(
@@ -138,15 +141,16 @@ export function decide(
   holder: Uint8Array,
   now: number,
   config: PolicyConfig,
+  floor = 0n,
 ): Decision {
   const refused = precheck(request, holder, config);
   if (refused) return refused;
   switch (request.type) {
     case 'acquire':
-      return decideAcquire(record, request.resource, request.epoch, request.ttlMs, holder, now, config);
+      return decideAcquire(record, request.resource, request.epoch, request.ttlMs, holder, now, config, floor);
     case 'renew': {
       if (!record || record.released || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
-        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? 0n } };
+        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
       }
       const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
       return {
@@ -157,13 +161,13 @@ export function decide(
     }
     case 'release': {
       if (!record || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
-        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? 0n } };
+        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
       }
       if (record.released) return { action: 'reply', outcome: { status: 'released' } };
       return { action: 'release', outcome: { status: 'released' } };
     }
     case 'status':
-      return { action: 'reply', outcome: statusOf(record, now) };
+      return { action: 'reply', outcome: statusOf(record, now, floor) };
   }
 }
 
@@ -175,8 +179,9 @@ function decideAcquire(
   holder: Uint8Array,
   now: number,
   config: PolicyConfig,
+  floor: bigint,
 ): Decision {
-  const current = record?.epoch ?? 0n;
+  const current = record?.epoch ?? floor;
   if (record && record.epoch === epoch && bytesEqual(record.holder, holder)) {
     return {
       action: 'resend',
@@ -196,8 +201,8 @@ function decideAcquire(
   return { action: 'grant', record: { epoch, holder, grantDigest: digest }, leaseEndsAt: now + ttlMs };
 }
 
-export function statusOf(record: PolicyRecord | undefined, now: number): StatusOutcome {
-  if (!record) return { status: 'ok', epoch: 0n, leased: false, remainingMs: 0 };
+export function statusOf(record: PolicyRecord | undefined, now: number, floor = 0n): StatusOutcome {
+  if (!record) return { status: 'ok', epoch: floor, leased: false, remainingMs: 0 };
   const leased = leaseRunning(record, now);
   return { status: 'ok', epoch: record.epoch, leased, remainingMs: leased ? remainingMs(record.leaseEndsAt, now) : 0 };
 }

@@ -122,6 +122,8 @@ export class ReplicaServer {
   readonly #unauthenticatedByAddress = new Map<string, number>();
   #inFlight = 0;
   #closing: Promise<void> | undefined;
+  /** Runs compaction every compactionIntervalMs (docs/storage.md). */
+  #compactionTimer: NodeJS.Timeout | undefined;
 
   private constructor(fields: {
     url: string;
@@ -150,6 +152,25 @@ export class ReplicaServer {
     this.#index = fields.index;
     this.#logger = fields.logger;
     this.#clock = fields.clock;
+    this.#compactionTimer = setInterval(() => this.#compactNow(), fields.limits.compactionIntervalMs);
+    this.#compactionTimer.unref();
+  }
+
+  #compactNow(): void {
+    if (this.#closing) return;
+    const started = performance.now();
+    this.service.compact().then(
+      (summary) => {
+        if (summary.compacted > 0)
+          this.#logger.info(
+            { ...summary, floor: summary.floor.toString(), ms: Math.round(performance.now() - started) },
+            'compacted the signing record',
+          );
+      },
+      (error: unknown) => {
+        if (!this.#closing) this.#logger.error({ err: error }, 'compaction failed; will retry');
+      },
+    );
   }
 
   /**
@@ -199,6 +220,7 @@ export class ReplicaServer {
         signer,
         clock,
         metrics,
+        retentionMs: limits.retentionMs,
         policy: {
           clusterId: cluster.id,
           minTtlMs: limits.minTtlMs,
@@ -567,6 +589,7 @@ export class ReplicaServer {
   }
 
   async #shutdown(): Promise<void> {
+    clearInterval(this.#compactionTimer);
     this.#http.close();
     const deadline = Date.now() + this.limits.shutdownTimeoutMs;
     while (this.#inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));

@@ -43,27 +43,25 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
+import { bytesEqual, toHex } from '../common/bytes.js';
 import { decodeResource } from '../common/check.js';
 import { writeFileDurably } from '../common/files.js';
 import { CheckAndRecord, type RecordChange } from './check-and-record.js';
 import type { SignedRecord } from './policy.js';
-import { decodeRecord, encodeRecord } from './record-codec.js';
+import { decodeRecord, decodeStoredRecord, encodeRecord, parseFloor } from './record-codec.js';
 import { storeCorrupt as corrupt } from './store-errors.js';
+import { identityText, parseIdentity, type StoreIdentity } from './store-identity.js';
 import { takeLock } from './store-lock.js';
 import { probeStore } from './store-probe.js';
 
 export { probeSigningRecord } from './store-probe.js';
 export type { RecordChange } from './check-and-record.js';
+export { STORE_FORMAT, type StoreIdentity } from './store-identity.js';
 
-export const STORE_FORMAT = 'quorumfence/signing-record-store/v1';
 const IDENTITY_FILE = 'signing-record.json';
 const IDENTITY_KEY = 'identity';
-
-export interface StoreIdentity {
-  readonly clusterId: Uint8Array;
-  readonly replicaIndex: number;
-}
+/** Meta key of the replica-wide epoch floor (docs/storage.md). */
+const FLOOR_KEY = 'floor';
 
 export interface SigningRecordOptions {
   /** Open without writing or locking (export, audits). The store must already exist. */
@@ -77,6 +75,20 @@ export interface SigningRecordOptions {
    * (a test reading a store it just watched being written) turns it off.
    */
   readonly probe?: boolean;
+  /** Wall-clock milliseconds, stamped on each record for the retention window (default Date.now). */
+  readonly wallClock?: () => number;
+}
+
+/** What compaction may fold into the floor; called inside the compaction transaction, must not yield. */
+export type CompactionTest = (resource: string, record: SignedRecord, grantedAtMs: number) => boolean;
+
+export interface CompactionStep {
+  /** Records removed (their epochs folded into the floor). */
+  readonly compacted: number;
+  /** Records looked at. */
+  readonly scanned: number;
+  /** Where the next step starts; undefined when the scan reached the end. */
+  readonly next: Buffer | undefined;
 }
 
 export interface RecordEntry {
@@ -87,43 +99,8 @@ export interface RecordEntry {
 export interface ImportSummary {
   /** Entries that raised a watermark or created one. */
   readonly raised: number;
-  /** Entries at or below the local watermark (same holder at an equal epoch). */
+  /** Entries at or below the local watermark (same holder at an equal epoch), or at or below the floor. */
   readonly unchanged: number;
-}
-
-interface IdentityJson {
-  format: string;
-  clusterId: string;
-  replica: number;
-}
-
-function parseIdentity(text: string | undefined, where: string): StoreIdentity {
-  let json: Partial<IdentityJson>;
-  try {
-    json = JSON.parse(text ?? '') as Partial<IdentityJson>;
-  } catch {
-    throw corrupt(where, 'its identity is not valid JSON');
-  }
-  if (json.format !== STORE_FORMAT) throw corrupt(where, `unknown store format ${JSON.stringify(json.format)}`);
-  let clusterId: Uint8Array;
-  try {
-    clusterId = fromHex(json.clusterId, 32, 'clusterId');
-  } catch {
-    throw corrupt(where, 'its identity has no valid cluster id');
-  }
-  if (typeof json.replica !== 'number' || !Number.isInteger(json.replica) || json.replica < 1) {
-    throw corrupt(where, 'its identity has no valid replica index');
-  }
-  return { clusterId, replicaIndex: json.replica };
-}
-
-function identityText(identity: StoreIdentity): string {
-  const json: IdentityJson = {
-    format: STORE_FORMAT,
-    clusterId: toHex(identity.clusterId),
-    replica: identity.replicaIndex,
-  };
-  return JSON.stringify(json);
 }
 
 export class SigningRecord {
@@ -133,6 +110,10 @@ export class SigningRecord {
   readonly openedWith: { readonly resources: number };
   readonly #env: RootDatabase;
   readonly #records: Database<Buffer, Buffer>;
+  readonly #meta: Database<string, string>;
+  readonly #wallClock: () => number;
+  /** The durable floor (read at open, changed only inside a transaction that writes it). */
+  #floor: bigint;
   readonly #onFlush: ((ms: number) => void) | undefined;
   readonly #releaseLock: (() => void) | undefined;
   readonly #sections: CheckAndRecord;
@@ -143,6 +124,7 @@ export class SigningRecord {
     identity: StoreIdentity,
     env: RootDatabase,
     records: Database<Buffer, Buffer>,
+    meta: Database<string, string>,
     options: SigningRecordOptions,
     releaseLock: (() => void) | undefined,
   ) {
@@ -150,16 +132,23 @@ export class SigningRecord {
     this.identity = identity;
     this.#env = env;
     this.#records = records;
+    this.#meta = meta;
+    this.#wallClock = options.wallClock ?? Date.now;
     this.#onFlush = options.onFlush;
     this.#releaseLock = releaseLock;
     this.#sections = new CheckAndRecord({
       read: (resource) => this.get(resource),
       writeDurably: (resource, record) => this.#writeDurably(resource, record),
     });
-    let resources = 0;
-    // Decode every record once at open: a corrupt store must stop the start, not a request hours later.
-    for (const entry of this.entries()) if (entry) resources++;
-    this.openedWith = { resources };
+    // No scan: start-up must not grow with the store. LMDB's own statistics give the count, and the
+    // child-process probe has read every page already; a damaged record is reported when it is read.
+    try {
+      this.#floor = parseFloor(meta.get(FLOOR_KEY), dir);
+      this.openedWith = { resources: (records.getStats() as { entryCount: number }).entryCount };
+    } catch (error) {
+      if (error instanceof QuorumFenceError) throw error;
+      throw corrupt(dir, `cannot read it: ${(error as Error).message}`, error);
+    }
   }
 
   /**
@@ -267,7 +256,7 @@ export class SigningRecord {
       }
       if (!readOnly && !fileIdentity)
         writeFileDurably(fileIdentityPath, identityText(identity) + '\n', { mode: 0o600 });
-      return new SigningRecord(dir, identity, env, records, options, releaseLock);
+      return new SigningRecord(dir, identity, env, records, meta, options, releaseLock);
     } catch (error) {
       void env?.close().catch(() => undefined);
       releaseLock?.();
@@ -275,7 +264,23 @@ export class SigningRecord {
     }
   }
 
-  /** The durable record of a resource, or undefined when never signed. @throws QuorumFenceError STORE_CORRUPT, CLOSED */
+  /**
+   * The replica-wide epoch floor: at least the epoch of every record compacted
+   * away. A resource without a record is treated as signed up to the floor.
+   */
+  get floor(): bigint {
+    return this.#floor;
+  }
+
+  /** Records in the store now (LMDB's count, no scan). */
+  get size(): number {
+    return (this.#records.getStats() as { entryCount: number }).entryCount;
+  }
+
+  /**
+   * The durable record of a resource, or undefined when it has none (never signed, or compacted:
+   * then `floor` stands for it). @throws QuorumFenceError STORE_CORRUPT, CLOSED
+   */
   get(resource: string): SignedRecord | undefined {
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
     const bytes = this.#records.getBinary(Buffer.from(resource, 'utf8'));
@@ -300,7 +305,7 @@ export class SigningRecord {
   async #writeDurably(resource: string, record: SignedRecord): Promise<void> {
     const started = performance.now();
     try {
-      await this.#records.put(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(record)));
+      await this.#records.put(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(record, this.#wallClock())));
       await this.#env.flushed;
     } catch (error) {
       throw new QuorumFenceError(
@@ -331,16 +336,21 @@ export class SigningRecord {
    * nothing, in one synchronous, durable transaction: an entry whose epoch
    * equals the local one with a different holder or digest refuses the whole
    * import; lower entries are ignored; higher or new ones replace the local
-   * record (their leases count as running until maxTtl after the next start, as every record's does).
+   * record (their leases count as running until maxTtl after the next start,
+   * as every record's does). The floor becomes the larger of the two floors,
+   * and an entry at or below it for a resource without a local record is
+   * ignored: the floor already stands for it.
    * Waits until no checkAndRecord call is queued, then runs without yielding,
    * so no grant can be decided against a watermark the import is raising.
    * @throws QuorumFenceError BAD_INTERCHANGE (conflict), CLOSED, INTERNAL
    */
-  async raiseFrom(entries: readonly RecordEntry[]): Promise<ImportSummary> {
+  async raiseFrom(entries: readonly RecordEntry[], floor = 0n): Promise<ImportSummary> {
     await this.#sections.drain();
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
     let raised = 0;
     let unchanged = 0;
+    const newFloor = floor > this.#floor ? floor : this.#floor;
+    const grantedAtMs = this.#wallClock();
     this.#env.transactionSync(() => {
       for (const { resource, record } of entries) {
         const current = this.get(resource);
@@ -353,15 +363,67 @@ export class SigningRecord {
             );
           }
           unchanged++;
-        } else if (current && record.epoch < current.epoch) {
+        } else if ((current && record.epoch < current.epoch) || (!current && record.epoch <= newFloor)) {
           unchanged++;
         } else {
-          this.#records.putSync(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(record)));
+          this.#records.putSync(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(record, grantedAtMs)));
           raised++;
         }
       }
+      if (newFloor > this.#floor) this.#meta.putSync(FLOOR_KEY, newFloor.toString());
     });
+    this.#floor = newFloor;
     return { raised, unchanged };
+  }
+
+  /**
+   * One step of compaction: looks at up to `limit` records from `from` on and
+   * removes those `test` accepts, raising the floor to their largest epoch,
+   * in one synchronous, durable transaction. Runs without yielding, and
+   * skips every resource with a checkAndRecord call queued or running, so no
+   * decision is ever taken against a record this step removes, and the floor
+   * is raised in the same commit that removes the records it stands for.
+   * @throws QuorumFenceError CLOSED, STORE_CORRUPT, INTERNAL
+   */
+  compactStep(from: Buffer | undefined, limit: number, test: CompactionTest): CompactionStep {
+    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
+    let compacted = 0;
+    let scanned = 0;
+    let next: Buffer | undefined;
+    let floor = this.#floor;
+    try {
+      this.#env.transactionSync(() => {
+        const doomed: Buffer[] = [];
+        for (const { key, value } of this.#records.getRange(from ? { start: from } : {})) {
+          if (scanned === limit) {
+            next = Buffer.from(key);
+            break;
+          }
+          scanned++;
+          const resource = key.toString('utf8');
+          if (this.#sections.isBusy(resource)) continue;
+          const { record, grantedAtMs } = decodeStoredRecord(value, this.dir);
+          if (!test(resource, record, grantedAtMs)) continue;
+          doomed.push(Buffer.from(key));
+          if (record.epoch > floor) floor = record.epoch;
+        }
+        for (const key of doomed) this.#records.removeSync(key);
+        compacted = doomed.length;
+        if (floor > this.#floor) this.#meta.putSync(FLOOR_KEY, floor.toString());
+      });
+    } catch (error) {
+      if (error instanceof QuorumFenceError) throw error;
+      throw new QuorumFenceError(
+        'INTERNAL',
+        `cannot compact the signing record: ${(error as Error).message}`,
+        undefined,
+        {
+          cause: error,
+        },
+      );
+    }
+    this.#floor = floor;
+    return { compacted, scanned, next };
   }
 
   /** Waits for queued calls, then closes LMDB and releases the lock. Idempotent. */

@@ -52,12 +52,12 @@ afterEach(async () => {
 describe('signing record layout', () => {
   it('round-trips a record and refuses unknown layouts with STORE_CORRUPT', () => {
     const r = record('x', 42n, alice);
-    expect(decodeRecord(encodeRecord(r), dir)).toEqual(r);
-    const bad = encodeRecord(r);
+    expect(decodeRecord(encodeRecord(r, 1_700_000_000_000), dir)).toEqual(r);
+    const bad = encodeRecord(r, 1_700_000_000_000);
     bad[0] = 9;
     expectCode(() => decodeRecord(bad, dir), 'STORE_CORRUPT');
-    expectCode(() => decodeRecord(encodeRecord(r).subarray(1), dir), 'STORE_CORRUPT');
-    const zeroEpoch = encodeRecord(r);
+    expectCode(() => decodeRecord(encodeRecord(r, 1_700_000_000_000).subarray(1), dir), 'STORE_CORRUPT');
+    const zeroEpoch = encodeRecord(r, 1_700_000_000_000);
     zeroEpoch.fill(0, 2, 10);
     expectCode(() => decodeRecord(zeroEpoch, dir), 'STORE_CORRUPT');
   });
