@@ -161,6 +161,7 @@ export class ReplicaServer {
     const started = performance.now();
     this.service.compact().then(
       (summary) => {
+        this.metrics.compactedRecords.inc(summary.compacted);
         if (summary.compacted > 0)
           this.#logger.info(
             { ...summary, floor: summary.floor.toString(), ms: Math.round(performance.now() - started) },
@@ -213,6 +214,7 @@ export class ReplicaServer {
       const metrics = new ReplicaMetrics(
         { replica: key.index, cluster: cluster.idHex },
         () => late.service?.leases.activeCount() ?? 0,
+        () => ({ records: store?.size ?? 0, floor: store?.floor ?? 0n }),
       );
       late.metrics = metrics;
       const service = new ReplicaService({

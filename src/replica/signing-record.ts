@@ -274,6 +274,7 @@ export class SigningRecord {
 
   /** Records in the store now (LMDB's count, no scan). */
   get size(): number {
+    if (this.#closed) return 0;
     return (this.#records.getStats() as { entryCount: number }).entryCount;
   }
 

@@ -63,6 +63,9 @@ describe('S2 across compaction in a replica process', () => {
       expect(outcomeOf(await bob.acquire('orders/held', 3n, 50))).toMatchObject({ status: 'busy', epoch: 2n });
       await alice.close();
       await bob.close();
+      const metrics = await (await fetch(replica.healthUrl.replace(/\/healthz$/, '/metrics'))).text();
+      expect(metrics).toMatch(/^quorumfence_replica_epoch_floor\{[^}]*\} 7$/m);
+      expect(metrics).toMatch(/^quorumfence_replica_compacted_records_total\{[^}]*\} [1-9]/m);
 
       await replica.kill('SIGKILL');
       await replica.start();
