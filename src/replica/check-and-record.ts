@@ -56,11 +56,6 @@ export class CheckAndRecord {
     this.#access = access;
   }
 
-  /** Resources with a call queued or running. */
-  get busyResources(): number {
-    return this.#tails.size;
-  }
-
   /** Whether a call for `resource` is queued or running. */
   isBusy(resource: string): boolean {
     return this.#tails.has(resource);
@@ -86,7 +81,16 @@ export class CheckAndRecord {
     return result;
   }
 
-  /** Resolves once no call is queued or running (calls made meanwhile are waited for too). */
+  /** Whether no call is queued or running. */
+  get idle(): boolean {
+    return this.#tails.size === 0;
+  }
+
+  /**
+   * Resolves once no call is queued or running (calls made meanwhile are waited for too). A caller
+   * that must act with no call in flight re-checks `idle` synchronously after the await, since a
+   * call may start in between: `while (!sections.idle) await sections.drain();`
+   */
   async drain(): Promise<void> {
     while (this.#tails.size > 0) await Promise.all([...this.#tails.values()]);
   }

@@ -346,7 +346,7 @@ export class SigningRecord {
    * @throws QuorumFenceError BAD_INTERCHANGE (conflict), CLOSED, INTERNAL
    */
   async raiseFrom(entries: readonly RecordEntry[], floor = 0n): Promise<ImportSummary> {
-    await this.#sections.drain();
+    while (!this.#sections.idle) await this.#sections.drain();
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
     let raised = 0;
     let unchanged = 0;
@@ -430,7 +430,7 @@ export class SigningRecord {
   /** Waits for queued calls, then closes LMDB and releases the lock. Idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
-    await this.#sections.drain();
+    while (!this.#sections.idle) await this.#sections.drain();
     this.#closed = true;
     try {
       await this.#env.close();
