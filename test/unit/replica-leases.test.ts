@@ -36,4 +36,22 @@ describe('S6 leases on the replica clock', () => {
     // Swept now, and the restart default is long over, so the answer is unchanged: not leased.
     expect(leases.endsAt('r', record()) <= clock.now()).toBe(true);
   });
+
+  it('keeps nothing for a compacted resource: forget drops its lease end and its release, sweep drops expired ends', () => {
+    const clock = new ManualClock(0);
+    const leases = new LeaseTable(clock, 100, 0);
+    leases.set('a', undefined, 50);
+    leases.release('b', record());
+    leases.set('c', undefined, 20_000);
+    expect(leases.isRunning('a', record())).toBe(true);
+    expect(leases.isReleased('b', record())).toBe(true);
+    leases.forget('b');
+    expect(leases.isReleased('b', record())).toBe(false);
+    clock.advance(1_000);
+    expect(leases.isRunning('a', record())).toBe(false);
+    leases.sweep();
+    expect(leases.size).toBe(1); // only c, whose lease still runs
+    leases.forget('c');
+    expect(leases.size).toBe(0);
+  });
 });
