@@ -25,11 +25,12 @@ export interface RecordChange<T> {
 
 /**
  * Whether `next` may replace `current`: a higher epoch, or the same grant
- * again. Anything else would lower a watermark or sign a second holder, so
- * the store refuses it whatever the caller decided.
+ * again; without a record, an epoch above the floor (which stands for every
+ * compacted record, docs/storage.md). Anything else would lower a watermark
+ * or sign a second holder, so the store refuses it whatever the caller decided.
  */
-export function mayReplace(current: SignedRecord | undefined, next: SignedRecord): boolean {
-  if (!current) return true;
+export function mayReplace(current: SignedRecord | undefined, next: SignedRecord, floor = 0n): boolean {
+  if (!current) return next.epoch > floor;
   if (next.epoch > current.epoch) return true;
   return (
     next.epoch === current.epoch &&
@@ -42,6 +43,8 @@ export function mayReplace(current: SignedRecord | undefined, next: SignedRecord
 export interface RecordAccess {
   /** The durable record now (undefined when none); throws CLOSED once closed. */
   read(resource: string): SignedRecord | undefined;
+  /** The epoch floor now. */
+  floor(): bigint;
   /** Resolves only once `record` is on stable storage. */
   writeDurably(resource: string, record: SignedRecord): Promise<void>;
 }
@@ -102,10 +105,10 @@ export class CheckAndRecord {
     const current = this.#access.read(resource);
     const change = decide(current);
     if (change.record) {
-      if (!mayReplace(current, change.record)) {
+      if (!mayReplace(current, change.record, this.#access.floor())) {
         throw new QuorumFenceError(
           'INTERNAL',
-          `refusing to lower the watermark or change the holder of "${resource.slice(0, 64)}" at epoch ${change.record.epoch}`,
+          `refusing to lower the watermark (or the floor) or change the holder of "${resource.slice(0, 64)}" at epoch ${change.record.epoch}`,
         );
       }
       await this.#access.writeDurably(resource, change.record);

@@ -1,9 +1,13 @@
 /**
  * The signing record: per resource, the highest epoch this replica signed,
- * the holder and grant digest at that epoch. It lives in LMDB (an embedded, crash-safe B-tree) in the replica's data
- * directory. Watermarks are never deleted or lowered.
+ * the holder and grant digest at that epoch, and the replica-wide epoch
+ * floor. It lives in LMDB (an embedded, crash-safe B-tree) in the replica's
+ * data directory. Watermarks are never lowered; a record is removed only by
+ * compaction, in the transaction that raises the floor to at least its epoch
+ * (docs/storage.md).
  *
- * One entry point decides and writes: `checkAndRecord`. It is atomic per
+ * One entry point decides and writes: `checkAndRecord` (the rule itself is in
+ * check-and-record.ts). It is atomic per
  * resource inside the store (a queue per resource: a second call for the same
  * resource starts only after the first one's write is durable), so no caller
  * can check, await, and write around another. Calls for different resources
@@ -138,6 +142,7 @@ export class SigningRecord {
     this.#releaseLock = releaseLock;
     this.#sections = new CheckAndRecord({
       read: (resource) => this.get(resource),
+      floor: () => this.#floor,
       writeDurably: (resource, record) => this.#writeDurably(resource, record),
     });
     // No scan: start-up must not grow with the store. LMDB's own statistics give the count, and the

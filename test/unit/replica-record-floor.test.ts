@@ -9,6 +9,7 @@ import { open as openLmdb } from 'lmdb';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { grantDigest } from '../../src/token/grant.js';
 import type { SignedRecord } from '../../src/replica/policy.js';
+import { mayReplace } from '../../src/replica/check-and-record.js';
 import { decodeStoredRecord, encodeRecord } from '../../src/replica/record-codec.js';
 import { SigningRecord, type StoreIdentity } from '../../src/replica/signing-record.js';
 import { codeOf } from '../support/error-code.js';
@@ -89,6 +90,20 @@ describe('compaction keeps S2', () => {
     const again = openStore();
     expect(again.floor).toBe(9n);
     expect(again.openedWith.resources).toBe(1);
+  });
+
+  it('refuses (INTERNAL) a write at or below the floor for a resource without a record, whatever the caller decided', async () => {
+    expect(mayReplace(undefined, record('x', 5n, alice), 5n)).toBe(false);
+    expect(mayReplace(undefined, record('x', 6n, alice), 5n)).toBe(true);
+    const store = openStore();
+    await put(store, 'a', 5n);
+    store.compactStep(undefined, 10, () => true);
+    expect(store.floor).toBe(5n);
+    await expect(put(store, 'a', 5n, bob)).rejects.toMatchObject({ code: 'INTERNAL' });
+    await expect(put(store, 'never', 3n, bob)).rejects.toMatchObject({ code: 'INTERNAL' });
+    expect(store.get('a')).toBeUndefined();
+    await put(store, 'a', 6n, bob);
+    expect(store.get('a')?.epoch).toBe(6n);
   });
 
   it('steps through the records in batches and never lowers the floor', async () => {
