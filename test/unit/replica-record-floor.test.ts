@@ -4,7 +4,7 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { open as openLmdb } from 'lmdb';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { grantDigest } from '../../src/token/grant.js';
@@ -42,7 +42,7 @@ beforeEach(() => {
 afterEach(async () => {
   await Promise.all(stores.map((s) => s.close()));
   stores = [];
-  rmSync(dir, { recursive: true, force: true });
+  rmSync(dirname(dir), { recursive: true, force: true });
 });
 
 describe('record versions', () => {
