@@ -263,7 +263,6 @@ async function measureStore(dir: string, records: number): Promise<number> {
               epoch: 1n,
               holder,
               grantDigest: grantDigest({ clusterId, resource, epoch: 1n, holder }),
-              released: false,
             },
             result: undefined,
           }));

@@ -40,10 +40,13 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
   --max-connections N       open connections                                    (default ${d.maxConnections})
   --max-unauthenticated-per-address N
                             connections from one IP address not yet authenticated (default ${d.maxUnauthenticatedPerAddress})
+  --retention DURATION      keep a record this long after its grant once its lease ended (default ${d.retentionMs}ms)
+  --compaction-interval DURATION
+                            how often records past retention are folded into the floor (default ${d.compactionIntervalMs}ms)
   --tls-cert FILE           PEM certificate: serve wss:// (needs --tls-key)
   --tls-key FILE            PEM private key for --tls-cert
 
-export: write the signing record as JSON (format quorumfence/signing-record/v1)
+export: write the signing record as JSON (format quorumfence/signing-record/v2, with the floor)
 to --out FILE or stdout. Safe while the replica runs (read-only).
 
 import: raise the watermarks in --data from an interchange file. Never lowers
@@ -156,7 +159,7 @@ async function importRecord(argv: string[]): Promise<number> {
   });
   const cluster = loadClusterFile(resolve(required(values.cluster, 'cluster')));
   const inPath = resolve(required(values.in, 'in'));
-  const { replica, entries } = parseInterchange(
+  const { replica, entries, floor } = parseInterchange(
     readJsonFile(inPath, 'interchange file', 'BAD_INTERCHANGE'),
     cluster.id,
   );
@@ -170,9 +173,9 @@ async function importRecord(argv: string[]): Promise<number> {
     replicaIndex: replica,
   });
   try {
-    const summary = await store.raiseFrom(entries);
+    const summary = await store.raiseFrom(entries, floor);
     process.stdout.write(
-      `imported ${inPath} into replica ${replica}'s signing record: ${summary.raised} watermark(s) raised, ${summary.unchanged} already at or above the file\n`,
+      `imported ${inPath} into replica ${replica}'s signing record: ${summary.raised} watermark(s) raised, ${summary.unchanged} already at or above the file; floor ${store.floor}\n`,
     );
   } finally {
     await store.close();

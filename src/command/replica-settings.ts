@@ -27,6 +27,8 @@ export const REPLICA_RUN_FLAGS = {
   'rate-limit': { type: 'string' },
   'max-connections': { type: 'string' },
   'max-unauthenticated-per-address': { type: 'string' },
+  retention: { type: 'string' },
+  'compaction-interval': { type: 'string' },
 } as const;
 
 type RunFlagValues = { readonly [K in keyof typeof REPLICA_RUN_FLAGS]?: string | undefined };
@@ -57,6 +59,8 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
         'max-unauthenticated-per-address',
         d.maxUnauthenticatedPerAddress,
       ),
+      retentionMs: parseDuration(values.retention, 'retention', d.retentionMs),
+      compactionIntervalMs: parseDuration(values['compaction-interval'], 'compaction-interval', d.compactionIntervalMs),
     },
     access: values.config ? loadAccessRules(resolve(values.config)) : undefined,
   };

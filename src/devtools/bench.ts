@@ -15,10 +15,11 @@ import { benchGuard, postgresRows, type GuardBenchFigures } from '../bench/guard
 import type { Timing } from '../bench/measure.js';
 import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
 import { benchCeremony } from '../bench/ceremony.js';
+import { benchGrowth } from '../bench/growth.js';
 import { benchSystem, type LoopRate, type SystemFigures } from '../bench/system.js';
 import { integerFlag, parseFlags, type Command } from '../command/args.js';
 
-const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony'] as const;
+const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony', 'growth'] as const;
 type Section = (typeof SECTIONS)[number];
 
 const usage = `usage: quorumfence-dev bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json]
@@ -37,6 +38,8 @@ sections (default: all):
             (lock, read the key's create revision as the token, unlock); needs
             etcd on PATH (Debian: apt-get install etcd-server), skipped otherwise
   ceremony  the dealerless key ceremony for N = 4 and 7 on loopback (targets 2 s, 5 s)
+  growth    one replica's store size, RSS and restart time after 10^3 .. 10^6 distinct
+            resources ever granted, compacted to 10^3 live (--quick stops at 10^5)
 
 options:
   --quick          short runs (about a minute in all)
@@ -264,6 +267,7 @@ export const command: Command = {
       );
     }
     if (sections.has('ceremony')) out.push(await benchCeremony({ quick, progress, report }));
+    if (sections.has('growth')) out.push(await benchGrowth({ quick, progress, report }));
     progress('done');
     if (process.stderr.isTTY) process.stderr.write('\n');
     (report.machine as Record<string, unknown>).loadAverageAtEnd = loadavg()[0];

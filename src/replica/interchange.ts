@@ -4,7 +4,7 @@
  * digest. For audits, backups and moving a replica (the idea of EIP-3076's
  * slashing-protection interchange). The format is documented in README.md.
  *
- * Import only ever raises watermarks: see SigningRecord.raiseFrom.
+ * Import only ever raises watermarks and the floor: see SigningRecord.raiseFrom.
  */
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
@@ -13,7 +13,9 @@ import { MAX_EPOCH, MIN_EPOCH } from '../common/limits.js';
 import { grantDigest } from '../token/grant.js';
 import type { RecordEntry, SigningRecord } from './signing-record.js';
 
-export const INTERCHANGE_FORMAT = 'quorumfence/signing-record/v1';
+export const INTERCHANGE_FORMAT = 'quorumfence/signing-record/v2';
+/** Files written before compaction existed: no floor (read as 0). */
+export const INTERCHANGE_FORMAT_V1 = 'quorumfence/signing-record/v1';
 
 export interface InterchangeEntryJson {
   resource: string;
@@ -27,6 +29,8 @@ export interface InterchangeJson {
   format: typeof INTERCHANGE_FORMAT;
   clusterId: string;
   replica: number;
+  /** The store's epoch floor (decimal string): every resource without an entry counts as signed up to it. */
+  floor: string;
   entries: InterchangeEntryJson[];
 }
 
@@ -45,6 +49,7 @@ export function exportInterchange(store: SigningRecord): InterchangeJson {
     format: INTERCHANGE_FORMAT,
     clusterId: toHex(store.identity.clusterId),
     replica: store.identity.replicaIndex,
+    floor: store.floor.toString(),
     entries,
   };
 }
@@ -59,13 +64,16 @@ function bad(field: string, message: string): never {
  * grant, and strictly increasing resource order (no duplicates).
  * @throws QuorumFenceError BAD_INTERCHANGE (naming the field), UNKNOWN_VERSION, CLUSTER_MISMATCH
  */
-export function parseInterchange(json: unknown, clusterId: Uint8Array): { replica: number; entries: RecordEntry[] } {
+export function parseInterchange(
+  json: unknown,
+  clusterId: Uint8Array,
+): { replica: number; floor: bigint; entries: RecordEntry[] } {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) bad('(root)', 'expected a JSON object');
   const d = json as Record<string, unknown>;
-  if (d.format !== INTERCHANGE_FORMAT) {
+  if (d.format !== INTERCHANGE_FORMAT && d.format !== INTERCHANGE_FORMAT_V1) {
     throw new QuorumFenceError(
       'UNKNOWN_VERSION',
-      `interchange: "format" expected "${INTERCHANGE_FORMAT}", got ${JSON.stringify(d.format)?.slice(0, 60)}`,
+      `interchange: "format" expected "${INTERCHANGE_FORMAT}" (or v1), got ${JSON.stringify(d.format)?.slice(0, 60)}`,
     );
   }
   let fileCluster: Uint8Array;
@@ -82,6 +90,13 @@ export function parseInterchange(json: unknown, clusterId: Uint8Array): { replic
   }
   if (typeof d.replica !== 'number' || !Number.isInteger(d.replica) || d.replica < 1)
     bad('replica', `expected a replica index, got ${describe(d.replica)}`);
+  let floor = 0n;
+  if (d.format === INTERCHANGE_FORMAT) {
+    if (typeof d.floor !== 'string' || !/^(0|[1-9][0-9]{0,18})$/.test(d.floor))
+      bad('floor', 'expected a decimal string without leading zeros');
+    floor = BigInt(d.floor);
+    if (floor > MAX_EPOCH) bad('floor', 'expected 0 .. 2^63-1');
+  }
   if (!Array.isArray(d.entries)) bad('entries', `expected an array, got ${describe(d.entries)}`);
   const entries: RecordEntry[] = [];
   let previousKey: Buffer | undefined;
@@ -115,7 +130,7 @@ export function parseInterchange(json: unknown, clusterId: Uint8Array): { replic
     if (previousKey && Buffer.compare(previousKey, key) >= 0)
       bad(`${field}.resource`, 'entries must be in strictly increasing resource order, without duplicates');
     previousKey = key;
-    entries.push({ resource, record: { epoch, holder, grantDigest: digest, released: false } });
+    entries.push({ resource, record: { epoch, holder, grantDigest: digest } });
   });
-  return { replica: d.replica, entries };
+  return { replica: d.replica, floor, entries };
 }

@@ -1,7 +1,7 @@
 /**
  * Volatile lease ends, on the replica's own monotonic clock (S6). Lost on a
- * restart, so the rule of DESIGN.md applies: after a restart every recorded,
- * unreleased grant counts as leased for `maxTtlMs` from the moment the store
+ * restart, so the rule of DESIGN.md applies: after a restart every recorded
+ * grant counts as leased for `maxTtlMs` from the moment the store
  * opened. That default is computed on lookup instead of stored per resource,
  * so a store with millions of resources costs nothing extra at start.
  *
@@ -23,15 +23,15 @@ export class LeaseTable {
   readonly #ends = new Map<string, number>();
   /** Resource → the epoch its holder released since the start (volatile, see policy.ts; compared by epoch, so a later grant makes it moot). */
   readonly #released = new Map<string, bigint>();
-  /** Unreleased records from before the restart that nobody has touched yet (for the active-lease gauge). */
+  /** Records from before the restart that nobody has touched yet (for the active-lease gauge). */
   #untouchedRestartLeases: number;
   #lastSweep: number;
 
-  constructor(clock: MonotonicClock, maxTtlMs: number, unreleasedAtOpen: number) {
+  constructor(clock: MonotonicClock, maxTtlMs: number, recordsAtOpen: number) {
     this.#clock = clock;
     const now = clock.now();
     this.#restartLeaseEndsAt = now + maxTtlMs;
-    this.#untouchedRestartLeases = unreleasedAtOpen;
+    this.#untouchedRestartLeases = recordsAtOpen;
     this.#lastSweep = now;
   }
 
@@ -39,7 +39,7 @@ export class LeaseTable {
   endsAt(resource: string, record: SignedRecord | undefined): number {
     const known = this.#ends.get(resource);
     if (known !== undefined) return known;
-    return record && !record.released ? this.#restartLeaseEndsAt : 0;
+    return record ? this.#restartLeaseEndsAt : 0;
   }
 
   /**
@@ -47,15 +47,14 @@ export class LeaseTable {
    * before this change (to account for the restart lease it replaces).
    */
   set(resource: string, record: SignedRecord | undefined, endsAt: number): void {
-    if (!this.#ends.has(resource) && record && !record.released && this.#untouchedRestartLeases > 0)
-      this.#untouchedRestartLeases--;
+    if (!this.#ends.has(resource) && record && this.#untouchedRestartLeases > 0) this.#untouchedRestartLeases--;
     this.#ends.set(resource, endsAt);
     this.#sweepSometimes();
   }
 
-  /** Whether the grant in `record` was released: durably (older stores, imports) or since this start. */
+  /** Whether the holder of the grant in `record` released it since this start. */
   isReleased(resource: string, record: SignedRecord): boolean {
-    return record.released || this.#released.get(resource) === record.epoch;
+    return this.#released.get(resource) === record.epoch;
   }
 
   /** Ends the lease on `resource` and remembers that the holder of `record`'s epoch released it. */
@@ -64,12 +63,37 @@ export class LeaseTable {
     this.#released.set(resource, record.epoch);
   }
 
+  /** Whether a lease on `resource` (whose record is `record`) runs now, the restart rule included. */
+  isRunning(resource: string, record: SignedRecord): boolean {
+    return this.endsAt(resource, record) > this.#clock.now();
+  }
+
+  /**
+   * Drops everything kept about `resource` (its record was compacted, and no
+   * lease ran on it). Without a record, `endsAt` answers 0 for it anyway.
+   */
+  forget(resource: string): void {
+    this.#ends.delete(resource);
+    this.#released.delete(resource);
+  }
+
+  /** Resources this table holds an entry for (memory follows running and recently ended leases). */
+  get size(): number {
+    return this.#ends.size;
+  }
+
   /** Leases running now. */
   activeCount(): number {
     const now = this.#clock.now();
     let active = now < this.#restartLeaseEndsAt ? this.#untouchedRestartLeases : 0;
     for (const end of this.#ends.values()) if (end > now) active++;
     return active;
+  }
+
+  /** Forgets expired entries now (compaction calls it; `set` does it at most every few seconds). */
+  sweep(): void {
+    this.#lastSweep = -Infinity;
+    this.#sweepSometimes();
   }
 
   #sweepSometimes(): void {

@@ -19,8 +19,13 @@ export class ReplicaMetrics {
   readonly connections: Gauge;
   readonly closes: Counter<'code'>;
   readonly wireErrors: Counter<'code'>;
+  readonly compactedRecords: Counter;
 
-  constructor(labels: { replica: number; cluster: string }, activeLeases: () => number) {
+  constructor(
+    labels: { replica: number; cluster: string },
+    activeLeases: () => number,
+    store: () => { readonly records: number; readonly floor: bigint } = () => ({ records: 0, floor: 0n }),
+  ) {
     this.registry.setDefaultLabels({ replica: String(labels.replica), cluster: labels.cluster.slice(0, 16) });
     const registers = [this.registry];
     this.grantsSigned = new Counter({
@@ -76,6 +81,27 @@ export class ReplicaMetrics {
       registers,
       collect() {
         this.set(activeLeases());
+      },
+    });
+    this.compactedRecords = new Counter({
+      name: 'quorumfence_replica_compacted_records_total',
+      help: 'Signing records folded into the epoch floor by compaction',
+      registers,
+    });
+    new Gauge({
+      name: 'quorumfence_replica_signing_records',
+      help: 'Records in the signing record (live and retained resources)',
+      registers,
+      collect() {
+        this.set(store().records);
+      },
+    });
+    new Gauge({
+      name: 'quorumfence_replica_epoch_floor',
+      help: 'The replica-wide epoch floor (as a float: exact below 2^53)',
+      registers,
+      collect() {
+        this.set(Number(store().floor));
       },
     });
     collectDefaultMetrics({ register: this.registry, prefix: 'quorumfence_replica_' });

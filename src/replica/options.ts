@@ -42,6 +42,13 @@ export interface ReplicaLimits {
   readonly maxWatchedResources: number;
   /** Waiters remembered per resource; beyond it, the others find the release by polling. */
   readonly maxWaitersPerResource: number;
+  /**
+   * How long a record is kept after its grant once its lease has ended, before compaction may fold it into
+   * the floor (wall-clock ms). Within it, a late resend, renew or release still finds its record.
+   */
+  readonly retentionMs: number;
+  /** How often compaction runs. */
+  readonly compactionIntervalMs: number;
 }
 
 export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
@@ -77,6 +84,12 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   // 10,000 contended resources and 256 waiters each bound the memory at a few MiB.
   maxWatchedResources: 10_000,
   maxWaitersPerResource: 256,
+  // Ten default maxTtls: a holder's late release or renewal still finds its record, and the store
+  // holds the resources of the last ten minutes (a few MB at thousands of new resources a second).
+  retentionMs: 600_000,
+  // Each run looks at every record (in batches), and the store holds only recent ones; once a minute
+  // keeps that off the hot path while the store stays within about one interval of the retention window.
+  compactionIntervalMs: 60_000,
 };
 
 function bad(field: string, message: string): never {
@@ -113,6 +126,8 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'shutdownTimeoutMs',
     'maxWatchedResources',
     'maxWaitersPerResource',
+    'retentionMs',
+    'compactionIntervalMs',
   ] as const) {
     positiveInteger(limits, field);
   }
@@ -122,6 +137,8 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
   if (limits.maxTtlMs > 0x7fff_ffff) bad('maxTtlMs', 'must fit in 2^31-1 ms');
   if (limits.minTtlMs > limits.maxTtlMs)
     bad('minTtlMs', `(${limits.minTtlMs}) must not exceed maxTtlMs (${limits.maxTtlMs})`);
+  // setInterval's delay is a signed 32-bit number of ms.
+  if (limits.compactionIntervalMs > 0x7fff_ffff) bad('compactionIntervalMs', 'must fit in 2^31-1 ms');
   if (limits.maxFrameBytes < 512)
     bad('maxFrameBytes', 'must be at least 512 bytes: an acquire with a 256-byte resource must fit');
   if (typeof limits.maxEpochStep !== 'bigint' || limits.maxEpochStep < 1n)

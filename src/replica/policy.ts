@@ -9,9 +9,9 @@
  *   1 invalid   resource 1..256 UTF-8 bytes, epoch 1..2^63-1, ttl in [minTtlMs, maxTtlMs]
  *   2 forbidden the access rules do not give this holder this resource
  *   3 resend    same (R, e, H) as the record: the same partial again (BLS is deterministic)
- *   4 stale     e <= record.epoch
+ *   4 stale     e <= record.epoch (the floor when the resource has no record)
  *   5 busy      another holder's lease is running and not released
- *   6 too_far   e > record.epoch + maxEpochStep
+ *   6 too_far   e > record.epoch (or the floor) + maxEpochStep
  *   7 grant     record (R, e, H) durably, then sign
  *
  * Lease choices (documented in README.md):
@@ -44,7 +44,7 @@ import type {
 } from '../protocol/messages.js';
 import { mayAccess, type AccessRules } from './access.js';
 
-/** What the signing record keeps durably per resource (never deleted, never lowered). */
+/** What the signing record keeps durably per resource (never lowered). */
 export interface SignedRecord {
   /** The highest epoch signed for the resource. */
   readonly epoch: bigint;
@@ -52,13 +52,14 @@ export interface SignedRecord {
   readonly holder: Uint8Array;
   /** grantDigest of (cluster, resource, epoch, holder): 32 bytes. */
   readonly grantDigest: Uint8Array;
-  /** The holder released the lease. */
-  readonly released: boolean;
 }
 
-/** The durable record plus the volatile lease end (monotonic ms; 0 when no lease runs). */
+/** The durable record plus the volatile lease state. */
 export interface PolicyRecord extends SignedRecord {
+  /** When the lease ends (monotonic ms; 0 when no lease runs). */
   readonly leaseEndsAt: number;
+  /** The holder released the lease since this replica started (volatile, see the header). */
+  readonly released: boolean;
 }
 
 export interface PolicyConfig {
@@ -128,7 +129,10 @@ export function precheck(request: Request, holder: Uint8Array, config: PolicyCon
 }
 
 /**
- * The policy. `record` is undefined when the replica never signed for the resource.
+ * The policy. `record` is undefined when the resource has no record: never
+ * signed, or compacted; `floor` (the store's replica-wide epoch floor, at
+ * least every compacted record's epoch) then stands for its epoch, so a
+ * compacted resource is never signed again at an epoch it already had.
  * Throws only for programmer errors (it is total over every decoded request).
  */
 export function decide(
@@ -137,15 +141,16 @@ export function decide(
   holder: Uint8Array,
   now: number,
   config: PolicyConfig,
+  floor = 0n,
 ): Decision {
   const refused = precheck(request, holder, config);
   if (refused) return refused;
   switch (request.type) {
     case 'acquire':
-      return decideAcquire(record, request.resource, request.epoch, request.ttlMs, holder, now, config);
+      return decideAcquire(record, request.resource, request.epoch, request.ttlMs, holder, now, config, floor);
     case 'renew': {
       if (!record || record.released || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
-        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? 0n } };
+        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
       }
       const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
       return {
@@ -156,13 +161,13 @@ export function decide(
     }
     case 'release': {
       if (!record || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
-        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? 0n } };
+        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
       }
       if (record.released) return { action: 'reply', outcome: { status: 'released' } };
       return { action: 'release', outcome: { status: 'released' } };
     }
     case 'status':
-      return { action: 'reply', outcome: statusOf(record, now) };
+      return { action: 'reply', outcome: statusOf(record, now, floor) };
   }
 }
 
@@ -174,8 +179,9 @@ function decideAcquire(
   holder: Uint8Array,
   now: number,
   config: PolicyConfig,
+  floor: bigint,
 ): Decision {
-  const current = record?.epoch ?? 0n;
+  const current = record?.epoch ?? floor;
   if (record && record.epoch === epoch && bytesEqual(record.holder, holder)) {
     return {
       action: 'resend',
@@ -192,11 +198,11 @@ function decideAcquire(
   }
   if (epoch > current + config.maxEpochStep) return { action: 'reply', outcome: { status: 'too_far', epoch: current } };
   const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder });
-  return { action: 'grant', record: { epoch, holder, grantDigest: digest, released: false }, leaseEndsAt: now + ttlMs };
+  return { action: 'grant', record: { epoch, holder, grantDigest: digest }, leaseEndsAt: now + ttlMs };
 }
 
-export function statusOf(record: PolicyRecord | undefined, now: number): StatusOutcome {
-  if (!record) return { status: 'ok', epoch: 0n, leased: false, remainingMs: 0 };
+export function statusOf(record: PolicyRecord | undefined, now: number, floor = 0n): StatusOutcome {
+  if (!record) return { status: 'ok', epoch: floor, leased: false, remainingMs: 0 };
   const leased = leaseRunning(record, now);
   return { status: 'ok', epoch: record.epoch, leased, remainingMs: leased ? remainingMs(record.leaseEndsAt, now) : 0 };
 }

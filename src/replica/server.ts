@@ -123,6 +123,8 @@ export class ReplicaServer {
   readonly #unauthenticatedByAddress = new Map<string, number>();
   #inFlight = 0;
   #closing: Promise<void> | undefined;
+  /** Runs compaction every compactionIntervalMs (docs/storage.md). */
+  #compactionTimer: NodeJS.Timeout | undefined;
 
   private constructor(fields: {
     url: string;
@@ -152,6 +154,26 @@ export class ReplicaServer {
     this.#index = fields.index;
     this.#logger = fields.logger;
     this.#clock = fields.clock;
+    this.#compactionTimer = setInterval(() => this.#compactNow(), fields.limits.compactionIntervalMs);
+    this.#compactionTimer.unref();
+  }
+
+  #compactNow(): void {
+    if (this.#closing) return;
+    const started = performance.now();
+    this.service.compact().then(
+      (summary) => {
+        this.metrics.compactedRecords.inc(summary.compacted);
+        if (summary.compacted > 0)
+          this.#logger.info(
+            { ...summary, floor: summary.floor.toString(), ms: Math.round(performance.now() - started) },
+            'compacted the signing record',
+          );
+      },
+      (error: unknown) => {
+        if (!this.#closing) this.#logger.error({ err: error }, 'compaction failed; will retry');
+      },
+    );
   }
 
   /**
@@ -194,6 +216,7 @@ export class ReplicaServer {
       const metrics = new ReplicaMetrics(
         { replica: key.index, cluster: cluster.idHex },
         () => late.service?.leases.activeCount() ?? 0,
+        () => ({ records: store?.size ?? 0, floor: store?.floor ?? 0n }),
       );
       late.metrics = metrics;
       const service = new ReplicaService({
@@ -201,6 +224,7 @@ export class ReplicaServer {
         signer,
         clock,
         metrics,
+        retentionMs: limits.retentionMs,
         policy: {
           clusterId: cluster.id,
           minTtlMs: limits.minTtlMs,
@@ -567,6 +591,7 @@ export class ReplicaServer {
   }
 
   async #shutdown(): Promise<void> {
+    clearInterval(this.#compactionTimer);
     this.#http.close();
     const deadline = Date.now() + this.limits.shutdownTimeoutMs;
     while (this.#inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));

@@ -13,6 +13,7 @@ import type { MonotonicClock } from '../common/clock.js';
 import { grantMessage } from '../token/grant.js';
 import type { Outcome, Request } from '../protocol/messages.js';
 import { LeaseTable } from './leases.js';
+import { DEFAULT_REPLICA_LIMITS } from './options.js';
 import type { ReplicaMetrics, RefusalReason } from './metrics.js';
 import { decide, precheck, type Decision, type PolicyConfig } from './policy.js';
 import type { PartialSigner } from './signer.js';
@@ -24,7 +25,23 @@ export interface ReplicaServiceOptions {
   readonly clock: MonotonicClock;
   readonly policy: PolicyConfig;
   readonly metrics?: ReplicaMetrics;
+  /** How long a record is kept after its grant once its lease has ended (wall-clock ms; see docs/storage.md). */
+  readonly retentionMs?: number;
+  /** Records looked at per compaction transaction. */
+  readonly compactionBatch?: number;
+  /** Wall-clock milliseconds, compared with the records' grant times (default Date.now). */
+  readonly wallClock?: () => number;
 }
+
+export interface CompactionSummary {
+  readonly compacted: number;
+  readonly scanned: number;
+  readonly floor: bigint;
+  readonly records: number;
+}
+
+/** Records per compaction transaction: requests wait for at most one batch (they run between batches). */
+export const DEFAULT_COMPACTION_BATCH = 1_000;
 
 export class ReplicaService {
   readonly store: SigningRecord;
@@ -33,6 +50,10 @@ export class ReplicaService {
   readonly #clock: MonotonicClock;
   readonly #policy: PolicyConfig;
   readonly #metrics: ReplicaMetrics | undefined;
+  readonly #retentionMs: number;
+  readonly #compactionBatch: number;
+  readonly #wallClock: () => number;
+  #compacting: Promise<CompactionSummary> | undefined;
 
   constructor(options: ReplicaServiceOptions) {
     this.store = options.store;
@@ -40,7 +61,10 @@ export class ReplicaService {
     this.#clock = options.clock;
     this.#policy = options.policy;
     this.#metrics = options.metrics;
-    this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.unreleased);
+    this.#retentionMs = options.retentionMs ?? DEFAULT_REPLICA_LIMITS.retentionMs;
+    this.#compactionBatch = options.compactionBatch ?? DEFAULT_COMPACTION_BATCH;
+    this.#wallClock = options.wallClock ?? Date.now;
+    this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
   }
 
   /**
@@ -65,7 +89,7 @@ export class ReplicaService {
       const now = this.#clock.now();
       const leaseEndsAt = this.leases.endsAt(resource, current);
       const record = current && { ...current, leaseEndsAt, released: this.leases.isReleased(resource, current) };
-      const d = decide(record, request, holder, now, this.#policy);
+      const d = decide(record, request, holder, now, this.#policy, this.store.floor);
       switch (d.action) {
         case 'grant':
           this.leases.set(resource, current, d.leaseEndsAt);
@@ -91,6 +115,39 @@ export class ReplicaService {
       return { status: 'granted', partial };
     }
     return this.#answer(decision);
+  }
+
+  /**
+   * Folds into the floor every record whose lease is not running (the restart
+   * rule included) and whose grant is older than the retention window, one
+   * batch per transaction, yielding between batches. A call while one runs
+   * joins it.
+   * @throws QuorumFenceError CLOSED, STORE_CORRUPT, INTERNAL
+   */
+  compact(): Promise<CompactionSummary> {
+    this.#compacting ??= this.#compactAll().finally(() => (this.#compacting = undefined));
+    return this.#compacting;
+  }
+
+  async #compactAll(): Promise<CompactionSummary> {
+    let compacted = 0;
+    let scanned = 0;
+    let from: Buffer | undefined;
+    const cutoff = this.#wallClock() - this.#retentionMs;
+    do {
+      const step = this.store.compactStep(from, this.#compactionBatch, (resource, record, grantedAtMs) => {
+        if (grantedAtMs > cutoff || this.leases.isRunning(resource, record)) return false;
+        this.leases.forget(resource);
+        return true;
+      });
+      compacted += step.compacted;
+      scanned += step.scanned;
+      from = step.next;
+      // Let requests run between batches: each batch is one synchronous transaction.
+      if (from) await new Promise<void>((resolve) => setImmediate(resolve));
+    } while (from);
+    this.leases.sweep();
+    return { compacted, scanned, floor: this.store.floor, records: this.store.size };
   }
 
   async #sign(message: Uint8Array): Promise<Uint8Array> {

@@ -1,10 +1,13 @@
 /**
  * The signing record: per resource, the highest epoch this replica signed,
- * the holder and grant digest at that epoch, and whether the holder released
- * it. It lives in LMDB (an embedded, crash-safe B-tree) in the replica's data
- * directory. Watermarks are never deleted or lowered.
+ * the holder and grant digest at that epoch, and the replica-wide epoch
+ * floor. It lives in LMDB (an embedded, crash-safe B-tree) in the replica's
+ * data directory. Watermarks are never lowered; a record is removed only by
+ * compaction, in the transaction that raises the floor to at least its epoch
+ * (docs/storage.md).
  *
- * One entry point decides and writes: `checkAndRecord`. It is atomic per
+ * One entry point decides and writes: `checkAndRecord` (the rule itself is in
+ * check-and-record.ts). It is atomic per
  * resource inside the store (a queue per resource: a second call for the same
  * resource starts only after the first one's write is durable), so no caller
  * can check, await, and write around another. Calls for different resources
@@ -40,32 +43,29 @@
  * cluster id and replica index, written at creation) and `replica.lock` (the
  * pid of the process that has the store open for writing).
  */
-import { spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
+import { bytesEqual, toHex } from '../common/bytes.js';
 import { decodeResource } from '../common/check.js';
 import { writeFileDurably } from '../common/files.js';
-import { MAX_EPOCH, MIN_EPOCH } from '../common/limits.js';
+import { CheckAndRecord, type RecordChange } from './check-and-record.js';
 import type { SignedRecord } from './policy.js';
+import { decodeRecord, decodeStoredRecord, encodeRecord, parseFloor } from './record-codec.js';
+import { storeCorrupt as corrupt } from './store-errors.js';
+import { identityText, parseIdentity, type StoreIdentity } from './store-identity.js';
+import { takeLock } from './store-lock.js';
+import { probeStore } from './store-probe.js';
 
-export const STORE_FORMAT = 'quorumfence/signing-record-store/v1';
+export { probeSigningRecord } from './store-probe.js';
+export type { RecordChange } from './check-and-record.js';
+export { STORE_FORMAT, type StoreIdentity } from './store-identity.js';
+
 const IDENTITY_FILE = 'signing-record.json';
-const LOCK_FILE = 'replica.lock';
 const IDENTITY_KEY = 'identity';
-
-/** version(1) ‖ flags(1) ‖ epoch(8) ‖ holder(32) ‖ grantDigest(32) */
-const RECORD_VERSION = 1;
-const RECORD_BYTES = 74;
-const FLAG_RELEASED = 0x01;
-
-export interface StoreIdentity {
-  readonly clusterId: Uint8Array;
-  readonly replicaIndex: number;
-}
+/** Meta key of the replica-wide epoch floor (docs/storage.md). */
+const FLOOR_KEY = 'floor';
 
 export interface SigningRecordOptions {
   /** Open without writing or locking (export, audits). The store must already exist. */
@@ -79,6 +79,20 @@ export interface SigningRecordOptions {
    * (a test reading a store it just watched being written) turns it off.
    */
   readonly probe?: boolean;
+  /** Wall-clock milliseconds, stamped on each record for the retention window (default Date.now). */
+  readonly wallClock?: () => number;
+}
+
+/** What compaction may fold into the floor; called inside the compaction transaction, must not yield. */
+export type CompactionTest = (resource: string, record: SignedRecord, grantedAtMs: number) => boolean;
+
+export interface CompactionStep {
+  /** Records removed (their epochs folded into the floor). */
+  readonly compacted: number;
+  /** Records looked at. */
+  readonly scanned: number;
+  /** Where the next step starts; undefined when the scan reached the end. */
+  readonly next: Buffer | undefined;
 }
 
 export interface RecordEntry {
@@ -86,238 +100,27 @@ export interface RecordEntry {
   readonly record: SignedRecord;
 }
 
-/** What a caller decides inside the per-resource critical section. */
-export interface RecordChange<T> {
-  /** Write this record (durably) before returning; absent when nothing durable changes. */
-  readonly record?: SignedRecord;
-  readonly result: T;
-}
-
 export interface ImportSummary {
   /** Entries that raised a watermark or created one. */
   readonly raised: number;
-  /** Entries at or below the local watermark (same holder at an equal epoch). */
+  /** Entries at or below the local watermark (same holder at an equal epoch), or at or below the floor. */
   readonly unchanged: number;
-}
-
-function corrupt(dir: string, message: string, cause?: unknown): QuorumFenceError {
-  return new QuorumFenceError(
-    'STORE_CORRUPT',
-    `signing record in ${dir}: ${message}`,
-    { dir },
-    cause === undefined ? undefined : { cause },
-  );
-}
-
-export function encodeRecord(record: SignedRecord): Uint8Array {
-  const out = new Uint8Array(RECORD_BYTES);
-  const view = new DataView(out.buffer);
-  out[0] = RECORD_VERSION;
-  out[1] = record.released ? FLAG_RELEASED : 0;
-  view.setBigUint64(2, record.epoch);
-  out.set(record.holder, 10);
-  out.set(record.grantDigest, 42);
-  return out;
-}
-
-/** @throws QuorumFenceError STORE_CORRUPT */
-export function decodeRecord(bytes: Uint8Array, where: string): SignedRecord {
-  if (bytes.length !== RECORD_BYTES || bytes[0] !== RECORD_VERSION || (bytes[1]! & ~FLAG_RELEASED) !== 0) {
-    throw corrupt(where, `a record has an unknown layout (${bytes.length} bytes, version ${bytes[0]})`);
-  }
-  const epoch = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getBigUint64(2);
-  if (epoch < MIN_EPOCH || epoch > MAX_EPOCH) throw corrupt(where, `a record has epoch ${epoch} outside 1 .. 2^63-1`);
-  return {
-    epoch,
-    // Plain Uint8Array copies: LMDB hands out Buffers over its own memory.
-    holder: Uint8Array.from(bytes.subarray(10, 42)),
-    grantDigest: Uint8Array.from(bytes.subarray(42, 74)),
-    released: (bytes[1]! & FLAG_RELEASED) !== 0,
-  };
-}
-
-/**
- * Whether `next` may replace `current`: a higher epoch, or the same grant
- * with its released flag set. Anything else would lower a watermark or sign
- * a second holder, so the store refuses it whatever the caller decided.
- */
-export function mayReplace(current: SignedRecord | undefined, next: SignedRecord): boolean {
-  if (!current) return true;
-  if (next.epoch > current.epoch) return true;
-  return (
-    next.epoch === current.epoch &&
-    bytesEqual(next.holder, current.holder) &&
-    bytesEqual(next.grantDigest, current.grantDigest) &&
-    (next.released || !current.released)
-  );
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/**
- * Takes `DIR/replica.lock`: two processes signing from one store would each
- * serialise only their own requests, and could both sign one (resource, epoch).
- * A lock left by a dead process (SIGKILL) is taken over.
- * @throws QuorumFenceError STORE_LOCKED, IO_ERROR
- */
-function takeLock(dir: string): () => void {
-  const path = join(dir, LOCK_FILE);
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      const fd = openSync(path, 'wx', 0o600);
-      try {
-        writeSync(fd, `${process.pid}\n`);
-      } finally {
-        closeSync(fd);
-      }
-      return () => {
-        try {
-          if (readFileSync(path, 'utf8').trim() === String(process.pid)) unlinkSync(path);
-        } catch {
-          // Already gone: nothing to release.
-        }
-      };
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new QuorumFenceError(
-          'IO_ERROR',
-          `cannot create ${path}: ${(error as Error).message}`,
-          { path },
-          { cause: error },
-        );
-      }
-    }
-    let owner: number;
-    try {
-      owner = Number(readFileSync(path, 'utf8').trim());
-    } catch {
-      continue; // Removed between our open and read: try again.
-    }
-    if (Number.isSafeInteger(owner) && owner > 0 && isAlive(owner)) {
-      throw new QuorumFenceError(
-        'STORE_LOCKED',
-        `data directory ${dir} is in use by process ${owner}${owner === process.pid ? ' (this process)' : ''}; stop it first (or remove ${path} if no replica runs)`,
-        { dir, pid: owner },
-      );
-    }
-    try {
-      unlinkSync(path); // Stale: its process is gone.
-    } catch {
-      // Someone else took it over first; the next attempt sees their lock.
-    }
-  }
-  throw new QuorumFenceError('STORE_LOCKED', `could not take the lock ${path}`, { dir });
-}
-
-/**
- * LMDB trusts its pages: opening or reading a damaged data.mdb can crash the
- * whole process (a segfault, not an exception). So before this process opens
- * an existing store, a throwaway child process opens it read-only and reads
- * every page we will touch; if that child dies by a signal, the store is
- * reported corrupt with a clear error instead of taking the replica down.
- */
-const PROBE_SCRIPT = `
-const { open } = require(process.argv[1]);
-const env = open({ path: process.argv[2], readOnly: true, maxDbs: 4 });
-for (const name of ['records', 'meta']) {
-  const db = env.openDB(name, { encoding: 'binary', keyEncoding: 'binary' });
-  if (db) for (const entry of db.getRange({})) void entry;
-}
-`;
-/** Reading every record of even a large store takes seconds at most; a minute means something is wrong. */
-const PROBE_TIMEOUT_MS = 60_000;
-
-function probeArgs(dir: string): string[] {
-  return ['-e', PROBE_SCRIPT, createRequire(import.meta.url).resolve('lmdb'), dir];
-}
-
-function probeVerdict(dir: string, signal: NodeJS.Signals | null, error: Error | undefined): void {
-  if (error) throw corrupt(dir, `cannot check it: ${error.message}`, error);
-  // A JS-level error (a missing table, say) is left to the real open, which reports it precisely.
-  if (signal) throw corrupt(dir, `LMDB crashed (${signal}) reading data.mdb: the file is damaged or not an LMDB file`);
-}
-
-function probeStore(dir: string): void {
-  const probe = spawnSync(process.execPath, probeArgs(dir), { stdio: 'ignore', timeout: PROBE_TIMEOUT_MS });
-  probeVerdict(dir, probe.signal, probe.error);
-}
-
-/**
- * The same check as the `probe` option of SigningRecord.open, in the
- * background, so a starting replica can overlap it with loading its key;
- * then open with `probe: false`. Resolves at once when there is no store yet.
- * @throws QuorumFenceError STORE_CORRUPT
- */
-export function probeSigningRecord(dir: string): Promise<void> {
-  if (!existsSync(join(dir, 'data.mdb'))) return Promise.resolve();
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, probeArgs(dir), { stdio: 'ignore', timeout: PROBE_TIMEOUT_MS });
-    let failure: Error | undefined;
-    child.once('error', (error) => (failure = error));
-    child.once('close', (_code, signal) => {
-      try {
-        probeVerdict(dir, signal, failure);
-        resolve();
-      } catch (error) {
-        reject(error);
-      }
-    });
-  });
-}
-
-interface IdentityJson {
-  format: string;
-  clusterId: string;
-  replica: number;
-}
-
-function parseIdentity(text: string | undefined, where: string): StoreIdentity {
-  let json: Partial<IdentityJson>;
-  try {
-    json = JSON.parse(text ?? '') as Partial<IdentityJson>;
-  } catch {
-    throw corrupt(where, 'its identity is not valid JSON');
-  }
-  if (json.format !== STORE_FORMAT) throw corrupt(where, `unknown store format ${JSON.stringify(json.format)}`);
-  let clusterId: Uint8Array;
-  try {
-    clusterId = fromHex(json.clusterId, 32, 'clusterId');
-  } catch {
-    throw corrupt(where, 'its identity has no valid cluster id');
-  }
-  if (typeof json.replica !== 'number' || !Number.isInteger(json.replica) || json.replica < 1) {
-    throw corrupt(where, 'its identity has no valid replica index');
-  }
-  return { clusterId, replicaIndex: json.replica };
-}
-
-function identityText(identity: StoreIdentity): string {
-  const json: IdentityJson = {
-    format: STORE_FORMAT,
-    clusterId: toHex(identity.clusterId),
-    replica: identity.replicaIndex,
-  };
-  return JSON.stringify(json);
 }
 
 export class SigningRecord {
   readonly dir: string;
   readonly identity: StoreIdentity;
-  /** Resources and unreleased records found when the store was opened. */
-  readonly openedWith: { readonly resources: number; readonly unreleased: number };
+  /** Resources found when the store was opened (each counts as leased for maxTtl after a restart). */
+  readonly openedWith: { readonly resources: number };
   readonly #env: RootDatabase;
   readonly #records: Database<Buffer, Buffer>;
+  readonly #meta: Database<string, string>;
+  readonly #wallClock: () => number;
+  /** The durable floor (read at open, changed only inside a transaction that writes it). */
+  #floor: bigint;
   readonly #onFlush: ((ms: number) => void) | undefined;
   readonly #releaseLock: (() => void) | undefined;
-  /** Per resource: the promise of the last queued call (the per-resource critical section). */
-  readonly #tails = new Map<string, Promise<void>>();
+  readonly #sections: CheckAndRecord;
   #closed = false;
 
   private constructor(
@@ -325,6 +128,7 @@ export class SigningRecord {
     identity: StoreIdentity,
     env: RootDatabase,
     records: Database<Buffer, Buffer>,
+    meta: Database<string, string>,
     options: SigningRecordOptions,
     releaseLock: (() => void) | undefined,
   ) {
@@ -332,16 +136,24 @@ export class SigningRecord {
     this.identity = identity;
     this.#env = env;
     this.#records = records;
+    this.#meta = meta;
+    this.#wallClock = options.wallClock ?? Date.now;
     this.#onFlush = options.onFlush;
     this.#releaseLock = releaseLock;
-    let resources = 0;
-    let unreleased = 0;
-    // Decode every record once at open: a corrupt store must stop the start, not a request hours later.
-    for (const { record } of this.entries()) {
-      resources++;
-      if (!record.released) unreleased++;
+    this.#sections = new CheckAndRecord({
+      read: (resource) => this.get(resource),
+      floor: () => this.#floor,
+      writeDurably: (resource, record) => this.#writeDurably(resource, record),
+    });
+    // No scan: start-up must not grow with the store. LMDB's own statistics give the count, and the
+    // child-process probe has read every page already; a damaged record is reported when it is read.
+    try {
+      this.#floor = parseFloor(meta.get(FLOOR_KEY), dir);
+      this.openedWith = { resources: (records.getStats() as { entryCount: number }).entryCount };
+    } catch (error) {
+      if (error instanceof QuorumFenceError) throw error;
+      throw corrupt(dir, `cannot read it: ${(error as Error).message}`, error);
     }
-    this.openedWith = { resources, unreleased };
   }
 
   /**
@@ -449,7 +261,7 @@ export class SigningRecord {
       }
       if (!readOnly && !fileIdentity)
         writeFileDurably(fileIdentityPath, identityText(identity) + '\n', { mode: 0o600 });
-      return new SigningRecord(dir, identity, env, records, options, releaseLock);
+      return new SigningRecord(dir, identity, env, records, meta, options, releaseLock);
     } catch (error) {
       void env?.close().catch(() => undefined);
       releaseLock?.();
@@ -457,7 +269,24 @@ export class SigningRecord {
     }
   }
 
-  /** The durable record of a resource, or undefined when never signed. @throws QuorumFenceError STORE_CORRUPT, CLOSED */
+  /**
+   * The replica-wide epoch floor: at least the epoch of every record compacted
+   * away. A resource without a record is treated as signed up to the floor.
+   */
+  get floor(): bigint {
+    return this.#floor;
+  }
+
+  /** Records in the store now (LMDB's count, no scan). */
+  get size(): number {
+    if (this.#closed) return 0;
+    return (this.#records.getStats() as { entryCount: number }).entryCount;
+  }
+
+  /**
+   * The durable record of a resource, or undefined when it has none (never signed, or compacted:
+   * then `floor` stands for it). @throws QuorumFenceError STORE_CORRUPT, CLOSED
+   */
   get(resource: string): SignedRecord | undefined {
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
     const bytes = this.#records.getBinary(Buffer.from(resource, 'utf8'));
@@ -475,51 +304,24 @@ export class SigningRecord {
    */
   checkAndRecord<T>(resource: string, decide: (current: SignedRecord | undefined) => RecordChange<T>): Promise<T> {
     if (this.#closed) return Promise.reject(new QuorumFenceError('CLOSED', 'the signing record is closed'));
-    const run = (): Promise<T> => this.#decideAndWrite(resource, decide);
-    const previous = this.#tails.get(resource);
-    // Uncontended: decide in this very turn, so concurrent grants for other resources join one transaction.
-    const result = previous ? previous.then(run) : run();
-    const tail = result.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.#tails.set(resource, tail);
-    void tail.then(() => {
-      if (this.#tails.get(resource) === tail) this.#tails.delete(resource);
-    });
-    return result;
+    return this.#sections.run(resource, decide);
   }
 
-  async #decideAndWrite<T>(
-    resource: string,
-    decide: (current: SignedRecord | undefined) => RecordChange<T>,
-  ): Promise<T> {
-    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
-    const current = this.get(resource);
-    const change = decide(current);
-    if (change.record) {
-      if (!mayReplace(current, change.record)) {
-        throw new QuorumFenceError(
-          'INTERNAL',
-          `refusing to lower the watermark or change the holder of "${resource.slice(0, 64)}" at epoch ${change.record.epoch}`,
-        );
-      }
-      const started = performance.now();
-      try {
-        // Commit (which, with overlappingSync off, includes the sync), then the flush barrier (see the header).
-        await this.#records.put(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(change.record)));
-        await this.#env.flushed;
-      } catch (error) {
-        throw new QuorumFenceError(
-          'INTERNAL',
-          `cannot write the signing record: ${(error as Error).message}`,
-          undefined,
-          { cause: error },
-        );
-      }
-      this.#onFlush?.(performance.now() - started);
+  /** Commit (which, with overlappingSync off, includes the sync), then the flush barrier (see the header). */
+  async #writeDurably(resource: string, record: SignedRecord): Promise<void> {
+    const started = performance.now();
+    try {
+      await this.#records.put(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(record, this.#wallClock())));
+      await this.#env.flushed;
+    } catch (error) {
+      throw new QuorumFenceError(
+        'INTERNAL',
+        `cannot write the signing record: ${(error as Error).message}`,
+        undefined,
+        { cause: error },
+      );
     }
-    return change.result;
+    this.#onFlush?.(performance.now() - started);
   }
 
   /** Every record, in resource order (UTF-8 byte order). @throws QuorumFenceError STORE_CORRUPT */
@@ -540,16 +342,21 @@ export class SigningRecord {
    * nothing, in one synchronous, durable transaction: an entry whose epoch
    * equals the local one with a different holder or digest refuses the whole
    * import; lower entries are ignored; higher or new ones replace the local
-   * record (as unreleased, so the restart lease rule covers them).
+   * record (their leases count as running until maxTtl after the next start,
+   * as every record's does). The floor becomes the larger of the two floors,
+   * and an entry at or below it for a resource without a local record is
+   * ignored: the floor already stands for it.
    * Waits until no checkAndRecord call is queued, then runs without yielding,
    * so no grant can be decided against a watermark the import is raising.
    * @throws QuorumFenceError BAD_INTERCHANGE (conflict), CLOSED, INTERNAL
    */
-  async raiseFrom(entries: readonly RecordEntry[]): Promise<ImportSummary> {
-    while (this.#tails.size > 0) await Promise.all([...this.#tails.values()]);
+  async raiseFrom(entries: readonly RecordEntry[], floor = 0n): Promise<ImportSummary> {
+    while (!this.#sections.idle) await this.#sections.drain();
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
     let raised = 0;
     let unchanged = 0;
+    const newFloor = floor > this.#floor ? floor : this.#floor;
+    const grantedAtMs = this.#wallClock();
     this.#env.transactionSync(() => {
       for (const { resource, record } of entries) {
         const current = this.get(resource);
@@ -562,24 +369,73 @@ export class SigningRecord {
             );
           }
           unchanged++;
-        } else if (current && record.epoch < current.epoch) {
+        } else if ((current && record.epoch < current.epoch) || (!current && record.epoch <= newFloor)) {
           unchanged++;
         } else {
-          this.#records.putSync(
-            Buffer.from(resource, 'utf8'),
-            Buffer.from(encodeRecord({ ...record, released: false })),
-          );
+          this.#records.putSync(Buffer.from(resource, 'utf8'), Buffer.from(encodeRecord(record, grantedAtMs)));
           raised++;
         }
       }
+      if (newFloor > this.#floor) this.#meta.putSync(FLOOR_KEY, newFloor.toString());
     });
+    this.#floor = newFloor;
     return { raised, unchanged };
+  }
+
+  /**
+   * One step of compaction: looks at up to `limit` records from `from` on and
+   * removes those `test` accepts, raising the floor to their largest epoch,
+   * in one synchronous, durable transaction. Runs without yielding, and
+   * skips every resource with a checkAndRecord call queued or running, so no
+   * decision is ever taken against a record this step removes, and the floor
+   * is raised in the same commit that removes the records it stands for.
+   * @throws QuorumFenceError CLOSED, STORE_CORRUPT, INTERNAL
+   */
+  compactStep(from: Buffer | undefined, limit: number, test: CompactionTest): CompactionStep {
+    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
+    let compacted = 0;
+    let scanned = 0;
+    let next: Buffer | undefined;
+    let floor = this.#floor;
+    try {
+      this.#env.transactionSync(() => {
+        const doomed: Buffer[] = [];
+        for (const { key, value } of this.#records.getRange(from ? { start: from } : {})) {
+          if (scanned === limit) {
+            next = Buffer.from(key);
+            break;
+          }
+          scanned++;
+          const resource = key.toString('utf8');
+          if (this.#sections.isBusy(resource)) continue;
+          const { record, grantedAtMs } = decodeStoredRecord(value, this.dir);
+          if (!test(resource, record, grantedAtMs)) continue;
+          doomed.push(Buffer.from(key));
+          if (record.epoch > floor) floor = record.epoch;
+        }
+        for (const key of doomed) this.#records.removeSync(key);
+        compacted = doomed.length;
+        if (floor > this.#floor) this.#meta.putSync(FLOOR_KEY, floor.toString());
+      });
+    } catch (error) {
+      if (error instanceof QuorumFenceError) throw error;
+      throw new QuorumFenceError(
+        'INTERNAL',
+        `cannot compact the signing record: ${(error as Error).message}`,
+        undefined,
+        {
+          cause: error,
+        },
+      );
+    }
+    this.#floor = floor;
+    return { compacted, scanned, next };
   }
 
   /** Waits for queued calls, then closes LMDB and releases the lock. Idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
-    while (this.#tails.size > 0) await Promise.all([...this.#tails.values()]);
+    while (!this.#sections.idle) await this.#sections.drain();
     this.#closed = true;
     try {
       await this.#env.close();

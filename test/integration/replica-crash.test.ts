@@ -202,7 +202,7 @@ describe('S3 durable before visible', () => {
         replica: number;
         entries: { resource: string; epoch: string; holder: string }[];
       };
-      expect(exported).toMatchObject({ format: 'quorumfence/signing-record/v1', clusterId: cluster.idHex, replica: 1 });
+      expect(exported).toMatchObject({ format: 'quorumfence/signing-record/v2', clusterId: cluster.idHex, replica: 1 });
       const byResource = new Map(exported.entries.map((e) => [e.resource, e]));
       for (const { resource, epoch, holder } of granted.values()) {
         const entry = byResource.get(resource)!;

@@ -39,6 +39,7 @@ interface Exported {
   format: string;
   clusterId: string;
   replica: number;
+  floor: string;
   entries: { resource: string; epoch: string; holder: string; grantDigest: string }[];
 }
 
@@ -73,7 +74,8 @@ describe('signing record interchange', () => {
     expect(out.status, out.stderr).toBe(0);
     const doc = JSON.parse(out.stdout) as Exported;
     const cluster = loadClusterFile(join(keys, 'cluster.json'));
-    expect(doc.format).toBe('quorumfence/signing-record/v1');
+    expect(doc.format).toBe('quorumfence/signing-record/v2');
+    expect(doc.floor).toBe('0');
     expect(doc.clusterId).toBe(cluster.idHex);
     expect(doc.replica).toBe(1);
     expect(doc.entries.map((e) => [e.resource, e.epoch])).toEqual([

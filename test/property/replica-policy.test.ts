@@ -92,6 +92,8 @@ function run(
 ): void {
   const durable = new Map<string, SignedRecord>();
   const leases = new Map<string, number>();
+  /** Resource → the epoch released (volatile beside the lease, as in the service). */
+  const released = new Map<string, bigint>();
   const sent: { holder: number; request: Request }[] = [];
   let now = 1_000;
   for (const original of steps) {
@@ -105,7 +107,11 @@ function run(
     const { request } = step;
     const holder = holders[step.holder]!;
     const current = durable.get(request.resource);
-    const before = current && { ...current, leaseEndsAt: leases.get(request.resource) ?? 0 };
+    const before = current && {
+      ...current,
+      leaseEndsAt: leases.get(request.resource) ?? 0,
+      released: released.get(request.resource) === current.epoch,
+    };
     const decision = decide(before, request, holder, now, config);
     observe(decision, request, holder, before);
     switch (decision.action) {
@@ -114,8 +120,7 @@ function run(
         leases.set(request.resource, decision.leaseEndsAt);
         break;
       case 'release':
-        // The service keeps the release beside the lease (volatile); the model keeps it on the record.
-        durable.set(request.resource, { ...current!, released: true });
+        released.set(request.resource, current!.epoch);
         leases.set(request.resource, 0);
         break;
       case 'resend':

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { toHex } from '../../src/common/bytes.js';
 import { grantDigest } from '../../src/token/grant.js';
-import { INTERCHANGE_FORMAT, parseInterchange } from '../../src/replica/interchange.js';
+import { INTERCHANGE_FORMAT, INTERCHANGE_FORMAT_V1, parseInterchange } from '../../src/replica/interchange.js';
 import { codeOf } from '../support/error-code.js';
 
 const alice = new Uint8Array(32).fill(0xa1);
@@ -19,11 +19,20 @@ describe('interchange parsing', () => {
     format: INTERCHANGE_FORMAT,
     clusterId: toHex(clusterId),
     replica: 1,
+    floor: '0',
     entries,
   });
 
   it('accepts a well-formed document', () => {
     expect(parseInterchange(doc([entry('a', 1n), entry('b', (1n << 63n) - 1n)]), clusterId).entries).toHaveLength(2);
+  });
+
+  it('reads the floor of a v2 document, and a v1 document (no floor) as floor 0', () => {
+    expect(parseInterchange({ ...doc([]), floor: '9223372036854775807' }, clusterId).floor).toBe((1n << 63n) - 1n);
+    const v1 = { format: INTERCHANGE_FORMAT_V1, clusterId: toHex(clusterId), replica: 1, entries: [entry('a', 3n)] };
+    expect(parseInterchange(v1, clusterId)).toMatchObject({ floor: 0n, replica: 1 });
+    for (const floor of [undefined, 5, '-1', '01', '9223372036854775808', '1e3'])
+      expect(codeOf(() => parseInterchange({ ...doc([]), floor }, clusterId))).toBe('BAD_INTERCHANGE');
   });
 
   it('refuses every malformed field with BAD_INTERCHANGE', () => {

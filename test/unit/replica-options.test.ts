@@ -16,5 +16,8 @@ describe('replica limits', () => {
     expect(codeOf(() => replicaLimits({ signingWorkers: -1 }))).toBe('INVALID_OPTION');
     expect(codeOf(() => replicaLimits({ maxEpochStep: 0n }))).toBe('INVALID_OPTION');
     expect(codeOf(() => replicaLimits({ maxTtlMs: 2 ** 31 }))).toBe('INVALID_OPTION');
+    expect(codeOf(() => replicaLimits({ retentionMs: 0 }))).toBe('INVALID_OPTION');
+    expect(codeOf(() => replicaLimits({ compactionIntervalMs: 0 }))).toBe('INVALID_OPTION');
+    expect(codeOf(() => replicaLimits({ compactionIntervalMs: 2 ** 31 }))).toBe('INVALID_OPTION');
   });
 });

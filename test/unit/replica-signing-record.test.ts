@@ -9,21 +9,17 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isQuorumFenceError, type ErrorCode } from '../../src/common/errors.js';
 import { grantDigest } from '../../src/token/grant.js';
 import type { SignedRecord } from '../../src/replica/policy.js';
-import {
-  decodeRecord,
-  encodeRecord,
-  mayReplace,
-  SigningRecord,
-  type StoreIdentity,
-} from '../../src/replica/signing-record.js';
+import { mayReplace } from '../../src/replica/check-and-record.js';
+import { decodeRecord, encodeRecord } from '../../src/replica/record-codec.js';
+import { SigningRecord, type StoreIdentity } from '../../src/replica/signing-record.js';
 
 const clusterId = new Uint8Array(32).fill(1);
 const identity: StoreIdentity = { clusterId, replicaIndex: 2 };
 const alice = new Uint8Array(32).fill(0xa1);
 const bob = new Uint8Array(32).fill(0xb0);
 
-function record(resource: string, epoch: bigint, holder: Uint8Array, released = false): SignedRecord {
-  return { epoch, holder, grantDigest: grantDigest({ clusterId, resource, epoch, holder }), released };
+function record(resource: string, epoch: bigint, holder: Uint8Array): SignedRecord {
+  return { epoch, holder, grantDigest: grantDigest({ clusterId, resource, epoch, holder }) };
 }
 
 function expectCode(fn: () => unknown, code: ErrorCode): void {
@@ -55,13 +51,13 @@ afterEach(async () => {
 
 describe('signing record layout', () => {
   it('round-trips a record and refuses unknown layouts with STORE_CORRUPT', () => {
-    const r = record('x', 42n, alice, true);
-    expect(decodeRecord(encodeRecord(r), dir)).toEqual(r);
-    const bad = encodeRecord(r);
+    const r = record('x', 42n, alice);
+    expect(decodeRecord(encodeRecord(r, 1_700_000_000_000), dir)).toEqual(r);
+    const bad = encodeRecord(r, 1_700_000_000_000);
     bad[0] = 9;
     expectCode(() => decodeRecord(bad, dir), 'STORE_CORRUPT');
-    expectCode(() => decodeRecord(encodeRecord(r).subarray(1), dir), 'STORE_CORRUPT');
-    const zeroEpoch = encodeRecord(r);
+    expectCode(() => decodeRecord(encodeRecord(r, 1_700_000_000_000).subarray(1), dir), 'STORE_CORRUPT');
+    const zeroEpoch = encodeRecord(r, 1_700_000_000_000);
     zeroEpoch.fill(0, 2, 10);
     expectCode(() => decodeRecord(zeroEpoch, dir), 'STORE_CORRUPT');
   });
@@ -72,10 +68,9 @@ describe('S2 monotonic signing (store)', () => {
     const current = record('r', 5n, alice);
     expect(mayReplace(undefined, current)).toBe(true);
     expect(mayReplace(current, record('r', 6n, bob))).toBe(true);
-    expect(mayReplace(current, { ...current, released: true })).toBe(true);
+    expect(mayReplace(current, { ...current })).toBe(true);
     expect(mayReplace(current, record('r', 4n, alice))).toBe(false);
     expect(mayReplace(current, record('r', 5n, bob))).toBe(false);
-    expect(mayReplace({ ...current, released: true }, current)).toBe(false);
   });
 
   it('refuses (INTERNAL) a decision that would lower the watermark, and keeps the record', async () => {
@@ -109,17 +104,17 @@ describe('S2 monotonic signing (store)', () => {
     const store = openStore();
     await Promise.all(
       ['a', 'b', 'ü'].map((r, k) =>
-        store.checkAndRecord(r, () => ({ record: record(r, BigInt(k + 1), alice, k === 1), result: undefined })),
+        store.checkAndRecord(r, () => ({ record: record(r, BigInt(k + 1), alice), result: undefined })),
       ),
     );
     await store.close();
     const again = openStore();
     expect([...again.entries()]).toEqual([
       { resource: 'a', record: record('a', 1n, alice) },
-      { resource: 'b', record: record('b', 2n, alice, true) },
+      { resource: 'b', record: record('b', 2n, alice) },
       { resource: 'ü', record: record('ü', 3n, alice) },
     ]);
-    expect(again.openedWith).toEqual({ resources: 3, unreleased: 2 });
+    expect(again.openedWith).toEqual({ resources: 3 });
   });
 });
 

@@ -1,0 +1,180 @@
+/**
+ * The `growth` section: does a replica's store, memory and restart time
+ * follow the live resources, not every resource ever granted (issue 18)?
+ *
+ * For each size (10^3 as the baseline, then 10^4, 10^5 and, unless --quick,
+ * 10^6 distinct resources ever granted), it writes one grant per resource
+ * straight into a fresh signing record (through `checkAndRecord`, the path
+ * every grant takes, on a fake wall clock one millisecond per resource), and
+ * compacts every 100 writes with a retention window of 1,000 ms (1,000
+ * grants), so 10^3 records stay live at the end, as an operator's retention
+ * would leave them, and the store never holds more than about 1,100.
+ * Then a real replica process starts on that data directory: the time from
+ * spawn to /healthz answering 200 after a SIGKILL (median of three, as a
+ * crash would leave it), its resident memory, and data.mdb's size on disk.
+ * Figures are compared with the 10^3 baseline measured in the same run.
+ */
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadClusterFile } from '../cluster/description.js';
+import { dealLocalCluster, startLocalCluster } from '../cluster/launcher.js';
+import { SigningRecord, type CompactionTest } from '../replica/signing-record.js';
+import { grantDigest } from '../token/grant.js';
+import { summarise } from './measure.js';
+
+const LIVE = 1_000;
+/** Compaction runs every 100 grants: a tenth of the retention window, as the defaults (60 s of 10 min) are. */
+const COMPACT_EVERY = 100;
+const CONCURRENT_WRITES = 512;
+/** SIGKILL + start this many times; the median is reported (the first start on a cold cache is slower). */
+const RESTARTS = 3;
+
+export interface GrowthPoint {
+  /** Distinct resources ever granted. */
+  readonly resourcesEverGranted: number;
+  /** Records left after compaction (the live window). */
+  readonly recordsLeft: number;
+  readonly floor: string;
+  /** data.mdb size on disk, bytes. */
+  readonly storeBytes: number;
+  /** Resident memory of the replica process once healthy, bytes. */
+  readonly replicaRssBytes: number;
+  /** Spawn to /healthz 200 after a SIGKILL, ms (median of RESTARTS). */
+  readonly restartMs: number;
+  /** Grants written per second while compacting as it went. */
+  readonly writesPerSecond: number;
+}
+
+export interface GrowthFigures {
+  readonly liveResources: number;
+  readonly points: GrowthPoint[];
+  /** Each size's figures over the 10^3 baseline's. */
+  readonly ratios: { resourcesEverGranted: number; store: number; rss: number; restart: number }[];
+  readonly targets: { storeAndRssWithin: string; restartUnderMs: number };
+}
+
+function rssBytes(pid: number): number {
+  const match = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return match ? Number(match[1]) * 1024 : 0;
+}
+
+async function fill(
+  dataDir: string,
+  clusterId: Uint8Array,
+  total: number,
+): Promise<{ left: number; floor: bigint; perSecond: number }> {
+  let wall = 0;
+  const store = SigningRecord.open(dataDir, { clusterId, replicaIndex: 1 }, { wallClock: () => wall });
+  const holder = new Uint8Array(32).fill(0x42);
+  const compact = () => {
+    const cutoff = wall - LIVE;
+    const test: CompactionTest = (_resource, _record, grantedAtMs) => grantedAtMs <= cutoff;
+    let from: Buffer | undefined;
+    do from = store.compactStep(from, 10_000, test).next;
+    while (from);
+  };
+  const started = performance.now();
+  try {
+    let next = 0;
+    let sinceCompaction = 0;
+    await Promise.all(
+      Array.from({ length: CONCURRENT_WRITES }, async () => {
+        while (next < total) {
+          const resource = `orders/${String(next++).padStart(8, '0')}-${'x'.repeat(30)}`;
+          wall++;
+          await store.checkAndRecord(resource, () => ({
+            record: { epoch: 1n, holder, grantDigest: grantDigest({ clusterId, resource, epoch: 1n, holder }) },
+            result: undefined,
+          }));
+          if (++sinceCompaction >= COMPACT_EVERY) {
+            sinceCompaction = 0;
+            compact();
+          }
+        }
+      }),
+    );
+    compact();
+    return { left: store.size, floor: store.floor, perSecond: total / ((performance.now() - started) / 1000) };
+  } finally {
+    await store.close();
+  }
+}
+
+async function point(root: string, total: number, progress: (line: string) => void): Promise<GrowthPoint> {
+  const keys = join(root, `keys-${total}`);
+  const dataRoot = join(root, `data-${total}`);
+  const { clusterPath } = dealLocalCluster(keys, 4);
+  const cluster = loadClusterFile(clusterPath);
+  progress(`growth: writing ${total} resources, compacting every ${COMPACT_EVERY} ...`);
+  const filled = await fill(join(dataRoot, 'replica-1'), cluster.id, total);
+  progress(`growth: ${total} resources: restarting a replica on the store ...`);
+  const local = await startLocalCluster({ dir: keys, dataRoot, indices: [1] });
+  try {
+    const replica = local.replica(1);
+    const restarts: number[] = [];
+    for (let run = 0; run < RESTARTS; run++) {
+      await replica.kill('SIGKILL');
+      const started = performance.now();
+      await replica.start();
+      restarts.push(performance.now() - started);
+    }
+    const restartMs = summarise(restarts).median;
+    return {
+      resourcesEverGranted: total,
+      recordsLeft: filled.left,
+      floor: filled.floor.toString(),
+      storeBytes: statSync(join(dataRoot, 'replica-1', 'data.mdb')).size,
+      replicaRssBytes: rssBytes(replica.pid),
+      restartMs,
+      writesPerSecond: filled.perSecond,
+    };
+  } finally {
+    await local.close();
+  }
+}
+
+export async function benchGrowth(options: {
+  quick: boolean;
+  progress: (line: string) => void;
+  report: Record<string, unknown>;
+}): Promise<string> {
+  const sizes = options.quick ? [1_000, 10_000, 100_000] : [1_000, 10_000, 100_000, 1_000_000];
+  const root = mkdtempSync(join(tmpdir(), 'qf-growth-'));
+  const points: GrowthPoint[] = [];
+  try {
+    for (const size of sizes) points.push(await point(root, size, options.progress));
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+  const base = points[0]!;
+  const figures: GrowthFigures = {
+    liveResources: LIVE,
+    points,
+    ratios: points.map((p) => ({
+      resourcesEverGranted: p.resourcesEverGranted,
+      store: p.storeBytes / base.storeBytes,
+      rss: p.replicaRssBytes / base.replicaRssBytes,
+      restart: p.restartMs / base.restartMs,
+    })),
+    targets: { storeAndRssWithin: '1.10x of the 10^3 figure', restartUnderMs: 1_000 },
+  };
+  options.report.growth = figures;
+  const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(2)} MB`;
+  const rows = [
+    ['growth (1,000 live, retention 1,000 grants)', 'records left', 'store', 'replica RSS', 'restart', 'writes/s'],
+    ...points.map((p, k) => [
+      `${p.resourcesEverGranted.toLocaleString('en')} ever granted`,
+      String(p.recordsLeft),
+      `${mb(p.storeBytes)} (${figures.ratios[k]!.store.toFixed(2)}x)`,
+      `${mb(p.replicaRssBytes)} (${figures.ratios[k]!.rss.toFixed(2)}x)`,
+      `${p.restartMs.toFixed(0)} ms`,
+      p.writesPerSecond.toFixed(0),
+    ]),
+    ['target', '', '<= 1.10x', '<= 1.10x', '< 1000 ms', ''],
+  ];
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  return rows
+    .map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('   '))
+    .join('\n');
+}
