@@ -22,6 +22,7 @@
  * every write for the rare case). Refused entries (conflicts excepted) are
  * kept up to maxRefusedLogEntries, as with LMDB (retainSql).
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import pg, { type Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
 import { QuorumFenceError } from '../common/errors.js';
 import { expectResource } from '../common/check.js';
@@ -99,7 +100,7 @@ export class PostgresGuard extends GuardAdapter {
   readonly #pool: Pool;
   readonly #t: Tables;
   /** The last barrier this guard committed or read per resource, LRU-bounded (insertion order). */
-  readonly #barriers = new Map<string, Barrier>();
+  readonly #barriers = new BoundedMap<string, Barrier>(BARRIER_CACHE_SIZE);
   readonly #forms: Record<WriteForm, number> = { statement: 0, transaction: 0 };
   readonly #statements: StatementTexts;
 
@@ -247,9 +248,7 @@ export class PostgresGuard extends GuardAdapter {
   }
 
   #remember(resource: string, barrier: Barrier): void {
-    this.#barriers.delete(resource);
     this.#barriers.set(resource, barrier);
-    if (this.#barriers.size > BARRIER_CACHE_SIZE) this.#barriers.delete(this.#barriers.keys().next().value!);
   }
 
   async #transaction<T>(

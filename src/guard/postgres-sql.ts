@@ -17,6 +17,7 @@
  *                               caller's statement changed no row and asked to
  *                               be refused then
  */
+import { BoundedMap } from '../common/bounded-map.js';
 import { createHash } from 'node:crypto';
 import pg, { type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
 import type { MutationRefusal } from './adapter.js';
@@ -391,7 +392,7 @@ const BUILT_TEXTS = 256;
 
 /** statementSql per caller text, built once: a hot loop sends one text, and hashing it per write shows in the bench. */
 export class StatementTexts {
-  readonly #built = new Map<string, { text: string; name: string }>();
+  readonly #built = new BoundedMap<string, { text: string; name: string }>(BUILT_TEXTS);
   constructor(private readonly tables: Tables) {}
 
   /** The guard's SQL around `text`, with its prepared-statement name unless `prepare` is false. */
@@ -405,9 +406,8 @@ export class StatementTexts {
     let sql = this.#built.get(key);
     if (sql === undefined) {
       sql = statementSql(this.tables, text, values, options);
-      this.#built.set(key, sql);
       // Bounded: texts built per call (prepare: false) must not grow it without end.
-      if (this.#built.size > BUILT_TEXTS) this.#built.delete(this.#built.keys().next().value!);
+      this.#built.set(key, sql);
     }
     return prepare ? sql : { text: sql.text };
   }
