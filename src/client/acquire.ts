@@ -240,7 +240,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   function pauseBeforeRetry(): Promise<boolean> {
     retryAtOnce = false;
     const pause = backoffDelay(retries++, { baseMs: options.retryBaseMs, maxMs: options.retryMaxMs }, options.random());
-    return delay(Math.min(pause, Math.max(0, deadline - clock.now())), request.signal);
+    return delay(Math.min(pause, Math.max(0, deadline - clock.now())), request.signal, clock);
   }
 }
 
@@ -288,13 +288,13 @@ async function waitWhileBusy(
   return new Promise((resolve) => {
     const signal = request.signal;
     const finish = (result: 'retry' | 'aborted') => {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       stopListening();
       signal?.removeEventListener('abort', onAbort);
       resolve(result);
     };
     const onAbort = () => finish('aborted');
-    const timer = setTimeout(() => finish('retry'), Math.max(0, pause));
+    const timer = clock.setTimeout(() => finish('retry'), Math.max(0, pause));
     const stopListening = ctx.onReleased(request.resource, () => finish('retry'));
     if (signal?.aborted) finish('aborted');
     else signal?.addEventListener('abort', onAbort, { once: true });
@@ -440,7 +440,7 @@ async function attemptEpoch(
     },
   );
   // A leader that is slow to answer does not hold the attempt up for long: then everyone is asked.
-  const leaderTimer = leader === undefined ? undefined : setTimeout(() => round.widen(), options.stragglerMinMs);
+  const leaderTimer = leader === undefined ? undefined : clock.setTimeout(() => round.widen(), options.stragglerMinMs);
   let leaderRefusal: Attempt | undefined;
   const voted = new Set<number>();
   const granted = new Set<number>();
@@ -533,7 +533,7 @@ async function attemptEpoch(
       }
     }
   } finally {
-    clearTimeout(leaderTimer);
+    clock.clearTimeout(leaderTimer);
     reachable = voted.size + round.possible;
     round.close();
   }

@@ -117,6 +117,7 @@ export class Campaign extends EventEmitter<CampaignEvents> {
                 options.random(),
               ),
               stop,
+              options.clock,
             );
           }
           continue;

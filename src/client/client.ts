@@ -166,14 +166,14 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
     if (done()) return Promise.resolve();
     return new Promise((resolve) => {
       const finish = () => {
-        clearTimeout(timer);
+        this.options.clock.clearTimeout(timer);
         this.#listeners.delete(check);
         resolve();
       };
       const check = () => {
         if (done()) finish();
       };
-      const timer = setTimeout(finish, timeoutMs);
+      const timer = this.options.clock.setTimeout(finish, timeoutMs);
       this.#listeners.add(check);
     });
   }

@@ -10,6 +10,7 @@
  * not revive the lease, because work that saw the signal has already stopped.
  */
 import { EventEmitter } from 'node:events';
+import type { TimerHandle } from '../common/clock.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { toHex } from '../common/bytes.js';
 import { tokenToText, type AdmissionToken } from '../token/admission-token.js';
@@ -75,8 +76,8 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   readonly #controller = new AbortController();
   #sentAt: number;
   #end: LeaseEnd | undefined;
-  #expiryTimer: NodeJS.Timeout | undefined;
-  #renewTimer: NodeJS.Timeout | undefined;
+  #expiryTimer: TimerHandle;
+  #renewTimer: TimerHandle;
   #renewFailures = 0;
   #releasing: Promise<ReleaseResult> | undefined;
   readonly #detach: () => void;
@@ -206,17 +207,21 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   #schedule(): void {
     const { clock } = this.#ctx.options;
     const now = clock.now();
-    clearTimeout(this.#expiryTimer);
-    this.#expiryTimer = setTimeout(() => this.#guard(() => this.#checkExpiry()), Math.max(0, this.expiresAt - now));
-    this.#expiryTimer.unref();
+    clock.clearTimeout(this.#expiryTimer);
+    this.#expiryTimer = clock.setTimeout(
+      () => this.#guard(() => this.#checkExpiry()),
+      Math.max(0, this.expiresAt - now),
+      { unref: true },
+    );
     if (this.#options.autoRenew)
       this.#scheduleRenewal(Math.max(0, renewalTime(this.#sentAt, this.ttlMs, this.#ctx.options) - now));
   }
 
   #scheduleRenewal(delayMs: number): void {
-    clearTimeout(this.#renewTimer);
-    this.#renewTimer = setTimeout(() => this.#guard(() => this.#autoRenew()), delayMs);
-    this.#renewTimer.unref();
+    this.#ctx.options.clock.clearTimeout(this.#renewTimer);
+    this.#renewTimer = this.#ctx.options.clock.setTimeout(() => this.#guard(() => this.#autoRenew()), delayMs, {
+      unref: true,
+    });
   }
 
   async #autoRenew(): Promise<void> {
@@ -254,8 +259,9 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     const left = this.expiresAt - this.#ctx.options.clock.now();
     if (left > 0) {
       // Timers may fire early relative to an injected clock; wait out the rest.
-      this.#expiryTimer = setTimeout(() => this.#guard(() => this.#checkExpiry()), left);
-      this.#expiryTimer.unref();
+      this.#expiryTimer = this.#ctx.options.clock.setTimeout(() => this.#guard(() => this.#checkExpiry()), left, {
+        unref: true,
+      });
       return;
     }
     this.#finish({
@@ -267,8 +273,8 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   #finish(end: LeaseEnd): void {
     if (this.#end) return;
     this.#end = end;
-    clearTimeout(this.#expiryTimer);
-    clearTimeout(this.#renewTimer);
+    this.#ctx.options.clock.clearTimeout(this.#expiryTimer);
+    this.#ctx.options.clock.clearTimeout(this.#renewTimer);
     this.#detach();
     this.#controller.abort(this.#lostError(end));
     if (end.reason !== 'released') {

@@ -4,12 +4,12 @@
  * a misconfigured client fails at construction, not in the middle of a lease.
  */
 import { QuorumFenceError } from '../common/errors.js';
-import { systemClock, type MonotonicClock } from '../common/clock.js';
+import { systemClock, type Clock } from '../common/clock.js';
 import { silentLogger, type Logger } from '../common/log.js';
 
 export interface ClientOptions {
-  /** Time source for lease arithmetic; injectable so tests can move time by hand. Default: performance.now(). */
-  clock: MonotonicClock;
+  /** Time source and timers (lease renewal and expiry, request deadlines, retries); injectable so tests run on fake time. Default: performance.now() and node's timers. */
+  clock: Clock;
   /** Random numbers in [0, 1) for backoff jitter; injectable for deterministic tests. Default: Math.random. */
   random: () => number;
   /** Structured logger; the SDK is silent without one. */

@@ -12,6 +12,7 @@
 import { WebSocket, type RawData } from 'ws';
 import { bytesEqual } from '../common/bytes.js';
 import { QuorumFenceError } from '../common/errors.js';
+import type { TimerHandle } from '../common/clock.js';
 import type { ReplicaInfo } from '../cluster/description.js';
 import { decodeServerMessage, encodeMessage, parseOutcome } from '../protocol/codec.js';
 import {
@@ -78,7 +79,7 @@ export interface ConnectionContext {
 interface InFlight {
   readonly kind: RequestKind;
   readonly resolve: (answer: ReplicaAnswer<RequestKind>) => void;
-  readonly timer: NodeJS.Timeout;
+  readonly timer: TimerHandle;
   readonly detach: () => void;
   /** The encoded request while it waits for a free slot; undefined once sent. */
   frame: Uint8Array | undefined;
@@ -93,8 +94,8 @@ export class ReplicaConnection implements ReplicaChannel {
   readonly #context: ConnectionContext;
   #state: ConnectionState = INITIAL_CONNECTION_STATE;
   #socket: WebSocket | undefined;
-  #handshakeTimer: NodeJS.Timeout | undefined;
-  #retryTimer: NodeJS.Timeout | undefined;
+  #handshakeTimer: TimerHandle;
+  #retryTimer: TimerHandle;
   #nextId = HELLO_ID + 1;
   /** Every open request, sent or waiting for a slot, by id. */
   readonly #inFlight = new Map<number, InFlight>();
@@ -121,8 +122,8 @@ export class ReplicaConnection implements ReplicaChannel {
   close(): void {
     if (this.#state.phase === 'closed') return;
     this.#apply({ type: 'close' });
-    clearTimeout(this.#handshakeTimer);
-    clearTimeout(this.#retryTimer);
+    this.#context.options.clock.clearTimeout(this.#handshakeTimer);
+    this.#context.options.clock.clearTimeout(this.#retryTimer);
     this.#dropSocket(CloseCode.NORMAL, 'client closing');
     this.#settleAll({ kind: 'unreachable', message: 'client closed' });
   }
@@ -150,7 +151,10 @@ export class ReplicaConnection implements ReplicaChannel {
       const onAbort = () => this.#settle(id, { kind: 'aborted' });
       signal?.addEventListener('abort', onAbort, { once: true });
       // The timeout counts from the call, queueing included: the caller's deadline is what matters.
-      const timer = setTimeout(() => this.#settle(id, { kind: 'timeout' }), Math.max(0, timeoutMs));
+      const timer = this.#context.options.clock.setTimeout(
+        () => this.#settle(id, { kind: 'timeout' }),
+        Math.max(0, timeoutMs),
+      );
       const frame = encodeMessage({ ...body, id } as ClientMessage);
       this.#inFlight.set(id, {
         kind: body.type,
@@ -202,7 +206,7 @@ export class ReplicaConnection implements ReplicaChannel {
     const entry = this.#inFlight.get(id);
     if (!entry) return;
     this.#inFlight.delete(id);
-    clearTimeout(entry.timer);
+    this.#context.options.clock.clearTimeout(entry.timer);
     entry.detach();
     if (entry.frame === undefined) {
       this.#sent--;
@@ -244,11 +248,14 @@ export class ReplicaConnection implements ReplicaChannel {
     }
     this.#socket = socket;
     // The whole handshake (TCP, HTTP upgrade, challenge, welcome) shares one deadline: a silent replica costs at most this.
-    this.#handshakeTimer = setTimeout(() => {
-      if (this.#socket === socket && this.#state.phase !== 'ready')
-        this.#fail('handshake_timeout', `no welcome within ${options.handshakeTimeoutMs} ms`);
-    }, options.handshakeTimeoutMs);
-    this.#handshakeTimer.unref();
+    this.#handshakeTimer = options.clock.setTimeout(
+      () => {
+        if (this.#socket === socket && this.#state.phase !== 'ready')
+          this.#fail('handshake_timeout', `no welcome within ${options.handshakeTimeoutMs} ms`);
+      },
+      options.handshakeTimeoutMs,
+      { unref: true },
+    );
     socket.on('open', () => {
       if (this.#socket === socket) this.#apply({ type: 'socket_open' });
     });
@@ -330,7 +337,7 @@ export class ReplicaConnection implements ReplicaChannel {
       );
       return;
     }
-    clearTimeout(this.#handshakeTimer);
+    this.#context.options.clock.clearTimeout(this.#handshakeTimer);
     this.#apply({ type: 'welcome' });
   }
 
@@ -373,7 +380,7 @@ export class ReplicaConnection implements ReplicaChannel {
 
   #fail(kind: ConnectionFailure, message: string): void {
     if (this.#state.phase === 'closed' || this.#state.phase === 'backoff') return;
-    clearTimeout(this.#handshakeTimer);
+    this.#context.options.clock.clearTimeout(this.#handshakeTimer);
     this.#dropSocket(isFaultFailure(kind) ? CloseCode.PROTOCOL_ERROR : CloseCode.NORMAL, kind);
     this.#settleAll({ kind: 'unreachable', message: `connection to replica ${this.index} lost (${kind}: ${message})` });
     this.#apply({ type: 'failed', kind, message });
@@ -402,12 +409,15 @@ export class ReplicaConnection implements ReplicaChannel {
   #scheduleRetry(): void {
     const { reconnectBaseMs, reconnectMaxMs, random } = this.#context.options;
     const delay = backoffDelay(this.#state.failures - 1, { baseMs: reconnectBaseMs, maxMs: reconnectMaxMs }, random());
-    clearTimeout(this.#retryTimer);
-    this.#retryTimer = setTimeout(() => {
-      this.#apply({ type: 'retry' });
-      if (this.#state.phase === 'connecting') this.#open();
-    }, delay);
-    // Reconnecting alone is no reason to keep a process alive.
-    this.#retryTimer.unref();
+    this.#context.options.clock.clearTimeout(this.#retryTimer);
+    // Reconnecting alone is no reason to keep a process alive (unref).
+    this.#retryTimer = this.#context.options.clock.setTimeout(
+      () => {
+        this.#apply({ type: 'retry' });
+        if (this.#state.phase === 'connecting') this.#open();
+      },
+      delay,
+      { unref: true },
+    );
   }
 }

@@ -6,7 +6,7 @@
  * so it can stop as soon as its goal is out of reach instead of waiting for
  * a deadline. A round never waits for a replica whose connection is down.
  */
-import type { MonotonicClock } from '../common/clock.js';
+import type { Clock, TimerHandle } from '../common/clock.js';
 import { isPending, isReady } from './connection-state.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-connection.js';
 
@@ -24,7 +24,7 @@ export type RoundEvent<K extends RequestKind> =
   | { readonly type: 'end'; readonly why: 'exhausted' | 'deadline' | 'aborted' };
 
 export interface RoundOptions {
-  readonly clock: MonotonicClock;
+  readonly clock: Clock;
   /** On `clock`: the round ends here. */
   readonly deadline: number;
   readonly signal?: AbortSignal | undefined;
@@ -38,13 +38,13 @@ type Slot = 'held' | 'waiting' | 'sent' | 'answered' | 'skipped';
 export class Round<K extends RequestKind> {
   readonly #set: ChannelSet;
   readonly #body: (replica: number) => RequestBody<K>;
-  readonly #clock: MonotonicClock;
+  readonly #clock: Clock;
   readonly #slots = new Map<number, Slot>();
   readonly #queue: RoundEvent<K>[] = [];
   readonly #controller = new AbortController();
   #wake: (() => void) | undefined;
   #deadline: number;
-  #timer: NodeJS.Timeout | undefined;
+  #timer: TimerHandle;
   #ended: RoundEvent<K> | undefined;
   readonly #unsubscribe: () => void;
   readonly #onAbort: () => void;
@@ -123,15 +123,15 @@ export class Round<K extends RequestKind> {
   }
 
   #stop(): void {
-    clearTimeout(this.#timer);
+    this.#clock.clearTimeout(this.#timer);
     this.#unsubscribe();
     this.#signal?.removeEventListener('abort', this.#onAbort);
     this.#controller.abort();
   }
 
   #armTimer(): void {
-    clearTimeout(this.#timer);
-    this.#timer = setTimeout(() => this.#end('deadline'), Math.max(0, this.#deadline - this.#clock.now()));
+    this.#clock.clearTimeout(this.#timer);
+    this.#timer = this.#clock.setTimeout(() => this.#end('deadline'), Math.max(0, this.#deadline - this.#clock.now()));
   }
 
   #end(why: 'exhausted' | 'deadline' | 'aborted'): void {

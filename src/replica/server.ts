@@ -39,7 +39,7 @@ import { ed25519 } from '@noble/curves/ed25519.js';
 import { isUsableHolderKey } from '../common/holder-key.js';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { QuorumFenceError } from '../common/errors.js';
-import { systemClock, type MonotonicClock } from '../common/clock.js';
+import { systemClock, type Clock, type TimerHandle } from '../common/clock.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import type { ReplicaKey } from '../cluster/replica-key.js';
@@ -74,7 +74,7 @@ export interface ReplicaServerOptions {
   readonly limits?: Partial<ReplicaLimits>;
   /** PEM certificate and key: serve https + wss instead of http + ws. */
   readonly tls?: { readonly cert: string | Buffer; readonly key: string | Buffer };
-  readonly clock?: MonotonicClock;
+  readonly clock?: Clock;
   readonly logger?: Logger;
   /**
    * A running probeSigningRecord(dataDir), started early so it overlaps other
@@ -97,7 +97,7 @@ interface Connection {
   tokens: number;
   refilledAt: number;
   consecutiveLimited: number;
-  authTimer: NodeJS.Timeout | undefined;
+  authTimer: TimerHandle;
   /** The peer's IP address while it counts against maxUnauthenticatedPerAddress; undefined once authenticated or closed. */
   unauthenticatedFrom: string | undefined;
 }
@@ -117,7 +117,7 @@ export class ReplicaServer {
   readonly #cluster: Cluster;
   readonly #index: number;
   readonly #logger: Logger;
-  readonly #clock: MonotonicClock;
+  readonly #clock: Clock;
   readonly #connections = new Set<Connection>();
   /** IP address → connections from it not yet authenticated (see maxUnauthenticatedPerAddress). */
   readonly #unauthenticatedByAddress = new Map<string, number>();
@@ -138,7 +138,7 @@ export class ReplicaServer {
     cluster: Cluster;
     index: number;
     logger: Logger;
-    clock: MonotonicClock;
+    clock: Clock;
   }) {
     this.url = fields.url;
     this.port = fields.port;
@@ -389,7 +389,7 @@ export class ReplicaServer {
     this.#countUnauthenticated(address, 1);
     this.#connections.add(connection);
     this.metrics.connections.inc();
-    connection.authTimer = setTimeout(
+    connection.authTimer = this.#clock.setTimeout(
       () => this.#close(connection, CloseCode.POLICY_VIOLATION, 'authentication timeout'),
       this.limits.authTimeoutMs,
     );
@@ -409,7 +409,7 @@ export class ReplicaServer {
       else if (error.code?.startsWith('WS_ERR_')) this.metrics.closes.inc({ code: String(CloseCode.PROTOCOL_ERROR) });
     });
     socket.on('close', () => {
-      clearTimeout(connection.authTimer);
+      this.#clock.clearTimeout(connection.authTimer);
       this.#authenticated(connection); // stops counting it either way
       if (this.#connections.delete(connection)) this.metrics.connections.dec();
     });
@@ -454,7 +454,7 @@ export class ReplicaServer {
         valid = false; // A malformed key or signature is just a failed proof.
       }
       if (!valid) return this.#close(connection, CloseCode.POLICY_VIOLATION, 'authentication failed');
-      clearTimeout(connection.authTimer);
+      this.#clock.clearTimeout(connection.authTimer);
       connection.authTimer = undefined;
       this.#authenticated(connection);
       connection.holder = message.holder;
@@ -596,7 +596,7 @@ export class ReplicaServer {
     const deadline = Date.now() + this.limits.shutdownTimeoutMs;
     while (this.#inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     for (const connection of this.#connections) {
-      clearTimeout(connection.authTimer);
+      this.#clock.clearTimeout(connection.authTimer);
       if (connection.socket.readyState === connection.socket.OPEN)
         connection.socket.close(CloseCode.GOING_AWAY, 'replica shutting down');
     }

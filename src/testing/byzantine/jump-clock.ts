@@ -4,20 +4,29 @@
  * a jump is how a test makes one replica's leases end early, as a fast clock
  * or a suspended VM would). It never goes backwards.
  */
-import type { MonotonicClock } from '../../common/clock.js';
+import { systemClock, type Clock, type TimerHandle } from '../../common/clock.js';
 import { QuorumFenceError } from '../../common/errors.js';
 
-export class JumpClock implements MonotonicClock {
-  readonly #base: MonotonicClock;
+export class JumpClock implements Clock {
+  readonly #base: Clock;
   #offsetMs = 0;
   #jumps = 0;
 
-  constructor(base: MonotonicClock = { now: () => performance.now() }) {
+  constructor(base: Clock = systemClock) {
     this.#base = base;
   }
 
   now(): number {
     return this.#base.now() + this.#offsetMs;
+  }
+
+  /** Timers run on the base clock: a jump ends leases early, it does not fire timers. */
+  setTimeout(callback: () => void, ms: number, options?: { unref?: boolean }): TimerHandle {
+    return this.#base.setTimeout(callback, ms, options);
+  }
+
+  clearTimeout(timer: TimerHandle): void {
+    this.#base.clearTimeout(timer);
   }
 
   /**
