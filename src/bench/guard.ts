@@ -323,20 +323,7 @@ async function plainUpdateThroughPostgresDriver(
   }
 }
 
-/** A few lines for people. */
-export function formatGuardFigures(f: GuardBenchFigures): string {
-  const ms = (t: Timing) => `median ${t.median.toFixed(3)} ms, p99 ${t.p99.toFixed(3)} ms (${t.samples} samples)`;
-  const lines = [
-    `guard benchmark (${f.backend} backend)`,
-    `  LMDB, cached token:      ${f.lmdbCachedToken.perSecond.toFixed(0)} accepted durable writes/s (${f.lmdbCachedToken.concurrency} in flight, ${f.lmdbCachedToken.writes} writes)`,
-    `  first use, verify only:  ${ms(f.firstUse.verifyMs)}`,
-    `  first use, whole write:  ${ms(f.firstUse.writeMs)}`,
-  ];
-  if (f.postgres) lines.push(...postgresRows(f.postgres).map(([name, figure]) => `  ${name}: ${figure}`));
-  return lines.join('\n');
-}
-
-/** The PostgreSQL figures as table rows (the bench command's table and formatGuardFigures). */
+/** The PostgreSQL figures as table rows (the bench command's table). */
 export function postgresRows(p: PostgresFigures): [string, string][] {
   const rate = (t: Throughput) =>
     `${t.perSecond.toFixed(0)} writes/s (${t.concurrency} connections, ${t.writes} writes)`;
