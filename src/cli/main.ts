@@ -4,6 +4,9 @@
  */
 import { runCommandLine, type VerbTable } from '../command/dispatch.js';
 
+/** The development tools' verbs, named (not imported) so a user who types one here is told where it lives. */
+const DEV_VERBS = ['demo', 'chaos', 'bench', 'worker'];
+
 const verbs: VerbTable = {
   keygen: () => import('./keygen.js'),
   verify: () => import('./verify.js'),
@@ -16,5 +19,5 @@ const verbs: VerbTable = {
 };
 
 export function main(argv: string[]): Promise<number> {
-  return runCommandLine('quorumfence', verbs, argv);
+  return runCommandLine('quorumfence', verbs, argv, { program: 'quorumfence-dev', verbs: DEV_VERBS });
 }

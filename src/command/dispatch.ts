@@ -13,8 +13,19 @@ function verbList(loaded: [string, Command][]): string {
   return loaded.map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`).join('\n');
 }
 
+/** The other program and its verbs, so a verb typed into the wrong one is answered with the right command. */
+export interface OtherProgram {
+  readonly program: string;
+  readonly verbs: readonly string[];
+}
+
 /** Runs one command line of `program`; resolves with the exit code (0 done, 1 failure or refusal, 2 bad flags). */
-export async function runCommandLine(program: string, verbs: VerbTable, argv: string[]): Promise<number> {
+export async function runCommandLine(
+  program: string,
+  verbs: VerbTable,
+  argv: string[],
+  other?: OtherProgram,
+): Promise<number> {
   const [verb, ...rest] = argv;
   if (verb === undefined || verb === '--help' || verb === '-h' || verb === 'help') {
     const loaded = await Promise.all(
@@ -27,7 +38,10 @@ export async function runCommandLine(program: string, verbs: VerbTable, argv: st
   }
   const load = Object.hasOwn(verbs, verb) ? verbs[verb] : undefined;
   if (!load) {
-    process.stderr.write(`${program}: unknown command "${verb}"; run "${program} --help" for the list\n`);
+    const hint = other?.verbs.includes(verb)
+      ? `"${verb}" is a command of ${other.program}: run "${other.program} ${verb}"`
+      : `run "${program} --help" for the list`;
+    process.stderr.write(`${program}: unknown command "${verb}"; ${hint}\n`);
     return 2;
   }
   const { command } = await load();

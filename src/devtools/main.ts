@@ -5,6 +5,9 @@
  */
 import { runCommandLine, type VerbTable } from '../command/dispatch.js';
 
+/** The operator's verbs, named (not imported): neither program loads the other's code. */
+const OPERATOR_VERBS = ['keygen', 'verify', 'replica', 'resource', 'acquire', 'status', 'identity', 'dkg'];
+
 const verbs: VerbTable = {
   demo: () => import('./demo.js'),
   chaos: () => import('./chaos.js'),
@@ -13,5 +16,5 @@ const verbs: VerbTable = {
 };
 
 export function main(argv: string[]): Promise<number> {
-  return runCommandLine('quorumfence-dev', verbs, argv);
+  return runCommandLine('quorumfence-dev', verbs, argv, { program: 'quorumfence', verbs: OPERATOR_VERBS });
 }

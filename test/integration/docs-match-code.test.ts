@@ -56,9 +56,25 @@ describe('docs match the code', () => {
       expect(result.stdout).not.toMatch(new RegExp(`^  ${verb} `, 'm'));
   });
 
-  it('the operator command refuses a development verb by name, with exit code 2', async () => {
-    const result = await runCli(['chaos']);
-    expect(result.code).toBe(2);
-    expect(result.stderr).toMatch(/quorumfence: unknown command "chaos"/);
+  it('a verb typed into the wrong program exits 2 naming the right command, both ways', async () => {
+    const dev = await runCli(['chaos']);
+    expect(dev.code).toBe(2);
+    expect(dev.stderr).toMatch(
+      /quorumfence: unknown command "chaos"; "chaos" is a command of quorumfence-dev: run "quorumfence-dev chaos"/,
+    );
+    const operator = await runDevCli(['replica']);
+    expect(operator.code).toBe(2);
+    expect(operator.stderr).toMatch(/run "quorumfence replica"/);
+  });
+
+  it('each program names exactly the other program verbs in its hint', () => {
+    const named = (file: string, constant: string) =>
+      JSON.parse(
+        read(file)
+          .match(new RegExp(`const ${constant} = (\\[[^\\]]*\\])`))![1]!
+          .replace(/'/g, '"'),
+      ) as string[];
+    expect(named('src/cli/main.ts', 'DEV_VERBS').sort()).toEqual([...programs[1].verbs].sort());
+    expect(named('src/devtools/main.ts', 'OPERATOR_VERBS').sort()).toEqual([...programs[0].verbs].sort());
   });
 });
