@@ -8,8 +8,8 @@
  * this client was last granted. Failed attempts are classified:
  *
  * - busy (f+1 replicas hold someone else's lease): wait, within the caller's
- *   wait time, for the time at least one honest replica says remains, polling
- *   because replicas do not announce releases;
+ *   wait time, for the time at least one honest replica says remains, or
+ *   until a replica's release notice, polling meanwhile (a notice is a hint);
  * - outdated (no grants, only stale or too_far answers): the epoch moved on
  *   while we were not looking; retry at once with what the answers reported;
  * - contended (split votes): retry after jittered exponential backoff,
@@ -30,16 +30,14 @@
  * by the caller's deadline and AbortSignal.
  */
 import { MAX_EPOCH } from '../common/limits.js';
-import { encodeToken, type AdmissionToken } from '../token/admission-token.js';
-import { grantMessage, type Grant } from '../token/grant.js';
+import type { AdmissionToken } from '../token/admission-token.js';
 import { backoffDelay } from './backoff.js';
 import { delay } from './delay.js';
-import { chooseEpoch, fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
+import { chooseEpoch } from './epoch-choice.js';
 import type { ReplicaFault } from './evidence.js';
-import { PartialCollector } from './partial-collector.js';
 import { CallFaults, type QuorumContext } from './quorum-context.js';
-import { QuorumTally } from './quorum-tally.js';
-import { Round } from './round.js';
+import { attemptEpoch } from './acquire-attempt.js';
+import { statusForEpoch, waitWhileBusy } from './acquire-status.js';
 
 export interface AcquireRequest {
   readonly resource: string;
@@ -84,14 +82,6 @@ export type AcquireRefusal =
 export type AcquireGrantResult =
   { readonly ok: true; readonly grant: AcquiredGrant; readonly faults: readonly ReplicaFault[] } | AcquireRefusal;
 
-type Attempt =
-  | { readonly kind: 'granted'; readonly grant: AcquiredGrant }
-  /** `leaderOnly`: only the leader answered (leader-first), so f+1 replicas have not confirmed it. */
-  | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number; readonly leaderOnly: boolean }
-  | { readonly kind: 'contended'; readonly message: string }
-  | { readonly kind: 'outdated'; readonly leaderOnly: boolean }
-  | { readonly kind: 'stop'; readonly reason: Exclude<AcquireRefusalReason, 'busy'>; readonly message: string };
-
 /**
  * Leader-first attempts are made for at most this long after the last attempt that asked every replica: so a
  * leader that refuses everyone, or reports a made-up epoch, costs a client at most this much before the
@@ -99,12 +89,6 @@ type Attempt =
  * polls mostly go to the leader alone.
  */
 const LEADER_FIRST_WINDOW_MS = 250;
-
-/** Once 2f+1 replicas answered without a token, the rest get this many times the time those took (and at least stragglerMinMs). */
-const STRAGGLER_FACTOR = 3;
-
-/** Extra wait beyond the quorum's remaining time, so that we arrive just after the lease ends, not just before. */
-const BUSY_SLACK_MS = 1;
 
 /**
  * Runs the acquire protocol. Resolves with a grant or a refusal; the caller
@@ -198,18 +182,17 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     lastEpoch = epoch;
 
     if (!leaderFirst) lastFullAttemptAt = clock.now();
-    const attempt = await attemptEpoch(
-      ctx,
+    const attempt = await attemptEpoch(ctx, {
       request,
       epoch,
       deadline,
       report,
       faults,
-      leaderFirst ? leader : undefined,
-      (released) => {
+      leader: leaderFirst ? leader : undefined,
+      onReleased: (released) => {
         if (released >= floor) floor = released + 1n;
       },
-    );
+    });
     if (attempt.kind !== 'granted') contended = retried = true;
     switch (attempt.kind) {
       case 'granted':
@@ -264,329 +247,4 @@ function busyRefusal(busy: { epoch: bigint; remainingMs: number }, faults: CallF
     remainingMs: busy.remainingMs,
     faults: faults.list(),
   };
-}
-
-/**
- * Sleeps toward the end of a busy lease, in poll-sized steps.
- * @returns 'retry' to try again, 'expired' when the wait time is used up, 'aborted'.
- */
-async function waitWhileBusy(
-  ctx: QuorumContext,
-  request: AcquireRequest,
-  busy: { remainingMs: number },
-  waitUntil: number,
-  deadline: number,
-): Promise<'retry' | 'expired' | 'aborted'> {
-  const { clock, busyPollMs, random } = ctx.options;
-  const now = clock.now();
-  const limit = Math.min(waitUntil, deadline);
-  if (now >= limit) return 'expired';
-  // Jitter spreads the waiters' polls, so the first to see the release is not always the same one.
-  const poll = busyPollMs * (0.5 + random());
-  const pause = Math.min(busy.remainingMs + BUSY_SLACK_MS, poll, limit - now);
-  // A replica's release notice ends the wait early; the poll still bounds it, since a notice may never come.
-  return new Promise((resolve) => {
-    const signal = request.signal;
-    const finish = (result: 'retry' | 'aborted') => {
-      clock.clearTimeout(timer);
-      stopListening();
-      signal?.removeEventListener('abort', onAbort);
-      resolve(result);
-    };
-    const onAbort = () => finish('aborted');
-    const timer = clock.setTimeout(() => finish('retry'), Math.max(0, pause));
-    const stopListening = ctx.onReleased(request.resource, () => finish('retry'));
-    if (signal?.aborted) finish('aborted');
-    else signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
-type StatusForEpoch =
-  | { readonly kind: 'known' }
-  | { readonly kind: 'slow' }
-  | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number }
-  | {
-      readonly kind: 'stop';
-      readonly reason: 'timeout' | 'unavailable' | 'aborted' | 'forbidden' | 'invalid';
-      readonly message: string;
-    };
-
-/** A status round: at least 2f+1 epochs for the (f+1)-th rule, and whether f+1 replicas see a lease running. */
-async function statusForEpoch(
-  ctx: QuorumContext,
-  request: AcquireRequest,
-  deadline: number,
-  report: (replica: number, epoch: bigint) => void,
-  faults: CallFaults,
-): Promise<StatusForEpoch> {
-  const { f } = ctx.cluster;
-  const need = 2 * f + 1;
-  const roundDeadline = Math.min(deadline, ctx.options.clock.now() + ctx.options.requestTimeoutMs);
-  const round = new Round<'status'>(ctx.channels, () => ({ type: 'status', resource: request.resource }), {
-    clock: ctx.options.clock,
-    deadline: roundDeadline,
-    signal: request.signal,
-  });
-  const leased: { epoch: bigint; remainingMs: number }[] = [];
-  const tally = new QuorumTally<'forbidden' | 'invalid'>(f, need);
-  let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
-  try {
-    while (tally.open(round.possible)) {
-      const event = await round.next();
-      if (event.type === 'end') {
-        ended = event.why;
-        break;
-      }
-      if (event.type !== 'answer') continue;
-      const { answer, replica } = event;
-      faults.fromAnswer(replica, answer);
-      if (answer.kind !== 'reply') continue;
-      const outcome = answer.outcome;
-      if (outcome.status === 'ok') {
-        tally.accept();
-        report(replica, outcome.epoch);
-        if (outcome.leased) leased.push({ epoch: outcome.epoch, remainingMs: outcome.remainingMs });
-      } else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
-    }
-  } finally {
-    round.close();
-  }
-  if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
-  const refused = confirmedRefusal(tally, request.resource);
-  if (refused) return refused;
-  const answered = tally.accepted;
-  if (answered < need) {
-    if (ended !== 'deadline')
-      return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, answered, need) };
-    // Connected replicas that are slow: ask again while the caller's deadline allows.
-    return roundDeadline >= deadline
-      ? {
-          kind: 'stop',
-          reason: 'timeout',
-          message: `only ${answered} of the ${need} status answers needed arrived within ${request.timeoutMs} ms`,
-        }
-      : { kind: 'slow' };
-  }
-  if (leased.length > f) {
-    const remainingMs = quorumRemainingMs(
-      leased.map((l) => l.remainingMs),
-      f,
-    )!;
-    return {
-      kind: 'busy',
-      epoch: fPlusOneLargest(
-        leased.map((l) => l.epoch),
-        f,
-      )!,
-      remainingMs,
-    };
-  }
-  return { kind: 'known' };
-}
-
-/** A refusal f+1 replicas agree on ends the acquire: at least one honest replica refuses it. */
-function confirmedRefusal(
-  tally: QuorumTally<'forbidden' | 'invalid'>,
-  resource: string,
-): { kind: 'stop'; reason: 'forbidden' | 'invalid'; message: string } | undefined {
-  const refused = tally.confirmed('forbidden', 'invalid');
-  if (refused?.kind === 'forbidden')
-    return {
-      kind: 'stop',
-      reason: 'forbidden',
-      message: `${refused.count} replicas refuse this identity access to "${resource}"`,
-    };
-  if (refused?.kind === 'invalid')
-    return { kind: 'stop', reason: 'invalid', message: `replicas refused the request: ${refused.first}` };
-  return undefined;
-}
-
-function unavailableMessage(ctx: QuorumContext, answered: number, need: number): string {
-  const down = ctx.channels.channels.filter((c) => c.state.phase !== 'ready').map((c) => c.index);
-  return (
-    `only ${answered} replicas answered and ${need} are needed` +
-    (down.length ? `; not connected: replica ${down.join(', ')}` : '')
-  );
-}
-
-/** One acquire round at `epoch`. */
-async function attemptEpoch(
-  ctx: QuorumContext,
-  request: AcquireRequest,
-  epoch: bigint,
-  deadline: number,
-  report: (replica: number, epoch: bigint) => void,
-  faults: CallFaults,
-  leader: number | undefined,
-  onReleased: (epoch: bigint) => void,
-): Promise<Attempt> {
-  const { cluster, options, identity } = ctx;
-  const { f, t } = cluster;
-  const { clock } = options;
-  const grant: Grant = { clusterId: cluster.id, resource: request.resource, epoch, holder: identity.publicKey };
-  const message = grantMessage(grant);
-  const collector = new PartialCollector(cluster, ctx.backend, grant, message, ctx.evidence);
-  // Taken before the first request leaves, so the holder's lease view starts before any replica's (DESIGN.md).
-  const sentAt = clock.now();
-  const roundDeadline = Math.min(deadline, sentAt + options.requestTimeoutMs);
-  const round = new Round<'acquire'>(
-    ctx.channels,
-    () => ({ type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs }),
-    {
-      clock,
-      deadline: roundDeadline,
-      signal: request.signal,
-      first: leader,
-    },
-  );
-  // A leader that is slow to answer does not hold the attempt up for long: then everyone is asked.
-  const leaderTimer = leader === undefined ? undefined : clock.setTimeout(() => round.widen(), options.stragglerMinMs);
-  let leaderRefusal: Attempt | undefined;
-  const voted = new Set<number>();
-  const granted = new Set<number>();
-  const busy: number[] = [];
-  const busyEpochs: bigint[] = [];
-  // Only the refusals that end the call; grants, busy and outdated answers have rules of their own below.
-  const refusals = new QuorumTally<'forbidden' | 'invalid'>(f, t);
-  let outdated = 0;
-  let straggling = false;
-  let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
-  // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
-  let reachable: number;
-  let signature: ReturnType<PartialCollector['tryCombine']> | undefined;
-
-  try {
-    while (collector.count + round.possible >= t) {
-      const event = await round.next();
-      if (event.type === 'end') {
-        ended = event.why;
-        break;
-      }
-      if (event.type !== 'answer') continue;
-      const { replica, answer } = event;
-      faults.fromAnswer(replica, answer);
-      if (answer.kind !== 'reply') {
-        if (replica === leader) round.widen();
-        continue;
-      }
-      voted.add(replica);
-      const outcome = answer.outcome;
-      switch (outcome.status) {
-        case 'granted': {
-          granted.add(replica);
-          report(replica, epoch);
-          const added = collector.add(replica, outcome.partial);
-          if (!added.ok) {
-            if (added.reason !== 'duplicate')
-              faults.add(
-                replica,
-                added.reason === 'undecodable' ? 'undecodable_partial' : 'invalid_partial',
-                added.message,
-              );
-            break;
-          }
-          if (collector.count >= t) {
-            signature = collector.tryCombine();
-            if (!signature.ok)
-              for (const bad of signature.bad)
-                faults.add(bad, 'invalid_partial', `partial from replica ${bad} does not verify under its key share`);
-          }
-          break;
-        }
-        case 'stale':
-        case 'too_far':
-          report(replica, outcome.epoch);
-          outdated++;
-          break;
-        case 'busy':
-          report(replica, outcome.epoch);
-          busy.push(outcome.remainingMs);
-          busyEpochs.push(outcome.epoch);
-          break;
-        case 'forbidden':
-          refusals.refuse('forbidden');
-          break;
-        case 'invalid':
-          refusals.refuse('invalid', outcome.message);
-          break;
-      }
-      if (signature?.ok) break;
-      if (round.narrow && replica === leader) {
-        // Leader-first: a grant opens the attempt to everyone; a refusal that only says "not now" ends it here.
-        if (outcome.status === 'busy') {
-          leaderRefusal = { kind: 'busy', epoch: outcome.epoch, remainingMs: outcome.remainingMs, leaderOnly: true };
-          break;
-        }
-        if (outcome.status === 'stale' || outcome.status === 'too_far') {
-          leaderRefusal = { kind: 'outdated', leaderOnly: true };
-          break;
-        }
-        round.widen();
-      }
-      if (refusals.confirmed('forbidden', 'invalid') || busy.length > f) break;
-      if (!straggling && voted.size >= 2 * f + 1) {
-        // Enough answers to choose the next epoch. A slow or silent replica may still hold the deciding vote, but
-        // waiting out the full request timeout for it would let one silent replica stall every contended acquire.
-        straggling = true;
-        const elapsed = clock.now() - sentAt;
-        round.shortenDeadline(clock.now() + Math.max(options.stragglerMinMs, elapsed * STRAGGLER_FACTOR));
-      }
-    }
-  } finally {
-    clock.clearTimeout(leaderTimer);
-    reachable = voted.size + round.possible;
-    round.close();
-  }
-  if (leaderRefusal) return leaderRefusal;
-
-  if (signature?.ok) {
-    return {
-      kind: 'granted',
-      grant: {
-        token: encodeToken(grant, signature.signature),
-        sentAt,
-        ttlMs: request.ttlMs,
-        signers: signature.signers,
-      },
-    };
-  }
-
-  // No token: hand back what we half-won so that another contender is not kept out by it until the ttl runs out.
-  if (granted.size > 0) {
-    onReleased(epoch);
-    releasePartialGrants(ctx, request.resource, epoch, (replica) => granted.has(replica) || !voted.has(replica));
-  }
-
-  if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
-  const refused = confirmedRefusal(refusals, request.resource);
-  if (refused) return refused;
-  if (busy.length > f)
-    return {
-      kind: 'busy',
-      epoch: fPlusOneLargest(busyEpochs, f)!,
-      remainingMs: quorumRemainingMs(busy, f)!,
-      leaderOnly: false,
-    };
-  if (granted.size === 0 && outdated > 0 && busy.length === 0) return { kind: 'outdated', leaderOnly: false };
-  if (reachable >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}` };
-  if (ended === 'deadline') {
-    // Replicas that are connected but slow: worth another try while the caller's deadline allows.
-    return roundDeadline >= deadline
-      ? { kind: 'stop', reason: 'timeout', message: `no grant within ${request.timeoutMs} ms` }
-      : { kind: 'contended', message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms` };
-  }
-  return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, reachable, t) };
-}
-
-/** Fire and forget: a release that is lost only delays the other contender until our partial lease ends. */
-function releasePartialGrants(
-  ctx: QuorumContext,
-  resource: string,
-  epoch: bigint,
-  include: (replica: number) => boolean,
-): void {
-  for (const channel of ctx.channels.channels) {
-    if (!include(channel.index) || channel.state.phase !== 'ready') continue;
-    void channel.request<'release'>({ type: 'release', resource, epoch }, ctx.options.requestTimeoutMs);
-  }
 }

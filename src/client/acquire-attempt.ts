@@ -1,0 +1,215 @@
+/**
+ * One acquire attempt at a chosen epoch (src/client/acquire.ts runs the loop around it): ask the replicas to
+ * sign, combine the first t partials that verify, and otherwise classify what the answers say (busy, outdated,
+ * contended, a refusal f+1 replicas agree on, unavailable). Partial grants of a failed attempt are released so
+ * another contender is not kept out by them.
+ */
+import { encodeToken } from '../token/admission-token.js';
+import { grantMessage, type Grant } from '../token/grant.js';
+import type { AcquiredGrant, AcquireRefusalReason, AcquireRequest } from './acquire.js';
+import { confirmedRefusal, unavailableMessage } from './acquire-status.js';
+import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
+import { PartialCollector } from './partial-collector.js';
+import type { CallFaults, QuorumContext } from './quorum-context.js';
+import { QuorumTally } from './quorum-tally.js';
+import { Round } from './round.js';
+
+export type Attempt =
+  | { readonly kind: 'granted'; readonly grant: AcquiredGrant }
+  /** `leaderOnly`: only the leader answered (leader-first), so f+1 replicas have not confirmed it. */
+  | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number; readonly leaderOnly: boolean }
+  | { readonly kind: 'contended'; readonly message: string }
+  | { readonly kind: 'outdated'; readonly leaderOnly: boolean }
+  | { readonly kind: 'stop'; readonly reason: Exclude<AcquireRefusalReason, 'busy'>; readonly message: string };
+
+/** What one attempt needs besides the context. */
+export interface EpochAttempt {
+  readonly request: AcquireRequest;
+  readonly epoch: bigint;
+  /** The whole acquire ends by then (client clock). */
+  readonly deadline: number;
+  /** Called with every epoch a replica reports, for the next attempt's (f+1)-th choice. */
+  readonly report: (replica: number, epoch: bigint) => void;
+  readonly faults: CallFaults;
+  /** Leader-first: ask this replica first and the others once it granted; undefined asks everyone at once. */
+  readonly leader: number | undefined;
+  /** Called with the epoch when partial grants of a failed attempt are released (never to be asked again). */
+  readonly onReleased: (epoch: bigint) => void;
+}
+
+/** Once 2f+1 replicas answered without a token, the rest get this many times the time those took (and at least stragglerMinMs). */
+const STRAGGLER_FACTOR = 3;
+
+/** One acquire round at `epoch`. */
+export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): Promise<Attempt> {
+  const { request, epoch, deadline, report, faults, leader, onReleased } = attempt;
+  const { cluster, options, identity } = ctx;
+  const { f, t } = cluster;
+  const { clock } = options;
+  const grant: Grant = { clusterId: cluster.id, resource: request.resource, epoch, holder: identity.publicKey };
+  const message = grantMessage(grant);
+  const collector = new PartialCollector(cluster, ctx.backend, grant, message, ctx.evidence);
+  // Taken before the first request leaves, so the holder's lease view starts before any replica's (DESIGN.md).
+  const sentAt = clock.now();
+  const roundDeadline = Math.min(deadline, sentAt + options.requestTimeoutMs);
+  const round = new Round<'acquire'>(
+    ctx.channels,
+    () => ({ type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs }),
+    {
+      clock,
+      deadline: roundDeadline,
+      signal: request.signal,
+      first: leader,
+    },
+  );
+  // A leader that is slow to answer does not hold the attempt up for long: then everyone is asked.
+  const leaderTimer = leader === undefined ? undefined : clock.setTimeout(() => round.widen(), options.stragglerMinMs);
+  let leaderRefusal: Attempt | undefined;
+  const voted = new Set<number>();
+  const granted = new Set<number>();
+  const busy: number[] = [];
+  const busyEpochs: bigint[] = [];
+  // Only the refusals that end the call; grants, busy and outdated answers have rules of their own below.
+  const refusals = new QuorumTally<'forbidden' | 'invalid'>(f, t);
+  let outdated = 0;
+  let straggling = false;
+  let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
+  // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
+  let reachable: number;
+  let signature: ReturnType<PartialCollector['tryCombine']> | undefined;
+
+  try {
+    while (collector.count + round.possible >= t) {
+      const event = await round.next();
+      if (event.type === 'end') {
+        ended = event.why;
+        break;
+      }
+      if (event.type !== 'answer') continue;
+      const { replica, answer } = event;
+      faults.fromAnswer(replica, answer);
+      if (answer.kind !== 'reply') {
+        if (replica === leader) round.widen();
+        continue;
+      }
+      voted.add(replica);
+      const outcome = answer.outcome;
+      switch (outcome.status) {
+        case 'granted': {
+          granted.add(replica);
+          report(replica, epoch);
+          const added = collector.add(replica, outcome.partial);
+          if (!added.ok) {
+            if (added.reason !== 'duplicate')
+              faults.add(
+                replica,
+                added.reason === 'undecodable' ? 'undecodable_partial' : 'invalid_partial',
+                added.message,
+              );
+            break;
+          }
+          if (collector.count >= t) {
+            signature = collector.tryCombine();
+            if (!signature.ok)
+              for (const bad of signature.bad)
+                faults.add(bad, 'invalid_partial', `partial from replica ${bad} does not verify under its key share`);
+          }
+          break;
+        }
+        case 'stale':
+        case 'too_far':
+          report(replica, outcome.epoch);
+          outdated++;
+          break;
+        case 'busy':
+          report(replica, outcome.epoch);
+          busy.push(outcome.remainingMs);
+          busyEpochs.push(outcome.epoch);
+          break;
+        case 'forbidden':
+          refusals.refuse('forbidden');
+          break;
+        case 'invalid':
+          refusals.refuse('invalid', outcome.message);
+          break;
+      }
+      if (signature?.ok) break;
+      if (round.narrow && replica === leader) {
+        // Leader-first: a grant opens the attempt to everyone; a refusal that only says "not now" ends it here.
+        if (outcome.status === 'busy') {
+          leaderRefusal = { kind: 'busy', epoch: outcome.epoch, remainingMs: outcome.remainingMs, leaderOnly: true };
+          break;
+        }
+        if (outcome.status === 'stale' || outcome.status === 'too_far') {
+          leaderRefusal = { kind: 'outdated', leaderOnly: true };
+          break;
+        }
+        round.widen();
+      }
+      if (refusals.confirmed('forbidden', 'invalid') || busy.length > f) break;
+      if (!straggling && voted.size >= 2 * f + 1) {
+        // Enough answers to choose the next epoch. A slow or silent replica may still hold the deciding vote, but
+        // waiting out the full request timeout for it would let one silent replica stall every contended acquire.
+        straggling = true;
+        const elapsed = clock.now() - sentAt;
+        round.shortenDeadline(clock.now() + Math.max(options.stragglerMinMs, elapsed * STRAGGLER_FACTOR));
+      }
+    }
+  } finally {
+    clock.clearTimeout(leaderTimer);
+    reachable = voted.size + round.possible;
+    round.close();
+  }
+  if (leaderRefusal) return leaderRefusal;
+
+  if (signature?.ok) {
+    return {
+      kind: 'granted',
+      grant: {
+        token: encodeToken(grant, signature.signature),
+        sentAt,
+        ttlMs: request.ttlMs,
+        signers: signature.signers,
+      },
+    };
+  }
+
+  // No token: hand back what we half-won so that another contender is not kept out by it until the ttl runs out.
+  if (granted.size > 0) {
+    onReleased(epoch);
+    releasePartialGrants(ctx, request.resource, epoch, (replica) => granted.has(replica) || !voted.has(replica));
+  }
+
+  if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
+  const refused = confirmedRefusal(refusals, request.resource);
+  if (refused) return refused;
+  if (busy.length > f)
+    return {
+      kind: 'busy',
+      epoch: fPlusOneLargest(busyEpochs, f)!,
+      remainingMs: quorumRemainingMs(busy, f)!,
+      leaderOnly: false,
+    };
+  if (granted.size === 0 && outdated > 0 && busy.length === 0) return { kind: 'outdated', leaderOnly: false };
+  if (reachable >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}` };
+  if (ended === 'deadline') {
+    // Replicas that are connected but slow: worth another try while the caller's deadline allows.
+    return roundDeadline >= deadline
+      ? { kind: 'stop', reason: 'timeout', message: `no grant within ${request.timeoutMs} ms` }
+      : { kind: 'contended', message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms` };
+  }
+  return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, reachable, t) };
+}
+
+/** Fire and forget: a release that is lost only delays the other contender until our partial lease ends. */
+function releasePartialGrants(
+  ctx: QuorumContext,
+  resource: string,
+  epoch: bigint,
+  include: (replica: number) => boolean,
+): void {
+  for (const channel of ctx.channels.channels) {
+    if (!include(channel.index) || channel.state.phase !== 'ready') continue;
+    void channel.request<'release'>({ type: 'release', resource, epoch }, ctx.options.requestTimeoutMs);
+  }
+}
