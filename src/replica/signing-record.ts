@@ -319,6 +319,8 @@ export class SigningRecord {
   /** Per resource: the promise of the last queued call (the per-resource critical section). */
   readonly #tails = new Map<string, Promise<void>>();
   #closed = false;
+  /** Reshare freeze (see freeze()); loaded at open, set once, never cleared. */
+  #frozen: FrozenState | undefined;
 
   private constructor(
     dir: string,
@@ -342,6 +344,7 @@ export class SigningRecord {
       if (!record.released) unreleased++;
     }
     this.openedWith = { resources, unreleased };
+    this.#frozen = readFrozen(env, dir);
   }
 
   /**
@@ -495,6 +498,7 @@ export class SigningRecord {
     decide: (current: SignedRecord | undefined) => RecordChange<T>,
   ): Promise<T> {
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
+    if (this.#frozen) throw frozenError(this.#frozen);
     const current = this.get(resource);
     const change = decide(current);
     if (change.record) {
@@ -576,6 +580,37 @@ export class SigningRecord {
     return { raised, unchanged };
   }
 
+  /** The reshare freeze, when this store is frozen. */
+  get frozen(): FrozenState | undefined {
+    return this.#frozen;
+  }
+
+  /**
+   * Freezes the store for a reshare: waits until no checkAndRecord call is
+   * queued, then durably records the freeze; from then on every
+   * checkAndRecord refuses with REPLICA_FROZEN, on this and every later open.
+   * Freezing a frozen store keeps the first freeze. An export taken after this
+   * resolves holds every grant this replica will ever have signed.
+   * @throws QuorumFenceError CLOSED, INTERNAL
+   */
+  async freeze(reason: string): Promise<FrozenState> {
+    while (this.#tails.size > 0) await Promise.all([...this.#tails.values()]);
+    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
+    if (this.#frozen) return this.#frozen;
+    const state: FrozenState = { at: new Date().toISOString(), reason: reason.slice(0, 200) };
+    // Set before any await, so no grant decided after this line sees an unfrozen store.
+    this.#frozen = state;
+    try {
+      this.#env.openDB<string, string>('meta', { encoding: 'string' }).putSync(FROZEN_KEY, JSON.stringify(state));
+      await this.#env.flushed;
+    } catch (error) {
+      throw new QuorumFenceError('INTERNAL', `cannot record the freeze: ${(error as Error).message}`, undefined, {
+        cause: error,
+      });
+    }
+    return state;
+  }
+
   /** Waits for queued calls, then closes LMDB and releases the lock. Idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
@@ -587,4 +622,38 @@ export class SigningRecord {
       this.#releaseLock?.();
     }
   }
+}
+
+// --- reshare freeze (kept apart from the rest so the store's own logic stays untouched) ---
+
+/** Why and when a store was frozen for a reshare. */
+export interface FrozenState {
+  readonly at: string;
+  readonly reason: string;
+}
+
+const FROZEN_KEY = 'frozen';
+
+function readFrozen(env: RootDatabase, dir: string): FrozenState | undefined {
+  let text: string | undefined;
+  try {
+    text = env.openDB<string, string>('meta', { encoding: 'string' }).get(FROZEN_KEY);
+  } catch (error) {
+    throw corrupt(dir, `cannot read its freeze marker: ${(error as Error).message}`, error);
+  }
+  if (text === undefined) return undefined;
+  try {
+    const json = JSON.parse(text) as Partial<FrozenState>;
+    if (typeof json.at === 'string' && typeof json.reason === 'string') return { at: json.at, reason: json.reason };
+  } catch {
+    // fall through: a marker that is there but unreadable still freezes (the safe side)
+  }
+  return { at: '(unreadable)', reason: '(unreadable freeze marker)' };
+}
+
+function frozenError(state: FrozenState): QuorumFenceError {
+  return new QuorumFenceError(
+    'REPLICA_FROZEN',
+    `this replica's signing record was frozen for a reshare at ${state.at} (${state.reason}); it signs nothing more with this share`,
+  );
 }
