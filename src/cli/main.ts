@@ -19,6 +19,7 @@ const verbs: Record<string, () => Promise<{ command: Command }>> = {
   identity: () => import('./identity.js'),
   chaos: () => import('./chaos.js'),
   dkg: () => import('./dkg.js'),
+  reshare: () => import('./reshare.js'),
 };
 
 function verbList(loaded: [string, Command][]): string {

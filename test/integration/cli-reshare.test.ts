@@ -1,0 +1,199 @@
+/**
+ * Resharing as operators run it, one process per member over real sockets:
+ * old replicas are frozen (their stores refuse grants) and exported; the new
+ * members run `reshare run` (old members dealing their current shares); a
+ * new replica inherits the frozen records of 2f_old+1 old ones. The group key
+ * is unchanged, any t_new new shares make a token that verifies, and the new
+ * record carries every old grant. Negative cases assert their codes.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { clusterToJson, loadClusterFile, type Cluster } from '../../src/cluster/description.js';
+import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
+import { isQuorumFenceError } from '../../src/common/errors.js';
+import { loadBackend } from '../../src/crypto/load.js';
+import { combinePartials } from '../../src/crypto/threshold.js';
+import { SigningRecord } from '../../src/replica/signing-record.js';
+import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
+import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
+import { runCli } from '../support/cli.js';
+import { freePorts } from '../support/ceremony-net.js';
+
+const backend = loadBackend('blst');
+const root = mkdtempSync(join(tmpdir(), 'qf-reshare-cli-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+const alice = new Uint8Array(32).fill(0xa1);
+
+async function cli(args: string[], timeoutMs = 60_000) {
+  return runCli(args, { timeoutMs });
+}
+
+async function oldCluster(base: string, n: number): Promise<Cluster> {
+  const r = await cli(['keygen', '--replicas', String(n), '--out', join(base, 'old')]);
+  expect(r.code, r.stderr).toBe(0);
+  return loadClusterFile(join(base, 'old', 'cluster.json'));
+}
+
+async function newMembers(base: string, n: number): Promise<string> {
+  const ports = await freePorts(n);
+  const cards: string[] = [];
+  for (let i = 1; i <= n; i++) {
+    const card = join(base, 'public', `card-${i}.json`);
+    const r = await cli([
+      'replica',
+      'init',
+      '--data',
+      join(base, `new-${i}`),
+      '--endpoint',
+      `ws://127.0.0.1:${7100 + i}`,
+      '--ceremony-endpoint',
+      `ws://127.0.0.1:${ports[i - 1]}`,
+      '--card',
+      card,
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    cards.push(card);
+  }
+  const proposal = join(base, 'public', 'proposal.json');
+  const r = await cli([
+    'dkg',
+    'propose',
+    ...cards.flatMap((c) => ['--member', c]),
+    '--f',
+    String((n - 1) / 3),
+    '--out',
+    proposal,
+  ]);
+  expect(r.code, r.stderr).toBe(0);
+  return proposal;
+}
+
+async function reshare(base: string, newN: number, dealers: number[], proposal: string) {
+  const runs = await Promise.all(
+    Array.from({ length: newN }, (_, k) => k + 1).map((i) =>
+      cli([
+        'reshare',
+        'run',
+        '--data',
+        join(base, `new-${i}`),
+        '--proposal',
+        proposal,
+        '--old-cluster',
+        join(base, 'old', 'cluster.json'),
+        '--dealers',
+        dealers.join(','),
+        '--json',
+        ...(dealers.includes(i) ? ['--old-key', join(base, 'old', `replica-${i}.key`)] : []),
+      ]),
+    ),
+  );
+  for (const r of runs) expect(r.code, r.stderr).toBe(0);
+  expect(runs[0]!.stderr).toMatch(/reshare member 1: phase deal/);
+  return loadClusterFile(join(base, 'new-1', 'cluster.json'));
+}
+
+function tokenFromNewShares(base: string, cluster: Cluster, signers: number[]): boolean {
+  const grant = makeGrant({ clusterId: cluster.id, resource: 'orders', epoch: 9n, holder: alice });
+  const partials = signers.map((i) => {
+    const key = loadReplicaKeyFile(join(base, `new-${i}`, 'replica.key'), cluster);
+    return { index: i, signature: backend.sign(key.secretKey, grantMessage(grant)) };
+  });
+  const signature = combinePartials(backend, cluster.n, partials);
+  return signature !== null && verifyToken(encodeToken(grant, signature), cluster).ok;
+}
+
+describe('quorumfence reshare (processes over real sockets)', () => {
+  it('replace one replica whose disk is gone: the other three deal alone; group key unchanged; new shares sign; the new replica inherits every old grant', async () => {
+    const base = join(root, 'replace');
+    const old = await oldCluster(base, 4);
+    // The old replicas' signing records (real LMDB), one grant at epoch 5 on 1..3 (replica 4's disk is gone).
+    for (const i of [1, 2, 3]) {
+      const store = SigningRecord.open(join(base, `old-record-${i}`), { clusterId: old.id, replicaIndex: i });
+      const epoch = i === 3 ? 4n : 5n; // replica 3 did not take part in the last grant
+      await store.checkAndRecord('orders', () => ({
+        record: {
+          epoch,
+          holder: alice,
+          grantDigest: grantDigest({ clusterId: old.id, resource: 'orders', epoch, holder: alice }),
+          released: false,
+        },
+        result: undefined,
+      }));
+      await store.close();
+      const frozen = await cli([
+        'reshare',
+        'freeze',
+        '--data',
+        join(base, `old-record-${i}`),
+        '--out',
+        join(base, `frozen-${i}.json`),
+      ]);
+      expect(frozen.code, frozen.stderr).toBe(0);
+      expect(frozen.stderr).toMatch(/frozen at/);
+    }
+    // A frozen store refuses grants, durably.
+    const reopened = SigningRecord.open(join(base, 'old-record-1'), { clusterId: old.id, replicaIndex: 1 });
+    const refused = await reopened
+      .checkAndRecord('orders', () => ({ result: undefined }))
+      .then(
+        () => 'signed',
+        (error: unknown) => (isQuorumFenceError(error) ? error.code : String(error)),
+      );
+    await reopened.close();
+    expect(refused).toBe('REPLICA_FROZEN');
+
+    const proposal = await newMembers(base, 4);
+    const cluster = await reshare(base, 4, [1, 2, 3], proposal);
+    expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
+    expect(tokenFromNewShares(base, cluster, [2, 3, 4])).toBe(true);
+    expect(tokenFromNewShares(base, cluster, [1, 4, 3])).toBe(true);
+
+    const inheritArgs = (files: number[]) => [
+      'reshare',
+      'inherit',
+      '--data',
+      join(base, 'new-record-4'),
+      '--key',
+      join(base, 'new-4', 'replica.key'),
+      '--cluster',
+      join(base, 'new-1', 'cluster.json'),
+      '--old-cluster',
+      join(base, 'old', 'cluster.json'),
+      ...files.flatMap((i) => ['--in', join(base, `frozen-${i}.json`)]),
+    ];
+    const tooFew = await cli(inheritArgs([1, 2]));
+    expect(tooFew.code).toBe(1);
+    expect(tooFew.stderr).toMatch(/\(RESHARE_REFUSED\)/);
+    const inherited = await cli(inheritArgs([1, 2, 3]));
+    expect(inherited.code, inherited.stderr).toBe(0);
+    const store = SigningRecord.open(join(base, 'new-record-4'), { clusterId: cluster.id, replicaIndex: 4 });
+    expect(store.get('orders')?.epoch).toBe(5n);
+    await store.close();
+  });
+
+  it('add replicas 4 -> 7: the four old members deal to seven; the group key is unchanged and any five new shares sign', async () => {
+    const base = join(root, 'grow');
+    const old = await oldCluster(base, 4);
+    const proposal = await newMembers(base, 7);
+    const cluster = await reshare(base, 7, [1, 2, 3, 4], proposal);
+    expect(cluster.n).toBe(7);
+    expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
+    expect(tokenFromNewShares(base, cluster, [3, 4, 5, 6, 7])).toBe(true);
+    expect(tokenFromNewShares(base, cluster, [1, 2, 5, 6, 7])).toBe(true);
+  });
+
+  it('refuses with codes: too few dealers (RESHARE_REFUSED), a dealer without its old key (RESHARE_REFUSED), no subcommand (INVALID_OPTION)', async () => {
+    const base = join(root, 'refuse');
+    await oldCluster(base, 4);
+    const proposal = await newMembers(base, 4);
+    const common = ['--proposal', proposal, '--old-cluster', join(base, 'old', 'cluster.json')];
+    const few = await cli(['reshare', 'run', '--data', join(base, 'new-1'), ...common, '--dealers', '1,2']);
+    expect(few.stderr).toMatch(/\(RESHARE_REFUSED\)/);
+    const noKey = await cli(['reshare', 'run', '--data', join(base, 'new-1'), ...common, '--dealers', '1,2,3']);
+    expect(noKey.stderr).toMatch(/\(RESHARE_REFUSED\)/);
+    const bare = await cli(['reshare']);
+    expect(bare.stderr).toMatch(/\(INVALID_OPTION\)/);
+  });
+});
