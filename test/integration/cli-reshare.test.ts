@@ -16,7 +16,8 @@ import { isQuorumFenceError } from '../../src/common/errors.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import { combinePartials } from '../../src/crypto/threshold.js';
 import { SigningRecord } from '../../src/replica/signing-record.js';
-import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
+import { LmdbGuard } from '../../src/guard/lmdb-guard.js';
+import { encodeToken, tokenToText, verifyToken, type AdmissionToken } from '../../src/token/admission-token.js';
 import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
 import { freePorts } from '../support/ceremony-net.js';
@@ -94,14 +95,31 @@ async function reshare(base: string, newN: number, dealers: number[], proposal: 
   return loadClusterFile(join(base, 'new-1', 'cluster.json'));
 }
 
-function tokenFromNewShares(base: string, cluster: Cluster, signers: number[]): boolean {
-  const grant = makeGrant({ clusterId: cluster.id, resource: 'orders', epoch: 9n, holder: alice });
+/** A token for `epoch` from the given replicas' key files (path of replica i's key by `keyOf`). */
+function tokenFrom(
+  cluster: Cluster,
+  keyOf: (i: number) => string,
+  signers: number[],
+  epoch: bigint,
+): AdmissionToken | null {
+  const grant = makeGrant({ clusterId: cluster.id, resource: 'orders', epoch, holder: alice });
   const partials = signers.map((i) => {
-    const key = loadReplicaKeyFile(join(base, `new-${i}`, 'replica.key'), cluster);
+    const key = loadReplicaKeyFile(keyOf(i), cluster);
     return { index: i, signature: backend.sign(key.secretKey, grantMessage(grant)) };
   });
   const signature = combinePartials(backend, cluster.n, partials);
-  return signature !== null && verifyToken(encodeToken(grant, signature), cluster).ok;
+  return signature === null ? null : encodeToken(grant, signature);
+}
+
+function tokenFromNewShares(base: string, cluster: Cluster, signers: number[]): boolean {
+  const token = tokenFrom(cluster, (i) => join(base, `new-${i}`, 'replica.key'), signers, 9n);
+  return token !== null && verifyToken(token, cluster).ok;
+}
+
+async function guardWrite(guard: LmdbGuard, token: AdmissionToken) {
+  return guard.write({ token: tokenToText(token), resource: 'orders', op: 'put', key: 'k' }, (tx) => {
+    tx.put('k', new TextEncoder().encode('v'));
+  });
 }
 
 describe('quorumfence reshare (processes over real sockets)', () => {
@@ -144,8 +162,21 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     await reopened.close();
     expect(refused).toBe('REPLICA_FROZEN');
 
+    // A guard configured before the reshare, with a token the old set issued (epoch 5).
+    const oldToken = tokenFrom(old, (i) => join(base, 'old', `replica-${i}.key`), [1, 2, 3], 5n)!;
+    const guard = await LmdbGuard.open(join(base, 'guard'), old);
+    expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: true, epoch: 5n });
+
     const proposal = await newMembers(base, 4);
     const cluster = await reshare(base, 4, [1, 2, 3], proposal);
+    // The id guards pin is the same (v2: from the group key alone).
+    expect(cluster.idHex).toBe(old.idHex);
+    // The guard, unchanged: the old token still verifies; a new-share token at 9 is accepted; then 5 is stale.
+    expect(verifyToken(oldToken, cluster).ok).toBe(true);
+    const newToken = tokenFrom(cluster, (i) => join(base, `new-${i}`, 'replica.key'), [2, 3, 4], 9n)!;
+    expect(await guardWrite(guard, newToken)).toMatchObject({ ok: true, epoch: 9n });
+    expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: false });
+    await guard.close();
     expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
     expect(tokenFromNewShares(base, cluster, [2, 3, 4])).toBe(true);
     expect(tokenFromNewShares(base, cluster, [1, 4, 3])).toBe(true);
