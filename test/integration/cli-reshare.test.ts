@@ -3,7 +3,8 @@
  * old replicas are frozen (their stores refuse grants) and exported; the new
  * members run `reshare run` (old members dealing their current shares); a
  * new replica inherits the frozen records of 2f_old+1 old ones. The group key
- * is unchanged, any t_new new shares make a token that verifies, and the new
+ * and cluster id are unchanged (LMDB and PostgreSQL guards configured before
+ * keep working and keep their barriers), any t_new new shares make a token that verifies, and the new
  * record carries every old grant. Negative cases assert their codes.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -17,10 +18,12 @@ import { loadBackend } from '../../src/crypto/load.js';
 import { combinePartials } from '../../src/crypto/threshold.js';
 import { SigningRecord } from '../../src/replica/signing-record.js';
 import { LmdbGuard } from '../../src/guard/lmdb-guard.js';
+import { PostgresGuard } from '../../src/guard/postgres-guard.js';
 import { encodeToken, tokenToText, verifyToken, type AdmissionToken } from '../../src/token/admission-token.js';
 import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
 import { freePorts } from '../support/ceremony-net.js';
+import { createTestDatabase } from '../support/postgres.js';
 
 const backend = loadBackend('blst');
 const root = mkdtempSync(join(tmpdir(), 'qf-reshare-cli-'));
@@ -166,6 +169,12 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     const oldToken = tokenFrom(old, (i) => join(base, 'old', `replica-${i}.key`), [1, 2, 3], 5n)!;
     const guard = await LmdbGuard.open(join(base, 'guard'), old);
     expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: true, epoch: 5n });
+    const db = createTestDatabase('reshare');
+    const pool = db.pool(2);
+    const pgGuard = await PostgresGuard.open(pool, old);
+    const pgWrite = (token: AdmissionToken) =>
+      pgGuard.write({ token: tokenToText(token), resource: 'orders', key: 'k' });
+    expect(await pgWrite(oldToken)).toMatchObject({ ok: true, epoch: 5n });
 
     const proposal = await newMembers(base, 4);
     const cluster = await reshare(base, 4, [1, 2, 3], proposal);
@@ -177,6 +186,12 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     expect(await guardWrite(guard, newToken)).toMatchObject({ ok: true, epoch: 9n });
     expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: false });
     await guard.close();
+    // The PostgreSQL guard, configured before the reshare, alike.
+    expect(await pgWrite(newToken)).toMatchObject({ ok: true, epoch: 9n });
+    expect(await pgWrite(oldToken)).toMatchObject({ ok: false });
+    await pgGuard.close();
+    await pool.end();
+    await db.drop();
     expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
     expect(tokenFromNewShares(base, cluster, [2, 3, 4])).toBe(true);
     expect(tokenFromNewShares(base, cluster, [1, 4, 3])).toBe(true);
