@@ -7,11 +7,12 @@
  * keep working and keep their barriers), any t_new new shares make a token that verifies, and the new
  * record carries every old grant. Negative cases assert their codes.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { clusterToJson, loadClusterFile, type Cluster } from '../../src/cluster/description.js';
+import { dealLocalCluster, startLocalCluster } from '../../src/cluster/launcher.js';
 import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
 import { isQuorumFenceError } from '../../src/common/errors.js';
 import { loadBackend } from '../../src/crypto/load.js';
@@ -19,7 +20,13 @@ import { combinePartials } from '../../src/crypto/threshold.js';
 import { SigningRecord } from '../../src/replica/signing-record.js';
 import { LmdbGuard } from '../../src/guard/lmdb-guard.js';
 import { PostgresGuard } from '../../src/guard/postgres-guard.js';
-import { encodeToken, tokenToText, verifyToken, type AdmissionToken } from '../../src/token/admission-token.js';
+import {
+  checkToken,
+  encodeToken,
+  tokenToText,
+  verifyToken,
+  type AdmissionToken,
+} from '../../src/token/admission-token.js';
 import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
 import { freePorts } from '../support/ceremony-net.js';
@@ -241,5 +248,89 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     expect(noKey.stderr).toMatch(/\(RESHARE_REFUSED\)/);
     const bare = await cli(['reshare']);
     expect(bare.stderr).toMatch(/\(INVALID_OPTION\)/);
+  });
+  it('live replicas across a replace: no epoch granted twice (the new replicas, having inherited, hold the old lease at its epoch and grant the next one above it); tokens of both sides verify under both descriptions', async () => {
+    const base = join(root, 'live');
+    dealLocalCluster(join(base, 'old'), 4);
+    const old = loadClusterFile(join(base, 'old', 'cluster.json'));
+    const alice = join(base, 'alice.key');
+    expect((await cli(['identity', 'new', alice])).code).toBe(0);
+    const acquire = async (clusterFile: string, wait: string[] = []) => {
+      const r = await cli(['acquire', 'orders', '--cluster', clusterFile, '--identity', alice, '--json', ...wait]);
+      expect(r.code, r.stderr + r.stdout).toBe(0);
+      return JSON.parse(r.stdout) as { epoch: string; token: string };
+    };
+    const oldRun = await startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'old-data') });
+    let before: { epoch: string; token: string };
+    try {
+      writeFileSync(join(base, 'old-live.json'), JSON.stringify(clusterToJson(oldRun.cluster)));
+      before = await acquire(join(base, 'old-live.json'));
+    } finally {
+      await oldRun.close();
+    }
+    for (const i of [1, 2, 3, 4]) {
+      const r = await cli([
+        'reshare',
+        'freeze',
+        '--data',
+        join(base, 'old-data', `replica-${i}`),
+        '--out',
+        join(base, `frozen-${i}.json`),
+      ]);
+      expect(r.code, r.stderr).toBe(0);
+    }
+    const proposal = await newMembers(base, 4);
+    const cluster = await reshare(base, 4, [1, 2, 3], proposal);
+    expect(cluster.idHex).toBe(old.idHex);
+    mkdirSync(join(base, 'gen2'));
+    copyFileSync(join(base, 'new-1', 'cluster.json'), join(base, 'gen2', 'cluster.json'));
+    for (const i of [1, 2, 3, 4]) {
+      copyFileSync(join(base, `new-${i}`, 'replica.key'), join(base, 'gen2', `replica-${i}.key`));
+      const r = await cli([
+        'reshare',
+        'inherit',
+        '--data',
+        join(base, 'gen2-data', `replica-${i}`),
+        '--key',
+        join(base, 'gen2', `replica-${i}.key`),
+        '--cluster',
+        join(base, 'gen2', 'cluster.json'),
+        '--old-cluster',
+        join(base, 'old', 'cluster.json'),
+        // Each new replica inherits from a different 2f_old+1 subset.
+        ...[1, 2, 3, 4].filter((k) => k !== i).flatMap((k) => ['--in', join(base, `frozen-${k}.json`)]),
+      ]);
+      expect(r.code, r.stderr).toBe(0);
+    }
+    // Short leases on the new replicas, so the inherited lease (restart rule: the longest lease) ends soon.
+    const newRun = await startLocalCluster({
+      dir: join(base, 'gen2'),
+      dataRoot: join(base, 'gen2-data'),
+      extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
+    });
+    try {
+      writeFileSync(join(base, 'new-live.json'), JSON.stringify(clusterToJson(newRun.cluster)));
+      // At once: the new replicas know epoch 1 is granted and leased (they inherited it), so it is not granted again.
+      const busy = await cli([
+        'acquire',
+        'orders',
+        '--cluster',
+        join(base, 'new-live.json'),
+        '--identity',
+        alice,
+        '--json',
+      ]);
+      expect(busy.code).toBe(1);
+      expect(JSON.parse(busy.stdout)).toMatchObject({ ok: false, reason: 'busy' });
+      expect(busy.stdout).toMatch(/at epoch 1\b/);
+      const after = await acquire(join(base, 'new-live.json'), ['--wait', '15s', '--ttl', '1s']);
+      // Every resource's epochs continue above the old ones.
+      expect(BigInt(after.epoch)).toBeGreaterThan(BigInt(before.epoch));
+      // A token from before still verifies against the new description (same id, same key).
+      expect(checkToken(before.token, newRun.cluster).ok).toBe(true);
+      expect(checkToken(after.token, old).ok).toBe(true);
+    } finally {
+      await newRun.close();
+    }
   });
 });
