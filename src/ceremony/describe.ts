@@ -4,7 +4,7 @@
  * commitments, the same cluster id. Pure: commitments in, JSON out.
  */
 import { toHex } from '../common/bytes.js';
-import { CLUSTER_FORMAT, computeClusterId, type ClusterDescriptionJson } from '../cluster/description.js';
+import { CLUSTER_FORMAT, clusterIdOfKey, type ClusterDescriptionJson } from '../cluster/description.js';
 import type { Proposal } from './proposal.js';
 import { pointBytes, scaledPublicShare, type G1Point } from './vss.js';
 
@@ -15,7 +15,7 @@ export function describeCeremonyKey(
   const { n, t, f } = proposal;
   const publicShares = proposal.members.map((m) => scaledPublicShare(commitments, m.index, n));
   const commitmentBytes = commitments.map(pointBytes);
-  const clusterId = computeClusterId(n, t, commitmentBytes[0]!, publicShares, commitmentBytes);
+  const clusterId = clusterIdOfKey(commitmentBytes[0]!);
   return {
     clusterId,
     cluster: {

@@ -112,7 +112,7 @@ function propose(argv: string[]): number {
 /** Proposals this data directory has taken part in: one never runs twice, so old packets cannot be replayed into a rerun. */
 const ATTEMPTS_FILE = 'ceremony-attempts.json';
 
-function recordAttempt(dataDir: string, proposal: Proposal): void {
+export function recordAttempt(dataDir: string, proposal: Proposal): void {
   const path = join(dataDir, ATTEMPTS_FILE);
   const attempts = existsSync(path) ? (readJsonFile(path, 'ceremony attempts', 'BAD_PROPOSAL') as string[]) : [];
   const digest = toHex(proposal.digest);
@@ -125,7 +125,7 @@ function recordAttempt(dataDir: string, proposal: Proposal): void {
   writeFileDurably(path, JSON.stringify([...(Array.isArray(attempts) ? attempts : []), digest]) + '\n');
 }
 
-function describeEvent(event: ProgressEvent): string | undefined {
+export function describeEvent(event: ProgressEvent): string | undefined {
   switch (event.kind) {
     case 'phase':
       return `phase ${event.phase}`;

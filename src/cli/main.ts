@@ -16,6 +16,7 @@ const verbs: VerbTable = {
   status: () => import('./status.js'),
   identity: () => import('./identity.js'),
   dkg: () => import('./dkg.js'),
+  reshare: () => import('./reshare.js'),
 };
 
 export function main(argv: string[]): Promise<number> {

@@ -12,11 +12,19 @@ import { PUBLIC_KEY_BYTES, type BlsBackend, type PublicKey } from '../crypto/bac
 import { loadBackend } from '../crypto/load.js';
 import { sharesNotMatchingCommitments, type DealtKey } from '../crypto/threshold.js';
 
-export const CLUSTER_FORMAT = 'quorumfence/cluster/v1';
+/**
+ * v2: the cluster id is SHA-256(format ‖ group public key) only, so it
+ * survives a reshare (new members, n, t and shares; the same key): guards
+ * pin it and keep working across membership changes (docs/resharing.md).
+ */
+export const CLUSTER_FORMAT = 'quorumfence/cluster/v2';
+/** v1 descriptions (id over n, t, key, shares and commitments) are still read, with their v1 id. */
+export const CLUSTER_FORMAT_V1 = 'quorumfence/cluster/v1';
+export type ClusterFormat = typeof CLUSTER_FORMAT | typeof CLUSTER_FORMAT_V1;
 
 /** The JSON form, as written to `cluster.json`. */
 export interface ClusterDescriptionJson {
-  format: typeof CLUSTER_FORMAT;
+  format: ClusterFormat;
   n: number;
   f: number;
   t: number;
@@ -46,14 +54,22 @@ export interface Cluster {
   readonly commitments: readonly Uint8Array[];
   /** In index order: replicas[i - 1].index === i. */
   readonly replicas: readonly ReplicaInfo[];
+  /** The description format, which decides how the id is computed. */
+  readonly format: ClusterFormat;
   /** The backend that decoded the points, used for every operation on this cluster. */
   readonly backend: BlsBackend;
 }
 
+/** The v2 cluster id: SHA-256("quorumfence/cluster/v2" ‖ groupPublicKey). */
+export function clusterIdOfKey(groupPublicKey: Uint8Array): Uint8Array {
+  return sha256(concatBytes(new TextEncoder().encode(CLUSTER_FORMAT), groupPublicKey));
+}
+
 /**
+ * The v1 cluster id (read-only format):
  * SHA-256("quorumfence/cluster/v1" ‖ u16 n ‖ u16 t ‖ groupPublicKey ‖ shares… ‖ commitments…).
  */
-export function computeClusterId(
+export function computeClusterIdV1(
   n: number,
   t: number,
   groupPublicKey: Uint8Array,
@@ -62,7 +78,7 @@ export function computeClusterId(
 ): Uint8Array {
   return sha256(
     concatBytes(
-      new TextEncoder().encode(CLUSTER_FORMAT),
+      new TextEncoder().encode(CLUSTER_FORMAT_V1),
       u16be(n),
       u16be(t),
       groupPublicKey,
@@ -112,10 +128,10 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
   const backend = options.backend ?? loadBackend();
   if (typeof json !== 'object' || json === null || Array.isArray(json)) bad('(root)', 'expected a JSON object');
   const d = json as Record<string, unknown>;
-  if (d.format !== CLUSTER_FORMAT) {
+  if (d.format !== CLUSTER_FORMAT && d.format !== CLUSTER_FORMAT_V1) {
     throw new QuorumFenceError(
       'UNKNOWN_VERSION',
-      `cluster description: "format" expected "${CLUSTER_FORMAT}", got ${JSON.stringify(d.format)}`,
+      `cluster description: "format" expected "${CLUSTER_FORMAT}" (or "${CLUSTER_FORMAT_V1}"), got ${JSON.stringify(d.format)}`,
       {
         field: 'format',
       },
@@ -161,13 +177,17 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
     );
   }
 
-  const id = computeClusterId(
-    n,
-    t,
-    groupPublicKey.bytes,
-    replicas.map((r) => r.publicKeyShare.bytes),
-    commitments,
-  );
+  const format: ClusterFormat = d.format;
+  const id =
+    format === CLUSTER_FORMAT
+      ? clusterIdOfKey(groupPublicKey.bytes)
+      : computeClusterIdV1(
+          n,
+          t,
+          groupPublicKey.bytes,
+          replicas.map((r) => r.publicKeyShare.bytes),
+          commitments,
+        );
   const idHex = toHex(id);
   if (d.clusterId !== idHex) {
     throw new QuorumFenceError(
@@ -178,7 +198,7 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
       },
     );
   }
-  return { n, f, t, id, idHex, groupPublicKey, commitments, replicas, backend };
+  return { n, f, t, id, idHex, groupPublicKey, commitments, replicas, format, backend };
 }
 
 /**
@@ -192,7 +212,7 @@ export function loadClusterFile(path: string, options: { backend?: BlsBackend } 
 /** The JSON form of a cluster, canonical field order. */
 export function clusterToJson(cluster: Cluster): ClusterDescriptionJson {
   return {
-    format: CLUSTER_FORMAT,
+    format: cluster.format,
     n: cluster.n,
     f: cluster.f,
     t: cluster.t,
@@ -212,7 +232,6 @@ export function describeDealtKey(key: DealtKey, endpoints: readonly string[]): C
   if (endpoints.length !== key.n) {
     throw new QuorumFenceError('INVALID_ARGUMENT', `expected ${key.n} endpoints, got ${endpoints.length}`);
   }
-  const shares = key.shares.map((s) => s.publicKeyShare);
   return {
     format: CLUSTER_FORMAT,
     n: key.n,
@@ -225,7 +244,7 @@ export function describeDealtKey(key: DealtKey, endpoints: readonly string[]): C
       publicKeyShare: toHex(s.publicKeyShare),
       endpoint: endpoints[k]!,
     })),
-    clusterId: toHex(computeClusterId(key.n, key.t, key.commitments[0]!, shares, key.commitments)),
+    clusterId: toHex(clusterIdOfKey(key.commitments[0]!)),
   };
 }
 

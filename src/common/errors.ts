@@ -63,6 +63,8 @@ export type ErrorCode =
   | 'BAD_PROPOSAL'
   /** The key ceremony stopped without a key (members missing, too few qualified dealers, disagreement); nothing was written and it can be run again. */
   | 'CEREMONY_ABORTED'
+  /** A reshare cannot go ahead: too few old members' signing records, records from the wrong cluster, or the old key does not match. */
+  | 'RESHARE_REFUSED'
 
   // --- storage ---
   /** The on-disk store is unreadable, inconsistent, or from another cluster or replica. */
@@ -71,6 +73,8 @@ export type ErrorCode =
   | 'STORE_LOCKED'
   /** An interchange (export/import) file is malformed or from another cluster. */
   | 'BAD_INTERCHANGE'
+  /** This replica's signing record is frozen for a reshare: it signs nothing more with this share. */
+  | 'REPLICA_FROZEN'
 
   // --- wire ---
   /** A frame is malformed, oversized, of an unknown type, or out of order. */

@@ -6,7 +6,7 @@
 import { runCommandLine, type VerbTable } from '../command/dispatch.js';
 
 /** The operator's verbs, named (not imported): neither program loads the other's code. */
-const OPERATOR_VERBS = ['keygen', 'verify', 'replica', 'resource', 'acquire', 'status', 'identity', 'dkg'];
+const OPERATOR_VERBS = ['keygen', 'verify', 'replica', 'resource', 'acquire', 'status', 'identity', 'dkg', 'reshare'];
 
 const verbs: VerbTable = {
   demo: () => import('./demo.js'),

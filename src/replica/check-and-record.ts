@@ -47,6 +47,8 @@ export interface RecordAccess {
   floor(): bigint;
   /** Resolves only once `record` is on stable storage. */
   writeDurably(resource: string, record: SignedRecord): Promise<void>;
+  /** Throws when the store may sign nothing more (frozen for a reshare); checked before each decision. */
+  refuseIfFrozen?(): void;
 }
 
 /** The per-resource critical sections of one store. */
@@ -102,6 +104,7 @@ export class CheckAndRecord {
     resource: string,
     decide: (current: SignedRecord | undefined) => RecordChange<T>,
   ): Promise<T> {
+    this.#access.refuseIfFrozen?.();
     const current = this.#access.read(resource);
     const change = decide(current);
     if (change.record) {

@@ -118,6 +118,8 @@ export class SigningRecord {
   readonly #wallClock: () => number;
   /** The durable floor (read at open, changed only inside a transaction that writes it). */
   #floor: bigint;
+  /** Reshare freeze (see freeze()); loaded at open, set once, never cleared. */
+  #frozen: FrozenState | undefined;
   readonly #onFlush: ((ms: number) => void) | undefined;
   readonly #releaseLock: (() => void) | undefined;
   readonly #sections: CheckAndRecord;
@@ -143,12 +145,16 @@ export class SigningRecord {
     this.#sections = new CheckAndRecord({
       read: (resource) => this.get(resource),
       floor: () => this.#floor,
+      refuseIfFrozen: () => {
+        if (this.#frozen) throw frozenError(this.#frozen);
+      },
       writeDurably: (resource, record) => this.#writeDurably(resource, record),
     });
     // No scan: start-up must not grow with the store. LMDB's own statistics give the count, and the
     // child-process probe has read every page already; a damaged record is reported when it is read.
     try {
       this.#floor = parseFloor(meta.get(FLOOR_KEY), dir);
+      this.#frozen = readFrozen(meta.get(FROZEN_KEY));
       this.openedWith = { resources: (records.getStats() as { entryCount: number }).entryCount };
     } catch (error) {
       if (error instanceof QuorumFenceError) throw error;
@@ -432,6 +438,37 @@ export class SigningRecord {
     return { compacted, scanned, next };
   }
 
+  /** The reshare freeze, when this store is frozen. */
+  get frozen(): FrozenState | undefined {
+    return this.#frozen;
+  }
+
+  /**
+   * Freezes the store for a reshare: waits until no checkAndRecord call is
+   * queued, then durably records the freeze; from then on every
+   * checkAndRecord refuses with REPLICA_FROZEN, on this and every later open.
+   * Freezing a frozen store keeps the first freeze. An export taken after this
+   * resolves holds every grant this replica will ever have signed.
+   * @throws QuorumFenceError CLOSED, INTERNAL
+   */
+  async freeze(reason: string): Promise<FrozenState> {
+    while (!this.#sections.idle) await this.#sections.drain();
+    if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
+    if (this.#frozen) return this.#frozen;
+    const state: FrozenState = { at: new Date().toISOString(), reason: reason.slice(0, 200) };
+    // Set before any await, so no grant decided after this line sees an unfrozen store.
+    this.#frozen = state;
+    try {
+      this.#meta.putSync(FROZEN_KEY, JSON.stringify(state));
+      await this.#env.flushed;
+    } catch (error) {
+      throw new QuorumFenceError('INTERNAL', `cannot record the freeze: ${(error as Error).message}`, undefined, {
+        cause: error,
+      });
+    }
+    return state;
+  }
+
   /** Waits for queued calls, then closes LMDB and releases the lock. Idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
@@ -443,4 +480,33 @@ export class SigningRecord {
       this.#releaseLock?.();
     }
   }
+}
+
+// --- reshare freeze ---
+
+/** Why and when a store was frozen for a reshare. */
+export interface FrozenState {
+  readonly at: string;
+  readonly reason: string;
+}
+
+const FROZEN_KEY = 'frozen';
+
+/** A marker that is there but unreadable still freezes (the safe side). */
+function readFrozen(text: string | undefined): FrozenState | undefined {
+  if (text === undefined) return undefined;
+  try {
+    const json = JSON.parse(text) as Partial<FrozenState>;
+    if (typeof json.at === 'string' && typeof json.reason === 'string') return { at: json.at, reason: json.reason };
+  } catch {
+    // fall through
+  }
+  return { at: '(unreadable)', reason: '(unreadable freeze marker)' };
+}
+
+function frozenError(state: FrozenState): QuorumFenceError {
+  return new QuorumFenceError(
+    'REPLICA_FROZEN',
+    `this replica's signing record was frozen for a reshare at ${state.at} (${state.reason}); it signs nothing more with this share`,
+  );
 }

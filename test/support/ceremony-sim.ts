@@ -3,7 +3,7 @@
  * delivered in a seeded order, a manual clock. Used by the pure-core property
  * tests; the networked tests use real sockets instead.
  */
-import { jointFeldman } from '../../src/ceremony/dealing.js';
+import { jointFeldman, type DealingRule } from '../../src/ceremony/dealing.js';
 import { generateNodeKey, type NodeKey } from '../../src/ceremony/node-key.js';
 import { makeProposal, type Proposal } from '../../src/ceremony/proposal.js';
 import type { OutgoingRewrite, ProgressEvent } from '../../src/ceremony/events.js';
@@ -28,6 +28,8 @@ export function simulateCeremony(
     /** Extra frames injected to each member at start. */
     inject?: Uint8Array[];
     phaseTimeoutMs?: number;
+    /** Each member's dealing rule (default: joint Feldman); a reshare passes its own. */
+    rule?: (self: number, proposal: Proposal) => DealingRule;
   } = {},
 ): SimulatedCeremony {
   const f = (n - 1) / 3;
@@ -48,7 +50,7 @@ export function simulateCeremony(
         proposal,
         nodeKey,
         self: k + 1,
-        rule: jointFeldman(n, proposal.t),
+        rule: options.rule ? options.rule(k + 1, proposal) : jointFeldman(n, proposal.t),
         random: systemRandom,
         rewrite: options.rewrites?.get(k + 1),
       }),

@@ -50,7 +50,7 @@ describe('cluster description', () => {
   });
 
   it('refuses an unknown format with UNKNOWN_VERSION', () => {
-    expect(failure((d) => (d.format = 'quorumfence/cluster/v2')).code).toBe('UNKNOWN_VERSION');
+    expect(failure((d) => (d.format = 'quorumfence/cluster/v3')).code).toBe('UNKNOWN_VERSION');
   });
 
   it('refuses sizes that are not n = 3f+1, t = 2f+1', () => {

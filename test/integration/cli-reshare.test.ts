@@ -1,0 +1,336 @@
+/**
+ * Resharing as operators run it, one process per member over real sockets:
+ * old replicas are frozen (their stores refuse grants) and exported; the new
+ * members run `reshare run` (old members dealing their current shares); a
+ * new replica inherits the frozen records of 2f_old+1 old ones. The group key
+ * and cluster id are unchanged (LMDB and PostgreSQL guards configured before
+ * keep working and keep their barriers), any t_new new shares make a token that verifies, and the new
+ * record carries every old grant. Negative cases assert their codes.
+ */
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { clusterToJson, loadClusterFile, type Cluster } from '../../src/cluster/description.js';
+import { dealLocalCluster, startLocalCluster } from '../../src/cluster/launcher.js';
+import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
+import { isQuorumFenceError } from '../../src/common/errors.js';
+import { loadBackend } from '../../src/crypto/load.js';
+import { combinePartials } from '../../src/crypto/threshold.js';
+import { SigningRecord } from '../../src/replica/signing-record.js';
+import { LmdbGuard } from '../../src/guard/lmdb-guard.js';
+import { PostgresGuard } from '../../src/guard/postgres-guard.js';
+import {
+  checkToken,
+  encodeToken,
+  tokenToText,
+  verifyToken,
+  type AdmissionToken,
+} from '../../src/token/admission-token.js';
+import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
+import { runCli } from '../support/cli.js';
+import { freePorts } from '../support/ceremony-net.js';
+import { createTestDatabase } from '../support/postgres.js';
+
+const backend = loadBackend('blst');
+const root = mkdtempSync(join(tmpdir(), 'qf-reshare-cli-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+const alice = new Uint8Array(32).fill(0xa1);
+
+async function cli(args: string[], timeoutMs = 60_000) {
+  return runCli(args, { timeoutMs });
+}
+
+async function oldCluster(base: string, n: number): Promise<Cluster> {
+  const r = await cli(['keygen', '--replicas', String(n), '--out', join(base, 'old')]);
+  expect(r.code, r.stderr).toBe(0);
+  return loadClusterFile(join(base, 'old', 'cluster.json'));
+}
+
+async function newMembers(base: string, n: number): Promise<string> {
+  const ports = await freePorts(n);
+  const cards: string[] = [];
+  for (let i = 1; i <= n; i++) {
+    const card = join(base, 'public', `card-${i}.json`);
+    const r = await cli([
+      'replica',
+      'init',
+      '--data',
+      join(base, `new-${i}`),
+      '--endpoint',
+      `ws://127.0.0.1:${7100 + i}`,
+      '--ceremony-endpoint',
+      `ws://127.0.0.1:${ports[i - 1]}`,
+      '--card',
+      card,
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    cards.push(card);
+  }
+  const proposal = join(base, 'public', 'proposal.json');
+  const r = await cli([
+    'dkg',
+    'propose',
+    ...cards.flatMap((c) => ['--member', c]),
+    '--f',
+    String((n - 1) / 3),
+    '--out',
+    proposal,
+  ]);
+  expect(r.code, r.stderr).toBe(0);
+  return proposal;
+}
+
+async function reshare(base: string, newN: number, dealers: number[], proposal: string) {
+  const runs = await Promise.all(
+    Array.from({ length: newN }, (_, k) => k + 1).map((i) =>
+      cli([
+        'reshare',
+        'run',
+        '--data',
+        join(base, `new-${i}`),
+        '--proposal',
+        proposal,
+        '--old-cluster',
+        join(base, 'old', 'cluster.json'),
+        '--dealers',
+        dealers.join(','),
+        '--json',
+        ...(dealers.includes(i) ? ['--old-key', join(base, 'old', `replica-${i}.key`)] : []),
+      ]),
+    ),
+  );
+  for (const r of runs) expect(r.code, r.stderr).toBe(0);
+  expect(runs[0]!.stderr).toMatch(/reshare member 1: phase deal/);
+  return loadClusterFile(join(base, 'new-1', 'cluster.json'));
+}
+
+/** A token for `epoch` from the given replicas' key files (path of replica i's key by `keyOf`). */
+function tokenFrom(
+  cluster: Cluster,
+  keyOf: (i: number) => string,
+  signers: number[],
+  epoch: bigint,
+): AdmissionToken | null {
+  const grant = makeGrant({ clusterId: cluster.id, resource: 'orders', epoch, holder: alice });
+  const partials = signers.map((i) => {
+    const key = loadReplicaKeyFile(keyOf(i), cluster);
+    return { index: i, signature: backend.sign(key.secretKey, grantMessage(grant)) };
+  });
+  const signature = combinePartials(backend, cluster.n, partials);
+  return signature === null ? null : encodeToken(grant, signature);
+}
+
+function tokenFromNewShares(base: string, cluster: Cluster, signers: number[]): boolean {
+  const token = tokenFrom(cluster, (i) => join(base, `new-${i}`, 'replica.key'), signers, 9n);
+  return token !== null && verifyToken(token, cluster).ok;
+}
+
+async function guardWrite(guard: LmdbGuard, token: AdmissionToken) {
+  return guard.write({ token: tokenToText(token), resource: 'orders', op: 'put', key: 'k' }, (tx) => {
+    tx.put('k', new TextEncoder().encode('v'));
+  });
+}
+
+describe('quorumfence reshare (processes over real sockets)', () => {
+  it('replace one replica whose disk is gone: the other three deal alone; group key unchanged; new shares sign; the new replica inherits every old grant', async () => {
+    const base = join(root, 'replace');
+    const old = await oldCluster(base, 4);
+    // The old replicas' signing records (real LMDB), one grant at epoch 5 on 1..3 (replica 4's disk is gone).
+    for (const i of [1, 2, 3]) {
+      const store = SigningRecord.open(join(base, `old-record-${i}`), { clusterId: old.id, replicaIndex: i });
+      const epoch = i === 3 ? 4n : 5n; // replica 3 did not take part in the last grant
+      await store.checkAndRecord('orders', () => ({
+        record: {
+          epoch,
+          holder: alice,
+          grantDigest: grantDigest({ clusterId: old.id, resource: 'orders', epoch, holder: alice }),
+          released: false,
+        },
+        result: undefined,
+      }));
+      await store.close();
+      const frozen = await cli([
+        'reshare',
+        'freeze',
+        '--data',
+        join(base, `old-record-${i}`),
+        '--out',
+        join(base, `frozen-${i}.json`),
+      ]);
+      expect(frozen.code, frozen.stderr).toBe(0);
+      expect(frozen.stderr).toMatch(/frozen at/);
+    }
+    // A frozen store refuses grants, durably.
+    const reopened = SigningRecord.open(join(base, 'old-record-1'), { clusterId: old.id, replicaIndex: 1 });
+    const refused = await reopened
+      .checkAndRecord('orders', () => ({ result: undefined }))
+      .then(
+        () => 'signed',
+        (error: unknown) => (isQuorumFenceError(error) ? error.code : String(error)),
+      );
+    await reopened.close();
+    expect(refused).toBe('REPLICA_FROZEN');
+
+    // A guard configured before the reshare, with a token the old set issued (epoch 5).
+    const oldToken = tokenFrom(old, (i) => join(base, 'old', `replica-${i}.key`), [1, 2, 3], 5n)!;
+    const guard = await LmdbGuard.open(join(base, 'guard'), old);
+    expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: true, epoch: 5n });
+    const db = createTestDatabase('reshare');
+    const pool = db.pool(2);
+    const pgGuard = await PostgresGuard.open(pool, old);
+    const pgWrite = (token: AdmissionToken) =>
+      pgGuard.write({ token: tokenToText(token), resource: 'orders', key: 'k' });
+    expect(await pgWrite(oldToken)).toMatchObject({ ok: true, epoch: 5n });
+
+    const proposal = await newMembers(base, 4);
+    const cluster = await reshare(base, 4, [1, 2, 3], proposal);
+    // The id guards pin is the same (v2: from the group key alone).
+    expect(cluster.idHex).toBe(old.idHex);
+    // The guard, unchanged: the old token still verifies; a new-share token at 9 is accepted; then 5 is stale.
+    expect(verifyToken(oldToken, cluster).ok).toBe(true);
+    const newToken = tokenFrom(cluster, (i) => join(base, `new-${i}`, 'replica.key'), [2, 3, 4], 9n)!;
+    expect(await guardWrite(guard, newToken)).toMatchObject({ ok: true, epoch: 9n });
+    expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: false });
+    await guard.close();
+    // The PostgreSQL guard, configured before the reshare, alike.
+    expect(await pgWrite(newToken)).toMatchObject({ ok: true, epoch: 9n });
+    expect(await pgWrite(oldToken)).toMatchObject({ ok: false });
+    await pgGuard.close();
+    await pool.end();
+    await db.drop();
+    expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
+    expect(tokenFromNewShares(base, cluster, [2, 3, 4])).toBe(true);
+    expect(tokenFromNewShares(base, cluster, [1, 4, 3])).toBe(true);
+
+    const inheritArgs = (files: number[]) => [
+      'reshare',
+      'inherit',
+      '--data',
+      join(base, 'new-record-4'),
+      '--key',
+      join(base, 'new-4', 'replica.key'),
+      '--cluster',
+      join(base, 'new-1', 'cluster.json'),
+      '--old-cluster',
+      join(base, 'old', 'cluster.json'),
+      ...files.flatMap((i) => ['--in', join(base, `frozen-${i}.json`)]),
+    ];
+    const tooFew = await cli(inheritArgs([1, 2]));
+    expect(tooFew.code).toBe(1);
+    expect(tooFew.stderr).toMatch(/\(RESHARE_REFUSED\)/);
+    const inherited = await cli(inheritArgs([1, 2, 3]));
+    expect(inherited.code, inherited.stderr).toBe(0);
+    const store = SigningRecord.open(join(base, 'new-record-4'), { clusterId: cluster.id, replicaIndex: 4 });
+    expect(store.get('orders')?.epoch).toBe(5n);
+    await store.close();
+  });
+
+  it('add replicas 4 -> 7: the four old members deal to seven; the group key is unchanged and any five new shares sign', async () => {
+    const base = join(root, 'grow');
+    const old = await oldCluster(base, 4);
+    const proposal = await newMembers(base, 7);
+    const cluster = await reshare(base, 7, [1, 2, 3, 4], proposal);
+    expect(cluster.n).toBe(7);
+    expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
+    expect(tokenFromNewShares(base, cluster, [3, 4, 5, 6, 7])).toBe(true);
+    expect(tokenFromNewShares(base, cluster, [1, 2, 5, 6, 7])).toBe(true);
+  });
+
+  it('refuses with codes: too few dealers (RESHARE_REFUSED), a dealer without its old key (RESHARE_REFUSED), no subcommand (INVALID_OPTION)', async () => {
+    const base = join(root, 'refuse');
+    await oldCluster(base, 4);
+    const proposal = await newMembers(base, 4);
+    const common = ['--proposal', proposal, '--old-cluster', join(base, 'old', 'cluster.json')];
+    const few = await cli(['reshare', 'run', '--data', join(base, 'new-1'), ...common, '--dealers', '1,2']);
+    expect(few.stderr).toMatch(/\(RESHARE_REFUSED\)/);
+    const noKey = await cli(['reshare', 'run', '--data', join(base, 'new-1'), ...common, '--dealers', '1,2,3']);
+    expect(noKey.stderr).toMatch(/\(RESHARE_REFUSED\)/);
+    const bare = await cli(['reshare']);
+    expect(bare.stderr).toMatch(/\(INVALID_OPTION\)/);
+  });
+  it('live replicas across a replace: no epoch granted twice (the new replicas, having inherited, hold the old lease at its epoch and grant the next one above it); tokens of both sides verify under both descriptions', async () => {
+    const base = join(root, 'live');
+    dealLocalCluster(join(base, 'old'), 4);
+    const old = loadClusterFile(join(base, 'old', 'cluster.json'));
+    const alice = join(base, 'alice.key');
+    expect((await cli(['identity', 'new', alice])).code).toBe(0);
+    const acquire = async (clusterFile: string, wait: string[] = []) => {
+      const r = await cli(['acquire', 'orders', '--cluster', clusterFile, '--identity', alice, '--json', ...wait]);
+      expect(r.code, r.stderr + r.stdout).toBe(0);
+      return JSON.parse(r.stdout) as { epoch: string; token: string };
+    };
+    const oldRun = await startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'old-data') });
+    let before: { epoch: string; token: string };
+    try {
+      writeFileSync(join(base, 'old-live.json'), JSON.stringify(clusterToJson(oldRun.cluster)));
+      before = await acquire(join(base, 'old-live.json'));
+    } finally {
+      await oldRun.close();
+    }
+    for (const i of [1, 2, 3, 4]) {
+      const r = await cli([
+        'reshare',
+        'freeze',
+        '--data',
+        join(base, 'old-data', `replica-${i}`),
+        '--out',
+        join(base, `frozen-${i}.json`),
+      ]);
+      expect(r.code, r.stderr).toBe(0);
+    }
+    const proposal = await newMembers(base, 4);
+    const cluster = await reshare(base, 4, [1, 2, 3], proposal);
+    expect(cluster.idHex).toBe(old.idHex);
+    mkdirSync(join(base, 'gen2'));
+    copyFileSync(join(base, 'new-1', 'cluster.json'), join(base, 'gen2', 'cluster.json'));
+    for (const i of [1, 2, 3, 4]) {
+      copyFileSync(join(base, `new-${i}`, 'replica.key'), join(base, 'gen2', `replica-${i}.key`));
+      const r = await cli([
+        'reshare',
+        'inherit',
+        '--data',
+        join(base, 'gen2-data', `replica-${i}`),
+        '--key',
+        join(base, 'gen2', `replica-${i}.key`),
+        '--cluster',
+        join(base, 'gen2', 'cluster.json'),
+        '--old-cluster',
+        join(base, 'old', 'cluster.json'),
+        // Each new replica inherits from a different 2f_old+1 subset.
+        ...[1, 2, 3, 4].filter((k) => k !== i).flatMap((k) => ['--in', join(base, `frozen-${k}.json`)]),
+      ]);
+      expect(r.code, r.stderr).toBe(0);
+    }
+    // Short leases on the new replicas, so the inherited lease (restart rule: the longest lease) ends soon.
+    const newRun = await startLocalCluster({
+      dir: join(base, 'gen2'),
+      dataRoot: join(base, 'gen2-data'),
+      extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
+    });
+    try {
+      writeFileSync(join(base, 'new-live.json'), JSON.stringify(clusterToJson(newRun.cluster)));
+      // At once: the new replicas know epoch 1 is granted and leased (they inherited it), so it is not granted again.
+      const busy = await cli([
+        'acquire',
+        'orders',
+        '--cluster',
+        join(base, 'new-live.json'),
+        '--identity',
+        alice,
+        '--json',
+      ]);
+      expect(busy.code).toBe(1);
+      expect(JSON.parse(busy.stdout)).toMatchObject({ ok: false, reason: 'busy' });
+      expect(busy.stdout).toMatch(/at epoch 1\b/);
+      const after = await acquire(join(base, 'new-live.json'), ['--wait', '15s', '--ttl', '1s']);
+      // Every resource's epochs continue above the old ones.
+      expect(BigInt(after.epoch)).toBeGreaterThan(BigInt(before.epoch));
+      // A token from before still verifies against the new description (same id, same key).
+      expect(checkToken(before.token, newRun.cluster).ok).toBe(true);
+      expect(checkToken(after.token, old).ok).toBe(true);
+    } finally {
+      await newRun.close();
+    }
+  });
+});
