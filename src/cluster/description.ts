@@ -12,12 +12,9 @@ import { PUBLIC_KEY_BYTES, type BlsBackend, type PublicKey } from '../crypto/bac
 import { loadBackend } from '../crypto/load.js';
 import { sharesNotMatchingCommitments, type DealtKey } from '../crypto/threshold.js';
 
-/**
- * v2: the cluster id is SHA-256(format ‖ group public key) only, so it
- * survives a reshare (new members, n, t and shares; the same key): guards
- * pin it and keep working across membership changes (docs/resharing.md).
- */
-export const CLUSTER_FORMAT = 'quorumfence/cluster/v2';
+import { CLUSTER_FORMAT, clusterIdOfKey } from './cluster-id.js';
+
+export { CLUSTER_FORMAT, clusterIdOfKey };
 /** v1 descriptions (id over n, t, key, shares and commitments) are still read, with their v1 id. */
 export const CLUSTER_FORMAT_V1 = 'quorumfence/cluster/v1';
 export type ClusterFormat = typeof CLUSTER_FORMAT | typeof CLUSTER_FORMAT_V1;
@@ -58,11 +55,6 @@ export interface Cluster {
   readonly format: ClusterFormat;
   /** The backend that decoded the points, used for every operation on this cluster. */
   readonly backend: BlsBackend;
-}
-
-/** The v2 cluster id: SHA-256("quorumfence/cluster/v2" ‖ groupPublicKey). */
-export function clusterIdOfKey(groupPublicKey: Uint8Array): Uint8Array {
-  return sha256(concatBytes(new TextEncoder().encode(CLUSTER_FORMAT), groupPublicKey));
 }
 
 /**

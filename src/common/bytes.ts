@@ -1,14 +1,20 @@
 /**
  * Byte encodings shared by every codec: hex, base64url, big-endian integers.
  * Decoders are strict and throw QuorumFenceError with a code naming what is wrong.
+ * Plain JavaScript on Uint8Array (no Buffer): the token decoder runs in browsers and edge runtimes too
+ * (quorumfence/verify); only storeKey, which feeds LMDB, hands back a Buffer.
  */
 import { QuorumFenceError } from './errors.js';
 
 const HEX_PATTERN = /^(?:[0-9a-f]{2})*$/;
 
+const HEX_DIGITS = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, '0'));
+
 /** Lowercase hex, no prefix (the form DESIGN.md fixes for cluster files). */
 export function toHex(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('hex');
+  let out = '';
+  for (const byte of bytes) out += HEX_DIGITS[byte]!;
+  return out;
 }
 
 /**
@@ -26,14 +32,25 @@ export function fromHex(text: unknown, length: number, field: string): Uint8Arra
       actual: text.length / 2,
     });
   }
-  return new Uint8Array(Buffer.from(text, 'hex'));
+  const out = new Uint8Array(length);
+  for (let i = 0; i < length; i++) out[i] = parseInt(text.slice(2 * i, 2 * i + 2), 16);
+  return out;
 }
 
 const BASE64URL_PATTERN = /^[A-Za-z0-9_-]*$/;
 
+const BASE64URL_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+const BASE64URL_VALUES = new Map([...BASE64URL_ALPHABET].map((c, value) => [c, value]));
+
 /** base64url without padding. */
 export function toBase64Url(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('base64url');
+  let out = '';
+  for (let i = 0; i < bytes.length; i += 3) {
+    const chunk = (bytes[i]! << 16) | ((bytes[i + 1] ?? 0) << 8) | (bytes[i + 2] ?? 0);
+    const chars = Math.min(4, Math.ceil(((bytes.length - i) * 8) / 6));
+    for (let k = 0; k < chars; k++) out += BASE64URL_ALPHABET[(chunk >> (18 - 6 * k)) & 63]!;
+  }
+  return out;
 }
 
 /**
@@ -45,11 +62,23 @@ export function fromBase64Url(text: unknown, field: string): Uint8Array {
   if (typeof text !== 'string' || !BASE64URL_PATTERN.test(text) || text.length % 4 === 1) {
     throw new QuorumFenceError('BAD_ENCODING', `"${field}" expected base64url without padding`, { field });
   }
-  const bytes = Buffer.from(text, 'base64url');
-  if (bytes.toString('base64url') !== text) {
+  const bytes = new Uint8Array(Math.floor((text.length * 6) / 8));
+  let bits = 0;
+  let value = 0;
+  let at = 0;
+  for (const char of text) {
+    value = ((value << 6) | BASE64URL_VALUES.get(char)!) & 0xffffff;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes[at++] = (value >> bits) & 0xff;
+    }
+  }
+  // Leftover bits must be zero, or two texts would decode to the same bytes.
+  if (bits > 0 && (value & ((1 << bits) - 1)) !== 0) {
     throw new QuorumFenceError('BAD_ENCODING', `"${field}" is not canonical base64url`, { field });
   }
-  return new Uint8Array(bytes);
+  return bytes;
 }
 
 /**

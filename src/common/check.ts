@@ -131,7 +131,12 @@ export function checkNameCharacters(value: string, field: string): void {
  * @throws QuorumFenceError INVALID_ARGUMENT, NAME_CONTROL_CHARACTER
  */
 export function expectGuardKey(value: unknown, maxBytes: number, field = 'key'): string {
-  if (typeof value !== 'string' || value.length === 0 || !value.isWellFormed() || Buffer.byteLength(value) > maxBytes) {
+  if (
+    typeof value !== 'string' ||
+    value.length === 0 ||
+    !value.isWellFormed() ||
+    utf8.encode(value).length > maxBytes
+  ) {
     fail('INVALID_ARGUMENT', field, `expected 1..${maxBytes} UTF-8 bytes of well-formed text`, { max: maxBytes });
   }
   checkNameCharacters(value, field);

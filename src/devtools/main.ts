@@ -13,6 +13,7 @@ const verbs: VerbTable = {
   chaos: () => import('./chaos.js'),
   bench: () => import('./bench.js'),
   worker: () => import('./worker.js'),
+  vectors: () => import('./vectors.js'),
 };
 
 export function main(argv: string[]): Promise<number> {

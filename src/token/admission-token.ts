@@ -96,8 +96,14 @@ export type TokenVerification =
   | { readonly ok: false; readonly reason: 'wrong_cluster'; readonly message: string }
   | { readonly ok: false; readonly reason: 'bad_signature'; readonly message: string };
 
+/**
+ * What verifying a token needs of a cluster: its id, its group key and a backend. A loaded `Cluster` is one;
+ * the universal verifier (src/verify) makes one from a pinned id and key without loading a description.
+ */
+export type TokenTrust = Pick<Cluster, 'id' | 'idHex' | 'groupPublicKey' | 'backend'>;
+
 /** Checks the token is for this cluster and its signature verifies against the group key. One pairing. */
-export function verifyToken(token: AdmissionToken, cluster: Cluster): TokenVerification {
+export function verifyToken(token: AdmissionToken, cluster: TokenTrust): TokenVerification {
   if (!bytesEqual(token.grant.clusterId, cluster.id)) {
     return {
       ok: false,
@@ -119,7 +125,7 @@ export type TokenCheck =
  * Decodes (binary or text form) and verifies, with every failure as a value:
  * the entry point for anything that receives a token from outside.
  */
-export function checkToken(input: Uint8Array | string, cluster: Cluster): TokenCheck {
+export function checkToken(input: Uint8Array | string, cluster: TokenTrust): TokenCheck {
   let token: AdmissionToken;
   try {
     token = typeof input === 'string' ? decodeTokenText(input, cluster.backend) : decodeToken(input, cluster.backend);
