@@ -49,7 +49,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   const grant: Grant = { clusterId: cluster.id, resource: request.resource, epoch, holder: identity.publicKey };
   const message = grantMessage(grant);
   const collector = new PartialCollector(cluster, ctx.backend, grant, message, ctx.evidence);
-  // Taken before the first request leaves, so the holder's lease view starts before any replica's (DESIGN.md).
+  // Taken before the first request leaves, so the holder's lease view starts before any replica's (docs/protocol.md).
   const sentAt = clock.now();
   const roundDeadline = Math.min(deadline, sentAt + options.requestTimeoutMs);
   const round = new Round<'acquire'>(

@@ -1,5 +1,5 @@
 /**
- * Getting an admission token from a quorum (DESIGN.md, Client rules).
+ * Getting an admission token from a quorum (docs/protocol.md, Client rules).
  *
  * Each attempt picks an epoch, asks every connected replica to sign
  * (resource, epoch, holder), and combines the first t partials that verify.

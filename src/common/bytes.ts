@@ -10,7 +10,7 @@ const HEX_PATTERN = /^(?:[0-9a-f]{2})*$/;
 
 const HEX_DIGITS = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, '0'));
 
-/** Lowercase hex, no prefix (the form DESIGN.md fixes for cluster files). */
+/** Lowercase hex, no prefix (the form docs/protocol.md fixes for cluster files). */
 export function toHex(bytes: Uint8Array): string {
   let out = '';
   for (const byte of bytes) out += HEX_DIGITS[byte]!;

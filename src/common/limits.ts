@@ -1,5 +1,5 @@
 /**
- * Bounds that the contract (DESIGN.md) fixes. Limits that are tunable per
+ * Bounds that the contract (docs/protocol.md) fixes. Limits that are tunable per
  * process live in that process's options object with a named default.
  */
 

@@ -78,7 +78,7 @@ function cryptoTable(figures: CryptoFigures[]): string {
 const timing = (t: Timing) => `p50 ${ms(t.median)} ms, p99 ${ms(t.p99)} ms`;
 const rate = (r: LoopRate) => `${r.perSecond.toFixed(0)}/s`;
 
-/** The crypto floor of one grant, ms: N signs + combine + client verify + guard verify (DESIGN.md's pieces, no I/O). */
+/** The crypto floor of one grant, ms: N signs + combine + client verify + guard verify (docs/protocol.md's pieces, no I/O). */
 function floorMs(crypto: CryptoFigures, n: number): number {
   const t = String((2 * n + 1) / 3);
   const combine = crypto.combineMs[t]?.median ?? crypto.combineMs['3']!.median;

@@ -1,7 +1,7 @@
 /**
  * The guard log: one entry per attempt, accepted or refused, appended in the
  * same transaction as the decision it records. It is the evidence a history
- * checker reads afterwards (DESIGN.md, Faults): accepted epochs never go down
+ * checker reads afterwards (docs/protocol.md, Faults): accepted epochs never go down
  * per resource, one token per (resource, epoch), every accepted token
  * verifies, no acknowledged write is lost.
  *

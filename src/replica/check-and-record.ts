@@ -1,5 +1,5 @@
 /**
- * The check-and-record rule (S2 and S3 of DESIGN.md): for one resource, the
+ * The check-and-record rule (S2 and S3 of docs/protocol.md): for one resource, the
  * decision to sign is taken against the durable record, and the record that
  * decision needs is on stable storage before anyone can act on it.
  *

@@ -1,6 +1,6 @@
 /**
  * Volatile lease ends, on the replica's own monotonic clock (S6). Lost on a
- * restart, so the rule of DESIGN.md applies: after a restart every recorded
+ * restart, so the rule of docs/protocol.md applies: after a restart every recorded
  * grant counts as leased for `maxTtlMs` from the moment the store
  * opened. That default is computed on lookup instead of stored per resource,
  * so a store with millions of resources costs nothing extra at start.

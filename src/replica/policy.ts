@@ -1,11 +1,11 @@
 /**
- * The grant policy: the replica rules of DESIGN.md as one pure function,
+ * The grant policy: the replica rules of docs/protocol.md as one pure function,
  * `(record, request, holder, now, config) → decision`. No I/O, no clock
  * reads, no randomness: the caller supplies the record (durable fields plus
  * the volatile lease end) and the monotonic time, and carries the decision
  * out (record durably, then sign; or just reply).
  *
- * Acquire checks, cheapest first and in the order DESIGN.md fixes:
+ * Acquire checks, cheapest first and in the order docs/protocol.md fixes:
  *   1 invalid   resource 1..256 UTF-8 bytes, epoch 1..2^63-1, ttl in [minTtlMs, maxTtlMs]
  *   2 forbidden the access rules do not give this holder this resource
  *   3 resend    same (R, e, H) as the record: the same partial again (BLS is deterministic)

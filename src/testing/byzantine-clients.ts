@@ -1,5 +1,5 @@
 /**
- * Byzantine clients (DESIGN.md, Faults): authenticated holders that ask for
+ * Byzantine clients (docs/protocol.md, Faults): authenticated holders that ask for
  * what they must not get. At the replicas: epochs far above the watermark
  * (must be `too_far`, nothing recorded), releases and renewals of another
  * holder's lease (must be `not_holder`, nothing changes). At a guard: replayed
@@ -170,7 +170,7 @@ export interface TamperedToken {
 
 /**
  * Variants of a valid token, each changed in one field or one way (layout:
- * DESIGN.md, Token). Pure; the original is not among them.
+ * docs/protocol.md, Token). Pure; the original is not among them.
  */
 export function tamperedTokens(tokenText: string): TamperedToken[] {
   const bytes = fromBase64Url(tokenText, 'token');

@@ -1,5 +1,5 @@
 /**
- * Liveness with up to f faulty replicas (DESIGN.md, Liveness; Client rules):
+ * Liveness with up to f faulty replicas (docs/protocol.md, Liveness; Client rules):
  * an uncontended acquire succeeds against real replica processes while f of
  * the replicas are killed, silent, or lying, for f = 1 (N = 4) and f = 2
  * (N = 7), and the client names the liars it caught.

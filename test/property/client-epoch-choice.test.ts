@@ -1,5 +1,5 @@
 /**
- * Liveness under f liars (DESIGN.md, Client rules): whatever f replicas
+ * Liveness under f liars (docs/protocol.md, Client rules): whatever f replicas
  * report, the epoch a client asks for stays within one of the honest
  * epochs' range (so liars can neither drive it to `too_far` nor below every
  * honest record), and a busy wait is bounded by what honest replicas report.

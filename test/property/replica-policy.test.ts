@@ -194,7 +194,7 @@ describe('S2 monotonic signing (policy)', () => {
     );
   });
 
-  it('checks in DESIGN.md order: invalid before everything, stale before busy, busy before too_far', () => {
+  it('checks in docs/protocol.md order: invalid before everything, stale before busy, busy before too_far', () => {
     const record: PolicyRecord = {
       epoch: 5n,
       holder: holders[0]!,

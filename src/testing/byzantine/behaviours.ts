@@ -1,5 +1,5 @@
 /**
- * The names of the Byzantine replica behaviours (DESIGN.md, Faults), what
+ * The names of the Byzantine replica behaviours (docs/protocol.md, Faults), what
  * each one does, and their parameters. Pure: no I/O. The behaviours are
  * carried out by `ByzantineFront` (front.ts) in the separate entry point
  * `nodes/byzantine-replica.ts`; the production replica has no such switch.
