@@ -20,7 +20,7 @@ import {
   type Proposal,
 } from '../ceremony/proposal.js';
 import { runCeremony } from '../ceremony/runner.js';
-import type { ProgressEvent } from '../ceremony/events.js';
+import type { CeremonyResult, ProgressEvent } from '../ceremony/events.js';
 import type { CeremonyMember } from '../ceremony/state.js';
 import { openWebSocketTransport } from '../ceremony/transport.js';
 import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
@@ -213,24 +213,15 @@ async function run(argv: string[]): Promise<number> {
       members: outcome.members,
     });
   }
-  if (values.publish) mkdirSync(dirname(resolve(values.publish)), { recursive: true });
-  const { keyPath, clusterPath } = writeCeremonyOutput(
-    dataDir,
-    proposal,
-    self,
-    outcome.result,
-    values.publish ? resolve(values.publish) : undefined,
-  );
+  const {
+    keyPath,
+    clusterPath,
+    summary: written,
+  } = saveCeremonyResult(dataDir, proposal, self, outcome.result, values.publish);
   const summary = {
-    ok: true,
-    clusterId: outcome.result.cluster.clusterId,
-    groupPublicKey: outcome.result.cluster.groupPublicKey,
-    index: self,
-    qualified: outcome.result.qualified,
+    ...written,
     excluded: outcome.result.excluded,
     signatures: outcome.result.signatures.map((s) => s.index),
-    key: keyPath,
-    cluster: clusterPath,
     elapsedMs: Math.round(outcome.elapsedMs),
   };
   if (values.json) process.stdout.write(JSON.stringify(summary) + '\n');
@@ -243,4 +234,35 @@ async function run(argv: string[]): Promise<number> {
     );
   }
   return 0;
+}
+
+/**
+ * Writes a finished ceremony's result (the share 0600 and cluster.json in the data directory, and the public
+ * copy to `publish` when given) and the summary both `dkg run` and `reshare run` print.
+ */
+export function saveCeremonyResult(
+  dataDir: string,
+  proposal: Proposal,
+  self: number,
+  result: CeremonyResult,
+  publish: string | undefined,
+) {
+  if (publish) mkdirSync(dirname(resolve(publish)), { recursive: true });
+  const { keyPath, clusterPath } = writeCeremonyOutput(
+    dataDir,
+    proposal,
+    self,
+    result,
+    publish ? resolve(publish) : undefined,
+  );
+  const summary = {
+    ok: true,
+    clusterId: result.cluster.clusterId,
+    groupPublicKey: result.cluster.groupPublicKey,
+    index: self,
+    qualified: result.qualified,
+    key: keyPath,
+    cluster: clusterPath,
+  };
+  return { keyPath, clusterPath, summary };
 }

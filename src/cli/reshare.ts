@@ -7,14 +7,14 @@
  * 2f_old+1 old replicas before it starts. docs/resharing.md has the argument.
  */
 import { mkdirSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesToBigInt, fromHex } from '../common/bytes.js';
 import { readJsonFile, writeFileDurably } from '../common/files.js';
 import { clusterToJson, loadClusterFile, type Cluster } from '../cluster/description.js';
 import { loadReplicaKeyFile, type ReplicaKeyJson } from '../cluster/replica-key.js';
 import { loadNodeKeyFile, nodeKeyExists } from '../ceremony/node-key.js';
-import { assertNoKeyYet, writeCeremonyOutput } from '../ceremony/output.js';
+import { assertNoKeyYet } from '../ceremony/output.js';
 import { memberIndexOf, parseProposal } from '../ceremony/proposal.js';
 import { resharing, unscaledShare, type OldSharing } from '../ceremony/reshare.js';
 import { runCeremony } from '../ceremony/runner.js';
@@ -23,7 +23,7 @@ import { inheritRecords, type OldRecordReport } from '../replica/inherit.js';
 import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { SigningRecord } from '../replica/signing-record.js';
 import { parseFlags, parseListen, required, type Command } from '../command/args.js';
-import { describeEvent, recordAttempt } from './dkg.js';
+import { describeEvent, recordAttempt, saveCeremonyResult } from './dkg.js';
 
 const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reason TEXT]
        quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE --dealers LIST
@@ -201,23 +201,7 @@ async function run(argv: string[]): Promise<number> {
     });
   if (outcome.result.cluster.groupPublicKey !== clusterToJson(old).groupPublicKey)
     throw new QuorumFenceError('RESHARE_REFUSED', 'the reshare produced another group key; nothing written');
-  if (values.publish) mkdirSync(dirname(resolve(values.publish)), { recursive: true });
-  const { keyPath, clusterPath } = writeCeremonyOutput(
-    dataDir,
-    proposal,
-    self,
-    outcome.result,
-    values.publish ? resolve(values.publish) : undefined,
-  );
-  const summary = {
-    ok: true,
-    clusterId: outcome.result.cluster.clusterId,
-    groupPublicKey: outcome.result.cluster.groupPublicKey,
-    index: self,
-    qualified: outcome.result.qualified,
-    key: keyPath,
-    cluster: clusterPath,
-  };
+  const { keyPath, clusterPath, summary } = saveCeremonyResult(dataDir, proposal, self, outcome.result, values.publish);
   if (values.json) process.stdout.write(JSON.stringify(summary) + '\n');
   else
     process.stdout.write(
