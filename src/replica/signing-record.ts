@@ -43,6 +43,7 @@
  * cluster id and replica index, written at creation) and `replica.lock` (the
  * pid of the process that has the store open for writing).
  */
+import { FROZEN_KEY, frozenError, readFrozen, type FrozenState } from './freeze-marker.js';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
@@ -61,6 +62,7 @@ import { probeStore } from './store-probe.js';
 export { probeSigningRecord } from './store-probe.js';
 export type { RecordChange } from './check-and-record.js';
 export { STORE_FORMAT, type StoreIdentity } from './store-identity.js';
+export type { FrozenState } from './freeze-marker.js';
 
 const IDENTITY_FILE = 'signing-record.json';
 const IDENTITY_KEY = 'identity';
@@ -480,33 +482,4 @@ export class SigningRecord {
       this.#releaseLock?.();
     }
   }
-}
-
-// --- reshare freeze ---
-
-/** Why and when a store was frozen for a reshare. */
-export interface FrozenState {
-  readonly at: string;
-  readonly reason: string;
-}
-
-const FROZEN_KEY = 'frozen';
-
-/** A marker that is there but unreadable still freezes (the safe side). */
-function readFrozen(text: string | undefined): FrozenState | undefined {
-  if (text === undefined) return undefined;
-  try {
-    const json = JSON.parse(text) as Partial<FrozenState>;
-    if (typeof json.at === 'string' && typeof json.reason === 'string') return { at: json.at, reason: json.reason };
-  } catch {
-    // fall through
-  }
-  return { at: '(unreadable)', reason: '(unreadable freeze marker)' };
-}
-
-function frozenError(state: FrozenState): QuorumFenceError {
-  return new QuorumFenceError(
-    'REPLICA_FROZEN',
-    `this replica's signing record was frozen for a reshare at ${state.at} (${state.reason}); it signs nothing more with this share`,
-  );
 }
