@@ -133,7 +133,7 @@ export function behaviourScenario(f: 1 | 2): void {
         // 2. The paused holder.
         const paused = `${tag}/paused`;
         const acquired = await holder.request({ cmd: 'acquire', resource: paused, ttlMs: HOLDER_TTL_MS, waitMs: 0 });
-        expect(acquired, 'the holder acquires (uncontended)').toMatchObject({ ok: true });
+        expect(acquired, `the holder acquires (uncontended): ${JSON.stringify(acquired)}`).toMatchObject({ ok: true });
         recorder.token(acquired.token as string);
         const first = await holder.request({ cmd: 'increment', resource: paused, key: 'n' });
         expect(first).toMatchObject({ kind: 'incremented' });
