@@ -5,7 +5,7 @@
 import type { AcquireRequest } from './acquire.js';
 import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
 import type { CallFaults, QuorumContext } from './quorum-context.js';
-import { QuorumTally } from './quorum-tally.js';
+import { collectReplies, QuorumTally } from './quorum-tally.js';
 import { Round } from './round.js';
 
 /** Extra wait beyond the quorum's remaining time, so that we arrive just after the lease ends, not just before. */
@@ -76,23 +76,18 @@ export async function statusForEpoch(
   const tally = new QuorumTally<'forbidden' | 'invalid'>(f, need);
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   try {
-    while (tally.open(round.possible)) {
-      const event = await round.next();
-      if (event.type === 'end') {
-        ended = event.why;
-        break;
-      }
-      if (event.type !== 'answer') continue;
-      const { answer, replica } = event;
-      faults.fromAnswer(replica, answer);
-      if (answer.kind !== 'reply') continue;
-      const outcome = answer.outcome;
-      if (outcome.status === 'ok') {
-        tally.accept();
-        report(replica, outcome.epoch);
-        if (outcome.leased) leased.push({ epoch: outcome.epoch, remainingMs: outcome.remainingMs });
-      } else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
-    }
+    ended = await collectReplies(
+      round,
+      faults,
+      () => tally.open(round.possible),
+      (replica, outcome) => {
+        if (outcome.status === 'ok') {
+          tally.accept();
+          report(replica, outcome.epoch);
+          if (outcome.leased) leased.push({ epoch: outcome.epoch, remainingMs: outcome.remainingMs });
+        } else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
+      },
+    );
   } finally {
     round.close();
   }

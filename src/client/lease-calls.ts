@@ -6,7 +6,7 @@
  */
 import type { ReplicaFault } from './evidence.js';
 import { CallFaults, type QuorumContext } from './quorum-context.js';
-import { QuorumTally } from './quorum-tally.js';
+import { collectReplies, QuorumTally } from './quorum-tally.js';
 import { Round } from './round.js';
 
 export type RenewResult =
@@ -55,19 +55,15 @@ export async function renewGrant(
   const tally = new QuorumTally<'not_holder' | 'forbidden' | 'invalid'>(f, t);
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   try {
-    while (tally.open(round.possible)) {
-      const event = await round.next();
-      if (event.type === 'end') {
-        ended = event.why;
-        break;
-      }
-      if (event.type !== 'answer') continue;
-      faults.fromAnswer(event.replica, event.answer);
-      if (event.answer.kind !== 'reply') continue;
-      const outcome = event.answer.outcome;
-      if (outcome.status === 'renewed') tally.accept();
-      else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
-    }
+    ended = await collectReplies(
+      round,
+      faults,
+      () => tally.open(round.possible),
+      (_replica, outcome) => {
+        if (outcome.status === 'renewed') tally.accept();
+        else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
+      },
+    );
   } finally {
     round.close();
   }
@@ -131,19 +127,15 @@ export async function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?:
   const tally = new QuorumTally<'not_holder'>(f, t);
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   try {
-    while (tally.open(round.possible)) {
-      const event = await round.next();
-      if (event.type === 'end') {
-        ended = event.why;
-        break;
-      }
-      if (event.type !== 'answer') continue;
-      faults.fromAnswer(event.replica, event.answer);
-      if (event.answer.kind !== 'reply') continue;
-      const status = event.answer.outcome.status;
-      if (status === 'released') tally.accept();
-      else if (status === 'not_holder') tally.refuse('not_holder');
-    }
+    ended = await collectReplies(
+      round,
+      faults,
+      () => tally.open(round.possible),
+      (_replica, { status }) => {
+        if (status === 'released') tally.accept();
+        else if (status === 'not_holder') tally.refuse('not_holder');
+      },
+    );
   } finally {
     round.close();
   }
