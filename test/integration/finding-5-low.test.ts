@@ -52,6 +52,18 @@ function until(check: () => boolean, timeoutMs: number): Promise<boolean> {
 
 const descriptors = (pid: number): number => readdirSync(`/proc/${pid}/fd`).length;
 
+/** The descriptor count once it has not moved for 500 ms: earlier tests' sockets may still be closing. */
+async function settledDescriptors(pid: number): Promise<number> {
+  let last = descriptors(pid);
+  for (let round = 0; round < 20; round++) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const now = descriptors(pid);
+    if (now === last) return now;
+    last = now;
+  }
+  return last;
+}
+
 describe('finding 5: small-order and non-canonical Ed25519 holder keys', () => {
   test('the forged pair verifies under lenient rules, and isUsableHolderKey refuses both keys', () => {
     // What made the attack work: a cofactored / ZIP-215 verifier accepts the pair for any message.
@@ -121,7 +133,7 @@ describe('finding 5: small-order and non-canonical Ed25519 holder keys', () => {
 
     test('the same class at the replica: HTTP sockets whose head never ends are destroyed after authTimeoutMs (10 s)', async () => {
       const replica = cluster.replica(1);
-      const baseline = descriptors(replica.pid);
+      const baseline = await settledDescriptors(replica.pid);
       const sockets: Socket[] = [];
       try {
         for (let i = 0; i < 5; i++) {
