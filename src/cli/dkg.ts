@@ -23,7 +23,15 @@ import { runCeremony } from '../ceremony/runner.js';
 import type { CeremonyResult, ProgressEvent } from '../ceremony/events.js';
 import type { CeremonyMember } from '../ceremony/state.js';
 import { openWebSocketTransport } from '../ceremony/transport.js';
-import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
+import {
+  integerFlag,
+  parseDuration,
+  parseFlags,
+  parseListen,
+  required,
+  runSubcommand,
+  type Command,
+} from '../command/args.js';
 
 const usage = `usage: quorumfence dkg propose --member CARD --member CARD ... --f F [--out FILE] [options]
        quorumfence dkg run --data DIR --proposal FILE [--listen HOST:PORT] [--publish FILE] [--json]
@@ -58,15 +66,7 @@ exits 1 naming the members at fault; make a fresh proposal and run again.
 export const command: Command = {
   summary: 'dealerless key ceremony: propose from member cards, run as one member',
   usage,
-  async run(argv) {
-    const [sub, ...rest] = argv;
-    if (sub === 'propose') return propose(rest);
-    if (sub === 'run') return run(rest);
-    throw new QuorumFenceError(
-      'INVALID_OPTION',
-      `expected a subcommand (propose, run), got ${JSON.stringify(sub ?? '')}`,
-    );
-  },
+  run: (argv) => runSubcommand(argv, { propose, run }),
 };
 
 function propose(argv: string[]): number {

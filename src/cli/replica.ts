@@ -11,7 +11,7 @@ import { loadClusterFile } from '../cluster/description.js';
 import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
 import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js';
-import { parseFlags, required, type Command } from '../command/args.js';
+import { parseFlags, required, runSubcommand, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
 import { INIT_USAGE, initNode } from './replica-init.js';
 import { loadReplicaRunSettings, REPLICA_RUN_FLAGS } from '../command/replica-settings.js';
@@ -58,16 +58,8 @@ ${INIT_USAGE}`;
 export const command: Command = {
   summary: 'run a replica, export/import its signing record, or init its node key',
   usage,
-  async run(argv) {
-    const [sub, ...rest] = argv;
-    if (sub === 'export') return exportRecord(rest);
-    if (sub === 'import') return importRecord(rest);
-    if (sub === 'run') return runReplica(rest);
-    if (sub === 'init') return initNode(rest);
-    if (sub !== undefined && !sub.startsWith('-'))
-      throw new QuorumFenceError('INVALID_OPTION', `unknown subcommand "${sub}" (run, export, import, init)`);
-    return runReplica(argv);
-  },
+  run: (argv) =>
+    runSubcommand(argv, { run: runReplica, export: exportRecord, import: importRecord, init: initNode }, runReplica),
 };
 
 function readPem(path: string, flag: string): Buffer {

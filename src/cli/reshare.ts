@@ -22,7 +22,7 @@ import { openWebSocketTransport } from '../ceremony/transport.js';
 import { inheritRecords, type OldRecordReport } from '../replica/inherit.js';
 import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { SigningRecord } from '../replica/signing-record.js';
-import { parseFlags, parseListen, required, type Command } from '../command/args.js';
+import { parseFlags, parseListen, required, runSubcommand, type Command } from '../command/args.js';
 import { describeEvent, recordAttempt, saveCeremonyResult } from './dkg.js';
 
 const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reason TEXT]
@@ -70,18 +70,7 @@ per resource (a top epoch reported with two holders is blocked for everyone).
 export const command: Command = {
   summary: 'new shares of the same key: replace, add, remove replicas or refresh shares',
   usage,
-  async run(argv) {
-    const [sub, ...rest] = argv;
-    if (sub === 'freeze') return freeze(rest);
-    if (sub === 'run') return run(rest);
-    if (sub === 'inherit') return inherit(rest);
-    throw new QuorumFenceError(
-      'INVALID_OPTION',
-      sub === undefined
-        ? 'a subcommand is needed (freeze, run, inherit)'
-        : `unknown subcommand "${sub}" (freeze, run, inherit)`,
-    );
-  },
+  run: (argv) => runSubcommand(argv, { freeze, run, inherit }),
 };
 
 async function freeze(argv: string[]): Promise<number> {

@@ -16,6 +16,29 @@ export interface Command {
   run(argv: string[]): Promise<number>;
 }
 
+/** A verb's subcommands by name, each taking the rest of the command line. */
+export type Subcommands = Readonly<Record<string, (argv: string[]) => number | Promise<number>>>;
+
+/**
+ * Runs the subcommand `argv[0]` names. With `fallback`, a command line whose first word is absent or a flag
+ * runs the fallback with all of argv (`replica --cluster ...` means `replica run ...`).
+ * @throws QuorumFenceError INVALID_OPTION naming the subcommands, for a missing or unknown one
+ */
+export async function runSubcommand(
+  argv: string[],
+  subcommands: Subcommands,
+  fallback?: (argv: string[]) => number | Promise<number>,
+): Promise<number> {
+  const [name, ...rest] = argv;
+  const names = Object.keys(subcommands).join(', ');
+  if (name !== undefined && Object.hasOwn(subcommands, name)) return subcommands[name]!(rest);
+  if (fallback && (name === undefined || name.startsWith('-'))) return fallback(argv);
+  throw new QuorumFenceError(
+    'INVALID_OPTION',
+    name === undefined ? `a subcommand is needed (${names})` : `unknown subcommand "${name}" (${names})`,
+  );
+}
+
 /**
  * @throws QuorumFenceError INVALID_OPTION for unknown flags, missing values, or unexpected positionals.
  */

@@ -13,36 +13,11 @@ import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
 import { fromHex } from '../../src/common/bytes.js';
 import { verifiedSigners, type CeremonyClusterJson } from '../../src/ceremony/output.js';
 import { runCli } from '../support/cli.js';
-import { freePorts } from '../support/ceremony-net.js';
+import { initMemberCards } from '../support/ceremony-net.js';
 import { filesHoldingShare, filesUnder } from '../support/share-scan.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-dkg-cli-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
-
-async function initMembers(base: string, n: number): Promise<string[]> {
-  const ports = await freePorts(n);
-  const cards: string[] = [];
-  for (let i = 1; i <= n; i++) {
-    const card = join(base, 'public', `card-${i}.json`);
-    const result = await runCli([
-      'replica',
-      'init',
-      '--data',
-      join(base, `replica-${i}`),
-      '--endpoint',
-      `ws://127.0.0.1:${7100 + i}`,
-      '--ceremony-endpoint',
-      `ws://127.0.0.1:${ports[i - 1]}`,
-      '--card',
-      card,
-    ]);
-    expect(result.code, result.stderr).toBe(0);
-    expect(JSON.parse(result.stdout)).toMatchObject({ format: 'quorumfence/member-card/v1' });
-    expect(statSync(join(base, `replica-${i}`, 'node.key')).mode & 0o777).toBe(0o600);
-    cards.push(card);
-  }
-  return cards;
-}
 
 async function propose(base: string, cards: string[], f: number, extra: string[] = []): Promise<string> {
   const out = join(base, 'public', `proposal-${Date.now()}.json`);
@@ -63,7 +38,7 @@ async function propose(base: string, cards: string[], f: number, extra: string[]
 describe('quorumfence dkg (processes over real sockets)', () => {
   it('4 members: every share only in its own data directory, 0600; the cluster loads; every member signed it', async () => {
     const base = join(root, 'four');
-    const cards = await initMembers(base, 4);
+    const cards = await initMemberCards(base, 4);
     const proposal = await propose(base, cards, 1);
     const runs = await Promise.all(
       [1, 2, 3, 4].map((i) =>
@@ -126,7 +101,7 @@ describe('quorumfence dkg (processes over real sockets)', () => {
 
   it('f+1 members absent: the others abort within the accept timeout naming them, write no key, and a fresh proposal succeeds', async () => {
     const base = join(root, 'absent');
-    const cards = await initMembers(base, 4);
+    const cards = await initMemberCards(base, 4);
     const proposal = await propose(base, cards, 1, ['--accept-timeout', '2s', '--phase-timeout', '2s']);
     const started = Date.now();
     const runs = await Promise.all(
@@ -155,7 +130,7 @@ describe('quorumfence dkg (processes over real sockets)', () => {
 
   it('bad input: one-line errors with codes', async () => {
     const base = join(root, 'bad');
-    const cards = await initMembers(base, 4);
+    const cards = await initMemberCards(base, 4);
     const wrongF = await runCli(['dkg', 'propose', ...cards.flatMap((c) => ['--member', c]), '--f', '2']);
     expect(wrongF.code).toBe(2);
     expect(wrongF.stderr).toMatch(/needs 3f\+1 = 7 --member cards, got 4 \(INVALID_OPTION\)/);

@@ -29,7 +29,7 @@ import {
 } from '../../src/token/admission-token.js';
 import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
-import { freePorts } from '../support/ceremony-net.js';
+import { initMemberCards } from '../support/ceremony-net.js';
 import { createTestDatabase } from '../support/postgres.js';
 
 const backend = loadBackend('blst');
@@ -48,25 +48,7 @@ async function oldCluster(base: string, n: number): Promise<Cluster> {
 }
 
 async function newMembers(base: string, n: number): Promise<string> {
-  const ports = await freePorts(n);
-  const cards: string[] = [];
-  for (let i = 1; i <= n; i++) {
-    const card = join(base, 'public', `card-${i}.json`);
-    const r = await cli([
-      'replica',
-      'init',
-      '--data',
-      join(base, `new-${i}`),
-      '--endpoint',
-      `ws://127.0.0.1:${7100 + i}`,
-      '--ceremony-endpoint',
-      `ws://127.0.0.1:${ports[i - 1]}`,
-      '--card',
-      card,
-    ]);
-    expect(r.code, r.stderr).toBe(0);
-    cards.push(card);
-  }
+  const cards = await initMemberCards(base, n, (i) => `new-${i}`);
   const proposal = join(base, 'public', 'proposal.json');
   const r = await cli([
     'dkg',

@@ -2,7 +2,11 @@
  * Ceremonies over real WebSocket connections on loopback, every member in
  * this process with its own transport (the CLI tests run them as processes).
  */
+import { statSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { expect } from 'vitest';
+import { runCli } from './cli.js';
 import { generateNodeKey, type NodeKey } from '../../src/ceremony/node-key.js';
 import { makeProposal, type Proposal } from '../../src/ceremony/proposal.js';
 import { runCeremony, type CeremonyOutcome } from '../../src/ceremony/runner.js';
@@ -122,4 +126,38 @@ export async function runNetworkCeremony(
   } finally {
     await Promise.all(transports.map((t) => t.close()));
   }
+}
+
+/**
+ * `quorumfence replica init` for members 1..n as real processes: each gets its node key in
+ * `base/<dataName(i)>` (checked 0600) and a member card in `base/public/card-<i>.json`, listening for the
+ * ceremony on a free loopback port. Returns the card paths in member order.
+ */
+export async function initMemberCards(
+  base: string,
+  n: number,
+  dataName: (index: number) => string = (index) => `replica-${index}`,
+): Promise<string[]> {
+  const ports = await freePorts(n);
+  const cards: string[] = [];
+  for (let i = 1; i <= n; i++) {
+    const card = join(base, 'public', `card-${i}.json`);
+    const result = await runCli([
+      'replica',
+      'init',
+      '--data',
+      join(base, dataName(i)),
+      '--endpoint',
+      `ws://127.0.0.1:${7100 + i}`,
+      '--ceremony-endpoint',
+      `ws://127.0.0.1:${ports[i - 1]}`,
+      '--card',
+      card,
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+    expect(JSON.parse(result.stdout)).toMatchObject({ format: 'quorumfence/member-card/v1' });
+    expect(statSync(join(base, dataName(i), 'node.key')).mode & 0o777).toBe(0o600);
+    cards.push(card);
+  }
+  return cards;
 }
