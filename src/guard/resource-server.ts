@@ -38,12 +38,23 @@ import { fromBase64Url, toHex } from '../common/bytes.js';
 import { expectGuardKey, expectInteger, expectResource } from '../common/check.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
-import { withoutTokens, type GuardRefusalReason } from './log.js';
+import { withoutTokens } from './log.js';
 import type { GuardResult, PresentedProof } from './core.js';
 import { LmdbGuard, type LmdbGuardOptions, type StoredValue } from './lmdb-guard.js';
 import { GuardMetrics } from './metrics.js';
 import { checkOperatorSecret, presentsOperatorSecret } from '../common/operator-secret.js';
 import { MAX_PROOF_COUNTER, PROOF_SIGNATURE_BYTES, bodyDigest } from './proof.js';
+import {
+  BadRequest,
+  CLIENT_ERROR_STATUS,
+  ClientGone,
+  decodeSegment,
+  sendJson,
+  sendValue,
+  STATUS_BY_REASON,
+} from './resource-http.js';
+
+export { STATUS_BY_REASON };
 
 export interface ResourceServerOptions extends Omit<LmdbGuardOptions, 'observer' | 'logger' | 'maxValueBytes'> {
   /** Default 127.0.0.1. */
@@ -71,69 +82,11 @@ export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
 /** 30 s sends a 1 MiB body at ~35 KB/s; a client slower than that holds a socket for nothing. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
-/** The client went away before its request was read: its doing, not a failure of ours. */
-class ClientGone extends Error {}
-
-const CLIENT_ERROR_STATUS: Readonly<Record<string, string>> = {
-  ERR_HTTP_REQUEST_TIMEOUT: '408 Request Timeout',
-  HPE_HEADER_OVERFLOW: '431 Request Header Fields Too Large',
-};
-
-export const STATUS_BY_REASON: Readonly<Record<GuardRefusalReason, number>> = {
-  missing_token: 401,
-  malformed: 401,
-  bad_token: 401,
-  wrong_cluster: 401,
-  proof_required: 401,
-  bad_proof: 401,
-  replayed: 401,
-  wrong_resource: 403,
-  stale: 409,
-  conflict: 409,
-  version_mismatch: 412,
-  aborted: 500,
-};
-
 const AUTH_SCHEME = /^QuorumFence\s+(\S+)\s*$/i;
 const DECIMAL = /^(0|[1-9][0-9]{0,18})$/;
 const EMPTY = new Uint8Array(0);
 /** How long a graceful stop waits for requests in flight; a guarded write takes milliseconds. */
 const SHUTDOWN_GRACE_MS = 5000;
-
-/** A response decided before the guard is reached: bad path, bad header, oversized body. */
-class BadRequest extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
-  res.end(text);
-}
-
-function sendValue(res: ServerResponse, value: StoredValue, headers: Record<string, string>): void {
-  res.writeHead(200, {
-    'content-type': 'application/octet-stream',
-    'content-length': value.value.length,
-    'quorumfence-version': String(value.version),
-    ...headers,
-  });
-  res.end(value.value);
-}
-
-function decodeSegment(segment: string, field: string): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    throw new BadRequest(400, 'bad_request', `${field} is not valid percent-encoded UTF-8`);
-  }
-}
 
 export class ResourceServer {
   readonly guard: LmdbGuard;
