@@ -1,8 +1,9 @@
 /**
- * One acquire attempt at a chosen epoch (src/client/acquire.ts runs the loop around it): ask the replicas to
- * sign, combine the first t partials that verify, and otherwise classify what the answers say (busy, outdated,
- * contended, a refusal f+1 replicas agree on, unavailable). Partial grants of a failed attempt are released so
- * another contender is not kept out by them.
+ * One acquire attempt at a chosen epoch (src/client/acquire.ts runs the loop around it): ask t replicas to
+ * sign (or, under contention, the resource's leader alone), everyone else as soon as one of those answers
+ * anything but a usable partial or is late; combine the first t partials that verify, and otherwise classify
+ * what the answers say (busy, outdated, contended, a refusal f+1 replicas agree on, unavailable). Partial
+ * grants of a failed attempt are released so another contender is not kept out by them.
  */
 import { encodeToken } from '../token/admission-token.js';
 import { grantMessage, type Grant } from '../token/grant.js';
@@ -13,6 +14,7 @@ import { PartialCollector } from './partial-collector.js';
 import type { CallFaults, QuorumContext } from './quorum-context.js';
 import { QuorumTally } from './quorum-tally.js';
 import { Round } from './round.js';
+import { firstSigners } from './signer-choice.js';
 
 export type Attempt =
   | { readonly kind: 'granted'; readonly grant: AcquiredGrant }
@@ -31,10 +33,15 @@ export interface EpochAttempt {
   /** Called with every epoch a replica reports, for the next attempt's (f+1)-th choice. */
   readonly report: (replica: number, epoch: bigint) => void;
   readonly faults: CallFaults;
-  /** Leader-first: ask this replica first and the others once it granted; undefined asks everyone at once. */
+  /** Leader-first: ask this replica first and the others once it granted; undefined asks t replicas first. */
   readonly leader: number | undefined;
   /** Called with the epoch when partial grants of a failed attempt are released (never to be asked again). */
   readonly onReleased: (epoch: bigint) => void;
+  /**
+   * The caller knows fewer than 2f+1 replicas' epochs (the epoch was a guess): keep listening until 2f+1 have
+   * answered even once this epoch can no longer win, so the next attempt can choose by the (f+1)-th rule.
+   */
+  readonly learnEpochs: boolean;
 }
 
 /** Once 2f+1 replicas answered without a token, the rest get this many times the time those took (and at least stragglerMinMs). */
@@ -42,7 +49,7 @@ const STRAGGLER_FACTOR = 3;
 
 /** One acquire round at `epoch`. */
 export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): Promise<Attempt> {
-  const { request, epoch, deadline, report, faults, leader, onReleased } = attempt;
+  const { request, epoch, deadline, report, faults, leader, onReleased, learnEpochs } = attempt;
   const { cluster, options, identity } = ctx;
   const { f, t } = cluster;
   const { clock } = options;
@@ -52,18 +59,17 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   // Taken before the first request leaves, so the holder's lease view starts before any replica's (docs/protocol.md).
   const sentAt = clock.now();
   const roundDeadline = Math.min(deadline, sentAt + options.requestTimeoutMs);
+  const first = leader === undefined ? firstSigners(ctx.channels, request.resource, t) : new Set([leader]);
   const round = new Round<'acquire'>(
     ctx.channels,
     () => ({ type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs }),
-    {
-      clock,
-      deadline: roundDeadline,
-      signal: request.signal,
-      first: leader,
-    },
+    { clock, deadline: roundDeadline, signal: request.signal, first },
   );
-  // A leader that is slow to answer does not hold the attempt up for long: then everyone is asked.
-  const leaderTimer = leader === undefined ? undefined : clock.setTimeout(() => round.widen(), options.stragglerMinMs);
+  // First replicas that are slow to answer do not hold the attempt up for long: then everyone is asked.
+  const widenAfterMs =
+    (leader === undefined ? ctx.grantLatency?.widenAfterMs(options.stragglerMinMs) : undefined) ??
+    options.stragglerMinMs;
+  const widenTimer = first === undefined ? undefined : clock.setTimeout(() => round.widen(), widenAfterMs);
   let leaderRefusal: Attempt | undefined;
   const voted = new Set<number>();
   const granted = new Set<number>();
@@ -79,7 +85,9 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   let signature: ReturnType<PartialCollector['tryCombine']> | undefined;
 
   try {
-    while (collector.count + round.possible >= t) {
+    const mayStillWin = () => collector.count + round.possible >= t;
+    const stillLearning = () => learnEpochs && voted.size < 2 * f + 1 && round.possible > 0;
+    while (mayStillWin() || stillLearning()) {
       const event = await round.next();
       if (event.type === 'end') {
         ended = event.why;
@@ -89,11 +97,13 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       const { replica, answer } = event;
       faults.fromAnswer(replica, answer);
       if (answer.kind !== 'reply') {
-        if (replica === leader) round.widen();
+        round.widen();
         continue;
       }
       voted.add(replica);
       const outcome = answer.outcome;
+      // A partial that counts toward the token; anything else from a first replica means asking the others.
+      let usable = false;
       switch (outcome.status) {
         case 'granted': {
           granted.add(replica);
@@ -108,11 +118,14 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
               );
             break;
           }
+          usable = true;
           if (collector.count >= t) {
             signature = collector.tryCombine();
-            if (!signature.ok)
+            if (!signature.ok) {
+              usable = false;
               for (const bad of signature.bad)
                 faults.add(bad, 'invalid_partial', `partial from replica ${bad} does not verify under its key share`);
+            }
           }
           break;
         }
@@ -134,6 +147,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           break;
       }
       if (signature?.ok) break;
+      if (round.narrow && leader === undefined && !usable) round.widen();
       if (round.narrow && replica === leader) {
         // Leader-first: a grant opens the attempt to everyone; a refusal that only says "not now" ends it here.
         if (outcome.status === 'busy') {
@@ -147,6 +161,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
         round.widen();
       }
       if (refusals.confirmed('forbidden', 'invalid') || busy.length > f) break;
+      if (!mayStillWin()) round.widen(); // Only learning now: every replica's epoch helps.
       if (!straggling && voted.size >= 2 * f + 1) {
         // Enough answers to choose the next epoch. A slow or silent replica may still hold the deciding vote, but
         // waiting out the full request timeout for it would let one silent replica stall every contended acquire.
@@ -156,13 +171,14 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       }
     }
   } finally {
-    clock.clearTimeout(leaderTimer);
+    clock.clearTimeout(widenTimer);
     reachable = voted.size + round.possible;
     round.close();
   }
   if (leaderRefusal) return leaderRefusal;
 
   if (signature?.ok) {
+    if (leader === undefined) ctx.grantLatency?.observe(clock.now() - sentAt);
     return {
       kind: 'granted',
       grant: {

@@ -1,12 +1,10 @@
 /**
- * The acquire's status round (the epoch to propose when nothing is known yet) and its wait while the resource
- * is held by someone else, plus the refusals and messages the attempt shares with it.
+ * The acquire's wait while the resource is held by someone else, plus the refusals and messages its attempts
+ * share.
  */
 import type { AcquireRequest } from './acquire.js';
-import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
-import type { CallFaults, QuorumContext } from './quorum-context.js';
-import { collectReplies, QuorumTally } from './quorum-tally.js';
-import { Round } from './round.js';
+import type { QuorumContext } from './quorum-context.js';
+import type { QuorumTally } from './quorum-tally.js';
 
 /** Extra wait beyond the quorum's remaining time, so that we arrive just after the lease ends, not just before. */
 const BUSY_SLACK_MS = 1;
@@ -44,84 +42,6 @@ export async function waitWhileBusy(
     if (signal?.aborted) finish('aborted');
     else signal?.addEventListener('abort', onAbort, { once: true });
   });
-}
-
-export type StatusForEpoch =
-  | { readonly kind: 'known' }
-  | { readonly kind: 'slow' }
-  | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number }
-  | {
-      readonly kind: 'stop';
-      readonly reason: 'timeout' | 'unavailable' | 'aborted' | 'forbidden' | 'invalid';
-      readonly message: string;
-    };
-
-/** A status round: at least 2f+1 epochs for the (f+1)-th rule, and whether f+1 replicas see a lease running. */
-export async function statusForEpoch(
-  ctx: QuorumContext,
-  request: AcquireRequest,
-  deadline: number,
-  report: (replica: number, epoch: bigint) => void,
-  faults: CallFaults,
-): Promise<StatusForEpoch> {
-  const { f } = ctx.cluster;
-  const need = 2 * f + 1;
-  const roundDeadline = Math.min(deadline, ctx.options.clock.now() + ctx.options.requestTimeoutMs);
-  const round = new Round<'status'>(ctx.channels, () => ({ type: 'status', resource: request.resource }), {
-    clock: ctx.options.clock,
-    deadline: roundDeadline,
-    signal: request.signal,
-  });
-  const leased: { epoch: bigint; remainingMs: number }[] = [];
-  const tally = new QuorumTally<'forbidden' | 'invalid'>(f, need);
-  let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
-  try {
-    ended = await collectReplies(
-      round,
-      faults,
-      () => tally.open(round.possible),
-      (replica, outcome) => {
-        if (outcome.status === 'ok') {
-          tally.accept();
-          report(replica, outcome.epoch);
-          if (outcome.leased) leased.push({ epoch: outcome.epoch, remainingMs: outcome.remainingMs });
-        } else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
-      },
-    );
-  } finally {
-    round.close();
-  }
-  if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
-  const refused = confirmedRefusal(tally, request.resource);
-  if (refused) return refused;
-  const answered = tally.accepted;
-  if (answered < need) {
-    if (ended !== 'deadline')
-      return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, answered, need) };
-    // Connected replicas that are slow: ask again while the caller's deadline allows.
-    return roundDeadline >= deadline
-      ? {
-          kind: 'stop',
-          reason: 'timeout',
-          message: `only ${answered} of the ${need} status answers needed arrived within ${request.timeoutMs} ms`,
-        }
-      : { kind: 'slow' };
-  }
-  if (leased.length > f) {
-    const remainingMs = quorumRemainingMs(
-      leased.map((l) => l.remainingMs),
-      f,
-    )!;
-    return {
-      kind: 'busy',
-      epoch: fPlusOneLargest(
-        leased.map((l) => l.epoch),
-        f,
-      )!,
-      remainingMs,
-    };
-  }
-  return { kind: 'known' };
 }
 
 /** A refusal f+1 replicas agree on ends the acquire: at least one honest replica refuses it. */

@@ -1,11 +1,14 @@
 /**
  * Getting an admission token from a quorum (docs/protocol.md, Client rules).
  *
- * Each attempt picks an epoch, asks every connected replica to sign
- * (resource, epoch, holder), and combines the first t partials that verify.
- * The epoch comes from what replicas reported (the (f+1)-th largest, plus
- * one), from a status round when nothing is known yet, or from the epoch
- * this client was last granted. Failed attempts are classified:
+ * Each attempt picks an epoch, asks t replicas to sign (resource, epoch,
+ * holder), the others too as soon as one of those says anything else or is
+ * late, and combines the first t partials that verify. The epoch comes from
+ * what replicas reported (the (f+1)-th largest, plus one), from the epoch
+ * this client was last granted, or, when nothing is known yet, is simply the
+ * lowest one not tried: an uncontended acquire is then one round trip, and a
+ * resource that has moved on answers `stale` with each replica's epoch, which
+ * the immediate retry uses. Failed attempts are classified:
  *
  * - busy (f+1 replicas hold someone else's lease): wait, within the caller's
  *   wait time, for the time at least one honest replica says remains, or
@@ -37,7 +40,8 @@ import { chooseEpoch } from './epoch-choice.js';
 import type { ReplicaFault } from './evidence.js';
 import { CallFaults, type QuorumContext } from './quorum-context.js';
 import { attemptEpoch } from './acquire-attempt.js';
-import { statusForEpoch, waitWhileBusy } from './acquire-status.js';
+import { waitWhileBusy } from './acquire-status.js';
+import { leaderOf } from './signer-choice.js';
 
 export interface AcquireRequest {
   readonly resource: string;
@@ -151,18 +155,8 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       epoch = maxEpoch(hint + 1n, floor);
       hint = undefined;
     } else {
-      const status = await statusForEpoch(ctx, request, deadline, report, faults);
-      if (status.kind === 'stop') return refuse(status.reason, status.message);
-      if (status.kind === 'slow') continue;
-      if (status.kind === 'busy') {
-        const waited = await waitWhileBusy(ctx, request, status, waitUntil, deadline);
-        if (waited !== 'retry')
-          return waited === 'aborted'
-            ? refuse('aborted', 'the caller aborted the acquire')
-            : busyRefusal(status, faults);
-        continue;
-      }
-      epoch = maxEpoch(chooseEpoch([...known.values()], f), floor);
+      // Nothing known: propose directly. Stale answers carry each replica's epoch, and the retry uses them.
+      epoch = floor;
     }
     const leaderFirst =
       contended &&
@@ -182,6 +176,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     lastEpoch = epoch;
 
     if (!leaderFirst) lastFullAttemptAt = clock.now();
+    const guessed = known.size < 2 * f + 1;
     const attempt = await attemptEpoch(ctx, {
       request,
       epoch,
@@ -189,11 +184,13 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       report,
       faults,
       leader: leaderFirst ? leader : undefined,
+      learnEpochs: guessed,
       onReleased: (released) => {
         if (released >= floor) floor = released + 1n;
       },
     });
-    if (attempt.kind !== 'granted') contended = retried = true;
+    // A guess that came back stale is how an unknown resource is learnt, not a sign of contention.
+    if (attempt.kind !== 'granted' && !(attempt.kind === 'outdated' && guessed)) contended = retried = true;
     switch (attempt.kind) {
       case 'granted':
         ctx.epochHints.set(request.resource, { epoch, contended: retried });
@@ -225,13 +222,6 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     const pause = backoffDelay(retries++, { baseMs: options.retryBaseMs, maxMs: options.retryMaxMs }, options.random());
     return delay(Math.min(pause, Math.max(0, deadline - clock.now())), request.signal, clock);
   }
-}
-
-/** The replica contended attempts ask first: spread over replicas by resource name (FNV-1a of the UTF-16 units). */
-export function leaderOf(resource: string, n: number): number {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < resource.length; i++) hash = Math.imul(hash ^ resource.charCodeAt(i), 0x01000193) >>> 0;
-  return (hash % n) + 1;
 }
 
 function maxEpoch(a: bigint, b: bigint): bigint {

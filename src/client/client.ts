@@ -5,6 +5,7 @@
  * values; only misuse (bad arguments, use after close) throws.
  */
 import { BoundedMap } from '../common/bounded-map.js';
+import { GrantLatency } from './signer-choice.js';
 import { EventEmitter } from 'node:events';
 import { QuorumFenceError } from '../common/errors.js';
 import { expectInteger, expectResource } from '../common/check.js';
@@ -129,6 +130,7 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
       },
       evidence: this.#evidence,
       epochHints: new BoundedMap(this.options.epochHintCacheSize),
+      grantLatency: new GrantLatency(),
       onReleased: (resource, listener) => {
         let listeners = this.#releaseListeners.get(resource);
         if (!listeners) this.#releaseListeners.set(resource, (listeners = new Set()));

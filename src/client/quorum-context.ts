@@ -11,6 +11,7 @@ import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
 import type { ReplicaAnswer, RequestKind } from './replica-connection.js';
 import type { ChannelSet } from './round.js';
+import type { GrantLatency } from './signer-choice.js';
 
 export interface QuorumContext {
   readonly cluster: Cluster;
@@ -24,6 +25,8 @@ export interface QuorumContext {
    * round, and whether getting it took retries, so a repeat acquire of a contended resource starts leader-first.
    */
   readonly epochHints: BoundedMap<string, EpochHint>;
+  /** How long acquires take to reach t partials: when the first t replicas asked count as late. */
+  readonly grantLatency?: GrantLatency;
   /** Listens for replicas' release notices on `resource`; returns a function that stops listening. */
   onReleased(resource: string, listener: () => void): () => void;
 }

@@ -28,8 +28,8 @@ export interface RoundOptions {
   /** On `clock`: the round ends here. */
   readonly deadline: number;
   readonly signal?: AbortSignal | undefined;
-  /** Ask only this replica until `widen()` (the others are held back, and still count as possible). */
-  readonly first?: number | undefined;
+  /** Ask only these replicas until `widen()` (the others are held back, and still count as possible). */
+  readonly first?: ReadonlySet<number> | undefined;
 }
 
 /** held: not asked yet by choice (see `first`); waiting: connecting, asked once ready; skipped: down. */
@@ -49,7 +49,7 @@ export class Round<K extends RequestKind> {
   readonly #unsubscribe: () => void;
   readonly #onAbort: () => void;
   readonly #signal: AbortSignal | undefined;
-  #first: number | undefined;
+  #first: ReadonlySet<number> | undefined;
 
   /** @param body the request for one replica (usually the same for all). */
   constructor(set: ChannelSet, body: (replica: number) => RequestBody<K>, options: RoundOptions) {
@@ -78,7 +78,7 @@ export class Round<K extends RequestKind> {
     return count;
   }
 
-  /** True while only the `first` replica has been asked. */
+  /** True while only the `first` replicas have been asked. */
   get narrow(): boolean {
     return this.#first !== undefined;
   }
@@ -154,7 +154,7 @@ export class Round<K extends RequestKind> {
     for (const channel of this.#set.channels) {
       const slot = this.#slots.get(channel.index);
       if (slot === 'sent' || slot === 'answered') continue;
-      if (this.#first !== undefined && channel.index !== this.#first) {
+      if (this.#first !== undefined && !this.#first.has(channel.index)) {
         const next: Slot = isReady(channel.state) || isPending(channel.state) ? 'held' : 'skipped';
         if (next !== slot) {
           this.#slots.set(channel.index, next);
