@@ -13,6 +13,7 @@ import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
 import { PartialCollector } from './partial-collector.js';
 import type { CallFaults, QuorumContext } from './quorum-context.js';
 import { QuorumTally } from './quorum-tally.js';
+import type { RequestBody } from './replica-connection.js';
 import { Round } from './round.js';
 import { firstSigners } from './signer-choice.js';
 
@@ -35,6 +36,11 @@ export interface EpochAttempt {
   readonly faults: CallFaults;
   /** Leader-first: ask this replica first and the others once it granted; undefined asks t replicas first. */
   readonly leader: number | undefined;
+  /**
+   * Leader-first only: how long the leader may keep the request in its line while the resource is held
+   * (docs/protocol.md, Hot handoffs); it then grants the resource's next epoch when our turn comes. 0: answer now.
+   */
+  readonly waitTurnMs: number;
   /** Called with the epoch when partial grants of a failed attempt are released (never to be asked again). */
   readonly onReleased: (epoch: bigint) => void;
   /**
@@ -49,27 +55,31 @@ const STRAGGLER_FACTOR = 3;
 
 /** One acquire round at `epoch`. */
 export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): Promise<Attempt> {
-  const { request, epoch, deadline, report, faults, leader, onReleased, learnEpochs } = attempt;
+  const { request, deadline, report, faults, leader, onReleased, learnEpochs } = attempt;
   const { cluster, options, identity } = ctx;
   const { f, t } = cluster;
   const { clock } = options;
-  const grant: Grant = { clusterId: cluster.id, resource: request.resource, epoch, holder: identity.publicKey };
-  const message = grantMessage(grant);
-  const collector = new PartialCollector(cluster, ctx.backend, grant, message, ctx.evidence);
+  const waitTurnMs = leader === undefined ? 0 : attempt.waitTurnMs;
+  // The epoch may move once: when the leader grants our turn at the resource's next epoch.
+  let epoch = attempt.epoch;
+  let grant: Grant = { clusterId: cluster.id, resource: request.resource, epoch, holder: identity.publicKey };
+  let collector = new PartialCollector(cluster, ctx.backend, grant, grantMessage(grant), ctx.evidence);
   // Taken before the first request leaves, so the holder's lease view starts before any replica's (docs/protocol.md).
-  const sentAt = clock.now();
-  const roundDeadline = Math.min(deadline, sentAt + options.requestTimeoutMs);
+  let sentAt = clock.now();
+  const roundDeadline = Math.min(deadline, sentAt + options.requestTimeoutMs + waitTurnMs);
   const first = leader === undefined ? firstSigners(ctx.channels, request.resource, t) : new Set([leader]);
   const round = new Round<'acquire'>(
     ctx.channels,
-    () => ({ type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs }),
+    (replica) => acquireBody(request, epoch, waitTurnMs, replica === leader),
     { clock, deadline: roundDeadline, signal: request.signal, first },
   );
-  // First replicas that are slow to answer do not hold the attempt up for long: then everyone is asked.
+  // First replicas that are slow to answer do not hold the attempt up for long: then everyone is asked. A leader
+  // asked to keep us in its line is expected to be slow.
   const widenAfterMs =
     (leader === undefined ? ctx.grantLatency?.widenAfterMs(options.stragglerMinMs) : undefined) ??
     options.stragglerMinMs;
-  const widenTimer = first === undefined ? undefined : clock.setTimeout(() => round.widen(), widenAfterMs);
+  const widenTimer =
+    first === undefined || waitTurnMs > 0 ? undefined : clock.setTimeout(() => round.widen(), widenAfterMs);
   let leaderRefusal: Attempt | undefined;
   const voted = new Set<number>();
   const granted = new Set<number>();
@@ -106,6 +116,21 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       let usable = false;
       switch (outcome.status) {
         case 'granted': {
+          if (waitTurnMs > 0 && replica === leader && round.narrow) {
+            // Our turn at the leader: the lease view starts now, the others are asked at the epoch it granted,
+            // and the leader again, so that its lease too starts after our view does (a resend: same partial).
+            sentAt = clock.now();
+            if (outcome.epoch !== undefined && outcome.epoch !== epoch) {
+              epoch = outcome.epoch;
+              grant = { ...grant, epoch };
+              collector = new PartialCollector(cluster, ctx.backend, grant, grantMessage(grant), ctx.evidence);
+            }
+            const channel = ctx.channels.channels.find((c) => c.index === leader);
+            void channel?.request<'acquire'>(acquireBody(request, epoch, 0, false), options.requestTimeoutMs);
+          } else if (outcome.epoch !== undefined && outcome.epoch !== epoch) {
+            faults.add(replica, 'invalid_partial', `granted epoch ${outcome.epoch}, asked for ${epoch}`);
+            break;
+          }
           granted.add(replica);
           report(replica, epoch);
           const added = collector.add(replica, outcome.partial);
@@ -215,6 +240,18 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       : { kind: 'contended', message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms` };
   }
   return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, reachable, t) };
+}
+
+/** An acquire request; with `waitTurnMs`, one that may wait its turn (and, at the leader, take the next epoch). */
+function acquireBody(
+  request: AcquireRequest,
+  epoch: bigint,
+  waitTurnMs: number,
+  atLeader: boolean,
+): RequestBody<'acquire'> {
+  const body = { type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs } as const;
+  if (waitTurnMs <= 0) return body;
+  return atLeader ? { ...body, waitMs: waitTurnMs, nextEpoch: true } : { ...body, waitMs: waitTurnMs };
 }
 
 /** Fire and forget: a release that is lost only delays the other contender until our partial lease ends. */

@@ -10,9 +10,12 @@
  * resource that has moved on answers `stale` with each replica's epoch, which
  * the immediate retry uses. Failed attempts are classified:
  *
- * - busy (f+1 replicas hold someone else's lease): wait, within the caller's
- *   wait time, for the time at least one honest replica says remains, or
- *   until a replica's release notice, polling meanwhile (a notice is a hint);
+ * - busy (f+1 replicas hold someone else's lease): take a place in the line
+ *   of the resource's leader, which answers when our turn comes, granting
+ *   the resource's next epoch (docs/protocol.md, Hot handoffs); if the line
+ *   is full, or our turn did not come within the wait we asked for, wait as
+ *   before lines existed: for the time at least one honest replica says
+ *   remains, or a replica's release notice, polling meanwhile;
  * - outdated (no grants, only stale or too_far answers): the epoch moved on
  *   while we were not looking; retry at once with what the answers reported;
  * - contended (split votes): retry after jittered exponential backoff,
@@ -143,6 +146,10 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   let retried = false;
   const leader = leaderOf(request.resource, cluster.n);
   let lastFullAttemptAt = start;
+  // Set once the leader kept us in its line for the whole wait without our turn coming (a long line, or a leader
+  // that serves nobody): the rest of this call polls instead, with the (f+1)-th rules of full attempts.
+  let turnMissed = false;
+  const leaderReady = () => ctx.channels.channels[leader - 1]?.state.phase === 'ready';
 
   for (;;) {
     if (request.signal?.aborted) return refuse('aborted', 'the caller aborted the acquire');
@@ -158,10 +165,9 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       // Nothing known: propose directly. Stale answers carry each replica's epoch, and the retry uses them.
       epoch = floor;
     }
-    const leaderFirst =
-      contended &&
-      clock.now() - lastFullAttemptAt < LEADER_FIRST_WINDOW_MS &&
-      ctx.channels.channels[leader - 1]?.state.phase === 'ready';
+    const leaderFirst = contended && clock.now() - lastFullAttemptAt < LEADER_FIRST_WINDOW_MS && leaderReady();
+    const waitTurnMs =
+      leaderFirst && !turnMissed ? turnWaitMs(clock.now(), waitUntil, deadline, options.requestTimeoutMs) : 0;
     // Leader-first, the leader's own record decides, so follow it even when the (f+1)-th rule lags behind it:
     // a leader ahead of the quorum (partial grants it gave) would otherwise refuse every attempt as stale.
     const leaderEpoch = known.get(leader);
@@ -184,6 +190,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       report,
       faults,
       leader: leaderFirst ? leader : undefined,
+      waitTurnMs,
       learnEpochs: guessed,
       onReleased: (released) => {
         if (released >= floor) floor = released + 1n;
@@ -193,11 +200,14 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     if (attempt.kind !== 'granted' && !(attempt.kind === 'outdated' && guessed)) contended = retried = true;
     switch (attempt.kind) {
       case 'granted':
-        ctx.epochHints.set(request.resource, { epoch, contended: retried });
+        ctx.epochHints.set(request.resource, { epoch: attempt.grant.token.grant.epoch, contended: retried });
         return { ok: true, grant: attempt.grant, faults: faults.list() };
       case 'stop':
         return refuse(attempt.reason, attempt.message);
       case 'busy': {
+        if (attempt.leaderOnly && waitTurnMs > 0) turnMissed = true;
+        // f+1 replicas say it is held: take a place in the leader's line now rather than poll for the release.
+        if (!attempt.leaderOnly && !turnMissed && leaderReady() && clock.now() < waitUntil) continue;
         const waited = await waitWhileBusy(ctx, request, attempt, waitUntil, deadline);
         if (waited !== 'retry')
           return waited === 'aborted'
@@ -222,6 +232,20 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     const pause = backoffDelay(retries++, { baseMs: options.retryBaseMs, maxMs: options.retryMaxMs }, options.random());
     return delay(Math.min(pause, Math.max(0, deadline - clock.now())), request.signal, clock);
   }
+}
+
+/** The longest a leader may keep one attempt in its line (then the client falls back to polling). */
+const MAX_TURN_WAIT_MS = 10_000;
+
+/**
+ * How long the leader may keep this attempt in its line: within the caller's wait, and leaving time (up to a
+ * request timeout, at most half of what remains) to gather the others' partials once our turn comes.
+ */
+function turnWaitMs(now: number, waitUntil: number, deadline: number, requestTimeoutMs: number): number {
+  const left = deadline - now;
+  return Math.floor(
+    Math.max(0, Math.min(waitUntil - now, left - Math.min(left / 2, requestTimeoutMs), MAX_TURN_WAIT_MS)),
+  );
 }
 
 function maxEpoch(a: bigint, b: bigint): bigint {

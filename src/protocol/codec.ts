@@ -147,7 +147,19 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
         holder: bytes(f, 'holder', HOLDER_KEY_BYTES),
         signature: bytes(f, 'signature', HOLDER_SIGNATURE_BYTES),
       };
-    case 'acquire':
+    case 'acquire': {
+      onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs', 'waitMs', 'nextEpoch']);
+      const request = {
+        type: f.type,
+        id: int(f, 'id', 0, MAX_ID),
+        resource: string(f, 'resource'),
+        epoch: wideInteger(f, 'epoch'),
+        ttlMs: int(f, 'ttlMs', 0, MAX_MS),
+      };
+      const waitMs = f.waitMs === undefined ? 0 : int(f, 'waitMs', 0, MAX_MS);
+      const nextEpoch = f.nextEpoch === undefined ? false : bool(f, 'nextEpoch');
+      return waitMs > 0 ? { ...request, waitMs, nextEpoch } : request;
+    }
     case 'renew':
       onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs']);
       return {
@@ -249,8 +261,11 @@ export function parseOutcome<K extends Request['type']>(kind: K, outcome: Readon
   let parsed: object;
   switch (status) {
     case 'granted':
-      keys('partial');
-      parsed = { status, partial: bytes(o, 'partial', PARTIAL_BYTES) };
+      keys('partial', 'epoch');
+      parsed =
+        o.epoch === undefined
+          ? { status, partial: bytes(o, 'partial', PARTIAL_BYTES) }
+          : { status, partial: bytes(o, 'partial', PARTIAL_BYTES), epoch: reportedEpoch(o, 'epoch', 1n) };
       break;
     case 'stale':
     case 'too_far':

@@ -62,6 +62,17 @@ export interface AcquireRequest {
   readonly resource: string;
   readonly epoch: bigint;
   readonly ttlMs: number;
+  /**
+   * Hot handoffs (docs/protocol.md): when the resource is held by someone else, the replica may keep the
+   * request, in arrival order with the other waiting ones, for up to this long, and answer it when the lease
+   * ends, instead of answering `busy` now. Absent or 0: answer at once.
+   */
+  readonly waitMs?: number;
+  /**
+   * With `waitMs`: a request that waited is granted at the next epoch of the resource when its turn comes
+   * (at least `epoch`), and the `granted` answer carries that epoch.
+   */
+  readonly nextEpoch?: boolean;
 }
 
 export interface RenewRequest {
@@ -107,7 +118,8 @@ export interface Welcome {
 export type CommonRefusal = { readonly status: 'invalid'; readonly message: string } | { readonly status: 'forbidden' };
 
 export type AcquireOutcome =
-  | { readonly status: 'granted'; readonly partial: Uint8Array }
+  /** `epoch` is present when the request asked for `nextEpoch`: the epoch the partial signs. */
+  | { readonly status: 'granted'; readonly partial: Uint8Array; readonly epoch?: bigint }
   /** `epoch` is the highest epoch this replica has signed for the resource. */
   | { readonly status: 'stale'; readonly epoch: bigint }
   | { readonly status: 'busy'; readonly epoch: bigint; readonly remainingMs: number }

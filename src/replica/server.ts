@@ -100,6 +100,8 @@ interface Connection {
   authTimer: TimerHandle;
   /** The peer's IP address while it counts against maxUnauthenticatedPerAddress; undefined once authenticated or closed. */
   unauthenticatedFrom: string | undefined;
+  /** Aborted when the connection closes: its acquires waiting their turn leave the line. */
+  readonly closed: AbortController;
 }
 
 export class ReplicaServer {
@@ -225,6 +227,8 @@ export class ReplicaServer {
         clock,
         metrics,
         retentionMs: limits.retentionMs,
+        timers: clock,
+        maxWaitersPerResource: limits.maxWaitersPerResource,
         policy: {
           clusterId: cluster.id,
           minTtlMs: limits.minTtlMs,
@@ -385,6 +389,7 @@ export class ReplicaServer {
       consecutiveLimited: 0,
       authTimer: undefined,
       unauthenticatedFrom: address,
+      closed: new AbortController(),
     };
     this.#countUnauthenticated(address, 1);
     this.#connections.add(connection);
@@ -409,6 +414,7 @@ export class ReplicaServer {
       else if (error.code?.startsWith('WS_ERR_')) this.metrics.closes.inc({ code: String(CloseCode.PROTOCOL_ERROR) });
     });
     socket.on('close', () => {
+      connection.closed.abort();
       this.#clock.clearTimeout(connection.authTimer);
       this.#authenticated(connection); // stops counting it either way
       if (this.#connections.delete(connection)) this.metrics.connections.dec();
@@ -493,7 +499,7 @@ export class ReplicaServer {
     connection.inFlight++;
     this.#inFlight++;
     this.service
-      .handle(request, holder)
+      .handle(request, holder, connection.closed.signal)
       .then(
         (outcome) => {
           this.#send(connection, { type: 'reply', id: request.id, outcome });
@@ -593,6 +599,7 @@ export class ReplicaServer {
   async #shutdown(): Promise<void> {
     clearInterval(this.#compactionTimer);
     this.#http.close();
+    this.service.handoffs.close();
     const deadline = Date.now() + this.limits.shutdownTimeoutMs;
     while (this.#inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     for (const connection of this.#connections) {

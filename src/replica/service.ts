@@ -9,9 +9,10 @@
  * flight (it is deterministic and stays in the process until the flush is
  * done), which takes the signing time off the acquire's latency.
  */
-import type { MonotonicClock } from '../common/clock.js';
+import { systemClock, type Clock, type MonotonicClock } from '../common/clock.js';
 import { grantMessage } from '../token/grant.js';
-import type { Outcome, Request } from '../protocol/messages.js';
+import type { AcquireRequest, Outcome, Request } from '../protocol/messages.js';
+import { HandoffQueue } from './handoff-queue.js';
 import { LeaseTable } from './leases.js';
 import { DEFAULT_REPLICA_LIMITS } from './options.js';
 import type { ReplicaMetrics, RefusalReason } from './metrics.js';
@@ -31,6 +32,10 @@ export interface ReplicaServiceOptions {
   readonly compactionBatch?: number;
   /** Wall-clock milliseconds, compared with the records' grant times (default Date.now). */
   readonly wallClock?: () => number;
+  /** Timers for acquires that wait their turn (default: the system's). */
+  readonly timers?: Clock;
+  /** Acquires that may wait their turn per resource; more are answered `busy` at once (default 256). */
+  readonly maxWaitersPerResource?: number;
 }
 
 export interface CompactionSummary {
@@ -54,6 +59,7 @@ export class ReplicaService {
   readonly #compactionBatch: number;
   readonly #wallClock: () => number;
   #compacting: Promise<CompactionSummary> | undefined;
+  readonly handoffs: HandoffQueue;
 
   constructor(options: ReplicaServiceOptions) {
     this.store = options.store;
@@ -65,17 +71,37 @@ export class ReplicaService {
     this.#compactionBatch = options.compactionBatch ?? DEFAULT_COMPACTION_BATCH;
     this.#wallClock = options.wallClock ?? Date.now;
     this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
+    this.handoffs = new HandoffQueue(
+      options.timers ?? systemClock,
+      (request, holder, queued) => this.#handleOnce(request, holder, queued),
+      options.maxWaitersPerResource ?? 256,
+    );
   }
 
   /**
-   * Answers one authenticated request from `holder`.
+   * Answers one authenticated request from `holder`. An acquire that says it may wait (`waitMs`) and finds the
+   * resource held is answered when its turn comes (see handoff-queue.ts); `signal` (the connection closed)
+   * ends that wait.
    * @throws QuorumFenceError INTERNAL (storage or signing failed), CLOSED
    */
-  async handle(request: Request, holder: Uint8Array): Promise<Outcome> {
+  async handle(request: Request, holder: Uint8Array, signal?: AbortSignal): Promise<Outcome> {
     this.#metrics?.requests.inc({ type: request.type });
-    const refused = precheck(request, holder, this.#policy);
+    const outcome = await this.#handleOnce(request, holder, false);
+    if (request.type === 'acquire' && outcome.status === 'busy' && request.waitMs)
+      return this.handoffs.wait(request, holder, outcome.remainingMs, signal) ?? outcome;
+    if (request.type === 'release' && outcome.status === 'released') this.handoffs.wake(request.resource);
+    return outcome;
+  }
+
+  /**
+   * One pass of the rules. `queued`: an acquire that waited its turn, granted at the resource's next epoch if
+   * it asked for `nextEpoch` (the answer then names the epoch).
+   */
+  async #handleOnce(received: Request, holder: Uint8Array, queued: boolean): Promise<Outcome> {
+    const refused = precheck(received, holder, this.#policy);
     if (refused) return this.#answer(refused);
-    const { resource } = request;
+    const { resource } = received;
+    let request = received;
     const message = () =>
       grantMessage({
         clusterId: this.#policy.clusterId,
@@ -86,6 +112,8 @@ export class ReplicaService {
     /** A fresh grant's partial, computed while its record is being flushed; sent only after (S3). */
     let early: Promise<Uint8Array> | undefined;
     const decision = await this.store.checkAndRecord<Decision>(resource, (current) => {
+      if (queued && received.type === 'acquire' && received.nextEpoch)
+        request = nextEpochOf(received, current, this.store.floor);
       const now = this.#clock.now();
       const leaseEndsAt = this.leases.endsAt(resource, current);
       const record = current && { ...current, leaseEndsAt, released: this.leases.isReleased(resource, current) };
@@ -112,7 +140,9 @@ export class ReplicaService {
       // The record is durable by now (checkAndRecord resolved), so the partial may leave.
       const partial = await (early ?? this.#sign(message()));
       this.#metrics?.grantsSigned.inc({ kind: decision.action === 'grant' ? 'new' : 'resend' });
-      return { status: 'granted', partial };
+      return request.type === 'acquire' && request.nextEpoch
+        ? { status: 'granted', partial, epoch: request.epoch }
+        : { status: 'granted', partial };
     }
     return this.#answer(decision);
   }
@@ -167,4 +197,14 @@ export class ReplicaService {
     }
     return decision.outcome;
   }
+}
+
+/** A waiting acquire's turn: the resource's next epoch, or the one it asked for if that is higher. */
+function nextEpochOf(
+  request: AcquireRequest,
+  current: { readonly epoch: bigint } | undefined,
+  floor: bigint,
+): AcquireRequest {
+  const next = (current?.epoch ?? floor) + 1n;
+  return next > request.epoch ? { ...request, epoch: next } : request;
 }

@@ -199,6 +199,27 @@ export class RawClient {
     return this.request({ type: 'acquire', resource, epoch, ttlMs });
   }
 
+  /** An acquire that may wait its turn at the replica (hot handoffs), optionally for the resource's next epoch. */
+  async acquireInLine(
+    resource: string,
+    epoch: bigint,
+    options: { ttlMs?: number; waitMs: number; nextEpoch?: boolean },
+  ): Promise<Answer<'acquire'>> {
+    const message = {
+      type: 'acquire',
+      id: this.nextId(),
+      resource,
+      epoch,
+      ttlMs: options.ttlMs ?? 5_000,
+      waitMs: options.waitMs,
+      ...(options.nextEpoch === undefined ? {} : { nextEpoch: options.nextEpoch }),
+    } as ClientMessage;
+    const answer = await this.exchange(message, options.waitMs + DEFAULT_TIMEOUT_MS);
+    if (answer.type === 'error') return { error: answer };
+    if (answer.type !== 'reply') throw new Error(`unexpected ${answer.type} answering acquire`);
+    return { outcome: parseOutcome('acquire', answer.outcome) };
+  }
+
   renew(resource: string, epoch: bigint, ttlMs = 5_000): Promise<Answer<'renew'>> {
     return this.request({ type: 'renew', resource, epoch, ttlMs });
   }

@@ -1,0 +1,180 @@
+/**
+ * Fair hot handoffs at one replica (docs/protocol.md, Hot handoffs). An acquire that finds the resource held by
+ * someone else and says it may wait (`waitMs`) is kept here instead of being answered `busy`, in arrival order
+ * with the other waiting ones. When the lease ends (its holder released it, or it ran out), the oldest waiting
+ * request is tried again, and answered once the replica's rules decide anything but `busy`; the next one waits
+ * for the lease that grant starts. So a waiter is answered as soon as its turn comes, with no polling, and no
+ * later arrival overtakes it here.
+ *
+ * This changes when a replica answers, never what it may sign: every try goes through the same rules and the
+ * same signing record as any acquire. The queue is volatile (a restart answers nobody; clients time out and
+ * ask again) and bounded per resource; a waiter leaves it when its wait is over, or when its connection closes.
+ */
+import type { Clock, TimerHandle } from '../common/clock.js';
+import type { AcquireRequest, Outcome } from '../protocol/messages.js';
+
+/** One kept request: tried again with `retry`, answered through `answer`. */
+interface Waiter {
+  readonly request: AcquireRequest;
+  readonly holder: Uint8Array;
+  readonly answer: (outcome: Outcome) => void;
+  readonly signal: AbortSignal | undefined;
+  readonly onAbort: () => void;
+  timer: TimerHandle;
+}
+
+interface Line {
+  readonly waiters: Waiter[];
+  /** Wakes the line when the lease in its way runs out (a release wakes it sooner). */
+  leaseTimer: TimerHandle;
+  /** A try is under way: wakes meanwhile only ask for another pass. */
+  trying: boolean;
+  again: boolean;
+}
+
+/** Tries an acquire once; `queued` is true for a request that waited its turn (the nextEpoch rule applies). */
+export type TryAcquire = (request: AcquireRequest, holder: Uint8Array, queued: boolean) => Promise<Outcome>;
+
+export class HandoffQueue {
+  readonly #lines = new Map<string, Line>();
+  readonly #clock: Clock;
+  readonly #tryAcquire: TryAcquire;
+  readonly #maxPerResource: number;
+
+  constructor(clock: Clock, tryAcquire: TryAcquire, maxPerResource: number) {
+    this.#clock = clock;
+    this.#tryAcquire = tryAcquire;
+    this.#maxPerResource = maxPerResource;
+  }
+
+  /** Requests waiting now, over all resources. */
+  get size(): number {
+    let count = 0;
+    for (const line of this.#lines.values()) count += line.waiters.length;
+    return count;
+  }
+
+  /**
+   * Keeps `request` (answered `busy` with `remainingMs` just now) until its turn, its wait ends, or `signal`
+   * aborts. Resolves with the answer to send; undefined when the line is full (answer `busy` now).
+   */
+  wait(
+    request: AcquireRequest,
+    holder: Uint8Array,
+    remainingMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Outcome> | undefined {
+    const waitMs = request.waitMs ?? 0;
+    if (waitMs <= 0 || signal?.aborted) return undefined;
+    let line = this.#lines.get(request.resource);
+    if (line && line.waiters.length >= this.#maxPerResource) return undefined;
+    if (!line) {
+      line = { waiters: [], leaseTimer: undefined, trying: false, again: false };
+      this.#lines.set(request.resource, line);
+    }
+    const current = line;
+    return new Promise<Outcome>((resolve) => {
+      const waiter: Waiter = {
+        request,
+        holder,
+        signal,
+        answer: resolve,
+        // The connection is gone: nobody to answer.
+        onAbort: () => this.#leave(request.resource, waiter, { status: 'busy', epoch: request.epoch, remainingMs: 0 }),
+        timer: undefined,
+      };
+      // Its wait is over: one last try (the lease may be ending right now), answered whatever it says.
+      waiter.timer = this.#clock.setTimeout(() => {
+        if (!this.#remove(request.resource, waiter)) return;
+        this.#tryAcquire(request, holder, true).then(waiter.answer, () =>
+          waiter.answer({ status: 'busy', epoch: request.epoch, remainingMs: 0 }),
+        );
+      }, waitMs);
+      signal?.addEventListener('abort', waiter.onAbort, { once: true });
+      current.waiters.push(waiter);
+      this.#armLeaseTimer(request.resource, current, remainingMs);
+    });
+  }
+
+  /** The lease on `resource` ended (released): the oldest waiter tries now. */
+  wake(resource: string): void {
+    const line = this.#lines.get(resource);
+    if (!line) return;
+    if (line.trying) {
+      line.again = true;
+      return;
+    }
+    void this.#serve(resource, line);
+  }
+
+  /** Answers every waiter with what a try says now (shutdown). */
+  close(): void {
+    for (const [resource, line] of this.#lines) {
+      for (const waiter of [...line.waiters])
+        this.#leave(resource, waiter, { status: 'busy', epoch: waiter.request.epoch, remainingMs: 0 });
+    }
+  }
+
+  async #serve(resource: string, line: Line): Promise<void> {
+    line.trying = true;
+    try {
+      do {
+        line.again = false;
+        const head = line.waiters[0];
+        if (!head) break;
+        let outcome: Outcome;
+        try {
+          outcome = await this.#tryAcquire(head.request, head.holder, true);
+        } catch {
+          // A store or signer failure: the server would have answered an error; this waiter gets `busy` instead.
+          outcome = { status: 'busy', epoch: head.request.epoch, remainingMs: 0 };
+        }
+        if (line.waiters[0] !== head) {
+          line.again = true; // It left meanwhile (wait over, connection closed): the next one tries.
+          continue;
+        }
+        if (outcome.status === 'busy') {
+          // Still held (or someone else got in first): wait for that lease, unless it ended during the try.
+          this.#armLeaseTimer(resource, line, outcome.remainingMs);
+          continue;
+        }
+        this.#leave(resource, head, outcome);
+        // The next waiter tries at once: after a grant that says `busy` with the new lease's time, which arms the timer.
+        line.again = line.waiters.length > 0;
+      } while (line.again);
+    } finally {
+      line.trying = false;
+    }
+  }
+
+  #armLeaseTimer(resource: string, line: Line, remainingMs: number): void {
+    this.#clock.clearTimeout(line.leaseTimer);
+    line.leaseTimer = this.#clock.setTimeout(
+      () => {
+        line.leaseTimer = undefined;
+        this.wake(resource);
+      },
+      // Just after the lease's end, so the try does not find it still running.
+      remainingMs + 1,
+    );
+  }
+
+  #leave(resource: string, waiter: Waiter, outcome: Outcome): void {
+    if (this.#remove(resource, waiter)) waiter.answer(outcome);
+  }
+
+  /** Takes `waiter` out of its line; false when it already left. */
+  #remove(resource: string, waiter: Waiter): boolean {
+    const line = this.#lines.get(resource);
+    const at = line ? line.waiters.indexOf(waiter) : -1;
+    if (!line || at < 0) return false;
+    line.waiters.splice(at, 1);
+    this.#clock.clearTimeout(waiter.timer);
+    waiter.signal?.removeEventListener('abort', waiter.onAbort);
+    if (line.waiters.length === 0) {
+      this.#clock.clearTimeout(line.leaseTimer);
+      this.#lines.delete(resource);
+    }
+    return true;
+  }
+}

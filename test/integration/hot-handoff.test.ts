@@ -1,0 +1,171 @@
+/**
+ * Fair hot handoffs (docs/protocol.md, Hot handoffs): an acquire that finds the resource held and may wait is
+ * kept by the replica in arrival order and answered when its turn comes (a release, or the lease running out),
+ * at the resource's next epoch if it asked for that. Real replica processes and sockets; the SDK test checks
+ * that waiters through the client get the lease in the order they asked.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
+import { QuorumFenceClient } from '../../src/client/client.js';
+import { generateIdentity } from '../../src/client/identity.js';
+import { verifyToken } from '../../src/token/admission-token.js';
+import { outcomeOf, RawClient } from '../support/raw-client.js';
+
+const root = mkdtempSync(join(tmpdir(), 'qf-handoff-'));
+let local: LocalCluster;
+
+beforeAll(async () => {
+  dealLocalCluster(join(root, 'keys'), 4);
+  local = await startLocalCluster({ dir: join(root, 'keys'), dataRoot: join(root, 'data') });
+});
+afterAll(async () => {
+  await local?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Resolves to the order in which `promises` settled (their indices). */
+function settleOrder(promises: readonly Promise<unknown>[]): { order: number[]; all: Promise<unknown[]> } {
+  const order: number[] = [];
+  const all = Promise.all(promises.map((p, k) => p.finally(() => order.push(k))));
+  return { order, all };
+}
+
+describe('a replica keeps waiting acquires in arrival order', () => {
+  it('answers them one per release, in the order they came, each at the next epoch', async () => {
+    const url = local.replica(1).url;
+    const holder = await RawClient.open(url);
+    const waiters = await Promise.all([RawClient.open(url), RawClient.open(url), RawClient.open(url)]);
+    try {
+      expect(outcomeOf(await holder.acquire('line/r', 1n, 30_000)).status).toBe('granted');
+      const pending: Promise<ReturnType<typeof outcomeOf<'acquire'>>>[] = [];
+      for (const waiter of waiters) {
+        // All ask for epoch 2; the line hands out 2, 3, 4.
+        pending.push(waiter.acquireInLine('line/r', 2n, { waitMs: 20_000, nextEpoch: true }).then(outcomeOf));
+        await pause(50); // arrival order
+      }
+      const { order } = settleOrder(pending);
+      await pause(100);
+      expect(order).toEqual([]); // nobody is answered while the lease runs
+      expect(outcomeOf(await holder.release('line/r', 1n)).status).toBe('released');
+      const first = await pending[0]!;
+      expect(first).toMatchObject({ status: 'granted', epoch: 2n });
+      await pause(100);
+      expect(order).toEqual([0]); // the others wait for the lease the first one now holds
+      expect(outcomeOf(await waiters[0]!.release('line/r', 2n)).status).toBe('released');
+      expect(await pending[1]!).toMatchObject({ status: 'granted', epoch: 3n });
+      expect(outcomeOf(await waiters[1]!.release('line/r', 3n)).status).toBe('released');
+      expect(await pending[2]!).toMatchObject({ status: 'granted', epoch: 4n });
+      expect(order).toEqual([0, 1, 2]);
+    } finally {
+      await Promise.all([holder.close(), ...waiters.map((w) => w.close())]);
+    }
+  });
+
+  it('a lease that runs out hands over without any release', async () => {
+    const url = local.replica(2).url;
+    const [holder, waiter] = await Promise.all([RawClient.open(url), RawClient.open(url)]);
+    try {
+      expect(outcomeOf(await holder.acquire('line/expiry', 1n, 300)).status).toBe('granted');
+      const started = performance.now();
+      const answer = outcomeOf(await waiter.acquireInLine('line/expiry', 2n, { waitMs: 10_000 }));
+      expect(answer.status).toBe('granted');
+      // Strict epoch: no nextEpoch asked, so the answer names none.
+      expect(answer).not.toHaveProperty('epoch');
+      expect(performance.now() - started).toBeGreaterThanOrEqual(200);
+    } finally {
+      await Promise.all([holder.close(), waiter.close()]);
+    }
+  });
+
+  it('a waiter whose wait is over gets busy; one whose connection closed leaves the line to the next', async () => {
+    const url = local.replica(3).url;
+    const [holder, impatient, gone, patient] = await Promise.all([
+      RawClient.open(url),
+      RawClient.open(url),
+      RawClient.open(url),
+      RawClient.open(url),
+    ]);
+    try {
+      expect(outcomeOf(await holder.acquire('line/leave', 1n, 30_000)).status).toBe('granted');
+      const busy = outcomeOf(await impatient.acquireInLine('line/leave', 2n, { waitMs: 200, nextEpoch: true }));
+      expect(busy).toMatchObject({ status: 'busy', epoch: 1n });
+      void gone.acquireInLine('line/leave', 2n, { waitMs: 20_000, nextEpoch: true }).catch(() => undefined);
+      await pause(50);
+      const later = patient.acquireInLine('line/leave', 2n, { waitMs: 20_000, nextEpoch: true }).then(outcomeOf);
+      await pause(50);
+      await gone.close();
+      await pause(50);
+      expect(outcomeOf(await holder.release('line/leave', 1n)).status).toBe('released');
+      expect(await later).toMatchObject({ status: 'granted', epoch: 2n });
+    } finally {
+      await Promise.all([holder.close(), impatient.close(), patient.close()]);
+    }
+  });
+
+  it('a malformed wait is a protocol error that closes the connection and changes nothing', async () => {
+    const url = local.replica(4).url;
+    for (const bad of [{ waitMs: -1 }, { waitMs: 'soon' }, { waitMs: 1.5 }, { waitMs: 100, nextEpoch: 'yes' }]) {
+      const client = await RawClient.open(url);
+      client.send({
+        type: 'acquire',
+        id: client.nextId(),
+        resource: 'line/bad',
+        epoch: 1n,
+        ttlMs: 1_000,
+        ...bad,
+      } as never);
+      const next = await client.next(5_000);
+      expect(next).toMatchObject({ closed: { code: 1002 } });
+    }
+    const probe = await RawClient.open(url);
+    try {
+      expect(outcomeOf(await probe.status('line/bad'))).toMatchObject({ status: 'ok', epoch: 0n });
+    } finally {
+      await probe.close();
+    }
+  });
+});
+
+describe('SDK waiters on a held resource', () => {
+  it('get the lease in the order they asked, each with a token that verifies', async () => {
+    const clients = await Promise.all(
+      Array.from({ length: 4 }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
+    );
+    try {
+      const [holder, ...waiting] = clients;
+      // Contention is what sends a client to the leader's line: the first acquire of each waiter finds it held.
+      const held = await holder!.acquire('line/sdk', { ttlMs: 30_000 });
+      expect(held.ok).toBe(true);
+      if (!held.ok) return;
+      const acquired: Promise<Awaited<ReturnType<QuorumFenceClient['acquire']>>>[] = [];
+      for (const client of waiting) {
+        acquired.push(client.acquire('line/sdk', { ttlMs: 30_000, waitMs: 25_000, timeoutMs: 30_000 }));
+        await pause(300); // each has found it busy and taken its place before the next asks
+      }
+      const { order } = settleOrder(acquired);
+      await held.lease.release();
+      const epochs: bigint[] = [];
+      for (const k of [0, 1, 2]) {
+        const result = await acquired[k]!;
+        expect(
+          result.ok,
+          JSON.stringify(result, (_, v) => (typeof v === 'bigint' ? String(v) : v)),
+        ).toBe(true);
+        if (!result.ok) return;
+        expect(verifyToken(result.lease.token, local.cluster).ok).toBe(true);
+        epochs.push(result.lease.token.grant.epoch);
+        await result.lease.release();
+      }
+      expect(order).toEqual([0, 1, 2]);
+      expect(epochs[0]! < epochs[1]! && epochs[1]! < epochs[2]!).toBe(true);
+      expect(epochs[0]! > held.lease.token.grant.epoch).toBe(true);
+    } finally {
+      await Promise.all(clients.map((c) => c.close()));
+    }
+  });
+});
