@@ -196,6 +196,8 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
         if (released >= floor) floor = released + 1n;
       },
     });
+    // Kept in the leader's line without our turn coming (busy when the wait ended, or no answer at all).
+    if (waitTurnMs > 0 && (attempt.kind === 'busy' || attempt.kind === 'contended')) turnMissed = true;
     // A guess that came back stale is how an unknown resource is learnt, not a sign of contention.
     if (attempt.kind !== 'granted' && !(attempt.kind === 'outdated' && guessed)) contended = retried = true;
     switch (attempt.kind) {
@@ -205,7 +207,6 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       case 'stop':
         return refuse(attempt.reason, attempt.message);
       case 'busy': {
-        if (attempt.leaderOnly && waitTurnMs > 0) turnMissed = true;
         // f+1 replicas say it is held: take a place in the leader's line now rather than poll for the release.
         if (!attempt.leaderOnly && !turnMissed && leaderReady() && clock.now() < waitUntil) continue;
         const waited = await waitWhileBusy(ctx, request, attempt, waitUntil, deadline);
@@ -235,7 +236,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
 }
 
 /** The longest a leader may keep one attempt in its line (then the client falls back to polling). */
-const MAX_TURN_WAIT_MS = 10_000;
+const MAX_TURN_WAIT_MS = 5_000;
 
 /**
  * How long the leader may keep this attempt in its line: within the caller's wait, and leaving time (up to a

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { QuorumFenceClient } from '../../src/client/client.js';
 import { generateIdentity } from '../../src/client/identity.js';
+import { leaderOf } from '../../src/client/signer-choice.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { outcomeOf, RawClient } from '../support/raw-client.js';
 
@@ -165,6 +166,33 @@ describe('SDK waiters on a held resource', () => {
       expect(epochs[0]! < epochs[1]! && epochs[1]! < epochs[2]!).toBe(true);
       expect(epochs[0]! > held.lease.token.grant.epoch).toBe(true);
     } finally {
+      await Promise.all(clients.map((c) => c.close()));
+    }
+  });
+
+  it('a leader that goes silent while keeping a waiter costs it at most the turn wait, not the lease', async () => {
+    const resource = 'line/silent-leader';
+    const leader = local.replica(leaderOf(resource, 4));
+    const clients = await Promise.all(
+      Array.from({ length: 2 }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
+    );
+    try {
+      const [holder, waiter] = clients;
+      const held = await holder!.acquire(resource, { ttlMs: 60_000 });
+      expect(held.ok).toBe(true);
+      if (!held.ok) return;
+      const started = performance.now();
+      const waiting = waiter!.acquire(resource, { ttlMs: 30_000, waitMs: 40_000, timeoutMs: 45_000 });
+      await pause(300); // in the leader's line by now
+      await leader.kill('SIGSTOP');
+      await held.lease.release();
+      const result = await waiting;
+      expect(result.ok).toBe(true);
+      // The turn wait is at most 5 s; far below the 60 s lease a waiter would otherwise sit out.
+      expect(performance.now() - started).toBeLessThan(20_000);
+      if (result.ok) await result.lease.release();
+    } finally {
+      await leader.kill('SIGCONT');
       await Promise.all(clients.map((c) => c.close()));
     }
   });
