@@ -80,6 +80,24 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     options.stragglerMinMs;
   const widenTimer =
     first === undefined || waitTurnMs > 0 ? undefined : clock.setTimeout(() => round.widen(), widenAfterMs);
+  const moveTo = (next: bigint) => {
+    epoch = next;
+    grant = { ...grant, epoch };
+    collector = new PartialCollector(cluster, ctx.backend, grant, grantMessage(grant), ctx.evidence);
+  };
+  // The leader says we are first in its line and names the epoch our turn will grant: ask the others for it now,
+  // so that when the lease in the way ends every replica grants it at once (they keep the request until then).
+  const stopListening =
+    waitTurnMs > 0
+      ? ctx.onTurn?.(request.resource, (replica, announced) => {
+          if (replica !== leader || !round.narrow || announced < epoch) return;
+          sentAt = clock.now();
+          if (announced !== epoch) moveTo(announced);
+          round.widen();
+        })
+      : undefined;
+  // The leader's turn came at another epoch than it announced (someone got in first): this attempt is lost.
+  let turnMoved = false;
   let leaderRefusal: Attempt | undefined;
   const voted = new Set<number>();
   const granted = new Set<number>();
@@ -117,16 +135,17 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       switch (outcome.status) {
         case 'granted': {
           if (waitTurnMs > 0 && replica === leader && round.narrow) {
-            // Our turn at the leader: the lease view starts now, the others are asked at the epoch it granted,
-            // and the leader again, so that its lease too starts after our view does (a resend: same partial).
+            // Our turn at the leader, unannounced: the lease view starts now, the others are asked at the epoch it
+            // granted, and the leader again, so that its lease too starts after our view does (same partial).
             sentAt = clock.now();
-            if (outcome.epoch !== undefined && outcome.epoch !== epoch) {
-              epoch = outcome.epoch;
-              grant = { ...grant, epoch };
-              collector = new PartialCollector(cluster, ctx.backend, grant, grantMessage(grant), ctx.evidence);
-            }
+            if (outcome.epoch !== undefined && outcome.epoch !== epoch) moveTo(outcome.epoch);
             const channel = ctx.channels.channels.find((c) => c.index === leader);
             void channel?.request<'acquire'>(acquireBody(request, epoch, 0, false), options.requestTimeoutMs);
+          } else if (waitTurnMs > 0 && replica === leader && outcome.epoch !== undefined && outcome.epoch !== epoch) {
+            onReleased(outcome.epoch);
+            releasePartialGrants(ctx, request.resource, outcome.epoch, (r) => r === leader);
+            turnMoved = true;
+            break;
           } else if (outcome.epoch !== undefined && outcome.epoch !== epoch) {
             faults.add(replica, 'invalid_partial', `granted epoch ${outcome.epoch}, asked for ${epoch}`);
             break;
@@ -171,7 +190,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           refusals.refuse('invalid', outcome.message);
           break;
       }
-      if (signature?.ok) break;
+      if (signature?.ok || turnMoved) break;
       if (round.narrow && leader === undefined && !usable) round.widen();
       if (round.narrow && replica === leader) {
         // Leader-first: a grant opens the attempt to everyone; a refusal that only says "not now" ends it here.
@@ -197,6 +216,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     }
   } finally {
     clock.clearTimeout(widenTimer);
+    stopListening?.();
     reachable = voted.size + round.possible;
     round.close();
   }
@@ -215,9 +235,10 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     };
   }
 
-  // No token: hand back what we half-won so that another contender is not kept out by it until the ttl runs out.
-  if (granted.size > 0) {
-    onReleased(epoch);
+  // No token: hand back what we half-won so that another contender is not kept out by it until the ttl runs out,
+  // and withdraw requests still waiting in replicas' lines, which would otherwise turn into leases later.
+  if (granted.size > 0 || waitTurnMs > 0) {
+    if (granted.size > 0) onReleased(epoch);
     releasePartialGrants(ctx, request.resource, epoch, (replica) => granted.has(replica) || !voted.has(replica));
   }
 

@@ -6,6 +6,7 @@
  */
 import { BoundedMap } from '../common/bounded-map.js';
 import { GrantLatency } from './signer-choice.js';
+import { ResourceListeners } from './resource-listeners.js';
 import { EventEmitter } from 'node:events';
 import { QuorumFenceError } from '../common/errors.js';
 import { expectInteger, expectResource } from '../common/check.js';
@@ -68,7 +69,8 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   readonly #connections: ReplicaConnection[];
   readonly #listeners = new Set<() => void>();
   /** Resource → the busy waiters of this client listening for a release notice (only while they wait). */
-  readonly #releaseListeners = new Map<string, Set<() => void>>();
+  readonly #releaseListeners = new ResourceListeners<[]>();
+  readonly #turnListeners = new ResourceListeners<[replica: number, epoch: bigint]>();
   readonly #leases = new Set<Lease>();
   readonly #evidence: EvidenceLog;
   readonly #ctx: QuorumContext;
@@ -111,9 +113,8 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
             logger.warn({ replica: fault.replica, kind: fault.kind, message: fault.message }, 'replica fault');
             this.emit('fault', fault);
           },
-          onReleased: (_replica, resource) => {
-            for (const listener of this.#releaseListeners.get(resource) ?? []) listener();
-          },
+          onReleased: (_replica, resource) => this.#releaseListeners.notify(resource),
+          onTurn: (replica, resource, epoch) => this.#turnListeners.notify(resource, replica, epoch),
         }),
     );
     this.#ctx = {
@@ -131,15 +132,8 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
       evidence: this.#evidence,
       epochHints: new BoundedMap(this.options.epochHintCacheSize),
       grantLatency: new GrantLatency(),
-      onReleased: (resource, listener) => {
-        let listeners = this.#releaseListeners.get(resource);
-        if (!listeners) this.#releaseListeners.set(resource, (listeners = new Set()));
-        listeners.add(listener);
-        return () => {
-          listeners.delete(listener);
-          if (listeners.size === 0) this.#releaseListeners.delete(resource);
-        };
-      },
+      onReleased: (resource, listener) => this.#releaseListeners.listen(resource, listener),
+      onTurn: (resource, listener) => this.#turnListeners.listen(resource, listener),
     };
     for (const connection of this.#connections) connection.start();
   }

@@ -29,6 +29,8 @@ export interface QuorumContext {
   readonly grantLatency?: GrantLatency;
   /** Listens for replicas' release notices on `resource`; returns a function that stops listening. */
   onReleased(resource: string, listener: () => void): () => void;
+  /** Listens for turn notices on `resource` (which replica says our turn comes next, at which epoch). */
+  onTurn?(resource: string, listener: (replica: number, epoch: bigint) => void): () => void;
 }
 
 /** The faults seen during one call, one entry per (replica, kind). */

@@ -74,6 +74,8 @@ export interface ConnectionContext {
   readonly onFault: (fault: ReplicaFault) => void;
   /** Called when the replica says the holder of `resource` released it (a hint to retry; proves nothing). */
   readonly onReleased?: (replica: number, resource: string) => void;
+  /** Called when the replica says our waiting acquire of `resource` is next in its line, at `epoch` (a hint). */
+  readonly onTurn?: (replica: number, resource: string, epoch: bigint) => void;
 }
 
 interface InFlight {
@@ -365,6 +367,10 @@ export class ReplicaConnection implements ReplicaChannel {
     }
     if (message.type === 'released') {
       this.#context.onReleased?.(this.index, message.resource);
+      return;
+    }
+    if (message.type === 'turn') {
+      this.#context.onTurn?.(this.index, message.resource, message.epoch);
       return;
     }
     this.#fault('protocol', `an unexpected ${message.type} after the handshake`);

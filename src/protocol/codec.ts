@@ -222,6 +222,9 @@ export function decodeServerMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
     case 'released':
       onlyKeys(f, ['resource']);
       return { type: 'released', resource: string(f, 'resource') };
+    case 'turn':
+      onlyKeys(f, ['resource', 'epoch']);
+      return { type: 'turn', resource: string(f, 'resource'), epoch: reportedEpoch(f, 'epoch', 1n) };
     case 'error': {
       onlyKeys(f, ['id', 'code', 'message']);
       const code = f.code as WireErrorCode;

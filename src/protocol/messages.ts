@@ -178,4 +178,16 @@ export interface ReleasedNotice {
   readonly resource: string;
 }
 
-export type ServerMessage = Challenge | Welcome | Reply | ErrorMessage | ReleasedNotice;
+/**
+ * Pushed unasked to the connection whose waiting acquire (one with `waitMs` and `nextEpoch`) is now first in the
+ * replica's line for `resource`: when the lease in the way ends, it will be granted at `epoch` unless someone
+ * gets in first. The client can ask the other replicas for that epoch now, so that every replica grants it at
+ * the same moment. A hint, not a proof: the other replicas apply their own rules.
+ */
+export interface TurnNotice {
+  readonly type: 'turn';
+  readonly resource: string;
+  readonly epoch: bigint;
+}
+
+export type ServerMessage = Challenge | Welcome | Reply | ErrorMessage | ReleasedNotice | TurnNotice;

@@ -10,6 +10,7 @@
  * same signing record as any acquire. The queue is volatile (a restart answers nobody; clients time out and
  * ask again) and bounded per resource; a waiter leaves it when its wait is over, or when its connection closes.
  */
+import { bytesEqual } from '../common/bytes.js';
 import type { Clock, TimerHandle } from '../common/clock.js';
 import type { AcquireRequest, Outcome } from '../protocol/messages.js';
 
@@ -20,6 +21,8 @@ interface Waiter {
   readonly answer: (outcome: Outcome) => void;
   readonly signal: AbortSignal | undefined;
   readonly onAbort: () => void;
+  /** Told the epoch its turn will grant once it is first in line (nextEpoch requests only). */
+  readonly onFirst: ((epoch: bigint) => void) | undefined;
   timer: TimerHandle;
 }
 
@@ -55,14 +58,17 @@ export class HandoffQueue {
   }
 
   /**
-   * Keeps `request` (answered `busy` with `remainingMs` just now) until its turn, its wait ends, or `signal`
-   * aborts. Resolves with the answer to send; undefined when the line is full (answer `busy` now).
+   * Keeps `request` (answered `busy` just now: the lease at `busy.epoch` runs `busy.remainingMs` more) until its
+   * turn, its wait ends, or `signal` aborts. A nextEpoch request that is (or becomes) first in line hears, through
+   * `onFirst`, the epoch its turn will grant. Resolves with the answer to send; undefined when the line is full
+   * (answer `busy` now).
    */
   wait(
     request: AcquireRequest,
     holder: Uint8Array,
-    remainingMs: number,
+    busy: { readonly epoch: bigint; readonly remainingMs: number },
     signal: AbortSignal | undefined,
+    onFirst?: (epoch: bigint) => void,
   ): Promise<Outcome> | undefined {
     const waitMs = request.waitMs ?? 0;
     if (waitMs <= 0 || signal?.aborted) return undefined;
@@ -81,6 +87,7 @@ export class HandoffQueue {
         answer: resolve,
         // The connection is gone: nobody to answer.
         onAbort: () => this.#leave(request.resource, waiter, { status: 'busy', epoch: request.epoch, remainingMs: 0 }),
+        onFirst: request.nextEpoch ? onFirst : undefined,
         timer: undefined,
       };
       // Its wait is over: one last try (the lease may be ending right now), answered whatever it says.
@@ -92,7 +99,8 @@ export class HandoffQueue {
       }, waitMs);
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
       current.waiters.push(waiter);
-      this.#armLeaseTimer(request.resource, current, remainingMs);
+      if (current.waiters.length === 1) waiter.onFirst?.(turnEpoch(request, busy.epoch));
+      this.#armLeaseTimer(request.resource, current, busy.remainingMs);
     });
   }
 
@@ -107,7 +115,22 @@ export class HandoffQueue {
     void this.#serve(resource, line);
   }
 
-  /** Answers every waiter with what a try says now (shutdown). */
+  /**
+   * A release from `holder` also withdraws its waiting acquires of `resource` at `epoch` or below: a client that
+   * gave up an attempt releases it everywhere, and a request still in a line must not turn into a lease later.
+   */
+  withdraw(resource: string, holder: Uint8Array, epoch: bigint): void {
+    const line = this.#lines.get(resource);
+    if (!line) return;
+    for (const waiter of [...line.waiters]) {
+      if (waiter.request.epoch <= epoch && bytesEqual(waiter.holder, holder))
+        this.#leave(resource, waiter, { status: 'busy', epoch: waiter.request.epoch, remainingMs: 0 });
+    }
+    // The withdrawn one may have been first in line.
+    if (line.waiters.length > 0) this.wake(resource);
+  }
+
+  /** Answers every waiter with `busy` (shutdown). */
   close(): void {
     for (const [resource, line] of this.#lines) {
       for (const waiter of [...line.waiters])
@@ -139,6 +162,9 @@ export class HandoffQueue {
           continue;
         }
         this.#leave(resource, head, outcome);
+        const next = line.waiters[0];
+        if (next && outcome.status === 'granted' && outcome.epoch !== undefined)
+          next.onFirst?.(turnEpoch(next.request, outcome.epoch));
         // The next waiter tries at once: after a grant that says `busy` with the new lease's time, which arms the timer.
         line.again = line.waiters.length > 0;
       } while (line.again);
@@ -177,4 +203,9 @@ export class HandoffQueue {
     }
     return true;
   }
+}
+
+/** The epoch a nextEpoch request's turn grants after the lease at `current`: the next one, or its own if higher. */
+function turnEpoch(request: AcquireRequest, current: bigint): bigint {
+  return current + 1n > request.epoch ? current + 1n : request.epoch;
 }

@@ -499,7 +499,10 @@ export class ReplicaServer {
     connection.inFlight++;
     this.#inFlight++;
     this.service
-      .handle(request, holder, connection.closed.signal)
+      .handle(request, holder, {
+        signal: connection.closed.signal,
+        onFirst: (epoch) => this.#send(connection, { type: 'turn', resource: request.resource, epoch }),
+      })
       .then(
         (outcome) => {
           this.#send(connection, { type: 'reply', id: request.id, outcome });

@@ -80,15 +80,20 @@ export class ReplicaService {
 
   /**
    * Answers one authenticated request from `holder`. An acquire that says it may wait (`waitMs`) and finds the
-   * resource held is answered when its turn comes (see handoff-queue.ts); `signal` (the connection closed)
-   * ends that wait.
+   * resource held is answered when its turn comes (see handoff-queue.ts); `waiting.signal` (the connection
+   * closed) ends that wait, and `waiting.onFirst` hears the epoch its turn will grant once it is first in line.
    * @throws QuorumFenceError INTERNAL (storage or signing failed), CLOSED
    */
-  async handle(request: Request, holder: Uint8Array, signal?: AbortSignal): Promise<Outcome> {
+  async handle(
+    request: Request,
+    holder: Uint8Array,
+    waiting?: { readonly signal?: AbortSignal; readonly onFirst?: (epoch: bigint) => void },
+  ): Promise<Outcome> {
     this.#metrics?.requests.inc({ type: request.type });
+    if (request.type === 'release') this.handoffs.withdraw(request.resource, holder, request.epoch);
     const outcome = await this.#handleOnce(request, holder, false);
     if (request.type === 'acquire' && outcome.status === 'busy' && request.waitMs)
-      return this.handoffs.wait(request, holder, outcome.remainingMs, signal) ?? outcome;
+      return this.handoffs.wait(request, holder, outcome, waiting?.signal, waiting?.onFirst) ?? outcome;
     if (request.type === 'release' && outcome.status === 'released') this.handoffs.wake(request.resource);
     return outcome;
   }

@@ -12,6 +12,7 @@ import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../sr
 import { QuorumFenceClient } from '../../src/client/client.js';
 import { generateIdentity } from '../../src/client/identity.js';
 import { leaderOf } from '../../src/client/signer-choice.js';
+import { decodeServerMessage, encodeMessage } from '../../src/protocol/codec.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { outcomeOf, RawClient } from '../support/raw-client.js';
 
@@ -50,6 +51,8 @@ describe('a replica keeps waiting acquires in arrival order', () => {
         await pause(50); // arrival order
       }
       const { order } = settleOrder(pending);
+      // The first in line hears which epoch its turn will grant, so it can ask the other replicas for it now.
+      expect(await waiters[0]!.next(2_000)).toEqual({ message: { type: 'turn', resource: 'line/r', epoch: 2n } });
       await pause(100);
       expect(order).toEqual([]); // nobody is answered while the lease runs
       expect(outcomeOf(await holder.release('line/r', 1n)).status).toBe('released');
@@ -57,6 +60,7 @@ describe('a replica keeps waiting acquires in arrival order', () => {
       expect(first).toMatchObject({ status: 'granted', epoch: 2n });
       await pause(100);
       expect(order).toEqual([0]); // the others wait for the lease the first one now holds
+      expect(await waiters[1]!.next(2_000)).toEqual({ message: { type: 'turn', resource: 'line/r', epoch: 3n } });
       expect(outcomeOf(await waiters[0]!.release('line/r', 2n)).status).toBe('released');
       expect(await pending[1]!).toMatchObject({ status: 'granted', epoch: 3n });
       expect(outcomeOf(await waiters[1]!.release('line/r', 3n)).status).toBe('released');
@@ -106,6 +110,37 @@ describe('a replica keeps waiting acquires in arrival order', () => {
     } finally {
       await Promise.all([holder.close(), impatient.close(), patient.close()]);
     }
+  });
+
+  it("a release withdraws the same holder's waiting acquire, so a given-up attempt never becomes a lease", async () => {
+    const url = local.replica(2).url;
+    const [holder, waiter, next] = await Promise.all([RawClient.open(url), RawClient.open(url), RawClient.open(url)]);
+    try {
+      expect(outcomeOf(await holder.acquire('line/withdraw', 1n, 30_000)).status).toBe('granted');
+      const withdrawn = waiter.acquireInLine('line/withdraw', 2n, { waitMs: 20_000 }).then(outcomeOf);
+      await pause(50);
+      const patient = next.acquireInLine('line/withdraw', 2n, { waitMs: 20_000, nextEpoch: true }).then(outcomeOf);
+      await pause(50);
+      expect(outcomeOf(await waiter.release('line/withdraw', 2n)).status).toBe('not_holder');
+      expect(await withdrawn).toMatchObject({ status: 'busy' });
+      expect(outcomeOf(await holder.release('line/withdraw', 1n)).status).toBe('released');
+      expect(await patient).toMatchObject({ status: 'granted', epoch: 2n });
+    } finally {
+      await Promise.all([holder.close(), waiter.close(), next.close()]);
+    }
+  });
+
+  it('the turn notice has exactly { v, type: turn, resource, epoch >= 1 }', () => {
+    const notice = { type: 'turn', resource: 'r', epoch: 3n } as const;
+    expect(decodeServerMessage(encodeMessage(notice))).toEqual(notice);
+    for (const bad of [
+      { ...notice, extra: 1 },
+      { ...notice, epoch: 0n },
+      { type: 'turn', resource: 'r' },
+    ])
+      expect(() => decodeServerMessage(encodeMessage(bad as never))).toThrow(
+        expect.objectContaining({ code: 'PROTOCOL_ERROR' }),
+      );
   });
 
   it('a malformed wait is a protocol error that closes the connection and changes nothing', async () => {
