@@ -111,6 +111,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
   let reachable: number;
   let signature: ReturnType<PartialCollector['tryCombine']> | undefined;
+  let asked: number[] = [];
 
   try {
     const mayStillWin = () => collector.count + round.possible >= t;
@@ -218,6 +219,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     clock.clearTimeout(widenTimer);
     stopListening?.();
     reachable = voted.size + round.possible;
+    asked = round.asked;
     round.close();
   }
   if (leaderRefusal) return leaderRefusal;
@@ -231,6 +233,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
         sentAt,
         ttlMs: request.ttlMs,
         signers: signature.signers,
+        asked,
       },
     };
   }

@@ -63,6 +63,8 @@ export interface AcquiredGrant {
   readonly ttlMs: number;
   /** Replicas whose partials made the token. */
   readonly signers: readonly number[];
+  /** Replicas asked for this grant: the only ones that can hold its lease. */
+  readonly asked?: readonly number[];
 }
 
 export type AcquireRefusalReason = 'busy' | 'timeout' | 'unavailable' | 'aborted' | 'forbidden' | 'invalid';

@@ -30,6 +30,8 @@ export type RenewResult =
 export interface GrantRef {
   readonly resource: string;
   readonly epoch: bigint;
+  /** The replicas the grant was asked of: no other can hold its lease, so renewals and releases go only there. */
+  readonly asked?: readonly number[] | undefined;
 }
 
 /** One renewal round for `grant`, extending the lease by `ttlMs` from now. */
@@ -50,6 +52,7 @@ export async function renewGrant(
       clock,
       deadline: sentAt + requestTimeoutMs,
       signal,
+      only: grant.asked && new Set(grant.asked),
     },
   );
   const tally = new QuorumTally<'not_holder' | 'forbidden' | 'invalid'>(f, t);
@@ -121,6 +124,7 @@ export async function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?:
       clock,
       deadline: clock.now() + requestTimeoutMs,
       signal,
+      only: grant.asked && new Set(grant.asked),
     },
   );
   // forbidden and invalid answers count for neither side: a release is judged only by who confirms or denies holding.

@@ -17,7 +17,7 @@ import { tokenToText, type AdmissionToken } from '../token/admission-token.js';
 import type { AcquiredGrant } from './acquire.js';
 import { backoffDelay } from './backoff.js';
 import type { ReplicaFault } from './evidence.js';
-import { releaseGrant, renewGrant, type ReleaseResult, type RenewResult } from './lease-calls.js';
+import { releaseGrant, renewGrant, type GrantRef, type ReleaseResult, type RenewResult } from './lease-calls.js';
 import { localExpiry, renewalTime } from './lease-timing.js';
 import type { QuorumContext } from './quorum-context.js';
 
@@ -73,6 +73,8 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
 
   readonly #ctx: QuorumContext;
   readonly #options: LeaseOptions;
+  /** The replicas the grant was asked of (renewals and the release go only there); undefined: all of them. */
+  readonly #asked: readonly number[] | undefined;
   readonly #controller = new AbortController();
   #sentAt: number;
   #end: LeaseEnd | undefined;
@@ -102,6 +104,7 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     this.holderHex = toHex(g.holder);
     this.ttlMs = grant.ttlMs;
     this.signers = grant.signers;
+    this.#asked = grant.asked;
     this.faults = faults;
     this.signal = this.#controller.signal;
     this.#sentAt = grant.sentAt;
@@ -144,7 +147,7 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   async renew(signal?: AbortSignal): Promise<RenewResult> {
     if (this.#end)
       return { ok: false, reason: 'lost', message: `the lease already ended (${this.#end.reason})`, faults: [] };
-    const result = await renewGrant(this.#ctx, { resource: this.resource, epoch: this.epoch }, this.ttlMs, signal);
+    const result = await renewGrant(this.#ctx, this.#ref(), this.ttlMs, signal);
     // Read through the getter: TypeScript would otherwise keep the pre-await narrowing of #end.
     const ended = this.ended;
     if (ended)
@@ -173,11 +176,15 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
    * the replicas let anyone else in), then the replicas are asked to release.
    * Calling it again returns the first call's result.
    */
+  #ref(): GrantRef {
+    return { resource: this.resource, epoch: this.epoch, asked: this.#asked };
+  }
+
   release(): Promise<ReleaseResult> {
     if (!this.#releasing) {
       this.#finish({ reason: 'released', message: 'released by the holder' });
       // Sent even when the lease already expired locally: the replicas may still hold it, and this frees it sooner.
-      this.#releasing = releaseGrant(this.#ctx, { resource: this.resource, epoch: this.epoch });
+      this.#releasing = releaseGrant(this.#ctx, this.#ref());
     }
     return this.#releasing;
   }

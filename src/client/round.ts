@@ -30,6 +30,8 @@ export interface RoundOptions {
   readonly signal?: AbortSignal | undefined;
   /** Ask only these replicas until `widen()` (the others are held back, and still count as possible). */
   readonly first?: ReadonlySet<number> | undefined;
+  /** Never ask any other replica (they count as down): those that may hold what the request is about. */
+  readonly only?: ReadonlySet<number> | undefined;
 }
 
 /** held: not asked yet by choice (see `first`); waiting: connecting, asked once ready; skipped: down. */
@@ -50,6 +52,7 @@ export class Round<K extends RequestKind> {
   readonly #onAbort: () => void;
   readonly #signal: AbortSignal | undefined;
   #first: ReadonlySet<number> | undefined;
+  readonly #only: ReadonlySet<number> | undefined;
 
   /** @param body the request for one replica (usually the same for all). */
   constructor(set: ChannelSet, body: (replica: number) => RequestBody<K>, options: RoundOptions) {
@@ -59,6 +62,7 @@ export class Round<K extends RequestKind> {
     this.#deadline = options.deadline;
     this.#signal = options.signal;
     this.#first = options.first;
+    this.#only = options.only;
     this.#onAbort = () => this.#end('aborted');
     this.#unsubscribe = set.subscribe(() => this.#refresh(true));
     for (const channel of set.channels) this.#slots.set(channel.index, 'skipped');
@@ -81,6 +85,13 @@ export class Round<K extends RequestKind> {
   /** True while only the `first` replicas have been asked. */
   get narrow(): boolean {
     return this.#first !== undefined;
+  }
+
+  /** The replicas this round has sent its request to so far. */
+  get asked(): number[] {
+    const asked: number[] = [];
+    for (const [index, slot] of this.#slots) if (slot === 'sent' || slot === 'answered') asked.push(index);
+    return asked.sort((a, b) => a - b);
   }
 
   /** Asks every replica (after a `first`-only start). */
@@ -154,6 +165,7 @@ export class Round<K extends RequestKind> {
     for (const channel of this.#set.channels) {
       const slot = this.#slots.get(channel.index);
       if (slot === 'sent' || slot === 'answered') continue;
+      if (this.#only !== undefined && !this.#only.has(channel.index)) continue; // stays 'skipped'
       if (this.#first !== undefined && !this.#first.has(channel.index)) {
         const next: Slot = isReady(channel.state) || isPending(channel.state) ? 'held' : 'skipped';
         if (next !== slot) {
