@@ -111,7 +111,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
   let reachable: number;
   let signature: ReturnType<PartialCollector['tryCombine']> | undefined;
-  let asked: number[] = [];
+  let asked: readonly number[] | undefined;
 
   try {
     const mayStillWin = () => collector.count + round.possible >= t;
