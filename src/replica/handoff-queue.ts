@@ -90,12 +90,20 @@ export class HandoffQueue {
         onFirst: request.nextEpoch ? onFirst : undefined,
         timer: undefined,
       };
-      // Its wait is over: one last try (the lease may be ending right now), answered whatever it says.
+      // Its wait is over. First in line: one last try (the lease may be ending right now), answered whatever it
+      // says. Behind others: `busy` as the replica last saw it, since a try could overtake those ahead.
+      const busyEndsAt = this.#clock.now() + busy.remainingMs;
       waiter.timer = this.#clock.setTimeout(() => {
+        const first = current.waiters[0] === waiter;
         if (!this.#remove(request.resource, waiter)) return;
-        this.#tryAcquire(request, holder, true).then(waiter.answer, () =>
-          waiter.answer({ status: 'busy', epoch: request.epoch, remainingMs: 0 }),
-        );
+        const stillBusy: Outcome = {
+          status: 'busy',
+          epoch: busy.epoch,
+          remainingMs: Math.max(0, Math.ceil(busyEndsAt - this.#clock.now())),
+        };
+        if (!first) return waiter.answer(stillBusy);
+        this.#tryAcquire(request, holder, true).then(waiter.answer, () => waiter.answer(stillBusy));
+        this.wake(request.resource); // the next one is first now
       }, waitMs);
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
       current.waiters.push(waiter);

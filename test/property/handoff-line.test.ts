@@ -1,0 +1,157 @@
+/**
+ * The replica's line (src/replica/handoff-queue.ts) against a model, over random schedules of arrivals,
+ * releases, departures (connection closed, or a release that withdraws) and time passing: waiters are served
+ * in arrival order (nobody who arrived later is served while an earlier one still waits), a waiter that left
+ * is never served, each is answered exactly once, a lease that runs out serves the next one without any
+ * release, and the line never holds more than its bound.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { ManualClock } from '../../src/common/clock.js';
+import type { AcquireRequest, Outcome } from '../../src/protocol/messages.js';
+import { HandoffQueue } from '../../src/replica/handoff-queue.js';
+
+const TTL_MS = 100;
+const RESOURCE = 'line';
+
+type Step =
+  | { readonly kind: 'arrive'; readonly waitMs: number }
+  | { readonly kind: 'release' }
+  | { readonly kind: 'leave'; readonly pick: number }
+  | { readonly kind: 'withdraw'; readonly pick: number }
+  | { readonly kind: 'advance'; readonly ms: number };
+
+const step: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({ kind: fc.constant('arrive' as const), waitMs: fc.integer({ min: 1, max: 400 }) }),
+  fc.record({ kind: fc.constant('release' as const) }),
+  fc.record({ kind: fc.constant('leave' as const), pick: fc.nat() }),
+  fc.record({ kind: fc.constant('withdraw' as const), pick: fc.nat() }),
+  fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 150 }) }),
+);
+
+/** One resource's lease, as the replica's rules would keep it: one holder at a time, ending at ttl. */
+class ModelLease {
+  holder: number | undefined = 0; // waiter 0 is the first holder
+  endsAt: number;
+  epoch = 1n;
+  constructor(readonly clock: ManualClock) {
+    this.endsAt = clock.now() + TTL_MS;
+  }
+  running(): boolean {
+    return this.holder !== undefined && this.endsAt > this.clock.now();
+  }
+}
+
+async function settle(): Promise<void> {
+  for (let k = 0; k < 5; k++) await new Promise<void>((resolve) => setImmediate(resolve));
+}
+
+describe('a replica line', () => {
+  it('serves waiters in arrival order, each once, never one that left, and never holds more than its bound', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(step, { minLength: 1, maxLength: 40 }),
+        fc.integer({ min: 1, max: 6 }),
+        async (steps, bound) => {
+          const clock = new ManualClock();
+          const lease = new ModelLease(clock);
+          const holderOf = (holder: Uint8Array) => holder[0]!;
+          const queue = new HandoffQueue(
+            clock,
+            (request, holder) => {
+              const who = holderOf(holder);
+              if (lease.running() && lease.holder !== who) {
+                return Promise.resolve<Outcome>({
+                  status: 'busy',
+                  epoch: lease.epoch,
+                  remainingMs: Math.max(0, lease.endsAt - clock.now()),
+                });
+              }
+              lease.epoch += 1n;
+              lease.holder = who;
+              lease.endsAt = clock.now() + TTL_MS;
+              return Promise.resolve<Outcome>({ status: 'granted', partial: new Uint8Array(96), epoch: lease.epoch });
+            },
+            bound,
+          );
+          const arrived: number[] = []; // waiters in arrival order, still waiting
+          const left = new Set<number>();
+          const answers = new Map<number, Outcome[]>();
+          const served: number[] = [];
+          const controllers = new Map<number, AbortController>();
+          let next = 1;
+          for (const s of steps) {
+            switch (s.kind) {
+              case 'arrive': {
+                const who = next++;
+                const request: AcquireRequest = {
+                  type: 'acquire',
+                  id: who,
+                  resource: RESOURCE,
+                  epoch: lease.epoch + 1n,
+                  ttlMs: TTL_MS,
+                  waitMs: s.waitMs,
+                  nextEpoch: true,
+                };
+                if (!lease.running()) break; // the rules would grant at once; lines only hold busy requests
+                const controller = new AbortController();
+                const waiting = queue.wait(
+                  request,
+                  Uint8Array.of(who),
+                  { epoch: lease.epoch, remainingMs: lease.endsAt - clock.now() },
+                  controller.signal,
+                );
+                if (!waiting) {
+                  expect(arrived.length).toBeGreaterThanOrEqual(bound); // refused only when full
+                  break;
+                }
+                controllers.set(who, controller);
+                arrived.push(who);
+                void waiting.then((outcome) => {
+                  answers.set(who, [...(answers.get(who) ?? []), outcome]);
+                  arrived.splice(arrived.indexOf(who), 1);
+                  if (outcome.status === 'granted') served.push(who);
+                });
+                break;
+              }
+              case 'release':
+                if (lease.holder !== undefined) {
+                  lease.holder = undefined;
+                  queue.wake(RESOURCE);
+                }
+                break;
+              case 'leave': {
+                const who = arrived[s.pick % Math.max(1, arrived.length)];
+                if (who === undefined) break;
+                left.add(who);
+                controllers.get(who)!.abort();
+                break;
+              }
+              case 'withdraw': {
+                const who = arrived[s.pick % Math.max(1, arrived.length)];
+                if (who === undefined) break;
+                left.add(who);
+                queue.withdraw(RESOURCE, Uint8Array.of(who), lease.epoch + 1_000n);
+                break;
+              }
+              case 'advance':
+                clock.advance(s.ms);
+                break;
+            }
+            await settle();
+            expect(queue.size).toBeLessThanOrEqual(bound);
+            // Arrival order: whoever was served had no earlier arrival still waiting at that moment.
+            for (const who of served) for (const waiting of arrived) expect(waiting).toBeGreaterThan(who);
+          }
+          // Let every wait run out: everyone is answered exactly once, and nobody who left is ever served.
+          clock.advance(10_000);
+          await settle();
+          for (const who of controllers.keys()) expect(answers.get(who)?.length).toBe(1);
+          for (const who of left) expect(served).not.toContain(who);
+          expect([...served].sort((a, b) => a - b)).toEqual(served);
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+});
