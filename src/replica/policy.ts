@@ -8,7 +8,7 @@
  * Acquire checks, cheapest first and in the order docs/protocol.md fixes:
  *   1 invalid   resource 1..256 UTF-8 bytes, epoch 1..2^63-1, ttl in [minTtlMs, maxTtlMs]
  *   2 forbidden the access rules do not give this holder this resource
- *   3 resend    same (R, e, H) as the record: the same partial again (BLS is deterministic)
+ *   3 resend    same (R, e, H) as the record, not released: the same partial again (BLS is deterministic)
  *   4 stale     e <= record.epoch (the floor when the resource has no record)
  *   5 busy      another holder's lease is running and not released
  *   6 too_far   e > record.epoch (or the floor) + maxEpochStep
@@ -17,9 +17,13 @@
  * Lease choices (documented in README.md):
  *   - A resend of an unreleased grant renews its lease as a fresh acquire would
  *     (the lease ends at max(current end, now + ttl)): a retried acquire means
- *     the holder still wants the lease. A resend of a released grant returns
- *     the same partial but does not reopen the lease: the holder gave it up,
- *     and a late duplicate must not block everyone else for another ttl.
+ *     the holder still wants the lease. A released grant is not sent again:
+ *     the identical request is `stale`. Handing back its partial would give
+ *     the holder a token with no lease behind it, while the next epoch goes to
+ *     someone else (a client that proposes an epoch it does not know to be
+ *     free, as the first attempt on an unknown resource does, would hit this);
+ *     no honest client needs it, since it never asks again for an epoch it
+ *     released.
  *   - renew extends only the recorded holder's unreleased lease at the
  *     recorded epoch, to max(current end, now + ttl); it may revive a lease
  *     that ran out, since nobody else was signed in between.
@@ -182,11 +186,8 @@ function decideAcquire(
   floor: bigint,
 ): Decision {
   const current = record?.epoch ?? floor;
-  if (record && record.epoch === epoch && bytesEqual(record.holder, holder)) {
-    return {
-      action: 'resend',
-      leaseEndsAt: record.released ? record.leaseEndsAt : Math.max(record.leaseEndsAt, now + ttlMs),
-    };
+  if (record && !record.released && record.epoch === epoch && bytesEqual(record.holder, holder)) {
+    return { action: 'resend', leaseEndsAt: Math.max(record.leaseEndsAt, now + ttlMs) };
   }
   if (epoch <= current)
     return { action: 'reply', outcome: { status: 'stale', epoch: current } satisfies AcquireOutcome };

@@ -236,9 +236,12 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     dealLocalCluster(join(base, 'old'), 4);
     const old = loadClusterFile(join(base, 'old', 'cluster.json'));
     const alice = join(base, 'alice.key');
+    // Bob asks after the reshare: alice asking again for her own unreleased epoch would get it back (a resend).
+    const bob = join(base, 'bob.key');
     expect((await cli(['identity', 'new', alice])).code).toBe(0);
-    const acquire = async (clusterFile: string, wait: string[] = []) => {
-      const r = await cli(['acquire', 'orders', '--cluster', clusterFile, '--identity', alice, '--json', ...wait]);
+    expect((await cli(['identity', 'new', bob])).code).toBe(0);
+    const acquire = async (clusterFile: string, wait: string[] = [], identity = alice) => {
+      const r = await cli(['acquire', 'orders', '--cluster', clusterFile, '--identity', identity, '--json', ...wait]);
       expect(r.code, r.stderr + r.stdout).toBe(0);
       return JSON.parse(r.stdout) as { epoch: string; token: string };
     };
@@ -299,13 +302,15 @@ describe('quorumfence reshare (processes over real sockets)', () => {
         '--cluster',
         join(base, 'new-live.json'),
         '--identity',
-        alice,
+        bob,
+        '--ttl',
+        '1s', // within the new replicas' --max-ttl: a ttl they refuse is `invalid` before anything else
         '--json',
       ]);
       expect(busy.code).toBe(1);
       expect(JSON.parse(busy.stdout)).toMatchObject({ ok: false, reason: 'busy' });
       expect(busy.stdout).toMatch(/at epoch 1\b/);
-      const after = await acquire(join(base, 'new-live.json'), ['--wait', '15s', '--ttl', '1s']);
+      const after = await acquire(join(base, 'new-live.json'), ['--wait', '15s', '--ttl', '1s'], bob);
       // Every resource's epochs continue above the old ones.
       expect(BigInt(after.epoch)).toBeGreaterThan(BigInt(before.epoch));
       // A token from before still verifies against the new description (same id, same key).

@@ -177,7 +177,7 @@ describe('S2 monotonic signing (policy)', () => {
     );
   });
 
-  it('answers an identical re-request with a resend whatever happened since (release, expiry, other holders refused)', () => {
+  it('answers an identical re-request with a resend whatever happened since (expiry, other holders refused), and stale once the holder released it', () => {
     fc.assert(
       fc.property(fc.array(stepArb, { minLength: 10, maxLength: 60 }), (steps) => {
         run(steps, (decision, request, holder, before) => {
@@ -187,8 +187,10 @@ describe('S2 monotonic signing (policy)', () => {
             (decision.action === 'reply' && ['invalid', 'forbidden'].includes(decision.outcome.status))
           )
             return;
-          if (request.epoch === before.epoch && bytesEqual(holder, before.holder))
-            expect(decision.action).toBe('resend');
+          if (request.epoch === before.epoch && bytesEqual(holder, before.holder)) {
+            if (before.released) expect(decision).toMatchObject({ outcome: { status: 'stale', epoch: before.epoch } });
+            else expect(decision.action).toBe('resend');
+          }
         });
       }),
     );
