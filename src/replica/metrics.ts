@@ -22,7 +22,7 @@ export class ReplicaMetrics {
   readonly compactedRecords: Counter;
 
   constructor(
-    labels: { replica: number; cluster: string },
+    labels: { replica: number; cluster: string; n: number; t: number },
     activeLeases: () => number,
     store: () => { readonly records: number; readonly floor: bigint } = () => ({ records: 0, floor: 0n }),
   ) {
@@ -104,6 +104,18 @@ export class ReplicaMetrics {
         this.set(Number(store().floor));
       },
     });
+    // The cluster's size and threshold, so that Prometheus can compute the quorum margin from the
+    // replicas alone: count(up == 1) - max(threshold), with no console running.
+    new Gauge({
+      name: 'quorumfence_replica_cluster_replicas',
+      help: 'Replicas in this cluster (n = 3f+1), from the cluster description',
+      registers,
+    }).set(labels.n);
+    new Gauge({
+      name: 'quorumfence_replica_cluster_threshold',
+      help: 'Partials an acquire needs (t = 2f+1), from the cluster description',
+      registers,
+    }).set(labels.t);
     collectDefaultMetrics({ register: this.registry, prefix: 'quorumfence_replica_' });
   }
 }

@@ -216,7 +216,7 @@ export class ReplicaServer {
         { onFlush: (ms) => late.metrics?.flushSeconds.observe(ms / 1000), probe: false },
       );
       const metrics = new ReplicaMetrics(
-        { replica: key.index, cluster: cluster.idHex },
+        { replica: key.index, cluster: cluster.idHex, n: cluster.n, t: cluster.t },
         () => late.service?.leases.activeCount() ?? 0,
         () => ({ records: store?.size ?? 0, floor: store?.floor ?? 0n }),
       );

@@ -70,6 +70,9 @@ describe('replica process', () => {
     ]) {
       expect(metrics).toContain(name);
     }
+    // n and t from the cluster description (4 replicas, f = 1): Prometheus computes the quorum margin from them.
+    expect(metrics).toMatch(/^quorumfence_replica_cluster_replicas\{[^}]*\} 4$/m);
+    expect(metrics).toMatch(/^quorumfence_replica_cluster_threshold\{[^}]*\} 3$/m);
   });
 });
 
