@@ -97,6 +97,28 @@ describe('alert rules', () => {
   });
 });
 
+describe('the dashboard', () => {
+  it('has a panel for each thing an operator watches, each with a unique id', () => {
+    const all = panels(dashboard.panels);
+    expect(new Set(all.map((p) => (p as { id?: number }).id)).size).toBe(all.length);
+    const shows = (name: string) =>
+      all.some((panel) => (panel.targets ?? []).some((target) => metricNamesIn(target.expr).includes(name)));
+    for (const name of [
+      'up', // replicas up
+      CONSOLE_METRICS.quorumMargin,
+      'quorumfence_replica_cluster_threshold', // the margin without the console
+      'quorumfence_replica_grants_signed_total',
+      'quorumfence_replica_refusals_total',
+      'quorumfence_replica_flush_seconds',
+      'quorumfence_replica_sign_seconds',
+      'quorumfence_guard_conflicts_total',
+      CONSOLE_METRICS.evidence,
+    ]) {
+      expect(shows(name), name).toBe(true);
+    }
+  });
+});
+
 describe('every metric the rules and the dashboard name is exported by a real process', () => {
   let dir: string;
   let local: LocalCluster | undefined;
