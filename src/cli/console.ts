@@ -89,7 +89,16 @@ export const command: Command = {
       logger: createLogger('client', { level: 'warn', destination: 2 }),
     });
     const metrics = new ConsoleMetrics(cluster.idHex);
-    const watcher = new ConsoleWatcher({ client, evidence, metrics, intervalMs, timeoutMs, watch, persistPolls });
+    const watcher = new ConsoleWatcher({
+      client,
+      evidence,
+      metrics,
+      intervalMs,
+      timeoutMs,
+      watch,
+      persistPolls,
+      onPollError: (error) => logger.error({ err: error }, 'a poll failed; the next one runs at the interval'),
+    });
     let server: ConsoleServer;
     try {
       server = await ConsoleServer.start({

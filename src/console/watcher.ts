@@ -49,6 +49,8 @@ export interface ConsoleWatcherOptions {
   readonly watch: readonly string[];
   /** Polls in a row a contradiction must last before its replica is shown faulty. */
   readonly persistPolls: number;
+  /** Hears a poll that failed (a bug, not a replica's doing: replicas' failures are part of the state). */
+  readonly onPollError?: (error: unknown) => void;
 }
 
 export interface ReplicaRow {
@@ -141,10 +143,12 @@ export class ConsoleWatcher {
   start(): void {
     const loop = () => {
       if (this.#stopped) return;
-      this.#polling = this.#poll().finally(() => {
-        this.#polling = undefined;
-        if (!this.#stopped) this.#timer = setTimeout(loop, this.#options.intervalMs);
-      });
+      this.#polling = this.#poll()
+        .catch((error: unknown) => this.#options.onPollError?.(error))
+        .finally(() => {
+          this.#polling = undefined;
+          if (!this.#stopped) this.#timer = setTimeout(loop, this.#options.intervalMs);
+        });
     };
     loop();
   }
