@@ -108,7 +108,8 @@ function evidenceRow(e) {
 function render(s) {
   $('cluster').textContent = 'cluster ' + s.cluster.id.slice(0, 16) + '…  ·  n = ' + s.cluster.n + ', f = ' + s.cluster.f +
     ', an acquire needs ' + (2 * s.cluster.f + 1) + '  ·  poll ' + s.polls + (s.polledAt ? ' at ' + s.polledAt : '');
-  $('margin').textContent = String(s.margin);
+  // Before the first poll there is no margin to show, only the console starting.
+  $('margin').textContent = s.polls === 0 ? '…' : String(s.margin);
   $('margin').className = 'big ' + (s.margin > 0 ? 'ok' : s.margin === 0 ? 'warn' : 'bad');
   $('available').textContent = s.available + ' of ' + s.cluster.n;
   $('leaseCount').textContent = String(s.leases.length);
@@ -155,7 +156,7 @@ export function consolePage(nonce: string): string {
 </div>
 <h2>Replicas</h2>
 <p class="claim">State is the console's verdict under the (f+1)-th rules; health and figures are each replica's own claim.</p>
-<table><thead><tr><th>#</th><th>endpoint</th><th>state</th><th>health (its claim)</th><th>figures (its claim)</th><th>leases listed</th></tr></thead>
+<table><thead><tr><th>replica (share index)</th><th>endpoint</th><th>state</th><th>health (its claim)</th><th>figures (its claim)</th><th>leases listed</th></tr></thead>
 <tbody id="replicas"></tbody></table>
 <h2>Running leases (listed by f+1 replicas)</h2>
 <table><thead><tr><th>resource</th><th>epoch</th><th>holder</th><th>time left</th><th>listed by</th></tr></thead>

@@ -8,6 +8,7 @@ import type { QuorumFenceClient } from '../client/client.js';
 import { verifyEquivocation, type Evidence, type EvidenceLog } from '../client/evidence.js';
 import type { ReplicaLeases } from '../client/active-leases.js';
 import { BoundedMap } from '../common/bounded-map.js';
+import { toHex } from '../common/bytes.js';
 import { isQuorumFenceError } from '../common/errors.js';
 import { equivocationFromJson, equivocationToJson, type EquivocationJson } from './evidence-json.js';
 import type { ConsoleMetrics } from './metrics.js';
@@ -176,6 +177,9 @@ export class ConsoleWatcher {
    */
   addEvidence(document: unknown): number {
     const evidence = equivocationFromJson(document, this.#client.cluster);
+    // The same pair handed over again (several clients saw it) is kept once.
+    const known = this.#evidence.find((e) => e.verified && sameEquivocation(e.item, evidence));
+    if (known) return known.id;
     const { observedAt: _observedAt, ...item } = evidence;
     this.#options.evidence.record(item);
     return this.#nextEvidenceId - 1;
@@ -328,6 +332,18 @@ export class ConsoleWatcher {
       metricsError: metrics.status === 'rejected' ? describeFailure(metrics.reason) : undefined,
     };
   }
+}
+
+/** One replica, one (resource, epoch), the same two holders in either order. */
+function sameEquivocation(a: Evidence, b: Evidence): boolean {
+  const holders = (e: Evidence) =>
+    [toHex(e.grant.holder), toHex(e.conflicting?.grant.holder ?? new Uint8Array())].sort().join();
+  return (
+    a.replica === b.replica &&
+    a.grant.resource === b.grant.resource &&
+    a.grant.epoch === b.grant.epoch &&
+    holders(a) === holders(b)
+  );
 }
 
 function describeFailure(error: unknown): string {
