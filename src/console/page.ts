@@ -107,7 +107,8 @@ function evidenceRow(e) {
 }
 function render(s) {
   $('cluster').textContent = 'cluster ' + s.cluster.id.slice(0, 16) + '…  ·  n = ' + s.cluster.n + ', f = ' + s.cluster.f +
-    ', an acquire needs ' + (2 * s.cluster.f + 1) + '  ·  poll ' + s.polls + (s.polledAt ? ' at ' + s.polledAt : '');
+    ', an acquire needs ' + (2 * s.cluster.f + 1) + '  ·  poll ' + s.polls + (s.polledAt ? ' at ' + s.polledAt : '') +
+    (s.lastPollMs === null ? '' : ' (' + s.lastPollMs + ' ms)');
   // Before the first poll there is no margin to show, only the console starting.
   $('margin').textContent = s.polls === 0 ? '…' : String(s.margin);
   $('margin').className = 'big ' + (s.margin > 0 ? 'ok' : s.margin === 0 ? 'warn' : 'bad');

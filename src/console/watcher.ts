@@ -75,6 +75,8 @@ export interface ConsoleState {
   readonly cluster: { readonly id: string; readonly n: number; readonly f: number; readonly t: number };
   readonly polledAt: string | null;
   readonly polls: number;
+  /** How long the last poll took (ms): all its requests, health and metrics reads included. */
+  readonly lastPollMs: number | null;
   readonly margin: number;
   readonly available: number;
   readonly replicas: readonly ReplicaRow[];
@@ -128,6 +130,7 @@ export class ConsoleWatcher {
       cluster: { id: cluster.idHex, n: cluster.n, f: cluster.f, t: cluster.t },
       polledAt: null,
       polls: 0,
+      lastPollMs: null,
       margin: quorumMargin(0, cluster.f),
       available: 0,
       replicas: [],
@@ -193,6 +196,7 @@ export class ConsoleWatcher {
   }
 
   async #poll(): Promise<void> {
+    const started = performance.now();
     const { client } = this;
     const { timeoutMs } = this.#options;
     const cluster = client.cluster;
@@ -280,6 +284,7 @@ export class ConsoleWatcher {
       cluster: this.#state.cluster,
       polledAt: now,
       polls: this.#state.polls + 1,
+      lastPollMs: Math.round(performance.now() - started),
       margin,
       available,
       replicas: rows,
