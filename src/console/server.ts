@@ -137,18 +137,16 @@ export class ConsoleServer {
   #receiveEvidence(req: IncomingMessage, res: ServerResponse): void {
     const chunks: Buffer[] = [];
     let size = 0;
-    let refused = false;
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
-      if (size > MAX_EVIDENCE_BODY_BYTES && !refused) {
-        refused = true;
-        json(res, 413, { error: `body over ${MAX_EVIDENCE_BODY_BYTES} bytes`, code: 'INVALID_ARGUMENT' });
-        req.destroy();
-      } else if (!refused) chunks.push(chunk);
+      if (size <= MAX_EVIDENCE_BODY_BYTES) chunks.push(chunk);
+      // A body over the limit is read and dropped so the sender gets its 413; one far over it is cut off.
+      else if (size > 16 * MAX_EVIDENCE_BODY_BYTES) req.destroy();
     });
     req.on('error', () => undefined);
     req.on('end', () => {
-      if (refused) return;
+      if (size > MAX_EVIDENCE_BODY_BYTES)
+        return json(res, 413, { error: `body over ${MAX_EVIDENCE_BODY_BYTES} bytes`, code: 'INVALID_ARGUMENT' });
       let document: unknown;
       try {
         document = JSON.parse(Buffer.concat(chunks).toString('utf8'));

@@ -223,6 +223,12 @@ describe('the operator console in Chromium', () => {
     };
     const post = (body: unknown) => fetch(`${consoleUrl}/api/evidence`, { method: 'POST', body: JSON.stringify(body) });
 
+    // Not JSON, or too large: refused, nothing kept, the server keeps serving.
+    const garbage = await fetch(`${consoleUrl}/api/evidence`, { method: 'POST', body: '<evidence/>' });
+    expect(garbage.status).toBe(400);
+    expect(((await garbage.json()) as { code: string }).code).toBe('INVALID_ARGUMENT');
+    const huge = await fetch(`${consoleUrl}/api/evidence`, { method: 'POST', body: 'x'.repeat(100_000) });
+    expect(huge.status).toBe(413);
     // Blaming replica 3 with replica 4's signatures convicts nobody.
     const wrong = await post({ ...document, replica: 3 });
     expect(wrong.status).toBe(400);
