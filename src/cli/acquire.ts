@@ -32,15 +32,13 @@ options:
   --hold            keep the lease (renewing it) until interrupted, then release it
 `;
 
-/** Loads the cluster and identity files and connects; shared with the status verb. */
-export async function openClient(values: {
-  cluster?: string | undefined;
-  identity?: string | undefined;
-}): Promise<QuorumFenceClient> {
-  const clusterPath = required(values.cluster, 'cluster');
-  let cluster: Cluster;
+/**
+ * Loads the cluster description a command was given, saying which file to pass when it cannot be read.
+ * @throws QuorumFenceError IO_ERROR, and loadClusterFile's errors for a malformed description
+ */
+export function loadClusterForCommand(clusterPath: string): Cluster {
   try {
-    cluster = loadClusterFile(clusterPath);
+    return loadClusterFile(clusterPath);
   } catch (error) {
     if (error instanceof QuorumFenceError && error.code === 'IO_ERROR') {
       throw new QuorumFenceError(
@@ -50,6 +48,15 @@ export async function openClient(values: {
     }
     throw error;
   }
+}
+
+/** Loads the cluster and identity files and connects; shared with the status verb. */
+export async function openClient(values: {
+  cluster?: string | undefined;
+  identity?: string | undefined;
+}): Promise<QuorumFenceClient> {
+  const clusterPath = required(values.cluster, 'cluster');
+  const cluster = loadClusterForCommand(clusterPath);
   const identity = loadIdentityFile(required(values.identity, 'identity'));
   const client = await QuorumFenceClient.connect(cluster, identity, {
     logger: createLogger('client', { level: 'warn', destination: 2 }),

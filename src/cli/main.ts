@@ -17,6 +17,7 @@ const verbs: VerbTable = {
   identity: () => import('./identity.js'),
   dkg: () => import('./dkg.js'),
   reshare: () => import('./reshare.js'),
+  console: () => import('./console.js'),
 };
 
 export function main(argv: string[]): Promise<number> {

@@ -20,6 +20,7 @@ import { resolveClientOptions, type ClientOptions } from './options.js';
 import type { QuorumContext } from './quorum-context.js';
 import { ReplicaConnection } from './replica-connection.js';
 import { resourceStatus, type ResourceStatus } from './status.js';
+import { replicaLeases, type ReplicaLeases } from './active-leases.js';
 
 /** Longest ttl, wait or timeout accepted: the wire carries ttl as a u31 of milliseconds. */
 const MAX_DURATION_MS = 0x7fff_ffff;
@@ -251,6 +252,22 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
       'timeoutMs',
     );
     return resourceStatus(this.#ctx, resource, timeoutMs, options.signal);
+  }
+
+  /**
+   * Each replica's running leases (the read-only `leases` request; at most 32 per replica), each its own word.
+   * For monitoring (the operator console); nothing here is checked against the other replicas.
+   * @throws QuorumFenceError INVALID_ARGUMENT for a bad timeout; CLOSED after close().
+   */
+  async replicaLeases(options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<ReplicaLeases[]> {
+    this.#assertOpen();
+    const timeoutMs = expectInteger(
+      options.timeoutMs ?? this.options.requestTimeoutMs,
+      1,
+      MAX_DURATION_MS,
+      'timeoutMs',
+    );
+    return replicaLeases(this.#ctx, timeoutMs, undefined, options.signal);
   }
 
   /**

@@ -18,6 +18,8 @@ export type { AcquireRefusal, AcquireRefusalReason } from './acquire.js';
 export { Lease, type LeaseEnd, type LeaseEndReason, type LeaseEvents } from './lease.js';
 export type { RenewResult, ReleaseResult } from './lease-calls.js';
 export type { ResourceStatus, ReplicaView } from './status.js';
+export type { ReplicaLeases } from './active-leases.js';
+export type { ActiveLease } from '../protocol/messages.js';
 export { DEFAULT_CLIENT_OPTIONS, type ClientOptions } from './options.js';
 export {
   EvidenceLog,

@@ -20,7 +20,7 @@ import {
   authTranscript,
   type ClientMessage,
   type OutcomeByRequest,
-  type Request,
+  type WireRequest,
   type ServerMessage,
   type WireErrorCode,
 } from '../protocol/messages.js';
@@ -37,9 +37,9 @@ import type { ReplicaFault } from './evidence.js';
 import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
 
-export type RequestKind = Request['type'];
+export type RequestKind = WireRequest['type'];
 /** A request without its id: the connection numbers requests itself. */
-export type RequestBody<K extends RequestKind> = Omit<Extract<Request, { type: K }>, 'id'>;
+export type RequestBody<K extends RequestKind> = Omit<Extract<WireRequest, { type: K }>, 'id'>;
 
 /** How one request to one replica ended. Only `reply` carries a (validated) answer. */
 export type ReplicaAnswer<K extends RequestKind> =
@@ -157,7 +157,7 @@ export class ReplicaConnection implements ReplicaChannel {
         () => this.#settle(id, { kind: 'timeout' }),
         Math.max(0, timeoutMs),
       );
-      const frame = encodeMessage({ ...body, id } as ClientMessage);
+      const frame = encodeMessage({ ...body, id } as unknown as ClientMessage);
       this.#inFlight.set(id, {
         kind: body.type,
         resolve: resolve as (answer: ReplicaAnswer<RequestKind>) => void,

@@ -7,6 +7,7 @@
 import type { ConnectionFailure } from './connection-state.js';
 import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
 import type { QuorumContext } from './quorum-context.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestKind } from './replica-connection.js';
 import { Round } from './round.js';
 
 export type ReplicaView =
@@ -39,6 +40,42 @@ export interface ResourceStatus {
   readonly remainingMs: number | undefined;
   /** Replicas that answered `ok`. */
   readonly answered: number;
+}
+
+export type UnansweredView = Exclude<ReplicaView, { state: 'ok' }>;
+
+/** Why a replica gave no answer in a round: connected but silent (timeout), faulty, or not connected. */
+export function unansweredView(ctx: QuorumContext, channel: ReplicaChannel, timeoutMs: number): UnansweredView {
+  const endpoint = ctx.cluster.replicas[channel.index - 1]!.endpoint;
+  const failure = channel.state.lastFailure;
+  if (channel.state.phase === 'ready')
+    return { replica: channel.index, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` };
+  return {
+    replica: channel.index,
+    endpoint,
+    state: failure && (failure.kind === 'protocol' || failure.kind === 'bad_challenge') ? 'faulty' : 'unreachable',
+    message: failure ? `${failure.kind}: ${failure.message}` : `not connected (${channel.state.phase})`,
+    ...(failure ? { failure: failure.kind } : {}),
+  };
+}
+
+/** The view of an answer that carries no outcome (faulty, timeout, error), or undefined for a reply or one that never came. */
+export function failedAnswerView(
+  replica: number,
+  endpoint: string,
+  answer: ReplicaAnswer<RequestKind>,
+  timeoutMs: number,
+): UnansweredView | undefined {
+  switch (answer.kind) {
+    case 'faulty':
+      return { replica, endpoint, state: 'faulty', message: answer.message };
+    case 'timeout':
+      return { replica, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` };
+    case 'error':
+      return { replica, endpoint, state: 'error', message: `${answer.code}: ${answer.message}` };
+    default:
+      return undefined;
+  }
 }
 
 /** Asks every replica for its view of `resource`, waiting up to `timeoutMs` for answers. */
@@ -78,37 +115,18 @@ export async function resourceStatus(
           );
           break;
         }
-        case 'faulty':
-          views.set(replica, { replica, endpoint, state: 'faulty', message: answer.message });
-          break;
-        case 'timeout':
-          views.set(replica, { replica, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` });
-          break;
-        case 'error':
-          views.set(replica, { replica, endpoint, state: 'error', message: `${answer.code}: ${answer.message}` });
-          break;
-        default:
-          break;
+        default: {
+          const failed = failedAnswerView(replica, endpoint, answer, timeoutMs);
+          if (failed) views.set(replica, failed);
+        }
       }
     }
   } finally {
     round.close();
   }
-  const replicas: ReplicaView[] = ctx.channels.channels.map((channel) => {
-    const view = views.get(channel.index);
-    if (view) return view;
-    const endpoint = ctx.cluster.replicas[channel.index - 1]!.endpoint;
-    const failure = channel.state.lastFailure;
-    if (channel.state.phase === 'ready')
-      return { replica: channel.index, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` };
-    return {
-      replica: channel.index,
-      endpoint,
-      state: failure && (failure.kind === 'protocol' || failure.kind === 'bad_challenge') ? 'faulty' : 'unreachable',
-      message: failure ? `${failure.kind}: ${failure.message}` : `not connected (${channel.state.phase})`,
-      ...(failure ? { failure: failure.kind } : {}),
-    };
-  });
+  const replicas: ReplicaView[] = ctx.channels.channels.map(
+    (channel) => views.get(channel.index) ?? unansweredView(ctx, channel, timeoutMs),
+  );
   const ok = replicas.filter((v): v is Extract<ReplicaView, { state: 'ok' }> => v.state === 'ok');
   const leasedRemaining = ok.filter((v) => v.leased).map((v) => v.remainingMs);
   const leased = leasedRemaining.length > f;

@@ -16,14 +16,16 @@ import { MAX_EPOCH } from '../common/limits.js';
 import {
   HOLDER_KEY_BYTES,
   HOLDER_SIGNATURE_BYTES,
+  MAX_LEASES_PER_REPLY,
   NONCE_BYTES,
   PARTIAL_BYTES,
   PROTOCOL_VERSION,
   type ClientMessage,
   type OutcomeByRequest,
-  type Request,
+  type ActiveLease,
   type ServerMessage,
   type WireErrorCode,
+  type WireRequest,
 } from './messages.js';
 
 /** The largest legitimate frame is an acquire with a 256-byte resource (~350 bytes); 16 KiB leaves room and bounds abuse. */
@@ -180,6 +182,10 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
     case 'status':
       onlyKeys(f, ['id', 'resource']);
       return { type: 'status', id: int(f, 'id', 0, MAX_ID), resource: string(f, 'resource') };
+    case 'leases':
+      // Any u32 limit decodes; one outside 1..MAX_LEASES_PER_REPLY is the replica's to answer `invalid`.
+      onlyKeys(f, ['id', 'limit']);
+      return { type: 'leases', id: int(f, 'id', 0, MAX_ID), limit: int(f, 'limit', 0, MAX_ID) };
     default:
       protocolError(`unknown message type ${JSON.stringify(String(f.type)).slice(0, 40)}`);
   }
@@ -244,14 +250,15 @@ export function decodeServerMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
  * Checks a reply's outcome against the kind of request it answers.
  * @throws QuorumFenceError PROTOCOL_ERROR
  */
-export function parseOutcome<K extends Request['type']>(kind: K, outcome: Readonly<Fields>): OutcomeByRequest[K] {
+export function parseOutcome<K extends WireRequest['type']>(kind: K, outcome: Readonly<Fields>): OutcomeByRequest[K] {
   const o = outcome as Fields;
   const status = o.status;
-  const allowed: Record<Request['type'], readonly string[]> = {
+  const allowed: Record<WireRequest['type'], readonly string[]> = {
     acquire: ['granted', 'stale', 'busy', 'too_far', 'invalid', 'forbidden'],
     renew: ['renewed', 'not_holder', 'invalid', 'forbidden'],
     release: ['released', 'not_holder', 'invalid', 'forbidden'],
     status: ['ok', 'invalid', 'forbidden'],
+    leases: ['leases', 'invalid', 'forbidden'],
   };
   if (typeof status !== 'string' || !allowed[kind].includes(status)) {
     protocolError(`${kind} reply has an unexpected status ${JSON.stringify(String(status)).slice(0, 40)}`);
@@ -298,9 +305,38 @@ export function parseOutcome<K extends Request['type']>(kind: K, outcome: Readon
         remainingMs: int(o, 'remainingMs', 0, MAX_MS),
       };
       break;
+    case 'leases':
+      keys('leases', 'more');
+      parsed = { status, leases: activeLeases(o.leases), more: bool(o, 'more') };
+      break;
     default: // 'invalid'
       keys('message');
       parsed = { status, message: string(o, 'message') };
   }
   return parsed as OutcomeByRequest[K];
+}
+
+/** The list in a `leases` answer: at most MAX_LEASES_PER_REPLY entries, each exactly { resource, epoch, holder, remainingMs }. */
+function activeLeases(value: unknown): ActiveLease[] {
+  if (!Array.isArray(value) || value.length > MAX_LEASES_PER_REPLY)
+    protocolError(`"leases" expected an array of at most ${MAX_LEASES_PER_REPLY} entries, got ${describe(value)}`);
+  return value.map((entry: unknown) => {
+    if (
+      typeof entry !== 'object' ||
+      entry === null ||
+      Array.isArray(entry) ||
+      Object.getPrototypeOf(entry) !== Object.prototype
+    )
+      protocolError('a "leases" entry expected a map');
+    const e = entry as Fields;
+    for (const key of Object.keys(e))
+      if (!['resource', 'epoch', 'holder', 'remainingMs'].includes(key))
+        protocolError(`unexpected field "${key.slice(0, 40)}" in a "leases" entry`);
+    return {
+      resource: string(e, 'resource'),
+      epoch: reportedEpoch(e, 'epoch', 1n),
+      holder: bytes(e, 'holder', HOLDER_KEY_BYTES),
+      remainingMs: int(e, 'remainingMs', 0, MAX_MS),
+    };
+  });
 }

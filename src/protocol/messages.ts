@@ -6,7 +6,7 @@
  *   replica → client  challenge { nonce, clusterId, replica }
  *   client  → replica hello     { id, holder, signature }   signature = Ed25519(authTranscript)
  *   replica → client  welcome   { id, replica }
- *   then requests (acquire, renew, release, status), each answered by a
+ *   then requests (acquire, renew, release, status, leases), each answered by a
  *   reply { id, outcome } or an error { id, code, message }; and, unasked,
  *   released { resource } to clients the replica told it was held.
  */
@@ -96,8 +96,26 @@ export interface StatusRequest {
   readonly resource: string;
 }
 
+/** The requests about one resource, which the replica rules (docs/protocol.md) decide. */
 export type Request = AcquireRequest | RenewRequest | ReleaseRequest | StatusRequest;
-export type ClientMessage = Hello | Request;
+
+/** The most leases one `leases` answer lists: each entry is at most ~330 bytes, so the reply stays far below a frame. */
+export const MAX_LEASES_PER_REPLY = 32;
+
+/**
+ * Read-only, for the operator console: the leases running on this replica now (a bounded list, the ones
+ * ending last first). Touches no resource and signs nothing; the same access rules as `status` apply.
+ */
+export interface LeasesRequest {
+  readonly type: 'leases';
+  readonly id: number;
+  /** At most this many entries (1..MAX_LEASES_PER_REPLY). */
+  readonly limit: number;
+}
+
+/** Every request a client may send after its hello. */
+export type WireRequest = Request | LeasesRequest;
+export type ClientMessage = Hello | WireRequest;
 
 // ---------- replica → client ----------
 
@@ -140,6 +158,19 @@ export type StatusOutcome =
   | { readonly status: 'ok'; readonly epoch: bigint; readonly leased: boolean; readonly remainingMs: number }
   | CommonRefusal;
 
+/** One running lease in a `leases` answer: this replica's word, checked by the console against f others. */
+export interface ActiveLease {
+  readonly resource: string;
+  readonly epoch: bigint;
+  /** The holder's Ed25519 key (32 bytes). */
+  readonly holder: Uint8Array;
+  readonly remainingMs: number;
+}
+
+export type LeasesOutcome =
+  /** `more`: leases were left out to keep to the limit. */
+  { readonly status: 'leases'; readonly leases: readonly ActiveLease[]; readonly more: boolean } | CommonRefusal;
+
 export type Outcome = AcquireOutcome | RenewOutcome | ReleaseOutcome | StatusOutcome;
 
 export interface OutcomeByRequest {
@@ -147,6 +178,7 @@ export interface OutcomeByRequest {
   renew: RenewOutcome;
   release: ReleaseOutcome;
   status: StatusOutcome;
+  leases: LeasesOutcome;
 }
 
 export interface Reply {

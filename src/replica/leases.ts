@@ -90,6 +90,15 @@ export class LeaseTable {
     return active;
   }
 
+  /**
+   * The resources whose lease runs now by an entry of this table, with their ends. Leases that run only by the
+   * restart rule (records nobody touched since the start) are not listed: the table holds no entry for them.
+   */
+  *running(): Generator<[resource: string, endsAt: number]> {
+    const now = this.#clock.now();
+    for (const [resource, end] of this.#ends) if (end > now) yield [resource, end];
+  }
+
   /** Forgets expired entries now (compaction calls it; `set` does it at most every few seconds). */
   sweep(): void {
     this.#lastSweep = -Infinity;

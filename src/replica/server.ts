@@ -39,6 +39,7 @@ import { ed25519 } from '@noble/curves/ed25519.js';
 import { isUsableHolderKey } from '../common/holder-key.js';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { QuorumFenceError } from '../common/errors.js';
+import { PACKAGE_VERSION } from '../common/version.js';
 import { systemClock, type Clock, type TimerHandle } from '../common/clock.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
@@ -51,6 +52,7 @@ import {
   type Request,
   type ServerMessage,
   type WireErrorCode,
+  type WireRequest,
 } from '../protocol/messages.js';
 import { OPEN_ACCESS, type AccessRules } from './access.js';
 import { ReplicaMetrics } from './metrics.js';
@@ -125,6 +127,9 @@ export class ReplicaServer {
   readonly #unauthenticatedByAddress = new Map<string, number>();
   #inFlight = 0;
   #closing: Promise<void> | undefined;
+  /** For /healthz: when this server started (wall clock, ms) and the last error it logged. */
+  readonly #startedAt = Date.now();
+  #lastError: { readonly at: string; readonly message: string } | undefined;
   /** Runs compaction every compactionIntervalMs (docs/storage.md). */
   #compactionTimer: NodeJS.Timeout | undefined;
 
@@ -173,7 +178,9 @@ export class ReplicaServer {
           );
       },
       (error: unknown) => {
-        if (!this.#closing) this.#logger.error({ err: error }, 'compaction failed; will retry');
+        if (this.#closing) return;
+        this.#logger.error({ err: error }, 'compaction failed; will retry');
+        this.#noteError('compaction failed', error);
       },
     );
   }
@@ -298,6 +305,7 @@ export class ReplicaServer {
       });
       fatal = (error) => {
         logger.error({ err: error }, 'fatal: the replica cannot sign any more');
+        server.#noteError('fatal: the replica cannot sign any more', error);
         options.onFatal?.(error);
       };
       http.on('request', (req, res) => server.#onHttp(req, res));
@@ -310,6 +318,13 @@ export class ReplicaServer {
       await signer.close();
       throw error;
     }
+  }
+
+  /** Remembers the last error for /healthz (a short line: the operator console shows it). */
+  #noteError(what: string, error: unknown): void {
+    const detail =
+      error instanceof QuorumFenceError ? error.code : error instanceof Error ? error.message : String(error);
+    this.#lastError = { at: new Date().toISOString(), message: `${what}: ${detail}`.slice(0, 200) };
   }
 
   get ready(): boolean {
@@ -328,6 +343,9 @@ export class ReplicaServer {
           clusterId: this.#cluster.idHex,
           backend: this.#cluster.backend.name,
           signingWorkers: this.#signer.workers,
+          version: PACKAGE_VERSION,
+          uptimeSeconds: Math.floor((Date.now() - this.#startedAt) / 1000),
+          lastError: this.#lastError ?? null,
         }),
       );
       return;
@@ -495,7 +513,13 @@ export class ReplicaServer {
     return true;
   }
 
-  #dispatch(connection: Connection, request: Request, holder: Uint8Array): void {
+  #dispatch(connection: Connection, received: WireRequest, holder: Uint8Array): void {
+    if (received.type === 'leases') {
+      // Answered at once from memory: no record is written, nothing waits.
+      this.#send(connection, { type: 'reply', id: received.id, outcome: this.service.activeLeases(received, holder) });
+      return;
+    }
+    const request: Request = received;
     connection.inFlight++;
     this.#inFlight++;
     this.service
@@ -520,6 +544,7 @@ export class ReplicaServer {
             { err: error, resource: request.resource.slice(0, 64), type: request.type },
             'request failed',
           );
+          this.#noteError(`${request.type} failed`, error);
           this.#sendError(
             connection,
             request.id,

@@ -11,12 +11,21 @@
  */
 import { systemClock, type Clock, type MonotonicClock } from '../common/clock.js';
 import { grantMessage } from '../token/grant.js';
-import type { AcquireRequest, Outcome, Request } from '../protocol/messages.js';
+import {
+  MAX_LEASES_PER_REPLY,
+  type AcquireRequest,
+  type ActiveLease,
+  type LeasesOutcome,
+  type LeasesRequest,
+  type Outcome,
+  type Request,
+} from '../protocol/messages.js';
+import { mayAccess } from './access.js';
 import { HandoffQueue } from './handoff-queue.js';
 import { LeaseTable } from './leases.js';
 import { DEFAULT_REPLICA_LIMITS } from './options.js';
 import type { ReplicaMetrics, RefusalReason } from './metrics.js';
-import { decide, precheck, type Decision, type PolicyConfig } from './policy.js';
+import { decide, precheck, remainingMs, type Decision, type PolicyConfig } from './policy.js';
 import type { PartialSigner } from './signer.js';
 import type { SigningRecord } from './signing-record.js';
 
@@ -150,6 +159,36 @@ export class ReplicaService {
         : { status: 'granted', partial };
     }
     return this.#answer(decision);
+  }
+
+  /**
+   * The `leases` request (read-only, for the operator console): the leases running now on resources `holder`
+   * may access, the ones ending last first, at most `limit`. O(entries of the lease table), which holds only
+   * running and recently ended leases; a lease released since it was granted is not running.
+   */
+  activeLeases(request: LeasesRequest, holder: Uint8Array): LeasesOutcome {
+    this.#metrics?.requests.inc({ type: request.type });
+    if (!Number.isSafeInteger(request.limit) || request.limit < 1 || request.limit > MAX_LEASES_PER_REPLY) {
+      this.#metrics?.refusals.inc({ reason: 'invalid' });
+      return { status: 'invalid', message: `limit must be in 1..${MAX_LEASES_PER_REPLY}` };
+    }
+    const now = this.#clock.now();
+    const found: { lease: ActiveLease; endsAt: number }[] = [];
+    for (const [resource, endsAt] of this.leases.running()) {
+      if (!mayAccess(this.#policy.access, holder, resource)) continue;
+      const record = this.store.get(resource);
+      if (!record || this.leases.isReleased(resource, record)) continue;
+      found.push({
+        lease: { resource, epoch: record.epoch, holder: record.holder, remainingMs: remainingMs(endsAt, now) },
+        endsAt,
+      });
+    }
+    found.sort((a, b) => b.endsAt - a.endsAt);
+    return {
+      status: 'leases',
+      leases: found.slice(0, request.limit).map((entry) => entry.lease),
+      more: found.length > request.limit,
+    };
   }
 
   /**

@@ -126,6 +126,9 @@ class FaultyReplica {
           case 'release':
             send({ type: 'reply', id: message.id, outcome: { status: 'released' } });
             return;
+          case 'leases':
+            send({ type: 'reply', id: message.id, outcome: { status: 'leases', leases: [], more: false } });
+            return;
         }
       });
     });

@@ -10,6 +10,7 @@ import { toHex } from '../../src/common/bytes.js';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { grantMessage } from '../../src/token/grant.js';
 import { CloseCode } from '../../src/protocol/messages.js';
+import { PACKAGE_VERSION } from '../../src/common/version.js';
 import { helloFor, newHolder, outcomeOf, RawClient, type Holder } from '../support/raw-client.js';
 
 let root: string;
@@ -58,6 +59,8 @@ describe('replica process', () => {
       replica: 1,
       clusterId: local.cluster.idHex,
       backend: 'blst',
+      version: PACKAGE_VERSION,
+      lastError: null,
     });
     const metrics = await (await fetch(url.replace('ws', 'http') + '/metrics')).text();
     for (const name of [
@@ -189,6 +192,49 @@ describe('authentication and access: unauthenticated and unauthorised clients ne
       expect(outcomeOf(await client.acquire('sandbox/1', 1n)).status).toBe('granted');
     } finally {
       await client.close();
+    }
+  });
+});
+
+describe("leases (the console's read-only request)", () => {
+  it('lists running leases with holder and epoch, only those the asker may access, and drops released ones', async () => {
+    const alice = await RawClient.open(url);
+    const sandboxed = await RawClient.open(url, forbiddenHolder);
+    try {
+      expect(outcomeOf(await alice.acquire('leases/a', 1n, 4_000)).status).toBe('granted');
+      const listed = outcomeOf(await alice.leases());
+      expect(listed.status).toBe('leases');
+      if (listed.status !== 'leases') return;
+      const mine = listed.leases.find((l) => l.resource === 'leases/a');
+      expect(mine).toMatchObject({ epoch: 1n, holder: alice.holder!.publicKey });
+      expect(mine!.remainingMs).toBeGreaterThan(0);
+      expect(mine!.remainingMs).toBeLessThanOrEqual(4_000);
+      // The access rules apply: a holder limited to sandbox/ sees nothing else.
+      const limited = outcomeOf(await sandboxed.leases());
+      expect(limited.status === 'leases' && limited.leases.every((l) => l.resource.startsWith('sandbox/'))).toBe(true);
+      expect(outcomeOf(await alice.request({ type: 'release', resource: 'leases/a', epoch: 1n })).status).toBe(
+        'released',
+      );
+      const after = outcomeOf(await alice.leases());
+      expect(after.status === 'leases' && after.leases.some((l) => l.resource === 'leases/a')).toBe(false);
+    } finally {
+      await alice.close();
+      await sandboxed.close();
+    }
+  });
+
+  it('answers invalid for a limit outside 1..32 and keeps the connection; the limit bounds the list', async () => {
+    const alice = await RawClient.open(url);
+    try {
+      expect(outcomeOf(await alice.leases(0))).toMatchObject({ status: 'invalid' });
+      expect(outcomeOf(await alice.leases(33))).toMatchObject({ status: 'invalid' });
+      for (const k of [1, 2, 3])
+        expect(outcomeOf(await alice.acquire(`leases/many-${k}`, 1n, 3_000)).status).toBe('granted');
+      const one = outcomeOf(await alice.leases(1));
+      expect(one).toMatchObject({ status: 'leases', more: true });
+      expect(one.status === 'leases' && one.leases.length).toBe(1);
+    } finally {
+      await alice.close();
     }
   });
 });

@@ -185,14 +185,21 @@ export class RawClient {
   async request<K extends keyof OutcomeByRequest>(
     request: K extends 'status'
       ? { type: K; resource: string }
-      : K extends 'release'
-        ? { type: K; resource: string; epoch: bigint }
-        : { type: K; resource: string; epoch: bigint; ttlMs: number },
+      : K extends 'leases'
+        ? { type: K; limit: number }
+        : K extends 'release'
+          ? { type: K; resource: string; epoch: bigint }
+          : { type: K; resource: string; epoch: bigint; ttlMs: number },
   ): Promise<Answer<K>> {
     const answer = await this.exchange({ ...request, id: this.nextId() } as ClientMessage);
     if (answer.type === 'error') return { error: answer };
     if (answer.type !== 'reply') throw new Error(`unexpected ${answer.type} answering ${request.type}`);
     return { outcome: parseOutcome(request.type, answer.outcome) } as Answer<K>;
+  }
+
+  /** The replica's running leases (the console's read-only request). */
+  leases(limit = 32): Promise<Answer<'leases'>> {
+    return this.request({ type: 'leases', limit });
   }
 
   acquire(resource: string, epoch: bigint, ttlMs = 5_000): Promise<Answer<'acquire'>> {

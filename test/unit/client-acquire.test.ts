@@ -42,8 +42,8 @@ class ScriptedChannel implements ReplicaChannel {
     readonly script: Script,
   ) {}
   async request<K extends RequestKind>(body: RequestBody<K>): Promise<ReplicaAnswer<K>> {
-    this.requests.push(body as Body);
-    return (await this.script(body as Body, this.index)) as ReplicaAnswer<K>;
+    this.requests.push(body as unknown as Body);
+    return (await this.script(body as unknown as Body, this.index)) as ReplicaAnswer<K>;
   }
 }
 

@@ -35,9 +35,10 @@ export const BEHAVIOUR_DESCRIPTIONS: Readonly<Record<ByzantineBehaviour, string>
   identity: 'a granted partial is the identity point of G2',
   replay: 'a granted partial is one sent earlier for another grant',
   'other-replica': "a granted partial is signed with another replica's share (--other-key)",
-  'lie-epoch-huge': 'status, stale, busy, too_far and not_holder answers report epoch 2^63-1 (status also says leased)',
+  'lie-epoch-huge':
+    'status, stale, busy, too_far and not_holder answers report epoch 2^63-1 (status also says leased); leases lists a phantom lease and every lease at that epoch',
   'lie-epoch-zero':
-    'status, stale, too_far and not_holder answers report epoch 0 (busy reports 1; status says not leased)',
+    'status, stale, too_far and not_holder answers report epoch 0 (busy reports 1; status says not leased); leases lists none',
   silent: 'the request is accepted and never answered (nor passed to the real replica)',
   slow: 'the answer leaves after --slow',
   flood: 'the answer comes with --flood extra frames: duplicates, replies to unknown ids, error frames',

@@ -32,7 +32,12 @@ import type { Cluster } from '../../cluster/description.js';
 import { MAX_EPOCH } from '../../common/limits.js';
 import type { Logger } from '../../common/log.js';
 import { decodeClientMessage, decodeServerMessage, encodeMessage } from '../../protocol/codec.js';
-import { PROTOCOL_VERSION, type Request, type ServerMessage } from '../../protocol/messages.js';
+import {
+  MAX_LEASES_PER_REPLY,
+  PROTOCOL_VERSION,
+  type ServerMessage,
+  type WireRequest,
+} from '../../protocol/messages.js';
 import type { Grant } from '../../token/grant.js';
 import { seededRandom, type SeededRandom } from '../seeded-random.js';
 import {
@@ -96,7 +101,7 @@ export interface ByzantineControl {
 }
 
 interface Pending {
-  readonly request: Request;
+  readonly request: WireRequest;
   readonly behaviour: ByzantineBehaviour | undefined;
 }
 
@@ -365,6 +370,15 @@ export class ByzantineFront {
   ): void {
     const { request, behaviour } = entry;
     const reply = (o: Outcome) => encodeMessage({ type: 'reply', id: request.id, outcome: o });
+    if (request.type === 'leases') {
+      const lied =
+        behaviour === 'lie-epoch-huge' || behaviour === 'lie-epoch-zero'
+          ? lieAboutLeases(outcome, behaviour === 'lie-epoch-huge')
+          : undefined;
+      if (!lied) return io.toClient(honestFrame);
+      this.#act(behaviour!);
+      return io.toClient(reply(lied));
+    }
     const grant = (): Grant => ({
       clusterId: this.#options.cluster.id,
       resource: request.resource,
@@ -488,6 +502,26 @@ function lieAboutEpoch(outcome: Outcome, huge: boolean): Outcome | undefined {
     default:
       return undefined;
   }
+}
+
+/** A phantom resource the lying `leases` answer adds, so a console sees the lie even on an idle cluster. */
+export const PHANTOM_LEASE_RESOURCE = 'byzantine/phantom';
+
+/**
+ * The lying version of a `leases` answer: huge reports every lease at epoch 2^63-1 and adds a phantom lease
+ * nobody was granted; zero hides every lease.
+ */
+function lieAboutLeases(outcome: Outcome, huge: boolean): Outcome | undefined {
+  if (outcome.status !== 'leases' || !Array.isArray(outcome.leases)) return undefined;
+  if (!huge) return { status: 'leases', leases: [], more: false };
+  const listed = (outcome.leases as Record<string, unknown>[]).map((lease) => ({ ...lease, epoch: MAX_EPOCH }));
+  const phantom = {
+    resource: PHANTOM_LEASE_RESOURCE,
+    epoch: MAX_EPOCH,
+    holder: new Uint8Array(32).fill(7),
+    remainingMs: 60_000,
+  };
+  return { status: 'leases', leases: [phantom, ...listed].slice(0, MAX_LEASES_PER_REPLY), more: outcome.more === true };
 }
 
 function asBuffer(data: RawData): Buffer {

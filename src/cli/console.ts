@@ -1,0 +1,126 @@
+/** `quorumfence console`: the operator console, a live web page of the cluster (src/console, docs/console.md). */
+import { QuorumFenceClient } from '../client/client.js';
+import { EvidenceLog } from '../client/evidence.js';
+import { loadIdentityFile } from '../client/identity.js';
+import { QuorumFenceError } from '../common/errors.js';
+import { createLogger } from '../common/log.js';
+import { expectResource } from '../common/check.js';
+import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
+import { watchForStop } from '../command/lifecycle.js';
+import { ConsoleMetrics } from '../console/metrics.js';
+import { ConsoleServer } from '../console/server.js';
+import { ConsoleWatcher } from '../console/watcher.js';
+import { loadClusterForCommand } from './acquire.js';
+
+/** The console's default address: loopback, a port of its own beside the replicas' and the resource's. */
+export const DEFAULT_CONSOLE_LISTEN = { host: '127.0.0.1', port: 7460 };
+/** Resources --watch may name. */
+const MAX_WATCHED = 32;
+
+const usage = `usage: quorumfence console --cluster FILE --identity FILE [--listen HOST:PORT] [--allow-remote]
+                          [--interval 1s] [--timeout 2s] [--watch RESOURCE ...] [--persist N]
+
+Serves a live web page of the cluster: each replica (reachable, version, uptime,
+grants/s, refusals by reason, fsync latency, last error), the quorum margin (how
+many more replicas may fail before acquires stop), the running leases that f+1
+replicas list (holder, epoch, time left), recent grants, and evidence of
+misbehaving replicas (equivocation proofs as JSON downloads). What replicas say
+is checked by the client's (f+1)-th rules, so up to f lying replicas cannot
+paint the page; a replica whose claims f+1 others do not confirm, poll after
+poll, is shown faulty. Signs nothing. See docs/console.md.
+
+Also serves GET /api/state (the page's JSON), GET /api/evidence/<id>.json,
+POST /api/evidence (equivocation evidence a client found; kept only if it
+verifies) and GET /metrics. Stops on SIGTERM or Ctrl-C.
+
+options:
+  --cluster FILE      the cluster description (cluster.json)                 (required)
+  --identity FILE     the client identity the console authenticates with     (required)
+  --listen HOST:PORT  where to serve the page     (default ${DEFAULT_CONSOLE_LISTEN.host}:${DEFAULT_CONSOLE_LISTEN.port}; port 0 picks one)
+  --allow-remote      serve a non-loopback address (the page has no login: put it behind one)
+  --interval DURATION how often to poll the replicas                         (default 1s)
+  --timeout DURATION  how long each request of a poll may take               (default 2s)
+  --watch RESOURCE    also ask the status of RESOURCE at every poll (repeatable, at most ${MAX_WATCHED})
+  --persist N         polls in a row a contradiction must last to show its replica faulty (default 3)
+`;
+
+export const command: Command = {
+  summary: 'serve a live web page of the cluster (replicas, quorum margin, leases, evidence)',
+  usage,
+  async run(argv) {
+    const { values } = parseFlags(argv, {
+      cluster: { type: 'string' },
+      identity: { type: 'string' },
+      listen: { type: 'string' },
+      'allow-remote': { type: 'boolean' },
+      interval: { type: 'string' },
+      timeout: { type: 'string' },
+      watch: { type: 'string', multiple: true },
+      persist: { type: 'string' },
+    });
+    const listen = parseListen(values.listen, 'listen', DEFAULT_CONSOLE_LISTEN);
+    const intervalMs = parseDuration(values.interval, 'interval', 1_000);
+    const timeoutMs = parseDuration(values.timeout, 'timeout', 2_000);
+    if (intervalMs < 100 || intervalMs > 3_600_000)
+      throw new QuorumFenceError('INVALID_OPTION', `--interval expects 100ms .. 1h, got "${values.interval}"`);
+    if (timeoutMs < 100 || timeoutMs > 60_000)
+      throw new QuorumFenceError('INVALID_OPTION', `--timeout expects 100ms .. 60s, got "${values.timeout}"`);
+    const persistPolls = integerFlag(values.persist, 'persist', 3, 1, 1_000);
+    const watch = values.watch ?? [];
+    if (watch.length > MAX_WATCHED)
+      throw new QuorumFenceError('INVALID_OPTION', `--watch may be given at most ${MAX_WATCHED} times`);
+    for (const resource of watch) {
+      try {
+        expectResource(resource);
+      } catch (error) {
+        throw new QuorumFenceError(
+          'INVALID_OPTION',
+          `--watch ${JSON.stringify(resource)}: ${(error as Error).message}`,
+        );
+      }
+    }
+    const cluster = loadClusterForCommand(required(values.cluster, 'cluster'));
+    const identity = loadIdentityFile(required(values.identity, 'identity'));
+    const logger = createLogger('console', { level: 'info', destination: 2 });
+    const evidence = new EvidenceLog();
+    // Not connect(): the console starts (and shows them unreachable) even when no replica answers yet.
+    const client = new QuorumFenceClient(cluster, identity, {
+      evidenceLog: evidence,
+      logger: createLogger('client', { level: 'warn', destination: 2 }),
+    });
+    const metrics = new ConsoleMetrics(cluster.idHex);
+    const watcher = new ConsoleWatcher({
+      client,
+      evidence,
+      metrics,
+      intervalMs,
+      timeoutMs,
+      watch,
+      persistPolls,
+      onPollError: (error) => logger.error({ err: error }, 'a poll failed; the next one runs at the interval'),
+    });
+    let server: ConsoleServer;
+    try {
+      server = await ConsoleServer.start({
+        watcher,
+        metrics,
+        host: listen.host,
+        port: listen.port,
+        allowRemote: values['allow-remote'] === true,
+      });
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
+    watcher.start();
+    const stop = watchForStop(logger);
+    process.stdout.write(`quorumfence console: serving ${server.url}/\n`);
+    logger.info({ url: server.url, replicas: cluster.n }, 'listening');
+    await stop.stopped;
+    await watcher.stop();
+    await server.close();
+    await client.close();
+    stop.dispose();
+    return 0;
+  },
+};

@@ -1,0 +1,356 @@
+/**
+ * The console's poll loop: once per interval it asks every replica for its running leases (the `leases`
+ * request), the status of every resource any replica lists plus the watched ones, its /healthz and its
+ * /metrics; applies the (f+1)-th rules (view.ts); and keeps the state the page shows. Polls never overlap,
+ * and every list it keeps is bounded.
+ */
+import type { QuorumFenceClient } from '../client/client.js';
+import { verifyEquivocation, type Evidence, type EvidenceLog } from '../client/evidence.js';
+import type { ReplicaLeases } from '../client/active-leases.js';
+import { BoundedMap } from '../common/bounded-map.js';
+import { toHex } from '../common/bytes.js';
+import { isQuorumFenceError } from '../common/errors.js';
+import { equivocationFromJson, equivocationToJson, type EquivocationJson } from './evidence-json.js';
+import type { ConsoleMetrics } from './metrics.js';
+import {
+  fetchBounded,
+  httpBase,
+  metricsFigures,
+  parseHealth,
+  parseMetrics,
+  type HealthClaim,
+  type MetricsFigures,
+  type MetricsSample,
+} from './replica-health.js';
+import {
+  ContradictionTracker,
+  confirmedLeases,
+  findContradictions,
+  quorumMargin,
+  type QuorumLease,
+  type ReplicaObservation,
+} from './view.js';
+
+/** Recent grants kept for the page, newest first. */
+const MAX_RECENT_GRANTS = 50;
+/** Leases already seen, so each shows once in the recent grants. */
+const SEEN_LEASES = 4096;
+/** Evidence items kept with an id for download. */
+const MAX_EVIDENCE = 64;
+
+export interface ConsoleWatcherOptions {
+  readonly client: QuorumFenceClient;
+  /** The client's evidence log (the console records what clients hand it there too). */
+  readonly evidence: EvidenceLog;
+  readonly metrics: ConsoleMetrics;
+  readonly intervalMs: number;
+  /** How long each request of a poll may take. */
+  readonly timeoutMs: number;
+  /** Resources whose status is asked at every poll, listed or not. */
+  readonly watch: readonly string[];
+  /** Polls in a row a contradiction must last before its replica is shown faulty. */
+  readonly persistPolls: number;
+  /** Hears a poll that failed (a bug, not a replica's doing: replicas' failures are part of the state). */
+  readonly onPollError?: (error: unknown) => void;
+}
+
+export interface ReplicaRow {
+  readonly replica: number;
+  readonly endpoint: string;
+  /** The console's WebSocket connection is up and the replica answered the last poll's leases request. */
+  readonly reachable: boolean;
+  readonly connection: string;
+  /** Why the console shows it faulty, or null. */
+  readonly faulty: string | null;
+  /** True when verified equivocation evidence convicts it. */
+  readonly convicted: boolean;
+  /** Its own word about itself (/healthz), or why it could not be read. */
+  readonly health: (HealthClaim & { readonly mismatch: string | null }) | { readonly error: string };
+  readonly metrics: MetricsFigures | { readonly error: string };
+  /** How many leases it listed (its word), and whether it left some out. */
+  readonly leasesListed: number | null;
+}
+
+export interface ConsoleState {
+  readonly cluster: { readonly id: string; readonly n: number; readonly f: number; readonly t: number };
+  readonly polledAt: string | null;
+  readonly polls: number;
+  /** How long the last poll took (ms): all its requests, health and metrics reads included. */
+  readonly lastPollMs: number | null;
+  readonly margin: number;
+  readonly available: number;
+  readonly replicas: readonly ReplicaRow[];
+  readonly leases: readonly (Omit<QuorumLease, 'epoch'> & { readonly epoch: string })[];
+  readonly recentGrants: readonly {
+    readonly resource: string;
+    readonly epoch: string;
+    readonly holder: string;
+    readonly firstSeenAt: string;
+  }[];
+  readonly evidence: readonly {
+    readonly id: number;
+    readonly kind: string;
+    readonly replica: number;
+    readonly resource: string;
+    readonly epoch: string;
+    readonly observedAt: string;
+    /** Equivocation that verifies: downloadable at /api/evidence/<id>.json. */
+    readonly downloadable: boolean;
+  }[];
+  readonly probedResources: number;
+}
+
+interface HealthRead {
+  readonly health: ReplicaRow['health'];
+  readonly sample: MetricsSample | undefined;
+  readonly metricsError: string | undefined;
+}
+
+export class ConsoleWatcher {
+  readonly #options: ConsoleWatcherOptions;
+  readonly #client: QuorumFenceClient;
+  readonly #tracker: ContradictionTracker;
+  readonly #samples = new Map<number, MetricsSample>();
+  readonly #seen = new BoundedMap<string, true>(SEEN_LEASES);
+  readonly #recent: ConsoleState['recentGrants'][number][] = [];
+  readonly #evidence: { id: number; item: Evidence; verified: boolean }[] = [];
+  #nextEvidenceId = 1;
+  #state: ConsoleState;
+  #timer: NodeJS.Timeout | undefined;
+  #polling: Promise<void> | undefined;
+  #stopped = false;
+  readonly #unsubscribe: () => void;
+
+  constructor(options: ConsoleWatcherOptions) {
+    this.#options = options;
+    this.#client = options.client;
+    this.#tracker = new ContradictionTracker(options.persistPolls);
+    const { cluster } = this.#client;
+    this.#state = {
+      cluster: { id: cluster.idHex, n: cluster.n, f: cluster.f, t: cluster.t },
+      polledAt: null,
+      polls: 0,
+      lastPollMs: null,
+      margin: quorumMargin(0, cluster.f),
+      available: 0,
+      replicas: [],
+      leases: [],
+      recentGrants: [],
+      evidence: [],
+      probedResources: 0,
+    };
+    for (const item of options.evidence.list()) this.#noteEvidence(item);
+    this.#unsubscribe = options.evidence.subscribe((item) => this.#noteEvidence(item));
+  }
+
+  /** Polls now and then every interval until stop(). */
+  start(): void {
+    const loop = () => {
+      if (this.#stopped) return;
+      this.#polling = this.#poll()
+        .catch((error: unknown) => this.#options.onPollError?.(error))
+        .finally(() => {
+          this.#polling = undefined;
+          if (!this.#stopped) this.#timer = setTimeout(loop, this.#options.intervalMs);
+        });
+    };
+    loop();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#timer);
+    this.#unsubscribe();
+    await this.#polling;
+  }
+
+  get state(): ConsoleState {
+    return this.#state;
+  }
+
+  /** The downloadable document of evidence `id`, or undefined. */
+  evidenceDocument(id: number): EquivocationJson | undefined {
+    const entry = this.#evidence.find((e) => e.id === id);
+    return entry?.verified ? equivocationToJson(entry.item) : undefined;
+  }
+
+  /**
+   * Records equivocation evidence a client hands over, once it verifies against the cluster.
+   * @throws QuorumFenceError INVALID_ARGUMENT and the field errors of equivocationFromJson
+   */
+  addEvidence(document: unknown): number {
+    const evidence = equivocationFromJson(document, this.#client.cluster);
+    // The same pair handed over again (several clients saw it) is kept once.
+    const known = this.#evidence.find((e) => e.verified && sameEquivocation(e.item, evidence));
+    if (known) return known.id;
+    const { observedAt: _observedAt, ...item } = evidence;
+    this.#options.evidence.record(item);
+    return this.#nextEvidenceId - 1;
+  }
+
+  #noteEvidence(item: Evidence): void {
+    const verified = item.kind === 'equivocation' && verifyEquivocation(item, this.#client.cluster);
+    this.#evidence.push({ id: this.#nextEvidenceId++, item, verified });
+    if (this.#evidence.length > MAX_EVIDENCE) this.#evidence.shift();
+    this.#options.metrics.evidence.inc({ kind: item.kind });
+  }
+
+  async #poll(): Promise<void> {
+    const started = performance.now();
+    const { client } = this;
+    const { timeoutMs } = this.#options;
+    const cluster = client.cluster;
+    let leaseViews: ReplicaLeases[];
+    let healthReads: HealthRead[];
+    try {
+      [leaseViews, healthReads] = await Promise.all([
+        client.replicaLeases({ timeoutMs }),
+        Promise.all(cluster.replicas.map((r) => this.#readHealth(r.index, r.endpoint))),
+      ]);
+    } catch (error) {
+      if (isQuorumFenceError(error) && error.code === 'CLOSED') return;
+      throw error;
+    }
+    const resources = new Set(this.#options.watch);
+    for (const view of leaseViews)
+      if (view.state === 'ok') for (const lease of view.leases) resources.add(lease.resource);
+    const statusEpochs = new Map<number, Map<string, bigint>>(cluster.replicas.map((r) => [r.index, new Map()]));
+    await Promise.all(
+      [...resources].map(async (resource) => {
+        // A name a replica made up may not even be a valid resource: then there is nothing to ask.
+        const status = await client.status(resource, { timeoutMs }).catch(() => undefined);
+        for (const view of status?.replicas ?? [])
+          if (view.state === 'ok') statusEpochs.get(view.replica)?.set(resource, view.epoch);
+      }),
+    );
+    if (this.#stopped) return;
+    const observations: ReplicaObservation[] = leaseViews.map((view) => ({
+      replica: view.replica,
+      leases: view.state === 'ok' ? view.leases : undefined,
+      statusEpochs: statusEpochs.get(view.replica) ?? new Map(),
+    }));
+    this.#tracker.update(findContradictions(observations, cluster.f));
+    const leases = confirmedLeases(observations, cluster.f);
+    const now = new Date().toISOString();
+    for (const lease of [...leases].reverse()) {
+      const key = `${lease.epoch}\u0000${lease.holder}\u0000${lease.resource}`;
+      if (this.#seen.get(key)) continue;
+      this.#seen.set(key, true);
+      this.#recent.unshift({
+        resource: lease.resource,
+        epoch: lease.epoch.toString(),
+        holder: lease.holder,
+        firstSeenAt: now,
+      });
+    }
+    this.#recent.splice(MAX_RECENT_GRANTS);
+    const convicted = new Set(this.#evidence.filter((e) => e.verified).map((e) => e.item.replica));
+    const connections = client.replicas();
+    const rows: ReplicaRow[] = leaseViews.map((view, k) => {
+      const connection = connections.find((c) => c.replica === view.replica)!;
+      const read = healthReads[k]!;
+      const reachable = view.state === 'ok' && connection.state.phase === 'ready';
+      const contradiction = this.#tracker.faultOf(view.replica);
+      const faulty = convicted.has(view.replica)
+        ? 'convicted: verified equivocation evidence (two holders signed at one resource and epoch)'
+        : view.state === 'faulty'
+          ? `broke the protocol: ${view.message}`
+          : contradiction
+            ? `claims epoch ${contradiction.claimed} for ${JSON.stringify(contradiction.resource)}; f+1 others confirm only ${contradiction.confirmed} (for ${this.#options.persistPolls}+ polls)`
+            : null;
+      const previous = this.#samples.get(view.replica);
+      if (read.sample) this.#samples.set(view.replica, read.sample);
+      return {
+        replica: view.replica,
+        endpoint: view.endpoint,
+        reachable,
+        connection: view.state === 'ok' ? 'ready' : `${view.state}: ${view.message}`,
+        faulty,
+        convicted: convicted.has(view.replica),
+        health: read.health,
+        metrics: read.sample ? metricsFigures(read.sample, previous) : { error: read.metricsError ?? 'unknown' },
+        leasesListed: view.state === 'ok' ? view.leases.length : null,
+      };
+    });
+    const available = rows.filter((r) => r.reachable && r.faulty === null).length;
+    const margin = quorumMargin(available, cluster.f);
+    const m = this.#options.metrics;
+    m.quorumMargin.set(margin);
+    for (const row of rows) {
+      m.replicaReachable.set({ replica: String(row.replica) }, row.reachable ? 1 : 0);
+      m.replicaFaulty.set({ replica: String(row.replica) }, row.faulty === null ? 0 : 1);
+    }
+    this.#state = {
+      cluster: this.#state.cluster,
+      polledAt: now,
+      polls: this.#state.polls + 1,
+      lastPollMs: Math.round(performance.now() - started),
+      margin,
+      available,
+      replicas: rows,
+      leases: leases.map((l) => ({ ...l, epoch: l.epoch.toString() })),
+      recentGrants: [...this.#recent],
+      evidence: this.#evidence.map((e) => ({
+        id: e.id,
+        kind: e.item.kind,
+        replica: e.item.replica,
+        resource: e.item.grant.resource,
+        epoch: e.item.grant.epoch.toString(),
+        observedAt: e.item.observedAt,
+        downloadable: e.verified,
+      })),
+      probedResources: resources.size,
+    };
+  }
+
+  get client(): QuorumFenceClient {
+    return this.#client;
+  }
+
+  async #readHealth(index: number, endpoint: string): Promise<HealthRead> {
+    const base = httpBase(endpoint);
+    const { timeoutMs } = this.#options;
+    const [health, metrics] = await Promise.allSettled([
+      fetchBounded(`${base}/healthz`, timeoutMs),
+      fetchBounded(`${base}/metrics`, timeoutMs),
+    ]);
+    let healthRow: ReplicaRow['health'];
+    if (health.status === 'fulfilled') {
+      let claim: HealthClaim;
+      try {
+        claim = parseHealth(JSON.parse(health.value));
+      } catch {
+        claim = parseHealth(undefined);
+      }
+      const cluster = this.#client.cluster;
+      const mismatch =
+        claim.clusterId !== null && claim.clusterId !== cluster.idHex
+          ? 'its /healthz names another cluster'
+          : claim.replica !== null && claim.replica !== index
+            ? `its /healthz says it is replica ${claim.replica}`
+            : null;
+      healthRow = { ...claim, mismatch };
+    } else healthRow = { error: describeFailure(health.reason) };
+    return {
+      health: healthRow,
+      sample: metrics.status === 'fulfilled' ? parseMetrics(metrics.value, Date.now()) : undefined,
+      metricsError: metrics.status === 'rejected' ? describeFailure(metrics.reason) : undefined,
+    };
+  }
+}
+
+/** One replica, one (resource, epoch), the same two holders in either order. */
+function sameEquivocation(a: Evidence, b: Evidence): boolean {
+  const holders = (e: Evidence) =>
+    [toHex(e.grant.holder), toHex(e.conflicting?.grant.holder ?? new Uint8Array())].sort().join();
+  return (
+    a.replica === b.replica &&
+    a.grant.resource === b.grant.resource &&
+    a.grant.epoch === b.grant.epoch &&
+    holders(a) === holders(b)
+  );
+}
+
+function describeFailure(error: unknown): string {
+  return isQuorumFenceError(error) ? `${error.code}: ${error.message}` : String(error).slice(0, 200);
+}

@@ -1,0 +1,314 @@
+/**
+ * The operator console (issue 15) as an operator sees it: a local cluster of 4 replica processes, replica 4
+ * Byzantine (lie-epoch-huge: it claims epoch 2^63-1 in status answers and lists a phantom lease), and
+ * `quorumfence console` as a real process, read by a real headless Chromium. The page must show replica 4
+ * faulty and the margin 4 - 1 - 3 = 0, a lease acquired by this test appear (holder, epoch) and disappear on
+ * release, replica-supplied text as text (never markup), and verified equivocation evidence as a download.
+ * A screenshot is saved to test-artefacts/console.png (git-ignored).
+ *
+ * Needs Debian's chromium (.ci/run installs it); without it the test fails saying so.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { QuorumFenceClient, createIdentityFile, generateIdentity } from '../../src/client/index.js';
+import { clusterToJson, loadClusterFile, withEndpoints, type Cluster } from '../../src/cluster/description.js';
+import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
+import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
+import { toHex } from '../../src/common/bytes.js';
+import { CONSOLE_METRICS } from '../../src/console/metric-names.js';
+import { EVIDENCE_FORMAT, equivocationFromJson } from '../../src/console/evidence-json.js';
+import { byzantineEntryPoint } from '../../src/testing/byzantine/control.js';
+import { grantMessage, type Grant } from '../../src/token/grant.js';
+import { CLI_PATH, runCli } from '../support/cli.js';
+
+const ARTEFACTS = fileURLToPath(new URL('../../test-artefacts/', import.meta.url));
+
+function chromiumPath(): string {
+  const found = spawnSync('sh', ['-c', 'command -v chromium || command -v chromium-browser'], { encoding: 'utf8' });
+  const path = found.stdout.trim();
+  if (found.status !== 0 || path === '') throw new Error('chromium is not installed (apt-get install chromium)');
+  return path;
+}
+
+const root = mkdtempSync(join(tmpdir(), 'qf-console-'));
+let honest: LocalCluster;
+let byzantine: LocalCluster;
+let cluster: Cluster;
+let clusterFile: string;
+let identityFile: string;
+let consoleProcess: ChildProcess;
+let consoleUrl: string;
+let consoleStderr = '';
+let browser: Browser;
+let page: Page;
+
+/** Starts `quorumfence console` and resolves with the url it prints. */
+function startConsole(): Promise<string> {
+  consoleProcess = spawn(
+    process.execPath,
+    [
+      CLI_PATH,
+      'console',
+      '--cluster',
+      clusterFile,
+      '--identity',
+      identityFile,
+      '--listen',
+      '127.0.0.1:0',
+      '--interval',
+      '500ms',
+      '--timeout',
+      '1s',
+    ],
+    { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' } },
+  );
+  consoleProcess.stderr!.on(
+    'data',
+    (chunk: Buffer) => (consoleStderr = (consoleStderr + chunk.toString()).slice(-4000)),
+  );
+  return new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`the console did not start:\n${consoleStderr}`)), 30_000);
+    consoleProcess.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /serving (http:\/\/127\.0\.0\.1:\d+)\//.exec(out);
+      if (match) {
+        clearTimeout(timer);
+        resolve(match[1]!);
+      }
+    });
+    consoleProcess.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the console exited with ${code}:\n${consoleStderr}`));
+    });
+  });
+}
+
+beforeAll(async () => {
+  const keys = join(root, 'keys');
+  dealLocalCluster(keys);
+  const fast = ['--signing-workers', '0', '--min-ttl', '50ms', '--max-ttl', '30s'];
+  [honest, byzantine] = await Promise.all([
+    startLocalCluster({ dir: keys, indices: [1, 2, 3], dataRoot: join(root, 'data'), extraArgs: fast }),
+    startLocalCluster({
+      dir: keys,
+      indices: [4],
+      dataRoot: join(root, 'data'),
+      entry: byzantineEntryPoint(),
+      extraArgs: [...fast, '--behaviour', 'lie-epoch-huge'],
+    }),
+  ]);
+  cluster = withEndpoints(
+    loadClusterFile(join(keys, 'cluster.json')),
+    [1, 2, 3, 4].map((i) => (i === 4 ? byzantine : honest).replica(i).url),
+  );
+  clusterFile = join(root, 'cluster.json');
+  writeFileSync(clusterFile, JSON.stringify(clusterToJson(cluster)));
+  identityFile = join(root, 'console.identity');
+  createIdentityFile(identityFile);
+  consoleUrl = await startConsole();
+  browser = await chromium.launch({ executablePath: chromiumPath(), args: ['--no-sandbox'] });
+  page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  await page.goto(consoleUrl + '/');
+}, 120_000);
+
+afterAll(async () => {
+  await browser?.close();
+  consoleProcess?.kill('SIGTERM');
+  await Promise.allSettled([honest?.close(), byzantine?.close()]);
+  rmSync(root, { recursive: true, force: true });
+}, 60_000);
+
+/** Page checks go through Playwright's selectors: the page's Content-Security-Policy forbids evaluating strings. */
+const WAIT = { timeout: 20_000 };
+
+describe('the operator console in Chromium', () => {
+  it('shows the Byzantine replica faulty, the honest ones not, and the margin 4 - 1 - 3 = 0', async () => {
+    await page.waitForSelector('tr[data-replica="4"][data-faulty="true"]', WAIT);
+    await expect.poll(() => page.textContent('#margin'), WAIT).toBe('0');
+    const rows = await page.$$eval('#replicas tr', (trs) =>
+      trs.map((tr) => ({
+        replica: tr.getAttribute('data-replica'),
+        faulty: tr.getAttribute('data-faulty'),
+        reachable: tr.getAttribute('data-reachable'),
+        reason: tr.querySelector('.reason')?.textContent ?? null,
+        text: tr.textContent ?? '',
+      })),
+    );
+    expect(rows.map((r) => [r.replica, r.faulty, r.reachable])).toEqual([
+      ['1', 'false', 'true'],
+      ['2', 'false', 'true'],
+      ['3', 'false', 'true'],
+      ['4', 'true', 'true'],
+    ]);
+    // The reason names the unconfirmed claim: the phantom epoch 2^63-1.
+    expect(rows[3]!.reason).toContain('9223372036854775807');
+    // Each replica's own word is shown: the version it claims, and its figures.
+    expect(rows[0]!.text).toContain('version 0.1.0');
+    expect(rows[0]!.text).toContain('grants/s');
+    // No lease the honest replicas do not list: the phantom is not shown.
+    expect(await page.$$('#leases tr[data-resource]')).toHaveLength(0);
+  }, 60_000);
+
+  it('shows a lease this test acquires (holder, epoch), as text even with markup in its name, until released', async () => {
+    const resource = 'console/<b>orders</b>';
+    const client = await QuorumFenceClient.connect(cluster, generateIdentity(), { requestTimeoutMs: 2_000 });
+    try {
+      const acquired = await client.acquire(resource, { ttlMs: 20_000, autoRenew: false });
+      if (!acquired.ok) throw new Error(`acquire failed: ${acquired.reason}`);
+      const { lease } = acquired;
+      const holder = toHex(client.identity.publicKey);
+      const selector = `#leases tr[data-resource=${JSON.stringify(resource)}]`;
+      await page.waitForSelector(selector, WAIT);
+      const shown = await page.$eval(selector, (tr) => ({
+        epoch: tr.getAttribute('data-epoch'),
+        holder: tr.getAttribute('data-holder'),
+        name: tr.children[0]!.textContent,
+        bold: tr.querySelectorAll('b').length,
+        reportedBy: tr.children[4]!.textContent,
+      }));
+      expect(shown).toEqual({
+        epoch: String(lease.epoch),
+        holder,
+        name: resource,
+        bold: 0,
+        reportedBy: shown.reportedBy,
+      });
+      // Listed by the honest replicas that signed it (an acquire asks t = 3 first, so possibly replica 4 among
+      // them): at least f+1 = 2 of 1..3, and never by the liar, which lists it at epoch 2^63-1.
+      const listers = String(shown.reportedBy).split(', ');
+      expect(listers.length).toBeGreaterThanOrEqual(2);
+      expect(listers.every((r: string) => ['1', '2', '3'].includes(r))).toBe(true);
+      await page.locator('#recent td').filter({ hasText: resource }).first().waitFor(WAIT);
+      mkdirSync(ARTEFACTS, { recursive: true });
+      await page.screenshot({ path: join(ARTEFACTS, 'console.png'), fullPage: true });
+
+      await lease.release();
+      await page.waitForSelector(selector, { ...WAIT, state: 'detached' });
+      expect(await page.$$('#leases tr[data-resource]')).toHaveLength(0);
+    } finally {
+      await client.close();
+    }
+  }, 60_000);
+
+  it('keeps verified equivocation evidence as a JSON download and refuses evidence that does not verify', async () => {
+    const key = loadReplicaKeyFile(join(root, 'keys', 'replica-4.key'), cluster);
+    const grantFor = (holder: Uint8Array): Grant => ({
+      clusterId: cluster.id,
+      resource: 'console/split',
+      epoch: 7n,
+      holder,
+    });
+    const sign = (grant: Grant) => toHex(cluster.backend.sign(key.secretKey, grantMessage(grant)).bytes);
+    const jsonGrant = (grant: Grant) => ({
+      clusterId: toHex(grant.clusterId),
+      resource: grant.resource,
+      epoch: String(grant.epoch),
+      holder: toHex(grant.holder),
+    });
+    const a = grantFor(new Uint8Array(32).fill(1));
+    const b = grantFor(new Uint8Array(32).fill(2));
+    const document = {
+      format: EVIDENCE_FORMAT,
+      replica: 4,
+      observedAt: new Date().toISOString(),
+      grant: jsonGrant(a),
+      partial: sign(a),
+      conflicting: { grant: jsonGrant(b), partial: sign(b) },
+    };
+    const post = (body: unknown) => fetch(`${consoleUrl}/api/evidence`, { method: 'POST', body: JSON.stringify(body) });
+
+    // Not JSON, or too large: refused, nothing kept, the server keeps serving.
+    const garbage = await fetch(`${consoleUrl}/api/evidence`, { method: 'POST', body: '<evidence/>' });
+    expect(garbage.status).toBe(400);
+    expect(((await garbage.json()) as { code: string }).code).toBe('INVALID_ARGUMENT');
+    const huge = await fetch(`${consoleUrl}/api/evidence`, { method: 'POST', body: 'x'.repeat(100_000) });
+    expect(huge.status).toBe(413);
+    // Blaming replica 3 with replica 4's signatures convicts nobody.
+    const wrong = await post({ ...document, replica: 3 });
+    expect(wrong.status).toBe(400);
+    expect(((await wrong.json()) as { code: string }).code).toBe('INVALID_ARGUMENT');
+
+    const accepted = await post(document);
+    expect(accepted.status).toBe(201);
+    const { url } = (await accepted.json()) as { url: string };
+    // The same pair handed over again is kept once.
+    expect(((await (await post(document)).json()) as { url: string }).url).toBe(url);
+    await page.waitForSelector(`#evidence a[href=${JSON.stringify(url)}]`, WAIT);
+    const downloaded = (await (await fetch(consoleUrl + url)).json()) as unknown;
+    expect(equivocationFromJson(downloaded, cluster).replica).toBe(4);
+    expect(await page.$$eval('#evidence tr[data-evidence]', (trs) => trs.map((tr) => tr.textContent))).toEqual([
+      expect.stringContaining('equivocation'),
+    ]);
+  }, 60_000);
+
+  it('reports how long a poll takes (printed for the record)', async () => {
+    const started = performance.now();
+    const state = (await (await fetch(`${consoleUrl}/api/state`)).json()) as { lastPollMs: number; polls: number };
+    const stateMs = performance.now() - started;
+    expect(state.polls).toBeGreaterThan(0);
+    expect(typeof state.lastPollMs).toBe('number');
+    console.log(JSON.stringify({ console: { lastPollMs: state.lastPollMs, stateMs: Math.round(stateMs * 10) / 10 } }));
+  }, 30_000);
+
+  it('exports its metrics under the names the alert rules use', async () => {
+    const text = await (await fetch(`${consoleUrl}/metrics`)).text();
+    for (const name of Object.values(CONSOLE_METRICS)) expect(text, name).toContain(name);
+    expect(text).toMatch(/quorumfence_console_quorum_margin\{[^}]*\} 0\n/);
+    expect(text).toMatch(/quorumfence_console_replica_faulty\{replica="4"[^}]*\} 1\n/);
+    expect(text).toMatch(/quorumfence_console_replica_faulty\{replica="1"[^}]*\} 0\n/);
+  }, 30_000);
+
+  it('answers only to its loopback name (no DNS rebinding)', async () => {
+    const { request } = await import('node:http');
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request(`${consoleUrl}/api/state`, { headers: { host: 'evil.example:80' } }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    expect(status).toBe(421);
+  }, 30_000);
+});
+
+describe('quorumfence console: bad input', () => {
+  it('refuses unknown options, a missing or malformed cluster file and a non-loopback address without --allow-remote', async () => {
+    const unknown = await runCli(['console', '--cluster', clusterFile, '--identity', identityFile, '--bogus']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('(INVALID_OPTION)');
+
+    const missing = await runCli(['console', '--cluster', join(root, 'nope.json'), '--identity', identityFile]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('cannot read the cluster description');
+    expect(missing.stderr).toContain('(IO_ERROR)');
+
+    const bad = join(root, 'bad-cluster.json');
+    writeFileSync(bad, '{"format": "nonsense"}');
+    const malformed = await runCli(['console', '--cluster', bad, '--identity', identityFile]);
+    expect(malformed.code).toBe(1);
+    expect(malformed.stderr).toMatch(/quorumfence console: .+\([A-Z_]+\)/);
+
+    const remote = await runCli([
+      'console',
+      '--cluster',
+      clusterFile,
+      '--identity',
+      identityFile,
+      '--listen',
+      '0.0.0.0:0',
+    ]);
+    expect(remote.code).toBe(2);
+    expect(remote.stderr).toContain('--allow-remote');
+
+    const help = await runCli(['console', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain('usage: quorumfence console');
+  }, 60_000);
+});
