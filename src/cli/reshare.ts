@@ -9,9 +9,16 @@
 import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesToBigInt, fromHex } from '../common/bytes.js';
+import { bytesToBigInt, fromHex, toHex } from '../common/bytes.js';
 import { readJsonFile, writeFileDurably } from '../common/files.js';
-import { clusterToJson, loadClusterFile, type Cluster } from '../cluster/description.js';
+import { clusterToJson, loadClusterFile, parseCluster, type Cluster } from '../cluster/description.js';
+import {
+  combineEndorsement,
+  followMembership,
+  membershipDigest,
+  signMembership,
+  type MembershipPartial,
+} from '../cluster/membership.js';
 import { loadReplicaKeyFile, type ReplicaKeyJson } from '../cluster/replica-key.js';
 import { loadNodeKeyFile, nodeKeyExists } from '../ceremony/node-key.js';
 import { assertNoKeyYet } from '../ceremony/output.js';
@@ -29,6 +36,9 @@ const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reas
        quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE --dealers LIST
                                [--old-key FILE] [--node-key-dir DIR] [--listen HOST:PORT] [--publish FILE] [--json]
        quorumfence reshare inherit --data DIR --key FILE --cluster FILE --old-cluster FILE --in FILE --in FILE ...
+       quorumfence reshare endorse --cluster FILE --key FILE [--out FILE]
+       quorumfence reshare endorse --cluster FILE --partial FILE --partial FILE ... [--out FILE]
+       quorumfence reshare follow --cluster FILE --candidate FILE [--out FILE]
 
 Gives the cluster's key new shares while the group key stays the same:
 replace one replica (its share may be lost), add replicas (4 -> 7), remove
@@ -65,12 +75,30 @@ per resource (a top epoch reported with two holders is blocked for everyone).
   --key FILE               the new replica's key file (from "reshare run")        (required)
   --cluster FILE           the new cluster.json                                  (required)
   --old-cluster FILE       the old cluster.json                                  (required)
-  --in FILE                a frozen record from "reshare freeze"; repeat it       (required, >= 2f_old+1)`;
+  --in FILE                a frozen record from "reshare freeze"; repeat it       (required, >= 2f_old+1)
+
+endorse: sign the new membership with the group key, so holders of an older
+cluster.json can follow it ("reshare follow"). With --key, one NEW member signs
+the new cluster.json with its new share and writes its partial (public). With
+--partial, t_new partials are checked and combined, and the new cluster.json
+is written with its "endorsement". No share file leaves its member.
+  --cluster FILE           the NEW cluster.json (from "reshare run")             (required)
+  --key FILE               this new member's key file: write its partial
+  --partial FILE           a partial from "endorse --key"; repeat it (>= t_new)
+  --out FILE               where to write (default: stdout)
+
+follow: accept a newer membership of the cluster only if it has the same
+cluster id, a higher membershipVersion, and an endorsement that verifies under
+the group key; then write it to --out. Refusals: CLUSTER_MISMATCH,
+MEMBERSHIP_NOT_NEWER, MEMBERSHIP_NOT_ENDORSED, BAD_CLUSTER.
+  --cluster FILE           the cluster.json held now                             (required)
+  --candidate FILE         the newer cluster.json offered                         (required)
+  --out FILE               where to write the followed description (default: only check)`;
 
 export const command: Command = {
   summary: 'new shares of the same key: replace, add, remove replicas or refresh shares',
   usage,
-  run: (argv) => runSubcommand(argv, { freeze, run, inherit }),
+  run: (argv) => runSubcommand(argv, { freeze, run, inherit, endorse, follow }),
 };
 
 async function freeze(argv: string[]): Promise<number> {
@@ -190,7 +218,12 @@ async function run(argv: string[]): Promise<number> {
     });
   if (outcome.result.cluster.groupPublicKey !== clusterToJson(old).groupPublicKey)
     throw new QuorumFenceError('RESHARE_REFUSED', 'the reshare produced another group key; nothing written');
-  const { keyPath, clusterPath, summary } = saveCeremonyResult(dataDir, proposal, self, outcome.result, values.publish);
+  // The new membership is the old one's plus 1, so "reshare follow" can tell it is newer once endorsed.
+  const result = {
+    ...outcome.result,
+    cluster: { ...outcome.result.cluster, membershipVersion: old.membershipVersion + 1 },
+  };
+  const { keyPath, clusterPath, summary } = saveCeremonyResult(dataDir, proposal, self, result, values.publish);
   if (values.json) process.stdout.write(JSON.stringify(summary) + '\n');
   else
     process.stdout.write(
@@ -233,5 +266,96 @@ async function inherit(argv: string[]): Promise<number> {
   } finally {
     await store.close();
   }
+  return 0;
+}
+
+export const MEMBERSHIP_PARTIAL_FORMAT = 'quorumfence/membership-partial/v1';
+
+/** Writes `text` to --out (durably), or to stdout without one. */
+function output(out: string | undefined, text: string): void {
+  if (out) writeFileDurably(resolve(out), text);
+  else process.stdout.write(text);
+}
+
+function readPartial(path: string, cluster: Cluster): MembershipPartial {
+  const json = readJsonFile(path, 'membership partial', 'BAD_CLUSTER') as Record<string, unknown>;
+  if (typeof json !== 'object' || json === null || json.format !== MEMBERSHIP_PARTIAL_FORMAT)
+    throw new QuorumFenceError('UNKNOWN_VERSION', `${path}: expected a "${MEMBERSHIP_PARTIAL_FORMAT}" file`);
+  if (json.clusterId !== cluster.idHex || json.digest !== toHex(membershipDigest(cluster)))
+    throw new QuorumFenceError(
+      'MEMBERSHIP_NOT_ENDORSED',
+      `${path}: signs another membership (membership ${String(json.membershipVersion)}, digest ${String(json.digest).slice(0, 16)}…), not this cluster.json's`,
+    );
+  if (typeof json.index !== 'number')
+    throw new QuorumFenceError('BAD_CLUSTER', `${path}: "index" expected a member index`);
+  let signature;
+  try {
+    signature = cluster.backend.decodeSignature(fromHex(json.signature, 96, 'signature'), 'signature');
+  } catch (error) {
+    throw new QuorumFenceError('BAD_CLUSTER', `${path}: ${(error as Error).message}`, undefined, { cause: error });
+  }
+  return { index: json.index, signature };
+}
+
+async function endorse(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, {
+    cluster: { type: 'string' },
+    key: { type: 'string' },
+    partial: { type: 'string', multiple: true },
+    out: { type: 'string' },
+  });
+  const clusterPath = resolve(required(values.cluster, 'cluster'));
+  const raw = readJsonFile(clusterPath, 'cluster description', 'BAD_CLUSTER') as Record<string, unknown>;
+  const cluster = parseCluster(raw);
+  const partials = values.partial ?? [];
+  if ((values.key === undefined) === (partials.length === 0))
+    throw new QuorumFenceError('INVALID_OPTION', 'endorse: give either --key (sign) or --partial (combine), not both');
+  if (values.key !== undefined) {
+    const key = loadReplicaKeyFile(resolve(values.key), cluster);
+    const partial = signMembership(cluster, key.index, key.secretKey);
+    const json = {
+      format: MEMBERSHIP_PARTIAL_FORMAT,
+      clusterId: cluster.idHex,
+      membershipVersion: cluster.membershipVersion,
+      digest: toHex(membershipDigest(cluster)),
+      index: partial.index,
+      signature: toHex(partial.signature.bytes),
+    };
+    output(values.out, JSON.stringify(json, null, 2) + '\n');
+    process.stderr.write(
+      `reshare: member ${key.index} signed membership ${cluster.membershipVersion} of cluster ${cluster.idHex.slice(0, 16)}…\n`,
+    );
+    return 0;
+  }
+  const signature = combineEndorsement(
+    cluster,
+    partials.map((path) => readPartial(resolve(path), cluster)),
+  );
+  // The file as given (a ceremony's cluster.json keeps its ceremony block), with the endorsement added.
+  output(values.out, JSON.stringify({ ...raw, endorsement: toHex(signature.bytes) }, null, 2) + '\n');
+  process.stderr.write(
+    `reshare: membership ${cluster.membershipVersion} of cluster ${cluster.idHex.slice(0, 16)}… endorsed by the group key\n`,
+  );
+  return 0;
+}
+
+async function follow(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, {
+    cluster: { type: 'string' },
+    candidate: { type: 'string' },
+    out: { type: 'string' },
+  });
+  const current = loadClusterFile(resolve(required(values.cluster, 'cluster')));
+  const candidatePath = resolve(required(values.candidate, 'candidate'));
+  const raw = readJsonFile(candidatePath, 'cluster description', 'BAD_CLUSTER');
+  const outcome = followMembership(current, raw);
+  if (!outcome.ok) throw new QuorumFenceError(outcome.code, `not following ${candidatePath}: ${outcome.message}`);
+  if (values.out) writeFileDurably(resolve(values.out), JSON.stringify(raw, null, 2) + '\n');
+  process.stdout.write(
+    `following membership ${outcome.cluster.membershipVersion} of cluster ${current.idHex.slice(0, 16)}… ` +
+      `(was ${current.membershipVersion}): n = ${outcome.cluster.n}, t = ${outcome.cluster.t}, endorsed by the group key` +
+      (values.out ? `\n  wrote ${resolve(values.out)}` : '') +
+      '\n',
+  );
   return 0;
 }

@@ -208,7 +208,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     await store.close();
   });
 
-  it('add replicas 4 -> 7: the four old members deal to seven; the group key is unchanged and any five new shares sign', async () => {
+  it('add replicas 4 -> 7: the four old members deal to seven; the group key is unchanged and any five new shares sign; five new members endorse membership 1 and a holder of the old description follows it (refusals with codes)', async () => {
     const base = join(root, 'grow');
     const old = await oldCluster(base, 4);
     const proposal = await newMembers(base, 7);
@@ -217,6 +217,68 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
     expect(tokenFromNewShares(base, cluster, [3, 4, 5, 6, 7])).toBe(true);
     expect(tokenFromNewShares(base, cluster, [1, 2, 5, 6, 7])).toBe(true);
+
+    // The new membership is version 1; five new members endorse it with their new shares, each on its own.
+    expect(cluster.membershipVersion).toBe(1);
+    const fresh = join(base, 'new-1', 'cluster.json');
+    const partials = [3, 4, 5, 6, 7].map((i) => join(base, 'public', `partial-${i}.json`));
+    for (const [k, i] of [3, 4, 5, 6, 7].entries()) {
+      const signed = await cli([
+        'reshare',
+        'endorse',
+        '--cluster',
+        fresh,
+        '--key',
+        join(base, `new-${i}`, 'replica.key'),
+        '--out',
+        partials[k]!,
+      ]);
+      expect(signed.code, signed.stderr).toBe(0);
+    }
+    const endorsed = join(base, 'public', 'cluster-endorsed.json');
+    const combined = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      fresh,
+      ...partials.flatMap((p) => ['--partial', p]),
+      '--out',
+      endorsed,
+    ]);
+    expect(combined.code, combined.stderr).toBe(0);
+    // A holder of the old description follows the endorsed one, and only that.
+    const followed = join(base, 'public', 'cluster-followed.json');
+    const oldPath = join(base, 'old', 'cluster.json');
+    const follow = await cli(['reshare', 'follow', '--cluster', oldPath, '--candidate', endorsed, '--out', followed]);
+    expect(follow.code, follow.stderr).toBe(0);
+    expect(follow.stdout).toMatch(/following membership 1 .*\(was 0\): n = 7, t = 5/);
+    const now = loadClusterFile(followed);
+    expect(now.n).toBe(7);
+    expect(now.endorsement).toBeDefined();
+    const unendorsed = await cli(['reshare', 'follow', '--cluster', oldPath, '--candidate', fresh]);
+    expect([unendorsed.code, unendorsed.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_ENDORSED\)/)]);
+    const again = await cli(['reshare', 'follow', '--cluster', followed, '--candidate', endorsed]);
+    expect([again.code, again.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_NEWER\)/)]);
+    const tooFew = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      fresh,
+      ...partials.slice(1).flatMap((p) => ['--partial', p]),
+    ]);
+    expect([tooFew.code, tooFew.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_ENDORSED\)/)]);
+    const both = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      fresh,
+      '--key',
+      join(base, 'new-1', 'replica.key'),
+      '--partial',
+      partials[0]!,
+    ]);
+    expect([both.code, both.stderr]).toEqual([2, expect.stringMatching(/\(INVALID_OPTION\)/)]);
+    expect(old.membershipVersion).toBe(0);
   });
 
   it('refuses with codes: too few dealers (RESHARE_REFUSED), a dealer without its old key (RESHARE_REFUSED), no subcommand (INVALID_OPTION)', async () => {
