@@ -29,10 +29,12 @@ import { openWebSocketTransport } from '../ceremony/transport.js';
 import { inheritRecords, type OldRecordReport } from '../replica/inherit.js';
 import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { SigningRecord } from '../replica/signing-record.js';
-import { parseFlags, parseListen, required, runSubcommand, type Command } from '../command/args.js';
+import { integerFlag, parseFlags, parseListen, required, runSubcommand, type Command } from '../command/args.js';
+import { OPERATOR_SECRET_ENV, readOperatorSecret } from '../common/operator-secret.js';
 import { describeEvent, recordAttempt, saveCeremonyResult } from './dkg.js';
 
 const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reason TEXT]
+       quorumfence reshare freeze --url URL --secret-file FILE [--reason TEXT] [--timeout-ms N]
        quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE --dealers LIST
                                [--old-key FILE] [--node-key-dir DIR] [--listen HOST:PORT] [--publish FILE] [--json]
        quorumfence reshare inherit --data DIR --key FILE --cluster FILE --old-cluster FILE --in FILE --in FILE ...
@@ -48,11 +50,18 @@ interpolated from t_old checked deals. The proposal is made with
 "quorumfence dkg propose" from the NEW members' cards (a continuing member
 keeps its index). See docs/resharing.md for the steps and the safety argument.
 
-freeze: on a STOPPED old replica, durably freeze its signing record (it refuses
-every grant from then on, with REPLICA_FROZEN) and export it, like
-"replica export", to --out FILE or stdout. Run it before the reshare.
-  --data DIR               the old replica's data directory                      (required)
-  --out FILE               where to write the frozen record (default: stdout)
+freeze: durably freeze an old replica's signing record (it refuses every
+request from then on, with REPLICA_FROZEN, also after a restart). Run it before
+the reshare. With --data, on a STOPPED replica, and export the record, like
+"replica export", to --out FILE or stdout. With --url, on a RUNNING replica
+started with --operator-secret-file: POST /admin/freeze, which answers once
+the marker is flushed (no grant is in flight past it); then export with
+"replica export --data DIR" (read-only, beside the running replica).
+  --data DIR               the stopped replica's data directory
+  --out FILE               with --data: where to write the frozen record (default: stdout)
+  --url URL                the running replica's endpoint (ws://, wss://) or http(s) address
+  --secret-file FILE       with --url: its operator secret (or $QUORUMFENCE_OPERATOR_SECRET)
+  --timeout-ms N           with --url: how long to wait for the answer (default 30000)
   --reason TEXT            kept in the freeze marker (default "reshare")
 
 run: take part in the reshare ceremony as a new member, or as an old member
@@ -106,8 +115,21 @@ async function freeze(argv: string[]): Promise<number> {
     data: { type: 'string' },
     out: { type: 'string' },
     reason: { type: 'string' },
+    url: { type: 'string' },
+    'secret-file': { type: 'string' },
+    'timeout-ms': { type: 'string' },
   });
-  const dataDir = resolve(required(values.data, 'data'));
+  if ((values.url === undefined) === (values.data === undefined))
+    throw new QuorumFenceError('INVALID_OPTION', 'freeze: give --data (a stopped replica) or --url (a running one)');
+  if (values.url !== undefined) {
+    if (values.out !== undefined)
+      throw new QuorumFenceError(
+        'INVALID_OPTION',
+        '--out goes with --data; after a live freeze, export with "quorumfence replica export --data DIR"',
+      );
+    return freezeLive(values.url, values['secret-file'], values.reason ?? 'reshare', values['timeout-ms']);
+  }
+  const dataDir = resolve(values.data!);
   const peek = SigningRecord.open(dataDir, undefined, { readOnly: true });
   const identity = peek.identity;
   await peek.close();
@@ -123,6 +145,67 @@ async function freeze(argv: string[]): Promise<number> {
   }
   if (values.out) writeFileDurably(resolve(values.out), text, { mode: 0o600 });
   else process.stdout.write(text);
+  return 0;
+}
+
+/** The admin url of a replica given by its endpoint (ws://, wss://) or its http(s) address. */
+function adminFreezeUrl(text: string): URL {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new QuorumFenceError('INVALID_OPTION', `--url: not a URL: ${JSON.stringify(text.slice(0, 100))}`);
+  }
+  const scheme = { 'ws:': 'http:', 'wss:': 'https:', 'http:': 'http:', 'https:': 'https:' }[url.protocol];
+  if (!scheme)
+    throw new QuorumFenceError('INVALID_OPTION', `--url: expected ws, wss, http or https, got ${url.protocol}`);
+  return new URL(`${scheme}//${url.host}/admin/freeze`);
+}
+
+/** POST /admin/freeze to a running replica; succeeds only once the replica has flushed its freeze marker. */
+async function freezeLive(
+  urlText: string,
+  secretFile: string | undefined,
+  reason: string,
+  timeoutText: string | undefined,
+): Promise<number> {
+  const url = adminFreezeUrl(urlText);
+  const secret = readOperatorSecret(secretFile, 'secret-file');
+  if (secret === undefined)
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      `--secret-file (or $${OPERATOR_SECRET_ENV}) is required with --url: the replica's operator secret`,
+    );
+  const timeoutMs = integerFlag(timeoutText, 'timeout-ms', 30_000, 1, 600_000);
+  let response: Response;
+  try {
+    response = await fetch(url, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ reason }),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+  } catch (error) {
+    const timedOut = (error as Error).name === 'TimeoutError';
+    throw new QuorumFenceError(
+      timedOut ? 'TIMEOUT' : 'CONNECTION_FAILED',
+      `${url.href}: ${timedOut ? `no answer within ${timeoutMs} ms; the freeze may or may not be recorded, ask again` : (error as Error).message}`,
+    );
+  }
+  const body = (await response.json().catch(() => ({}))) as Record<string, unknown>;
+  if (response.status !== 200) {
+    const code =
+      response.status === 401 ? 'UNAUTHENTICATED' : response.status === 500 ? 'INTERNAL' : 'INVALID_ARGUMENT';
+    throw new QuorumFenceError(
+      code,
+      `${url.href} refused the freeze (HTTP ${response.status}): ${String(body.message)}`,
+    );
+  }
+  process.stderr.write(
+    `reshare: replica ${String(body.replica)} frozen at ${String(body.at)} while running; it signs nothing more. ` +
+      `Export its record with "quorumfence replica export --data DIR" (read-only, beside the running replica).\n`,
+  );
+  process.stdout.write(JSON.stringify(body) + '\n');
   return 0;
 }
 

@@ -106,6 +106,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   // Only the refusals that end the call; grants, busy and outdated answers have rules of their own below.
   const refusals = new QuorumTally<'forbidden' | 'invalid'>(f, t);
   let outdated = 0;
+  const frozen: number[] = [];
   let straggling = false;
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
@@ -126,6 +127,8 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       const { replica, answer } = event;
       faults.fromAnswer(replica, answer);
       if (answer.kind !== 'reply') {
+        // A frozen replica (a reshare is under way) cannot vote, like one that is down: ask the others.
+        if (answer.kind === 'error' && answer.code === 'REPLICA_FROZEN') frozen.push(replica);
         round.widen();
         continue;
       }
@@ -263,7 +266,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       ? { kind: 'stop', reason: 'timeout', message: `no grant within ${request.timeoutMs} ms` }
       : { kind: 'contended', message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms` };
   }
-  return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, reachable, t) };
+  return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, reachable, t, frozen) };
 }
 
 /** An acquire request; with `waitTurnMs`, one that may wait its turn (and, at the leader, take the next epoch). */

@@ -185,7 +185,13 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
   }
 }
 
-const WIRE_ERROR_CODES: readonly WireErrorCode[] = ['RATE_LIMITED', 'UNAUTHENTICATED', 'INTERNAL', 'PROTOCOL_ERROR'];
+const WIRE_ERROR_CODES: readonly WireErrorCode[] = [
+  'RATE_LIMITED',
+  'UNAUTHENTICATED',
+  'INTERNAL',
+  'PROTOCOL_ERROR',
+  'REPLICA_FROZEN',
+];
 
 /**
  * Decodes a frame a client received. Replies keep their outcome raw until

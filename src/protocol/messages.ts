@@ -156,8 +156,12 @@ export interface Reply {
   readonly outcome: Readonly<Record<string, unknown>>;
 }
 
-/** Error codes a replica sends in an error frame (the connection stays open). */
-export type WireErrorCode = 'RATE_LIMITED' | 'UNAUTHENTICATED' | 'INTERNAL' | 'PROTOCOL_ERROR';
+/**
+ * Error codes a replica sends in an error frame (the connection stays open). REPLICA_FROZEN: its signing
+ * record is frozen for a reshare, so it answers no request with this share any more (docs/resharing.md);
+ * a client counts it as a replica that cannot vote, like one that is down.
+ */
+export type WireErrorCode = 'RATE_LIMITED' | 'UNAUTHENTICATED' | 'INTERNAL' | 'PROTOCOL_ERROR' | 'REPLICA_FROZEN';
 
 export interface ErrorMessage {
   readonly type: 'error';
