@@ -7,7 +7,7 @@ import { QuorumFenceError } from '../common/errors.js';
 import { concatBytes, fromHex, toHex, u16be } from '../common/bytes.js';
 import { describe } from '../common/check.js';
 import { readJsonFile } from '../common/files.js';
-import { MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
+import { MAX_MEMBERSHIP_VERSION, MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
 import {
   PUBLIC_KEY_BYTES,
   SIGNATURE_BYTES,
@@ -198,8 +198,16 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
   }
 
   const membershipVersion = d.membershipVersion ?? 0;
-  if (typeof membershipVersion !== 'number' || !Number.isSafeInteger(membershipVersion) || membershipVersion < 0)
-    bad('membershipVersion', `expected an integer >= 0, got ${JSON.stringify(d.membershipVersion)}`);
+  if (
+    typeof membershipVersion !== 'number' ||
+    !Number.isInteger(membershipVersion) ||
+    membershipVersion < 0 ||
+    membershipVersion > MAX_MEMBERSHIP_VERSION
+  )
+    bad(
+      'membershipVersion',
+      `expected an integer in 0..${MAX_MEMBERSHIP_VERSION}, got ${JSON.stringify(d.membershipVersion)}`,
+    );
   const endorsement = decodeEndorsement(backend, d.endorsement);
 
   const format: ClusterFormat = d.format;

@@ -12,7 +12,7 @@ import { Packr } from 'msgpackr';
 import { QuorumFenceError } from '../common/errors.js';
 import { describe } from '../common/check.js';
 import { checkStrictMsgpack } from './strict-msgpack.js';
-import { MAX_EPOCH } from '../common/limits.js';
+import { MAX_EPOCH, MAX_MEMBERSHIP_VERSION } from '../common/limits.js';
 import {
   HOLDER_KEY_BYTES,
   HOLDER_SIGNATURE_BYTES,
@@ -270,11 +270,14 @@ export function parseOutcome<K extends Request['type']>(kind: K, outcome: Readon
   let parsed: object;
   switch (status) {
     case 'granted':
-      keys('partial', 'epoch');
-      parsed =
-        o.epoch === undefined
-          ? { status, partial: bytes(o, 'partial', PARTIAL_BYTES) }
-          : { status, partial: bytes(o, 'partial', PARTIAL_BYTES), epoch: reportedEpoch(o, 'epoch', 1n) };
+      keys('partial', 'epoch', 'generation');
+      parsed = {
+        status,
+        partial: bytes(o, 'partial', PARTIAL_BYTES),
+        ...(o.epoch === undefined ? {} : { epoch: reportedEpoch(o, 'epoch', 1n) }),
+        // Generation 0 is said by leaving the field out: one encoding per answer.
+        ...(o.generation === undefined ? {} : { generation: int(o, 'generation', 1, MAX_MEMBERSHIP_VERSION) }),
+      };
       break;
     case 'stale':
     case 'too_far':

@@ -245,6 +245,7 @@ export class ReplicaServer {
         retentionMs: limits.retentionMs,
         timers: clock,
         maxWaitersPerResource: limits.maxWaitersPerResource,
+        generation: cluster.membershipVersion,
         policy: {
           clusterId: cluster.id,
           minTtlMs: limits.minTtlMs,

@@ -5,7 +5,6 @@
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { bls12_381 } from '@noble/curves/bls12-381.js';
 import {
   clusterToJson,
   describeDealtKey,
@@ -20,40 +19,14 @@ import {
   membershipMessage,
   signMembership,
 } from '../../src/cluster/membership.js';
-import { lagrangeAtZero, unscaledShare } from '../../src/ceremony/reshare.js';
-import { bigIntToBytes, bytesToBigInt, toHex } from '../../src/common/bytes.js';
+import { toHex } from '../../src/common/bytes.js';
 import { isQuorumFenceError } from '../../src/common/errors.js';
 import { loadBackend } from '../../src/crypto/load.js';
-import { seededRandom, type RandomSource } from '../../src/crypto/random.js';
-import { dealKey, delta, invert, mod, randomScalar, type DealtKey } from '../../src/crypto/threshold.js';
+import { seededRandom } from '../../src/crypto/random.js';
+import { dealKey, type DealtKey } from '../../src/crypto/threshold.js';
+import { reshareByHand } from '../support/reshared-key.js';
 
 const backend = loadBackend();
-const G1 = bls12_381.G1.Point;
-
-/** A new sharing of the same secret for `newN` members (what a reshare ceremony computes, done in one place). */
-function reshareByHand(old: DealtKey, newN: number, random: RandomSource): DealtKey {
-  const signers = Array.from({ length: old.t }, (_, k) => k + 1);
-  const lambdas = lagrangeAtZero(old.n, signers);
-  const secret = signers.reduce(
-    (sum, index, k) =>
-      mod(sum + lambdas[k]! * unscaledShare(bytesToBigInt(old.shares[index - 1]!.scaledSecretShare), old.n)),
-    0n,
-  );
-  const t = 2 * ((newN - 1) / 3) + 1;
-  const coefficients = [secret, ...Array.from({ length: t - 1 }, () => randomScalar(random))];
-  const deltaInverse = invert(delta(newN));
-  const shares = Array.from({ length: newN }, (_, k) => {
-    let value = 0n;
-    for (let c = t - 1; c >= 0; c--) value = mod(value * BigInt(k + 1) + coefficients[c]!);
-    const scaled = mod(value * deltaInverse);
-    return {
-      index: k + 1,
-      scaledSecretShare: bigIntToBytes(scaled, 32),
-      publicKeyShare: G1.BASE.multiply(scaled).toBytes(true),
-    };
-  });
-  return { n: newN, t, commitments: coefficients.map((a) => G1.BASE.multiply(a).toBytes(true)), shares };
-}
 
 interface Generation {
   readonly key: DealtKey;
