@@ -399,12 +399,10 @@ export class ReplicaServer {
     const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (chunk: Buffer) => {
+      if (res.headersSent) return; // refused already; the rest is read and dropped (the request timeout bounds it)
       size += chunk.length;
-      if (size > MAX_ADMIN_BODY_BYTES) {
-        answer(413, { code: 'INVALID_ARGUMENT', message: `the body is over ${MAX_ADMIN_BODY_BYTES} bytes` });
-        req.destroy();
-        return;
-      }
+      if (size > MAX_ADMIN_BODY_BYTES)
+        return answer(413, { code: 'INVALID_ARGUMENT', message: `the body is over ${MAX_ADMIN_BODY_BYTES} bytes` });
       chunks.push(chunk);
     });
     req.on('error', () => undefined);
@@ -420,7 +418,12 @@ export class ReplicaServer {
           body = undefined;
         }
         const given = (body as { reason?: unknown } | undefined)?.reason;
-        if (typeof body !== 'object' || body === null || (given !== undefined && typeof given !== 'string'))
+        if (
+          typeof body !== 'object' ||
+          body === null ||
+          Array.isArray(body) ||
+          (given !== undefined && typeof given !== 'string')
+        )
           return answer(400, { code: 'INVALID_ARGUMENT', message: 'expected a JSON object { "reason"?: string }' });
         if (typeof given === 'string' && given !== '') reason = given;
       }

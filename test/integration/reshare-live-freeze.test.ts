@@ -88,6 +88,17 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
     expect(closed.stderr).toMatch(/no operator secret.*\(UNAUTHENTICATED\)/);
     const get = await fetch(adminUrl(1), { headers: { authorization: `Bearer ${secret}` } });
     expect(get.status).toBe(405);
+    // With the right secret, a body that is not { reason?: string } (400) or is over 1 KiB (413) freezes nothing.
+    const authorized = { method: 'POST', headers: { authorization: `Bearer ${secret}` } } as const;
+    for (const [body, status] of [
+      ['not json', 400],
+      ['{"reason": 7}', 400],
+      ['[]', 400],
+      [JSON.stringify({ reason: 'x'.repeat(2_000) }), 413],
+    ] as const) {
+      const refused = await fetch(adminUrl(1), { ...authorized, body });
+      expect([refused.status, ((await refused.json()) as { code: string }).code]).toEqual([status, 'INVALID_ARGUMENT']);
+    }
     const noSecret = await runCli(['reshare', 'freeze', '--url', local!.replica(1).url]);
     expect([noSecret.code, noSecret.stderr]).toEqual([2, expect.stringMatching(/\(INVALID_OPTION\)/)]);
     for (const index of [1, 3]) expect((await health(index)).frozen).toBe(false);
