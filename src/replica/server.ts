@@ -61,6 +61,7 @@ import { replicaLimits, type ReplicaLimits } from './options.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
 import { probeSigningRecord, SigningRecord } from './signing-record.js';
+import { frozenError } from './freeze-marker.js';
 
 export interface ReplicaServerOptions {
   readonly cluster: Cluster;
@@ -429,6 +430,8 @@ export class ReplicaServer {
       }
       this.service.store.freeze(reason).then(
         (state) => {
+          // Acquires waiting their turn here would be refused at their turn: tell them now.
+          this.service.handoffs.failAll(frozenError(state));
           this.#logger.warn(
             { replica: this.#index, ...state },
             'frozen for a reshare: this replica signs nothing more',

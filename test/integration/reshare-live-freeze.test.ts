@@ -113,6 +113,17 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
     if (!before.ok) return;
     await before.lease.release();
 
+    // Bob waits in replica 1's line for a resource Alice holds for 30 s: the freeze answers him at once.
+    const alice = await RawClient.open(local!.replica(1).url);
+    const bob = await RawClient.open(local!.replica(1).url);
+    const held = await alice.acquire('line', 1n, 30_000);
+    expect('outcome' in held && held.outcome.status).toBe('granted');
+    const waitedSince = performance.now();
+    const waiting = bob.acquireInLine('line', 2n, { ttlMs: 1_000, waitMs: 30_000, nextEpoch: true });
+    // The replica's `turn` push says Bob is first in its line: he is waiting there when the freeze comes.
+    const pushed = await bob.next(10_000);
+    expect('message' in pushed && pushed.message).toMatchObject({ type: 'turn', resource: 'line', epoch: 2n });
+
     const frozen = await runCli([
       'reshare',
       'freeze',
@@ -127,6 +138,11 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
     const answer = JSON.parse(frozen.stdout) as { frozen: boolean; replica: number; reason: string };
     expect(answer).toMatchObject({ frozen: true, replica: 1, reason: 'replace replica 1' });
     expect((await health(1)).frozen).toBe(true);
+    const bobsAnswer = await waiting;
+    expect('error' in bobsAnswer && bobsAnswer.error.code).toBe('REPLICA_FROZEN');
+    expect(performance.now() - waitedSince).toBeLessThan(15_000);
+    alice.socket.terminate();
+    bob.socket.terminate();
     // Freezing again keeps the first freeze.
     const again = await runCli(['reshare', 'freeze', '--url', local!.replica(1).url, '--secret-file', secretFile]);
     expect(JSON.parse(again.stdout)).toMatchObject({ reason: 'replace replica 1' });
