@@ -22,7 +22,7 @@ import {
 import { loadReplicaKeyFile, type ReplicaKeyJson } from '../cluster/replica-key.js';
 import { loadNodeKeyFile, nodeKeyExists } from '../ceremony/node-key.js';
 import { assertNoKeyYet } from '../ceremony/output.js';
-import { memberIndexOf, parseProposal } from '../ceremony/proposal.js';
+import { memberIndexOf, parseProposal, type Proposal } from '../ceremony/proposal.js';
 import { resharing, unscaledShare, type OldSharing } from '../ceremony/reshare.js';
 import { runCeremony } from '../ceremony/runner.js';
 import { openWebSocketTransport } from '../ceremony/transport.js';
@@ -35,7 +35,8 @@ import { describeEvent, recordAttempt, saveCeremonyResult } from './dkg.js';
 
 const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reason TEXT]
        quorumfence reshare freeze --url URL --secret-file FILE [--reason TEXT] [--timeout-ms N]
-       quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE --dealers LIST
+              quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE
+
                                [--old-key FILE] [--node-key-dir DIR] [--listen HOST:PORT] [--publish FILE] [--json]
        quorumfence reshare inherit --data DIR --key FILE --cluster FILE --old-cluster FILE --in FILE --in FILE ...
        quorumfence reshare endorse --cluster FILE --key FILE [--out FILE]
@@ -47,8 +48,10 @@ replace one replica (its share may be lost), add replicas (4 -> 7), remove
 replicas (7 -> 4), or refresh every share with the same members. Each old
 member deals its current share to the new members; each new member's share is
 interpolated from t_old checked deals. The proposal is made with
-"quorumfence dkg propose" from the NEW members' cards (a continuing member
-keeps its index). See docs/resharing.md for the steps and the safety argument.
+"quorumfence dkg propose --old-cluster FILE --dealers LIST" from the NEW
+members' cards (a continuing member keeps its index): the old cluster's id and
+membership version and the dealers are part of its digest, so every member
+reshares the same cluster from the same dealers, or the ceremony aborts. See docs/resharing.md for the steps and the safety argument.
 
 freeze: durably freeze an old replica's signing record (it refuses every
 request from then on, with REPLICA_FROZEN, also after a restart). Run it before
@@ -69,8 +72,8 @@ that deals (--old-key). Progress on stderr. Writes the new replica.key and
 cluster.json into --data, which must not hold a key yet.
   --data DIR               the new generation's data directory                   (required)
   --proposal FILE          the reshare proposal (new members, dkg propose)       (required)
-  --old-cluster FILE       the cluster being reshared                             (required)
-  --dealers LIST           old replica indices that deal, e.g. 1,2,3 (>= t_old)   (required)
+    --old-cluster FILE       the cluster being reshared (the proposal names its id)  (required)
+
   --old-key FILE           this member's old key file: it deals its share
   --node-key-dir DIR       where its node key is (default: --data)
   --listen HOST:PORT       where the ceremony listens (default: its proposal endpoint)
@@ -219,16 +222,31 @@ function oldSharingOf(cluster: Cluster): OldSharing {
   };
 }
 
-function parseDealers(text: string, old: Cluster): number[] {
-  const dealers = text.split(',').map((s) => Number(s.trim()));
-  if (dealers.some((d) => !Number.isInteger(d) || d < 1 || d > old.n))
-    throw new QuorumFenceError('INVALID_OPTION', `--dealers: expected old replica indices 1..${old.n}, got "${text}"`);
-  if (new Set(dealers).size < old.t)
+/**
+ * The dealers the proposal names, once its terms are checked against the old cluster file: the same id
+ * and membership version (so every member reshares the same cluster, or the digests differ and the
+ * ceremony aborts), and dealers that are at least t_old of its replicas.
+ * @throws QuorumFenceError RESHARE_REFUSED
+ */
+function dealersOf(proposal: Proposal, old: Cluster): readonly number[] {
+  const terms = proposal.reshare;
+  if (!terms)
     throw new QuorumFenceError(
       'RESHARE_REFUSED',
-      `--dealers: at least t_old = ${old.t} distinct old replicas must deal`,
+      'the proposal has no reshare terms; make it with "quorumfence dkg propose ... --old-cluster FILE --dealers LIST"',
     );
-  return dealers;
+  if (toHex(terms.oldClusterId) !== old.idHex || terms.oldMembershipVersion !== old.membershipVersion)
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `the proposal reshares cluster ${toHex(terms.oldClusterId).slice(0, 16)}… membership ${terms.oldMembershipVersion}, ` +
+        `but --old-cluster is ${old.idHex.slice(0, 16)}… membership ${old.membershipVersion}`,
+    );
+  if (terms.dealers.some((d) => d > old.n) || terms.dealers.length < old.t)
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `the proposal's dealers ${terms.dealers.join(', ')} are not at least t_old = ${old.t} of the old cluster's ${old.n} replicas`,
+    );
+  return terms.dealers;
 }
 
 async function run(argv: string[]): Promise<number> {
@@ -238,7 +256,6 @@ async function run(argv: string[]): Promise<number> {
     'old-cluster': { type: 'string' },
     'old-key': { type: 'string' },
     'node-key-dir': { type: 'string' },
-    dealers: { type: 'string' },
     listen: { type: 'string' },
     publish: { type: 'string' },
     json: { type: 'boolean' },
@@ -248,7 +265,7 @@ async function run(argv: string[]): Promise<number> {
     readJsonFile(resolve(required(values.proposal, 'proposal')), 'proposal', 'BAD_PROPOSAL'),
   );
   const old = loadClusterFile(resolve(required(values['old-cluster'], 'old-cluster')));
-  const dealers = parseDealers(required(values.dealers, 'dealers'), old);
+  const dealers = dealersOf(proposal, old);
   const nodeKeyDir = resolve(values['node-key-dir'] ?? dataDir);
   if (!nodeKeyExists(nodeKeyDir))
     throw new QuorumFenceError('BAD_PROPOSAL', `no node key in ${nodeKeyDir}; run "quorumfence replica init" first`);
@@ -268,7 +285,10 @@ async function run(argv: string[]): Promise<number> {
     currentShare = unscaledShare(bytesToBigInt(fromHex(json.secretShare, 32, 'secretShare')), old.n);
   }
   if (dealers.includes(self) && currentShare === undefined)
-    throw new QuorumFenceError('RESHARE_REFUSED', `member ${self} is named in --dealers but no --old-key was given`);
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `member ${self} deals (the proposal names it a dealer) but no --old-key was given`,
+    );
   const rule = resharing(oldSharingOf(old), dealers, dealers.includes(self) ? currentShare : undefined);
   assertNoKeyYet(dataDir);
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
@@ -304,7 +324,7 @@ async function run(argv: string[]): Promise<number> {
   // The new membership is the old one's plus 1, so "reshare follow" can tell it is newer once endorsed.
   const result = {
     ...outcome.result,
-    cluster: { ...outcome.result.cluster, membershipVersion: old.membershipVersion + 1 },
+    cluster: { ...outcome.result.cluster, membershipVersion: proposal.reshare!.oldMembershipVersion + 1 },
   };
   const { keyPath, clusterPath, summary } = saveCeremonyResult(dataDir, proposal, self, result, values.publish);
   if (values.json) process.stdout.write(JSON.stringify(summary) + '\n');
