@@ -6,11 +6,11 @@
  * `run`s the reshare ceremony and `inherit`s the frozen records of at least
  * 2f_old+1 old replicas before it starts. docs/resharing.md has the argument.
  */
-import { mkdirSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { closeSync, fsyncSync, mkdirSync, openSync, statSync, unlinkSync, writeSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesToBigInt, fromHex, toHex } from '../common/bytes.js';
-import { readJsonFile, writeFileDurably } from '../common/files.js';
+import { readJsonFile, syncDirectory, writeFileDurably } from '../common/files.js';
 import { clusterToJson, loadClusterFile, parseCluster, type Cluster } from '../cluster/description.js';
 import {
   combineEndorsement,
@@ -41,7 +41,9 @@ const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reas
        quorumfence reshare inherit --data DIR --key FILE --cluster FILE --old-cluster FILE --in FILE --in FILE ...
        quorumfence reshare endorse --cluster FILE --key FILE [--out FILE]
        quorumfence reshare endorse --cluster FILE --partial FILE --partial FILE ... [--out FILE]
-       quorumfence reshare follow --cluster FILE --candidate FILE [--out FILE]
+              quorumfence reshare follow --cluster FILE --candidate FILE [--out FILE]
+       quorumfence reshare retire --old-key FILE --old-cluster FILE --key FILE --cluster FILE
+
 
 Gives the cluster's key new shares while the group key stays the same:
 replace one replica (its share may be lost), add replicas (4 -> 7), remove
@@ -105,12 +107,23 @@ the group key; then write it to --out. Refusals: CLUSTER_MISMATCH,
 MEMBERSHIP_NOT_NEWER, MEMBERSHIP_NOT_ENDORSED, BAD_CLUSTER.
   --cluster FILE           the cluster.json held now                             (required)
   --candidate FILE         the newer cluster.json offered                         (required)
-  --out FILE               where to write the followed description (default: only check)`;
+  --out FILE               where to write the followed description (default: only check)
+
+retire: after the reshare, once the new replica runs, erase this member's OLD
+key file (overwritten with zeros, flushed, then removed), so its old share
+cannot join t-1 others to sign again. It first checks that the old key is a
+share of the old cluster and the new key a share of the new one at the same
+index, both clusters have the same group key and the new membership is newer;
+otherwise it refuses (RESHARE_REFUSED) and erases nothing.
+  --old-key FILE           the old key file to erase                              (required)
+  --old-cluster FILE       the old cluster.json                                   (required)
+  --key FILE               this member's NEW key file (kept)                      (required)
+  --cluster FILE           the NEW cluster.json                                   (required)`;
 
 export const command: Command = {
   summary: 'new shares of the same key: replace, add, remove replicas or refresh shares',
   usage,
-  run: (argv) => runSubcommand(argv, { freeze, run, inherit, endorse, follow }),
+  run: (argv) => runSubcommand(argv, { freeze, run, inherit, endorse, follow, retire }),
 };
 
 async function freeze(argv: string[]): Promise<number> {
@@ -461,4 +474,82 @@ async function follow(argv: string[]): Promise<number> {
       '\n',
   );
   return 0;
+}
+
+async function retire(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, {
+    'old-key': { type: 'string' },
+    'old-cluster': { type: 'string' },
+    key: { type: 'string' },
+    cluster: { type: 'string' },
+  });
+  const oldKeyPath = resolve(required(values['old-key'], 'old-key'));
+  const old = loadClusterFile(resolve(required(values['old-cluster'], 'old-cluster')));
+  const next = loadClusterFile(resolve(required(values.cluster, 'cluster')));
+  const newKeyPath = resolve(required(values.key, 'key'));
+  if (clusterToJson(next).groupPublicKey !== clusterToJson(old).groupPublicKey)
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      '--cluster and --old-cluster have different group keys; nothing erased',
+    );
+  if (next.membershipVersion <= old.membershipVersion)
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `--cluster is membership ${next.membershipVersion}, not newer than --old-cluster (${old.membershipVersion}); nothing erased`,
+    );
+  if (resolve(newKeyPath) === oldKeyPath)
+    throw new QuorumFenceError('RESHARE_REFUSED', '--key and --old-key are the same file; nothing erased');
+  const refuse = (what: string, error: unknown): never => {
+    throw new QuorumFenceError('RESHARE_REFUSED', `${what}: ${(error as Error).message}; nothing erased`, undefined, {
+      cause: error,
+    });
+  };
+  // Both keys must be what they claim: a working new share, and an old share of the old cluster.
+  let oldIndex = 0;
+  let newIndex = 0;
+  try {
+    newIndex = loadReplicaKeyFile(newKeyPath, next).index;
+  } catch (error) {
+    refuse(`--key is not a share of --cluster`, error);
+  }
+  try {
+    oldIndex = loadReplicaKeyFile(oldKeyPath, old).index;
+  } catch (error) {
+    refuse(`--old-key is not a share of --old-cluster`, error);
+  }
+  // A continuing member keeps its index (reshare run enforces it): another index means a mixed-up pair of files.
+  if (newIndex !== oldIndex)
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `--old-key is replica ${oldIndex}'s, --key replica ${newIndex}'s; a member keeps its index; nothing erased`,
+    );
+  eraseFile(oldKeyPath);
+  process.stderr.write(
+    `reshare: erased old replica ${oldIndex}'s share (${oldKeyPath}) of membership ${old.membershipVersion}; ` +
+      `the new share (${newKeyPath}) of membership ${next.membershipVersion} is kept\n`,
+  );
+  return 0;
+}
+
+/** Overwrites a small file with zeros, flushes it, removes it, and flushes its directory. */
+function eraseFile(path: string): void {
+  try {
+    const size = statSync(path).size;
+    const fd = openSync(path, 'r+');
+    try {
+      writeSync(fd, new Uint8Array(size));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    unlinkSync(path);
+    syncDirectory(dirname(path));
+  } catch (error) {
+    throw new QuorumFenceError(
+      'IO_ERROR',
+      `cannot erase ${path}: ${(error as Error).message}`,
+      { path },
+      { cause: error },
+    );
+  }
 }

@@ -7,7 +7,7 @@
  * keep working and keep their barriers), any t_new new shares make a token that verifies, and the new
  * record carries every old grant. Negative cases assert their codes.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -282,6 +282,23 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     ]);
     expect([both.code, both.stderr]).toEqual([2, expect.stringMatching(/\(INVALID_OPTION\)/)]);
     expect(old.membershipVersion).toBe(0);
+
+    // Old member 1 retires its old share once its new one works: refused (nothing erased) for a membership that
+    // is not newer and for another member's new key; then the old key file is gone and the new one kept.
+    const oldKey = join(base, 'old', 'replica-1.key');
+    const retire = (cluster: string, key: string) =>
+      cli(['reshare', 'retire', '--old-key', oldKey, '--old-cluster', oldPath, '--key', key, '--cluster', cluster]);
+    for (const refused of [
+      await retire(oldPath, join(base, 'old', 'replica-2.key')),
+      await retire(followed, join(base, 'new-2', 'replica.key')),
+    ]) {
+      expect([refused.code, refused.stderr]).toEqual([1, expect.stringMatching(/nothing erased \(RESHARE_REFUSED\)/)]);
+      expect(existsSync(oldKey)).toBe(true);
+    }
+    const retired = await retire(followed, join(base, 'new-1', 'replica.key'));
+    expect(retired.code, retired.stderr).toBe(0);
+    expect(existsSync(oldKey)).toBe(false);
+    expect(existsSync(join(base, 'new-1', 'replica.key'))).toBe(true);
   });
 
   it('refuses with codes: too few dealers (RESHARE_REFUSED at propose), a dealer without its old key, a proposal without reshare terms or of another cluster (RESHARE_REFUSED), a reshare proposal given to dkg run (BAD_PROPOSAL), no subcommand (INVALID_OPTION)', async () => {
