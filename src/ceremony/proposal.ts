@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, concatBytes, fromHex, toHex, u16be } from '../common/bytes.js';
-import { MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
+import { MAX_MEMBERSHIP_VERSION, MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
 import { parseMemberCard, type MemberCard, type MemberCardJson } from './node-key.js';
 
 export const PROPOSAL_FORMAT = 'quorumfence/dkg-proposal/v1';
@@ -29,6 +29,23 @@ export interface ProposalJson {
   acceptTimeoutMs: number;
   phaseTimeoutMs: number;
   members: (Omit<MemberCardJson, 'format'> & { index: number })[];
+  /** Present for a reshare (docs/resharing.md): which cluster, at which membership, and which old members deal. */
+  reshare?: ReshareTermsJson;
+}
+
+export interface ReshareTermsJson {
+  /** The cluster id of the description being reshared (hex, 32 bytes). */
+  oldClusterId: string;
+  /** Its membershipVersion; the new description's is this plus 1. */
+  oldMembershipVersion: number;
+  /** Old replica indices that deal, ascending, distinct (at least t_old: checked against the old cluster). */
+  dealers: number[];
+}
+
+export interface ReshareTerms {
+  readonly oldClusterId: Uint8Array;
+  readonly oldMembershipVersion: number;
+  readonly dealers: readonly number[];
 }
 
 export interface Member extends MemberCard {
@@ -45,6 +62,8 @@ export interface Proposal {
   readonly phaseTimeoutMs: number;
   /** members[i - 1].index === i */
   readonly members: readonly Member[];
+  /** A reshare's terms, bound into the digest; undefined for a fresh key. */
+  readonly reshare: ReshareTerms | undefined;
   /** SHA-256 of the canonical encoding: what accept packets sign and every packet is bound to. */
   readonly digest: Uint8Array;
   readonly json: ProposalJson;
@@ -74,8 +93,45 @@ function digestOf(p: Omit<Proposal, 'digest' | 'json'>): Uint8Array {
       u32be(p.acceptTimeoutMs),
       u32be(p.phaseTimeoutMs),
       ...p.members.flatMap((m) => [m.nodeKey, m.encryptionKey, text(m.endpoint), text(m.ceremonyEndpoint)]),
+      // After the members (whose length n fixes), so a proposal without terms keeps its digest, and one with
+      // them can never encode like one without.
+      ...(p.reshare
+        ? [
+            RESHARE_TAG,
+            p.reshare.oldClusterId,
+            u32be(p.reshare.oldMembershipVersion),
+            u16be(p.reshare.dealers.length),
+            ...p.reshare.dealers.map(u16be),
+          ]
+        : []),
     ),
   );
+}
+
+const RESHARE_TAG = new TextEncoder().encode('quorumfence/reshare-terms/v1');
+
+function reshareTerms(value: unknown): ReshareTerms | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    bad('"reshare" expected an object', 'reshare');
+  const r = value as Record<string, unknown>;
+  let oldClusterId: Uint8Array;
+  try {
+    oldClusterId = fromHex(r.oldClusterId, 32, 'reshare.oldClusterId');
+  } catch (error) {
+    bad((error as Error).message, 'reshare.oldClusterId');
+  }
+  const version = r.oldMembershipVersion;
+  if (typeof version !== 'number' || !Number.isInteger(version) || version < 0 || version >= MAX_MEMBERSHIP_VERSION)
+    bad(`"reshare.oldMembershipVersion" expected an integer in 0..${MAX_MEMBERSHIP_VERSION - 1}`, 'reshare');
+  const dealers = r.dealers;
+  if (
+    !Array.isArray(dealers) ||
+    dealers.length === 0 ||
+    dealers.some((d, k) => !Number.isInteger(d) || d < 1 || d > MAX_REPLICAS || (k > 0 && d <= dealers[k - 1]))
+  )
+    bad(`"reshare.dealers" expected old replica indices 1..${MAX_REPLICAS}, ascending, distinct`, 'reshare.dealers');
+  return { oldClusterId, oldMembershipVersion: version, dealers: dealers as number[] };
 }
 
 function bad(message: string, field?: string): never {
@@ -141,6 +197,7 @@ export function parseProposal(json: unknown): Proposal {
     acceptTimeoutMs: timeout(p.acceptTimeoutMs, 'acceptTimeoutMs'),
     phaseTimeoutMs: timeout(p.phaseTimeoutMs, 'phaseTimeoutMs'),
     members,
+    reshare: reshareTerms(p.reshare),
   };
   return { ...core, digest: digestOf(core), json: json as ProposalJson };
 }
@@ -152,7 +209,13 @@ export function parseProposal(json: unknown): Proposal {
 export function makeProposal(
   cards: readonly MemberCard[],
   f: number,
-  options: { acceptTimeoutMs?: number; phaseTimeoutMs?: number; ceremonyId?: Uint8Array } = {},
+  options: {
+    acceptTimeoutMs?: number;
+    phaseTimeoutMs?: number;
+    ceremonyId?: Uint8Array;
+    /** A reshare's terms (dealers ascending), bound into the digest. */
+    reshare?: ReshareTermsJson;
+  } = {},
 ): Proposal {
   const json: ProposalJson = {
     format: PROPOSAL_FORMAT,
@@ -169,6 +232,7 @@ export function makeProposal(
       endpoint: c.endpoint,
       ceremonyEndpoint: c.ceremonyEndpoint,
     })),
+    ...(options.reshare ? { reshare: options.reshare } : {}),
   };
   if (cards.length !== 3 * f + 1)
     bad(`${cards.length} member cards given for f = ${f}; expected 3f+1 = ${3 * f + 1}`, 'members');

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { toHex } from '../common/bytes.js';
+import { loadClusterFile, type Cluster } from '../cluster/description.js';
 import { readJsonFile, writeFileDurably } from '../common/files.js';
 import { loadNodeKeyFile, parseMemberCard } from '../ceremony/node-key.js';
 import { assertNoKeyYet, CLUSTER_FILE, REPLICA_KEY_FILE, writeCeremonyOutput } from '../ceremony/output.js';
@@ -34,6 +35,7 @@ import {
 } from '../command/args.js';
 
 const usage = `usage: quorumfence dkg propose --member CARD --member CARD ... --f F [--out FILE] [options]
+       quorumfence dkg propose --member CARD ... --f F --old-cluster FILE --dealers LIST [--out FILE] [options]
        quorumfence dkg run --data DIR --proposal FILE [--listen HOST:PORT] [--publish FILE] [--json]
 
 A key ceremony among the N = 3f+1 replicas, with no dealer: each replica
@@ -48,7 +50,11 @@ init"), in replica index order, with a fresh ceremony id.
   --out FILE               write the proposal here (default: stdout)
   --if-missing             keep FILE if it already exists (default: refuse)
   --accept-timeout D       how long members wait for every member to accept   (default ${DEFAULT_ACCEPT_TIMEOUT_MS / 1000}s)
-  --phase-timeout D        deadline of each later phase                         (default ${DEFAULT_PHASE_TIMEOUT_MS / 1000}s)
+    --phase-timeout D        deadline of each later phase                         (default ${DEFAULT_PHASE_TIMEOUT_MS / 1000}s)
+  --old-cluster FILE       a RESHARE proposal ("quorumfence reshare run"): the cluster being reshared;
+                           its id and membership version go into the proposal's digest
+  --dealers LIST           with --old-cluster: the old replica indices that deal, e.g. 1,2,3 (>= t_old)
+
 
 run: take part for the replica whose node key is in DIR. Every member runs
 this with the same proposal; it finishes when all have. Progress on stderr.
@@ -69,6 +75,23 @@ export const command: Command = {
   run: (argv) => runSubcommand(argv, { propose, run }),
 };
 
+/**
+ * The dealers of a reshare: old replica indices, ascending and distinct, at least t_old of them.
+ * @throws QuorumFenceError INVALID_OPTION (not indices of the old cluster), RESHARE_REFUSED (fewer than t_old)
+ */
+export function parseDealers(text: string, old: Cluster): number[] {
+  const dealers = text.split(',').map((s) => Number(s.trim()));
+  if (dealers.some((d) => !Number.isInteger(d) || d < 1 || d > old.n))
+    throw new QuorumFenceError('INVALID_OPTION', `--dealers: expected old replica indices 1..${old.n}, got "${text}"`);
+  const distinct = [...new Set(dealers)].sort((a, b) => a - b);
+  if (distinct.length < old.t)
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `--dealers: at least t_old = ${old.t} distinct old replicas must deal`,
+    );
+  return distinct;
+}
+
 function propose(argv: string[]): number {
   const { values } = parseFlags(argv, {
     member: { type: 'string', multiple: true },
@@ -77,7 +100,17 @@ function propose(argv: string[]): number {
     'if-missing': { type: 'boolean' },
     'accept-timeout': { type: 'string' },
     'phase-timeout': { type: 'string' },
+    'old-cluster': { type: 'string' },
+    dealers: { type: 'string' },
   });
+  if ((values['old-cluster'] === undefined) !== (values.dealers === undefined))
+    throw new QuorumFenceError('INVALID_OPTION', '--old-cluster and --dealers go together (a reshare proposal)');
+  const old = values['old-cluster'] ? loadClusterFile(resolve(values['old-cluster'])) : undefined;
+  const reshare = old && {
+    oldClusterId: old.idHex,
+    oldMembershipVersion: old.membershipVersion,
+    dealers: parseDealers(values.dealers!, old),
+  };
   const f = integerFlag(required(values.f, 'f'), 'f', 1, 1, 10);
   const cards = (values.member ?? []).map((path, k) =>
     parseMemberCard(readJsonFile(resolve(path), 'member card', 'BAD_PROPOSAL'), `--member ${path} (member ${k + 1})`),
@@ -97,6 +130,7 @@ function propose(argv: string[]): number {
   const proposal = makeProposal(cards, f, {
     acceptTimeoutMs: parseDuration(values['accept-timeout'], 'accept-timeout', DEFAULT_ACCEPT_TIMEOUT_MS),
     phaseTimeoutMs: parseDuration(values['phase-timeout'], 'phase-timeout', DEFAULT_PHASE_TIMEOUT_MS),
+    ...(reshare ? { reshare } : {}),
   });
   const text = JSON.stringify(proposal.json, null, 2) + '\n';
   if (out) {
@@ -157,6 +191,11 @@ async function run(argv: string[]): Promise<number> {
   const proposal = parseProposal(
     readJsonFile(resolve(required(values.proposal, 'proposal')), 'proposal', 'BAD_PROPOSAL'),
   );
+  if (proposal.reshare)
+    throw new QuorumFenceError(
+      'BAD_PROPOSAL',
+      'this proposal reshares an existing cluster (it has reshare terms): run "quorumfence reshare run" with it',
+    );
   const nodeKey = loadNodeKeyFile(dataDir);
   const self = memberIndexOf(proposal, nodeKey.nodeKey, nodeKey.encryptionKey);
   if (values['if-missing'] && existsSync(join(dataDir, CLUSTER_FILE)) && existsSync(join(dataDir, REPLICA_KEY_FILE))) {

@@ -45,6 +45,10 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
                             how often records past retention are folded into the floor (default ${d.compactionIntervalMs}ms)
   --tls-cert FILE           PEM certificate: serve wss:// (needs --tls-key)
   --tls-key FILE            PEM private key for --tls-cert
+  --operator-secret-file FILE
+                            a secret (one line, at least 22 characters) that opens POST /admin/freeze
+                            ("quorumfence reshare freeze --url"); also read from $QUORUMFENCE_OPERATOR_SECRET.
+                            Without it, the admin endpoint refuses everyone.
 
 export: write the signing record as JSON (format quorumfence/signing-record/v2, with the floor)
 to --out FILE or stdout. Safe while the replica runs (read-only).
@@ -85,7 +89,8 @@ async function runReplica(argv: string[]): Promise<number> {
   const tls = values['tls-cert']
     ? { cert: readPem(values['tls-cert'], 'tls-cert'), key: readPem(values['tls-key']!, 'tls-key') }
     : undefined;
-  const { dataDir, listen, limits, access, clusterJson, cluster, keyJson, key } = loadReplicaRunSettings(values);
+  const { dataDir, listen, limits, access, clusterJson, cluster, keyJson, key, operatorSecret } =
+    loadReplicaRunSettings(values);
 
   // Loaded here, not at the top: export and import need none of the network stack.
   const { ReplicaServer } = await import('../replica/server.js');
@@ -105,6 +110,7 @@ async function runReplica(argv: string[]): Promise<number> {
     limits,
     tls,
     logger,
+    ...(operatorSecret === undefined ? {} : { operatorSecret }),
     onFatal: (error) => {
       fatalError = error;
       watch.stop();

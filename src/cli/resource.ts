@@ -1,5 +1,5 @@
 /** `quorumfence resource`: run the reference guarded key-value resource over HTTP. */
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
@@ -13,7 +13,7 @@ import {
 } from '../guard/resource-server.js';
 import { DEFAULT_TOKEN_CACHE_SIZE } from '../guard/verifier.js';
 import { DEFAULT_MAX_REFUSED_LOG_ENTRIES } from '../guard/lmdb-guard.js';
-import { MIN_OPERATOR_SECRET_LENGTH, OPERATOR_SECRET_ENV, checkOperatorSecret } from '../common/operator-secret.js';
+import { MIN_OPERATOR_SECRET_LENGTH, OPERATOR_SECRET_ENV, readOperatorSecret } from '../common/operator-secret.js';
 import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
 
@@ -48,33 +48,6 @@ options:
 In production run with --require-proof: then a token alone (from a log, a
 proxy, a crash dump) cannot write.
 `;
-
-/** @throws QuorumFenceError INVALID_OPTION (unreadable file, too short), IO_ERROR */
-function readOperatorSecret(file: string | undefined): string | undefined {
-  let secret: string | undefined;
-  let source: string;
-  if (file !== undefined) {
-    source = 'operator-secret-file';
-    try {
-      secret = readFileSync(file, 'utf8').trim();
-    } catch (error) {
-      throw new QuorumFenceError('INVALID_OPTION', `--operator-secret-file ${file}: ${(error as Error).message}`, {
-        field: source,
-      });
-    }
-  } else {
-    source = OPERATOR_SECRET_ENV;
-    secret = process.env[OPERATOR_SECRET_ENV];
-    if (secret === undefined || secret === '') return undefined;
-  }
-  try {
-    return checkOperatorSecret(secret, source);
-  } catch (error) {
-    if (error instanceof QuorumFenceError)
-      throw new QuorumFenceError('INVALID_OPTION', error.message, { field: source });
-    throw error;
-  }
-}
 
 export const command: Command = {
   summary: 'run the reference guarded key-value resource (HTTP)',

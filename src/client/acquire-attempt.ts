@@ -106,6 +106,9 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   // Only the refusals that end the call; grants, busy and outdated answers have rules of their own below.
   const refusals = new QuorumTally<'forbidden' | 'invalid'>(f, t);
   let outdated = 0;
+  const frozen: number[] = [];
+  /** Replicas that granted with another share generation than the cluster description's (not combined). */
+  const otherGeneration: number[] = [];
   let straggling = false;
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
@@ -126,6 +129,8 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       const { replica, answer } = event;
       faults.fromAnswer(replica, answer);
       if (answer.kind !== 'reply') {
+        // A frozen replica (a reshare is under way) cannot vote, like one that is down: ask the others.
+        if (answer.kind === 'error' && answer.code === 'REPLICA_FROZEN') frozen.push(replica);
         round.widen();
         continue;
       }
@@ -153,9 +158,13 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           }
           granted.add(replica);
           report(replica, epoch);
-          const added = collector.add(replica, outcome.partial);
+          const added = collector.add(replica, outcome.partial, outcome.generation);
           if (!added.ok) {
-            if (added.reason !== 'duplicate')
+            if (added.reason === 'other_generation') {
+              // Not a vote on this membership: like a replica that is down, not like a split vote.
+              otherGeneration.push(replica);
+              voted.delete(replica);
+            } else if (added.reason !== 'duplicate')
               faults.add(
                 replica,
                 added.reason === 'undecodable' ? 'undecodable_partial' : 'invalid_partial',
@@ -263,7 +272,11 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       ? { kind: 'stop', reason: 'timeout', message: `no grant within ${request.timeoutMs} ms` }
       : { kind: 'contended', message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms` };
   }
-  return { kind: 'stop', reason: 'unavailable', message: unavailableMessage(ctx, reachable, t) };
+  return {
+    kind: 'stop',
+    reason: 'unavailable',
+    message: unavailableMessage(ctx, reachable, t, frozen, otherGeneration),
+  };
 }
 
 /** An acquire request; with `waitTurnMs`, one that may wait its turn (and, at the leader, take the next epoch). */

@@ -61,10 +61,25 @@ export function confirmedRefusal(
   return undefined;
 }
 
-export function unavailableMessage(ctx: QuorumContext, answered: number, need: number): string {
+/**
+ * @param frozen replicas that answered REPLICA_FROZEN (frozen for a reshare: they vote no more)
+ * @param otherGeneration replicas that granted with another share generation than the cluster description's
+ */
+export function unavailableMessage(
+  ctx: QuorumContext,
+  answered: number,
+  need: number,
+  frozen: readonly number[] = [],
+  otherGeneration: readonly number[] = [],
+): string {
   const down = ctx.channels.channels.filter((c) => c.state.phase !== 'ready').map((c) => c.index);
   return (
     `only ${answered} replicas answered and ${need} are needed` +
-    (down.length ? `; not connected: replica ${down.join(', ')}` : '')
+    (down.length ? `; not connected: replica ${down.join(', ')}` : '') +
+    (frozen.length ? `; frozen for a reshare: replica ${[...frozen].sort((a, b) => a - b).join(', ')}` : '') +
+    (otherGeneration.length
+      ? `; on another share generation than this cluster description (${ctx.cluster.membershipVersion}): replica ` +
+        `${[...otherGeneration].sort((a, b) => a - b).join(', ')}`
+      : '')
   );
 }

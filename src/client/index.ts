@@ -5,6 +5,14 @@
  */
 // The cluster description is what a client is created from, so its loaders are part of this entry point too.
 export { loadClusterFile, parseCluster, type Cluster } from '../cluster/description.js';
+// Following a reshare: a newer membership of the same cluster, endorsed by the group key (docs/resharing.md).
+export {
+  followMembership,
+  endorsementVerifies,
+  membershipDigest,
+  type FollowOutcome,
+  type MembershipRefusal,
+} from '../cluster/membership.js';
 export { QuorumFenceError, isQuorumFenceError, type ErrorCode } from '../common/errors.js';
 export {
   QuorumFenceClient,

@@ -25,8 +25,16 @@ interface Held {
 
 export type AddOutcome =
   | { readonly ok: true }
-  /** The replica sent bytes that are not a usable partial; it is faulty for this grant. */
-  | { readonly ok: false; readonly reason: 'undecodable' | 'invalid' | 'duplicate'; readonly message: string };
+  /**
+   * undecodable, invalid: the replica sent bytes that are not a usable partial; it is faulty for this grant.
+   * other_generation: a partial of another share generation than the client's cluster description (a replica
+   * not yet, or no longer, on this membership): never combined, and no fault (docs/resharing.md).
+   */
+  | {
+      readonly ok: false;
+      readonly reason: 'undecodable' | 'invalid' | 'duplicate' | 'other_generation';
+      readonly message: string;
+    };
 
 export type CombineOutcome =
   | { readonly ok: true; readonly signature: Signature; readonly signers: readonly number[] }
@@ -64,12 +72,22 @@ export class PartialCollector {
   }
 
   /**
-   * Takes a partial from `replica` (1..n). Decodes it with every point check;
-   * a replica that already gave a partial for this grant gets no second say.
+   * Takes a partial from `replica` (1..n), signed with share generation `generation` (0 when the replica
+   * named none). Only partials of the cluster's own generation (its membershipVersion) are held: shares of
+   * two generations are shares of different polynomials, and combining them would make no valid signature.
+   * Decodes it with every point check; a replica that already gave a partial for this grant gets no second say.
    */
-  add(replica: number, bytes: Uint8Array): AddOutcome {
+  add(replica: number, bytes: Uint8Array, generation = 0): AddOutcome {
     if (this.#rejected.has(replica) || this.#held.some((h) => h.replica === replica)) {
       return { ok: false, reason: 'duplicate', message: `replica ${replica} already answered this grant` };
+    }
+    if (generation !== this.#cluster.membershipVersion) {
+      this.#rejected.add(replica);
+      return {
+        ok: false,
+        reason: 'other_generation',
+        message: `replica ${replica} signs with share generation ${generation}, this cluster description is ${this.#cluster.membershipVersion}`,
+      };
     }
     let signature: Signature;
     try {

@@ -7,8 +7,14 @@ import { QuorumFenceError } from '../common/errors.js';
 import { concatBytes, fromHex, toHex, u16be } from '../common/bytes.js';
 import { describe } from '../common/check.js';
 import { readJsonFile } from '../common/files.js';
-import { MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
-import { PUBLIC_KEY_BYTES, type BlsBackend, type PublicKey } from '../crypto/backend.js';
+import { MAX_MEMBERSHIP_VERSION, MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
+import {
+  PUBLIC_KEY_BYTES,
+  SIGNATURE_BYTES,
+  type BlsBackend,
+  type PublicKey,
+  type Signature,
+} from '../crypto/backend.js';
 import { loadBackend } from '../crypto/load.js';
 import { sharesNotMatchingCommitments, type DealtKey } from '../crypto/threshold.js';
 
@@ -29,6 +35,10 @@ export interface ClusterDescriptionJson {
   commitments: string[];
   replicas: { index: number; publicKeyShare: string; endpoint: string }[];
   clusterId: string;
+  /** Which membership of the cluster this is; absent means 0. A reshare writes the old one's plus 1. */
+  membershipVersion?: number;
+  /** The group key's signature over this membership (src/cluster/membership.ts); absent until endorsed. */
+  endorsement?: string;
 }
 
 export interface ReplicaInfo {
@@ -55,6 +65,13 @@ export interface Cluster {
   readonly format: ClusterFormat;
   /** The backend that decoded the points, used for every operation on this cluster. */
   readonly backend: BlsBackend;
+  /** Which membership this is (0 when the file has none); not part of the id. */
+  readonly membershipVersion: number;
+  /**
+   * The group key's signature over this membership, as the file carries it; checked only by
+   * followMembership (src/cluster/membership.ts), since the replicas and guards do not need it.
+   */
+  readonly endorsement: Signature | undefined;
 }
 
 /**
@@ -99,6 +116,17 @@ export function checkEndpoint(value: unknown, field: string): string {
   if (url.protocol !== 'ws:' && url.protocol !== 'wss:') bad(field, `must use ws:// or wss://, got ${url.protocol}`);
   if (!url.hostname) bad(field, 'has no host');
   return value;
+}
+
+function decodeEndorsement(backend: BlsBackend, hex: unknown): Signature | undefined {
+  if (hex === undefined) return undefined;
+  try {
+    return backend.decodeSignature(fromHex(hex, SIGNATURE_BYTES, 'endorsement'), 'endorsement');
+  } catch (error) {
+    if (error instanceof QuorumFenceError)
+      bad('endorsement', `${error.message.replace('"endorsement" ', '')} (${error.code})`);
+    throw error;
+  }
 }
 
 function decodePoint(backend: BlsBackend, hex: unknown, field: string): PublicKey {
@@ -169,6 +197,19 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
     );
   }
 
+  const membershipVersion = d.membershipVersion ?? 0;
+  if (
+    typeof membershipVersion !== 'number' ||
+    !Number.isInteger(membershipVersion) ||
+    membershipVersion < 0 ||
+    membershipVersion > MAX_MEMBERSHIP_VERSION
+  )
+    bad(
+      'membershipVersion',
+      `expected an integer in 0..${MAX_MEMBERSHIP_VERSION}, got ${JSON.stringify(d.membershipVersion)}`,
+    );
+  const endorsement = decodeEndorsement(backend, d.endorsement);
+
   const format: ClusterFormat = d.format;
   const id =
     format === CLUSTER_FORMAT
@@ -190,7 +231,20 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
       },
     );
   }
-  return { n, f, t, id, idHex, groupPublicKey, commitments, replicas, format, backend };
+  return {
+    n,
+    f,
+    t,
+    id,
+    idHex,
+    groupPublicKey,
+    commitments,
+    replicas,
+    format,
+    backend,
+    membershipVersion,
+    endorsement,
+  };
 }
 
 /**
@@ -216,6 +270,9 @@ export function clusterToJson(cluster: Cluster): ClusterDescriptionJson {
       endpoint: r.endpoint,
     })),
     clusterId: cluster.idHex,
+    // Written only when there is one, so a description of membership 0 reads as before this field existed.
+    ...(cluster.membershipVersion > 0 ? { membershipVersion: cluster.membershipVersion } : {}),
+    ...(cluster.endorsement ? { endorsement: toHex(cluster.endorsement.bytes) } : {}),
   };
 }
 
@@ -240,7 +297,10 @@ export function describeDealtKey(key: DealtKey, endpoints: readonly string[]): C
   };
 }
 
-/** The same cluster with replicas at other endpoints; the id, and so every token, is unchanged. */
+/**
+ * The same cluster with replicas at other endpoints; the id, and so every token, is unchanged. The
+ * endorsement is dropped: it signed the old endpoints.
+ */
 export function withEndpoints(cluster: Cluster, endpoints: readonly string[]): Cluster {
   if (endpoints.length !== cluster.n) {
     throw new QuorumFenceError('INVALID_ARGUMENT', `expected ${cluster.n} endpoints, got ${endpoints.length}`);
@@ -248,6 +308,7 @@ export function withEndpoints(cluster: Cluster, endpoints: readonly string[]): C
   return {
     ...cluster,
     replicas: cluster.replicas.map((r, k) => ({ ...r, endpoint: checkEndpoint(endpoints[k], `endpoints[${k}]`) })),
+    endorsement: undefined,
   };
 }
 

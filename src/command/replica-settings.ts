@@ -5,6 +5,7 @@
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { readJsonFile } from '../common/files.js';
+import { readOperatorSecret } from '../common/operator-secret.js';
 import { parseCluster } from '../cluster/description.js';
 import { parseReplicaKey } from '../cluster/replica-key.js';
 import { loadAccessRules } from '../replica/access.js';
@@ -29,6 +30,7 @@ export const REPLICA_RUN_FLAGS = {
   'max-unauthenticated-per-address': { type: 'string' },
   retention: { type: 'string' },
   'compaction-interval': { type: 'string' },
+  'operator-secret-file': { type: 'string' },
 } as const;
 
 type RunFlagValues = { readonly [K in keyof typeof REPLICA_RUN_FLAGS]?: string | undefined };
@@ -63,6 +65,7 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
       compactionIntervalMs: parseDuration(values['compaction-interval'], 'compaction-interval', d.compactionIntervalMs),
     },
     access: values.config ? loadAccessRules(resolve(values.config)) : undefined,
+    operatorSecret: readOperatorSecret(values['operator-secret-file']),
   };
   const clusterJson = readJsonFile(clusterPath, 'cluster description', 'BAD_CLUSTER');
   let cluster;

@@ -65,6 +65,10 @@ export type ErrorCode =
   | 'CEREMONY_ABORTED'
   /** A reshare cannot go ahead: too few old members' signing records, records from the wrong cluster, or the old key does not match. */
   | 'RESHARE_REFUSED'
+  /** A candidate membership (cluster description) is not newer than the one held: its membershipVersion is not higher. */
+  | 'MEMBERSHIP_NOT_NEWER'
+  /** A membership description has no endorsement by the group key, or one that does not verify over its contents. */
+  | 'MEMBERSHIP_NOT_ENDORSED'
 
   // --- storage ---
   /** The on-disk store is unreadable, inconsistent, or from another cluster or replica. */

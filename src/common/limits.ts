@@ -13,3 +13,9 @@ export const MAX_EPOCH = (1n << 63n) - 1n;
 /** A replica, at N = 3f+1, needs N! to stay small enough for fast combining; 31 replicas (f = 10) is the supported top. */
 export const MIN_REPLICAS = 4;
 export const MAX_REPLICAS = 31;
+
+/**
+ * A cluster description's membershipVersion, which is also the share generation partials carry on the wire
+ * (docs/resharing.md): a u32, far more reshares than a cluster will ever see.
+ */
+export const MAX_MEMBERSHIP_VERSION = 0xffff_ffff;

@@ -1,5 +1,6 @@
 /**
- * The operator secret: what unlocks the reference resource's full guard log. The log's
+ * The operator secret: what unlocks the reference resource's full guard log, and a replica's admin
+ * endpoint (POST /admin/freeze, docs/resharing.md). The log's
  * accepted entries carry the token itself (so a checker can verify it
  * again) and conflict entries carry the equal-epoch evidence; a token is a
  * bearer credential unless the guard requires proof of possession, so these
@@ -11,6 +12,7 @@
  * below; without one, no full entry is ever served over HTTP.
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError } from './errors.js';
 
@@ -30,6 +32,37 @@ export function checkOperatorSecret(secret: string, field = 'operatorSecret'): s
     );
   }
   return secret;
+}
+
+/**
+ * The operator secret from a file named by a flag (one line), or else from $QUORUMFENCE_OPERATOR_SECRET;
+ * undefined when neither gives one.
+ * @throws QuorumFenceError INVALID_OPTION (unreadable file, or a secret checkOperatorSecret refuses)
+ */
+export function readOperatorSecret(file: string | undefined, flag = 'operator-secret-file'): string | undefined {
+  let secret: string | undefined;
+  let source: string;
+  if (file !== undefined) {
+    source = flag;
+    try {
+      secret = readFileSync(file, 'utf8').trim();
+    } catch (error) {
+      throw new QuorumFenceError('INVALID_OPTION', `--${flag} ${file}: ${(error as Error).message}`, {
+        field: source,
+      });
+    }
+  } else {
+    source = OPERATOR_SECRET_ENV;
+    secret = process.env[OPERATOR_SECRET_ENV];
+    if (secret === undefined || secret === '') return undefined;
+  }
+  try {
+    return checkOperatorSecret(secret, source);
+  } catch (error) {
+    if (error instanceof QuorumFenceError)
+      throw new QuorumFenceError('INVALID_OPTION', error.message, { field: source });
+    throw error;
+  }
 }
 
 /** Whether an Authorization header presents `secret` (constant time: both sides are hashed first). */

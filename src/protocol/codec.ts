@@ -12,7 +12,7 @@ import { Packr } from 'msgpackr';
 import { QuorumFenceError } from '../common/errors.js';
 import { describe } from '../common/check.js';
 import { checkStrictMsgpack } from './strict-msgpack.js';
-import { MAX_EPOCH } from '../common/limits.js';
+import { MAX_EPOCH, MAX_MEMBERSHIP_VERSION } from '../common/limits.js';
 import {
   HOLDER_KEY_BYTES,
   HOLDER_SIGNATURE_BYTES,
@@ -191,7 +191,13 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
   }
 }
 
-const WIRE_ERROR_CODES: readonly WireErrorCode[] = ['RATE_LIMITED', 'UNAUTHENTICATED', 'INTERNAL', 'PROTOCOL_ERROR'];
+const WIRE_ERROR_CODES: readonly WireErrorCode[] = [
+  'RATE_LIMITED',
+  'UNAUTHENTICATED',
+  'INTERNAL',
+  'PROTOCOL_ERROR',
+  'REPLICA_FROZEN',
+];
 
 /**
  * Decodes a frame a client received. Replies keep their outcome raw until
@@ -271,11 +277,14 @@ export function parseOutcome<K extends WireRequest['type']>(kind: K, outcome: Re
   let parsed: object;
   switch (status) {
     case 'granted':
-      keys('partial', 'epoch');
-      parsed =
-        o.epoch === undefined
-          ? { status, partial: bytes(o, 'partial', PARTIAL_BYTES) }
-          : { status, partial: bytes(o, 'partial', PARTIAL_BYTES), epoch: reportedEpoch(o, 'epoch', 1n) };
+      keys('partial', 'epoch', 'generation');
+      parsed = {
+        status,
+        partial: bytes(o, 'partial', PARTIAL_BYTES),
+        ...(o.epoch === undefined ? {} : { epoch: reportedEpoch(o, 'epoch', 1n) }),
+        // Generation 0 is said by leaving the field out: one encoding per answer.
+        ...(o.generation === undefined ? {} : { generation: int(o, 'generation', 1, MAX_MEMBERSHIP_VERSION) }),
+      };
       break;
     case 'stale':
     case 'too_far':

@@ -136,8 +136,17 @@ export interface Welcome {
 export type CommonRefusal = { readonly status: 'invalid'; readonly message: string } | { readonly status: 'forbidden' };
 
 export type AcquireOutcome =
-  /** `epoch` is present when the request asked for `nextEpoch`: the epoch the partial signs. */
-  | { readonly status: 'granted'; readonly partial: Uint8Array; readonly epoch?: bigint }
+  /**
+   * `epoch` is present when the request asked for `nextEpoch`: the epoch the partial signs. `generation` is
+   * the share generation the partial is signed with (the membershipVersion of the replica's cluster
+   * description, docs/resharing.md); absent means 0, and a replica sends it only when it is not 0.
+   */
+  | {
+      readonly status: 'granted';
+      readonly partial: Uint8Array;
+      readonly epoch?: bigint;
+      readonly generation?: number;
+    }
   /** `epoch` is the highest epoch this replica has signed for the resource. */
   | { readonly status: 'stale'; readonly epoch: bigint }
   | { readonly status: 'busy'; readonly epoch: bigint; readonly remainingMs: number }
@@ -188,8 +197,12 @@ export interface Reply {
   readonly outcome: Readonly<Record<string, unknown>>;
 }
 
-/** Error codes a replica sends in an error frame (the connection stays open). */
-export type WireErrorCode = 'RATE_LIMITED' | 'UNAUTHENTICATED' | 'INTERNAL' | 'PROTOCOL_ERROR';
+/**
+ * Error codes a replica sends in an error frame (the connection stays open). REPLICA_FROZEN: its signing
+ * record is frozen for a reshare, so it answers no request with this share any more (docs/resharing.md);
+ * a client counts it as a replica that cannot vote, like one that is down.
+ */
+export type WireErrorCode = 'RATE_LIMITED' | 'UNAUTHENTICATED' | 'INTERNAL' | 'PROTOCOL_ERROR' | 'REPLICA_FROZEN';
 
 export interface ErrorMessage {
   readonly type: 'error';

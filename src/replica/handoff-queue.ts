@@ -11,6 +11,7 @@
  * ask again) and bounded per resource; a waiter leaves it when its wait is over, or when its connection closes.
  */
 import { bytesEqual } from '../common/bytes.js';
+import { isQuorumFenceError } from '../common/errors.js';
 import type { Clock, TimerHandle } from '../common/clock.js';
 import type { AcquireRequest, Outcome } from '../protocol/messages.js';
 
@@ -19,6 +20,8 @@ interface Waiter {
   readonly request: AcquireRequest;
   readonly holder: Uint8Array;
   readonly answer: (outcome: Outcome) => void;
+  /** Ends the wait with an error instead (the replica was frozen for a reshare: it answers nothing any more). */
+  readonly fail: (error: unknown) => void;
   readonly signal: AbortSignal | undefined;
   readonly onAbort: () => void;
   /** Told the epoch its turn will grant once it is first in line (nextEpoch requests only). */
@@ -79,12 +82,13 @@ export class HandoffQueue {
       this.#lines.set(request.resource, line);
     }
     const current = line;
-    return new Promise<Outcome>((resolve) => {
+    return new Promise<Outcome>((resolve, reject) => {
       const waiter: Waiter = {
         request,
         holder,
         signal,
         answer: resolve,
+        fail: reject,
         // The connection is gone: nobody to answer.
         onAbort: () => this.#leave(request.resource, waiter, { status: 'busy', epoch: request.epoch, remainingMs: 0 }),
         onFirst: request.nextEpoch ? onFirst : undefined,
@@ -102,7 +106,9 @@ export class HandoffQueue {
           remainingMs: Math.max(0, Math.ceil(busyEndsAt - this.#clock.now())),
         };
         if (!first) return waiter.answer(stillBusy);
-        this.#tryAcquire(request, holder, true).then(waiter.answer, () => waiter.answer(stillBusy));
+        this.#tryAcquire(request, holder, true).then(waiter.answer, (error: unknown) =>
+          isQuorumFenceError(error, 'REPLICA_FROZEN') ? waiter.fail(error) : waiter.answer(stillBusy),
+        );
         this.wake(request.resource); // the next one is first now
       }, waitMs);
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
@@ -138,6 +144,16 @@ export class HandoffQueue {
     if (line.waiters.length > 0) this.wake(resource);
   }
 
+  /**
+   * Ends every wait with `error` (the replica was frozen for a reshare): a waiter would otherwise be answered
+   * only when its turn or its wait came, and every try from now on is refused anyway.
+   */
+  failAll(error: unknown): void {
+    for (const [resource, line] of this.#lines) {
+      for (const waiter of [...line.waiters]) if (this.#remove(resource, waiter)) waiter.fail(error);
+    }
+  }
+
   /** Answers every waiter with `busy` (shutdown). */
   close(): void {
     for (const [resource, line] of this.#lines) {
@@ -156,7 +172,11 @@ export class HandoffQueue {
         let outcome: Outcome;
         try {
           outcome = await this.#tryAcquire(head.request, head.holder, true);
-        } catch {
+        } catch (error) {
+          if (isQuorumFenceError(error, 'REPLICA_FROZEN')) {
+            this.failAll(error); // Frozen: no try will ever succeed here; nobody waits for nothing.
+            break;
+          }
           // A store or signer failure: the server would have answered an error; this waiter gets `busy` instead.
           outcome = { status: 'busy', epoch: head.request.epoch, remainingMs: 0 };
         }

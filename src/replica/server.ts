@@ -1,6 +1,8 @@
 /**
  * The replica's network face: one HTTP(S) server carrying the WebSocket
- * protocol (upgrade on any path), `GET /healthz` and `GET /metrics`.
+ * protocol (upgrade on any path), `GET /healthz`, `GET /metrics`, and the
+ * operator's `POST /admin/freeze` (docs/resharing.md), which answers only a
+ * request presenting the operator secret.
  *
  * Per connection: the replica sends a challenge; the client proves its
  * Ed25519 key over authTranscript(nonce, clusterId, replica index); then each
@@ -37,8 +39,9 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { isUsableHolderKey } from '../common/holder-key.js';
+import { checkOperatorSecret, presentsOperatorSecret } from '../common/operator-secret.js';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { QuorumFenceError } from '../common/errors.js';
+import { QuorumFenceError, isQuorumFenceError } from '../common/errors.js';
 import { PACKAGE_VERSION } from '../common/version.js';
 import { systemClock, type Clock, type TimerHandle } from '../common/clock.js';
 import { silentLogger, type Logger } from '../common/log.js';
@@ -60,6 +63,7 @@ import { replicaLimits, type ReplicaLimits } from './options.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
 import { probeSigningRecord, SigningRecord } from './signing-record.js';
+import { frozenError } from './freeze-marker.js';
 
 export interface ReplicaServerOptions {
   readonly cluster: Cluster;
@@ -85,7 +89,15 @@ export interface ReplicaServerOptions {
   readonly storeProbe?: Promise<void>;
   /** Called when the replica can no longer work (a signing thread died); the process should stop. */
   readonly onFatal?: (error: Error) => void;
+  /**
+   * What unlocks POST /admin/freeze (`Authorization: Bearer <secret>`); without one the endpoint refuses
+   * everyone. See common/operator-secret.ts.
+   */
+  readonly operatorSecret?: string;
 }
+
+/** The largest body POST /admin/freeze reads (a JSON object with a short reason). */
+const MAX_ADMIN_BODY_BYTES = 1024;
 
 interface Connection {
   readonly socket: WebSocket;
@@ -122,6 +134,7 @@ export class ReplicaServer {
   readonly #index: number;
   readonly #logger: Logger;
   readonly #clock: Clock;
+  readonly #operatorSecret: string | undefined;
   readonly #connections = new Set<Connection>();
   /** IP address → connections from it not yet authenticated (see maxUnauthenticatedPerAddress). */
   readonly #unauthenticatedByAddress = new Map<string, number>();
@@ -146,6 +159,7 @@ export class ReplicaServer {
     index: number;
     logger: Logger;
     clock: Clock;
+    operatorSecret: string | undefined;
   }) {
     this.url = fields.url;
     this.port = fields.port;
@@ -161,6 +175,7 @@ export class ReplicaServer {
     this.#index = fields.index;
     this.#logger = fields.logger;
     this.#clock = fields.clock;
+    this.#operatorSecret = fields.operatorSecret;
     this.#compactionTimer = setInterval(() => this.#compactNow(), fields.limits.compactionIntervalMs);
     this.#compactionTimer.unref();
   }
@@ -195,6 +210,8 @@ export class ReplicaServer {
     const logger = options.logger ?? silentLogger;
     const clock = options.clock ?? systemClock;
     const { cluster, key } = options;
+    const operatorSecret =
+      options.operatorSecret === undefined ? undefined : checkOperatorSecret(options.operatorSecret);
     let fatal: ((error: Error) => void) | undefined = options.onFatal;
     // Probe the store (a child process) while the signing threads load the key.
     const probing = (options.storeProbe ?? probeSigningRecord(options.dataDir)).then(
@@ -236,6 +253,7 @@ export class ReplicaServer {
         retentionMs: limits.retentionMs,
         timers: clock,
         maxWaitersPerResource: limits.maxWaitersPerResource,
+        generation: cluster.membershipVersion,
         policy: {
           clusterId: cluster.id,
           minTtlMs: limits.minTtlMs,
@@ -302,6 +320,7 @@ export class ReplicaServer {
         index: key.index,
         logger,
         clock,
+        operatorSecret,
       });
       fatal = (error) => {
         logger.error({ err: error }, 'fatal: the replica cannot sign any more');
@@ -346,6 +365,7 @@ export class ReplicaServer {
           version: PACKAGE_VERSION,
           uptimeSeconds: Math.floor((Date.now() - this.#startedAt) / 1000),
           lastError: this.#lastError ?? null,
+          frozen: this.service.store.frozen !== undefined,
         }),
       );
       return;
@@ -363,8 +383,88 @@ export class ReplicaServer {
       );
       return;
     }
+    if (path === '/admin/freeze') return this.#onFreezeRequest(req, res);
     res.writeHead(404, { 'content-type': 'text/plain' });
     res.end('not found: try /healthz, /metrics, or a WebSocket upgrade\n');
+  }
+
+  /**
+   * POST /admin/freeze, body `{ "reason"?: string }` (optional): the operator freezes this replica for a
+   * reshare while it runs. The secret is checked before the body is read; a refused request changes
+   * nothing. The answer comes after the freeze marker is flushed (SigningRecord.freeze): from then on
+   * every request that would sign is refused with REPLICA_FROZEN, also after a restart.
+   */
+  #onFreezeRequest(req: IncomingMessage, res: ServerResponse): void {
+    const answer = (status: number, body: Record<string, unknown>) => {
+      if (res.headersSent) return;
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    if (req.method !== 'POST') {
+      res.setHeader('allow', 'POST');
+      return answer(405, { code: 'INVALID_ARGUMENT', message: 'POST only' });
+    }
+    if (!presentsOperatorSecret(req.headers.authorization, this.#operatorSecret)) {
+      req.resume();
+      this.#logger.warn({ path: '/admin/freeze' }, 'refused an admin request without the operator secret');
+      return answer(401, {
+        code: 'UNAUTHENTICATED',
+        message:
+          this.#operatorSecret === undefined
+            ? 'this replica has no operator secret (--operator-secret-file): its admin endpoint is closed'
+            : 'expected "Authorization: Bearer <operator secret>"',
+      });
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      if (res.headersSent) return; // refused already; the rest is read and dropped (the request timeout bounds it)
+      size += chunk.length;
+      if (size > MAX_ADMIN_BODY_BYTES)
+        return answer(413, { code: 'INVALID_ARGUMENT', message: `the body is over ${MAX_ADMIN_BODY_BYTES} bytes` });
+      chunks.push(chunk);
+    });
+    req.on('error', () => undefined);
+    req.on('end', () => {
+      if (res.headersSent) return;
+      let reason = 'reshare';
+      const text = Buffer.concat(chunks).toString('utf8').trim();
+      if (text !== '') {
+        let body: unknown;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          body = undefined;
+        }
+        const given = (body as { reason?: unknown } | undefined)?.reason;
+        if (
+          typeof body !== 'object' ||
+          body === null ||
+          Array.isArray(body) ||
+          (given !== undefined && typeof given !== 'string')
+        )
+          return answer(400, { code: 'INVALID_ARGUMENT', message: 'expected a JSON object { "reason"?: string }' });
+        if (typeof given === 'string' && given !== '') reason = given;
+      }
+      this.service.store.freeze(reason).then(
+        (state) => {
+          // Acquires waiting their turn here would be refused at their turn: tell them now.
+          this.service.handoffs.failAll(frozenError(state));
+          this.#logger.warn(
+            { replica: this.#index, ...state },
+            'frozen for a reshare: this replica signs nothing more',
+          );
+          answer(200, { frozen: true, replica: this.#index, clusterId: this.#cluster.idHex, ...state });
+        },
+        (error: unknown) => {
+          this.#logger.error({ err: error }, 'freeze failed');
+          answer(500, {
+            code: error instanceof QuorumFenceError ? error.code : 'INTERNAL',
+            message: `the freeze was not recorded: ${(error as Error).message}`,
+          });
+        },
+      );
+    });
   }
 
   #onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
@@ -540,6 +640,10 @@ export class ReplicaServer {
             this.#announceRelease(request.resource);
         },
         (error: unknown) => {
+          // Frozen for a reshare: an expected answer of its own (clients count this replica as unable to vote),
+          // not a failure to log per request.
+          if (isQuorumFenceError(error, 'REPLICA_FROZEN'))
+            return this.#sendError(connection, request.id, 'REPLICA_FROZEN', error.message);
           this.#logger.error(
             { err: error, resource: request.resource.slice(0, 64), type: request.type },
             'request failed',

@@ -34,6 +34,11 @@ export interface ReplicaServiceOptions {
   readonly signer: PartialSigner;
   readonly clock: MonotonicClock;
   readonly policy: PolicyConfig;
+  /**
+   * The share generation this replica signs with (its cluster description's membershipVersion); sent with
+   * every grant when not 0, so clients combine partials of one generation only (docs/resharing.md).
+   */
+  readonly generation?: number;
   readonly metrics?: ReplicaMetrics;
   /** How long a record is kept after its grant once its lease has ended (wall-clock ms; see docs/storage.md). */
   readonly retentionMs?: number;
@@ -63,6 +68,7 @@ export class ReplicaService {
   readonly #signer: PartialSigner;
   readonly #clock: MonotonicClock;
   readonly #policy: PolicyConfig;
+  readonly #generation: number;
   readonly #metrics: ReplicaMetrics | undefined;
   readonly #retentionMs: number;
   readonly #compactionBatch: number;
@@ -75,6 +81,7 @@ export class ReplicaService {
     this.#signer = options.signer;
     this.#clock = options.clock;
     this.#policy = options.policy;
+    this.#generation = options.generation ?? 0;
     this.#metrics = options.metrics;
     this.#retentionMs = options.retentionMs ?? DEFAULT_REPLICA_LIMITS.retentionMs;
     this.#compactionBatch = options.compactionBatch ?? DEFAULT_COMPACTION_BATCH;
@@ -154,9 +161,12 @@ export class ReplicaService {
       // The record is durable by now (checkAndRecord resolved), so the partial may leave.
       const partial = await (early ?? this.#sign(message()));
       this.#metrics?.grantsSigned.inc({ kind: decision.action === 'grant' ? 'new' : 'resend' });
-      return request.type === 'acquire' && request.nextEpoch
-        ? { status: 'granted', partial, epoch: request.epoch }
-        : { status: 'granted', partial };
+      return {
+        status: 'granted',
+        partial,
+        ...(request.type === 'acquire' && request.nextEpoch ? { epoch: request.epoch } : {}),
+        ...(this.#generation > 0 ? { generation: this.#generation } : {}),
+      };
     }
     return this.#answer(decision);
   }

@@ -122,6 +122,8 @@ export class SigningRecord {
   #floor: bigint;
   /** Reshare freeze (see freeze()); loaded at open, set once, never cleared. */
   #frozen: FrozenState | undefined;
+  /** The freeze being made durable, or made (a store opened frozen starts with one). */
+  #freezing: Promise<FrozenState> | undefined;
   readonly #onFlush: ((ms: number) => void) | undefined;
   readonly #releaseLock: (() => void) | undefined;
   readonly #sections: CheckAndRecord;
@@ -157,6 +159,7 @@ export class SigningRecord {
     try {
       this.#floor = parseFloor(meta.get(FLOOR_KEY), dir);
       this.#frozen = readFrozen(meta.get(FROZEN_KEY));
+      if (this.#frozen) this.#freezing = Promise.resolve(this.#frozen);
       this.openedWith = { resources: (records.getStats() as { entryCount: number }).entryCount };
     } catch (error) {
       if (error instanceof QuorumFenceError) throw error;
@@ -446,20 +449,30 @@ export class SigningRecord {
   }
 
   /**
-   * Freezes the store for a reshare: waits until no checkAndRecord call is
-   * queued, then durably records the freeze; from then on every
-   * checkAndRecord refuses with REPLICA_FROZEN, on this and every later open.
-   * Freezing a frozen store keeps the first freeze. An export taken after this
-   * resolves holds every grant this replica will ever have signed.
-   * @throws QuorumFenceError CLOSED, INTERNAL
+   * Freezes the store for a reshare, on this and every later open. From the call on, every
+   * checkAndRecord that has not yet decided refuses with REPLICA_FROZEN; the calls already past
+   * that check (deciding, or flushing their record) are waited for; then the marker is written
+   * and flushed. So when this resolves, the store holds every grant it will ever have signed, and an
+   * export taken afterwards is final. It works while the replica serves (a steady stream of grants
+   * cannot starve it: new ones are refused at once). Calls while a freeze runs share it; freezing
+   * a frozen store keeps the first freeze.
+   * @throws QuorumFenceError CLOSED, INTERNAL (the marker could not be flushed; grants stay refused)
    */
-  async freeze(reason: string): Promise<FrozenState> {
+  freeze(reason: string): Promise<FrozenState> {
+    if (this.#closed) return Promise.reject(new QuorumFenceError('CLOSED', 'the signing record is closed'));
+    this.#freezing ??= this.#freezeDurably(reason).catch((error: unknown) => {
+      this.#freezing = undefined; // a later call may try the write again; grants stay refused meanwhile
+      throw error;
+    });
+    return this.#freezing;
+  }
+
+  async #freezeDurably(reason: string): Promise<FrozenState> {
+    const state: FrozenState = this.#frozen ?? { at: new Date().toISOString(), reason: reason.slice(0, 200) };
+    // Before any await: no decision taken after this line signs.
+    this.#frozen = state;
     while (!this.#sections.idle) await this.#sections.drain();
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the signing record is closed');
-    if (this.#frozen) return this.#frozen;
-    const state: FrozenState = { at: new Date().toISOString(), reason: reason.slice(0, 200) };
-    // Set before any await, so no grant decided after this line sees an unfrozen store.
-    this.#frozen = state;
     try {
       this.#meta.putSync(FROZEN_KEY, JSON.stringify(state));
       await this.#env.flushed;

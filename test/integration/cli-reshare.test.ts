@@ -7,7 +7,7 @@
  * keep working and keep their barriers), any t_new new shares make a token that verifies, and the new
  * record carries every old grant. Negative cases assert their codes.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -47,7 +47,8 @@ async function oldCluster(base: string, n: number): Promise<Cluster> {
   return loadClusterFile(join(base, 'old', 'cluster.json'));
 }
 
-async function newMembers(base: string, n: number): Promise<string> {
+/** The new members' cards and a reshare proposal of base/old/cluster.json dealt by `dealers`. */
+async function newMembers(base: string, n: number, dealers: number[]): Promise<string> {
   const cards = await initMemberCards(base, n, (i) => `new-${i}`);
   const proposal = join(base, 'public', 'proposal.json');
   const r = await cli([
@@ -56,6 +57,10 @@ async function newMembers(base: string, n: number): Promise<string> {
     ...cards.flatMap((c) => ['--member', c]),
     '--f',
     String((n - 1) / 3),
+    '--old-cluster',
+    join(base, 'old', 'cluster.json'),
+    '--dealers',
+    dealers.join(','),
     '--out',
     proposal,
   ]);
@@ -75,8 +80,6 @@ async function reshare(base: string, newN: number, dealers: number[], proposal: 
         proposal,
         '--old-cluster',
         join(base, 'old', 'cluster.json'),
-        '--dealers',
-        dealers.join(','),
         '--json',
         ...(dealers.includes(i) ? ['--old-key', join(base, 'old', `replica-${i}.key`)] : []),
       ]),
@@ -165,7 +168,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       pgGuard.write({ token: tokenToText(token), resource: 'orders', key: 'k' });
     expect(await pgWrite(oldToken)).toMatchObject({ ok: true, epoch: 5n });
 
-    const proposal = await newMembers(base, 4);
+    const proposal = await newMembers(base, 4, [1, 2, 3]);
     const cluster = await reshare(base, 4, [1, 2, 3], proposal);
     // The id guards pin is the same (v2: from the group key alone).
     expect(cluster.idHex).toBe(old.idHex);
@@ -208,26 +211,165 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     await store.close();
   });
 
-  it('add replicas 4 -> 7: the four old members deal to seven; the group key is unchanged and any five new shares sign', async () => {
+  it('add replicas 4 -> 7: the four old members deal to seven; the group key is unchanged and any five new shares sign; five new members endorse membership 1 and a holder of the old description follows it (refusals with codes)', async () => {
     const base = join(root, 'grow');
     const old = await oldCluster(base, 4);
-    const proposal = await newMembers(base, 7);
+    const proposal = await newMembers(base, 7, [1, 2, 3, 4]);
     const cluster = await reshare(base, 7, [1, 2, 3, 4], proposal);
     expect(cluster.n).toBe(7);
     expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
     expect(tokenFromNewShares(base, cluster, [3, 4, 5, 6, 7])).toBe(true);
     expect(tokenFromNewShares(base, cluster, [1, 2, 5, 6, 7])).toBe(true);
+
+    // The new membership is version 1; five new members endorse it with their new shares, each on its own.
+    expect(cluster.membershipVersion).toBe(1);
+    const fresh = join(base, 'new-1', 'cluster.json');
+    const partials = [3, 4, 5, 6, 7].map((i) => join(base, 'public', `partial-${i}.json`));
+    for (const [k, i] of [3, 4, 5, 6, 7].entries()) {
+      const signed = await cli([
+        'reshare',
+        'endorse',
+        '--cluster',
+        fresh,
+        '--key',
+        join(base, `new-${i}`, 'replica.key'),
+        '--out',
+        partials[k]!,
+      ]);
+      expect(signed.code, signed.stderr).toBe(0);
+    }
+    const endorsed = join(base, 'public', 'cluster-endorsed.json');
+    const combined = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      fresh,
+      ...partials.flatMap((p) => ['--partial', p]),
+      '--out',
+      endorsed,
+    ]);
+    expect(combined.code, combined.stderr).toBe(0);
+    // A holder of the old description follows the endorsed one, and only that.
+    const followed = join(base, 'public', 'cluster-followed.json');
+    const oldPath = join(base, 'old', 'cluster.json');
+    const follow = await cli(['reshare', 'follow', '--cluster', oldPath, '--candidate', endorsed, '--out', followed]);
+    expect(follow.code, follow.stderr).toBe(0);
+    expect(follow.stdout).toMatch(/following membership 1 .*\(was 0\): n = 7, t = 5/);
+    const now = loadClusterFile(followed);
+    expect(now.n).toBe(7);
+    expect(now.endorsement).toBeDefined();
+    const unendorsed = await cli(['reshare', 'follow', '--cluster', oldPath, '--candidate', fresh]);
+    expect([unendorsed.code, unendorsed.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_ENDORSED\)/)]);
+    const again = await cli(['reshare', 'follow', '--cluster', followed, '--candidate', endorsed]);
+    expect([again.code, again.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_NEWER\)/)]);
+    const tooFew = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      fresh,
+      ...partials.slice(1).flatMap((p) => ['--partial', p]),
+    ]);
+    expect([tooFew.code, tooFew.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_ENDORSED\)/)]);
+    const both = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      fresh,
+      '--key',
+      join(base, 'new-1', 'replica.key'),
+      '--partial',
+      partials[0]!,
+    ]);
+    expect([both.code, both.stderr]).toEqual([2, expect.stringMatching(/\(INVALID_OPTION\)/)]);
+    expect(old.membershipVersion).toBe(0);
+
+    // Old member 1 retires its old share once its new one works: refused (nothing erased) for a membership that
+    // is not newer and for another member's new key; then the old key file is gone and the new one kept.
+    const oldKey = join(base, 'old', 'replica-1.key');
+    const retire = (cluster: string, key: string) =>
+      cli(['reshare', 'retire', '--old-key', oldKey, '--old-cluster', oldPath, '--key', key, '--cluster', cluster]);
+    for (const refused of [
+      await retire(oldPath, join(base, 'old', 'replica-2.key')),
+      await retire(followed, join(base, 'new-2', 'replica.key')),
+    ]) {
+      expect([refused.code, refused.stderr]).toEqual([1, expect.stringMatching(/nothing erased \(RESHARE_REFUSED\)/)]);
+      expect(existsSync(oldKey)).toBe(true);
+    }
+    const retired = await retire(followed, join(base, 'new-1', 'replica.key'));
+    expect(retired.code, retired.stderr).toBe(0);
+    expect(existsSync(oldKey)).toBe(false);
+    expect(existsSync(join(base, 'new-1', 'replica.key'))).toBe(true);
   });
 
-  it('refuses with codes: too few dealers (RESHARE_REFUSED), a dealer without its old key (RESHARE_REFUSED), no subcommand (INVALID_OPTION)', async () => {
+  it('refuses with codes: too few dealers (RESHARE_REFUSED at propose), a dealer without its old key, a proposal without reshare terms or of another cluster (RESHARE_REFUSED), a reshare proposal given to dkg run (BAD_PROPOSAL), no subcommand (INVALID_OPTION)', async () => {
     const base = join(root, 'refuse');
     await oldCluster(base, 4);
-    const proposal = await newMembers(base, 4);
-    const common = ['--proposal', proposal, '--old-cluster', join(base, 'old', 'cluster.json')];
-    const few = await cli(['reshare', 'run', '--data', join(base, 'new-1'), ...common, '--dealers', '1,2']);
-    expect(few.stderr).toMatch(/\(RESHARE_REFUSED\)/);
-    const noKey = await cli(['reshare', 'run', '--data', join(base, 'new-1'), ...common, '--dealers', '1,2,3']);
-    expect(noKey.stderr).toMatch(/\(RESHARE_REFUSED\)/);
+    const oldPath = join(base, 'old', 'cluster.json');
+    const cards = await initMemberCards(base, 4, (i) => `new-${i}`);
+    const members = cards.flatMap((c) => ['--member', c]);
+    const few = await cli(['dkg', 'propose', ...members, '--f', '1', '--old-cluster', oldPath, '--dealers', '1,2,2']);
+    expect([few.code, few.stderr]).toEqual([1, expect.stringMatching(/t_old = 3 .*\(RESHARE_REFUSED\)/)]);
+    const half = await cli(['dkg', 'propose', ...members, '--f', '1', '--dealers', '1,2,3']);
+    expect([half.code, half.stderr]).toEqual([2, expect.stringMatching(/\(INVALID_OPTION\)/)]);
+
+    const proposal = join(base, 'public', 'proposal.json');
+    const made = await cli([
+      'dkg',
+      'propose',
+      ...members,
+      '--f',
+      '1',
+      '--old-cluster',
+      oldPath,
+      '--dealers',
+      '3,1,2',
+      '--out',
+      proposal,
+    ]);
+    expect(made.code, made.stderr).toBe(0);
+    expect(JSON.parse(readFileSync(proposal, 'utf8')).reshare).toMatchObject({
+      oldMembershipVersion: 0,
+      dealers: [1, 2, 3],
+    });
+    const common = ['--proposal', proposal, '--old-cluster', oldPath];
+    const noKey = await cli(['reshare', 'run', '--data', join(base, 'new-1'), ...common]);
+    expect([noKey.code, noKey.stderr]).toEqual([
+      1,
+      expect.stringMatching(/no --old-key was given \(RESHARE_REFUSED\)/),
+    ]);
+    // Another cluster than the one the proposal names.
+    const other = await cli(['keygen', '--replicas', '4', '--out', join(base, 'other')]);
+    expect(other.code, other.stderr).toBe(0);
+    const elsewhere = await cli([
+      'reshare',
+      'run',
+      '--data',
+      join(base, 'new-4'),
+      '--proposal',
+      proposal,
+      '--old-cluster',
+      join(base, 'other', 'cluster.json'),
+    ]);
+    expect([elsewhere.code, elsewhere.stderr]).toEqual([
+      1,
+      expect.stringMatching(/the proposal reshares cluster .*\(RESHARE_REFUSED\)/),
+    ]);
+    // A plain key-ceremony proposal is no reshare, and a reshare proposal is no key ceremony.
+    const plain = join(base, 'public', 'plain.json');
+    expect((await cli(['dkg', 'propose', ...members, '--f', '1', '--out', plain])).code).toBe(0);
+    const noTerms = await cli([
+      'reshare',
+      'run',
+      '--data',
+      join(base, 'new-4'),
+      '--proposal',
+      plain,
+      '--old-cluster',
+      oldPath,
+    ]);
+    expect([noTerms.code, noTerms.stderr]).toEqual([1, expect.stringMatching(/no reshare terms.*\(RESHARE_REFUSED\)/)]);
+    const asDkg = await cli(['dkg', 'run', '--data', join(base, 'new-4'), '--proposal', proposal]);
+    expect([asDkg.code, asDkg.stderr]).toEqual([1, expect.stringMatching(/reshare run.*\(BAD_PROPOSAL\)/)]);
     const bare = await cli(['reshare']);
     expect(bare.stderr).toMatch(/\(INVALID_OPTION\)/);
   });
@@ -264,7 +406,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       ]);
       expect(r.code, r.stderr).toBe(0);
     }
-    const proposal = await newMembers(base, 4);
+    const proposal = await newMembers(base, 4, [1, 2, 3]);
     const cluster = await reshare(base, 4, [1, 2, 3], proposal);
     expect(cluster.idHex).toBe(old.idHex);
     mkdirSync(join(base, 'gen2'));

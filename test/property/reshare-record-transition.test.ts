@@ -78,6 +78,47 @@ describe('reshare: old members are frozen before they deal', () => {
     await store.close();
   });
 
+  it('a live freeze under a steady stream of grants: calls made after it are refused at once, the ones before it finish first, and the export holds exactly the grants that resolved', async () => {
+    const identity = { clusterId: oldClusterId, replicaIndex: 1 };
+    const store = SigningRecord.open(dir, identity);
+    const calls: { resource: string; epoch: bigint; after: boolean; outcome: Promise<string | undefined> }[] = [];
+    const grant = (k: number, after: boolean) => {
+      // Four resources, so calls queue behind each other in one critical section as well as run side by side.
+      const resource = `r${k % 4}`;
+      const epoch = BigInt(k + 1);
+      calls.push({
+        resource,
+        epoch,
+        after,
+        outcome: rejectionCode(
+          store.checkAndRecord(resource, () => ({ record: entry(resource, epoch, holders[0]!).record, result: 0 })),
+        ),
+      });
+    };
+    for (let k = 0; k < 40; k++) grant(k, false);
+    const freezing = store.freeze('live');
+    let k = 40;
+    // Keep the stream going while the freeze waits for the calls before it.
+    const stream = setInterval(() => grant(k++, true), 0);
+    await freezing;
+    clearInterval(stream);
+    const outcomes = await Promise.all(calls.map((c) => c.outcome));
+    expect(calls.filter((c) => c.after).length).toBeGreaterThan(0);
+    calls.forEach((c, i) => {
+      if (c.after) expect(outcomes[i]).toBe('REPLICA_FROZEN');
+      else expect([undefined, 'REPLICA_FROZEN']).toContain(outcomes[i]);
+    });
+    // The last resolved grant per resource is what the export holds, and nothing signs after.
+    const resolved = new Map<string, bigint>();
+    calls.forEach((c, i) => {
+      if (outcomes[i] === undefined) resolved.set(c.resource, c.epoch);
+    });
+    expect(new Map(exportInterchange(store).entries.map((e) => [e.resource, BigInt(e.epoch)]))).toEqual(resolved);
+    expect(await rejectionCode(store.freeze('again'))).toBeUndefined();
+    expect(store.frozen?.reason).toBe('live');
+    await store.close();
+  });
+
   it('inheriting refuses fewer than 2f_old+1 old records, and two records from one replica, with RESHARE_REFUSED', () => {
     const report = (replica: number): OldRecordReport => ({ replica, floor: 0n, entries: [] });
     expect(codeOf(() => inheritRecords([report(1), report(2)], 1, newClusterId))).toBe('RESHARE_REFUSED');

@@ -85,6 +85,33 @@ describe('ceremony proposals and cards', () => {
     expect(Buffer.from(changed.digest).equals(Buffer.from(p.digest))).toBe(false);
   });
 
+  it("a reshare's terms (old cluster id, its membership version, the dealers) are bound into the digest, and checked", () => {
+    const p = proposal();
+    const terms = { oldClusterId: 'ab'.repeat(32), oldMembershipVersion: 2, dealers: [1, 2, 3] };
+    const reshare = parseProposal({ ...p.json, reshare: terms });
+    expect(reshare.reshare?.dealers).toEqual([1, 2, 3]);
+    const digests = [
+      p,
+      reshare,
+      parseProposal({ ...p.json, reshare: { ...terms, dealers: [1, 2, 4] } }),
+      parseProposal({ ...p.json, reshare: { ...terms, oldMembershipVersion: 3 } }),
+      parseProposal({ ...p.json, reshare: { ...terms, oldClusterId: 'cd'.repeat(32) } }),
+    ].map((q) => Buffer.from(q.digest).toString('hex'));
+    expect(new Set(digests).size).toBe(digests.length);
+    // Without terms the digest is the one it always was.
+    expect(parseProposal(p.json).reshare).toBeUndefined();
+    for (const bad of [
+      { ...terms, oldClusterId: 'ab' },
+      { ...terms, oldMembershipVersion: -1 },
+      { ...terms, dealers: [] },
+      { ...terms, dealers: [2, 1, 3] },
+      { ...terms, dealers: [1, 1, 3] },
+      { ...terms, dealers: [0, 1, 2] },
+      [],
+    ])
+      expect(codeOf(() => parseProposal({ ...p.json, reshare: bad }))).toBe('BAD_PROPOSAL');
+  });
+
   it('refuses bad proposals with BAD_PROPOSAL (or UNKNOWN_VERSION for the format)', () => {
     const p = proposal();
     expect(codeOf(() => parseProposal({ ...p.json, format: 'x' }))).toBe('UNKNOWN_VERSION');

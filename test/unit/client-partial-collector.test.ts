@@ -12,6 +12,10 @@ import { PartialCollector } from '../../src/client/partial-collector.js';
 import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage, type Grant } from '../../src/token/grant.js';
 import { dealCluster } from '../support/dealt-cluster.js';
+import { reshareByHand } from '../support/reshared-key.js';
+import { describeDealtKey, localEndpoints, parseCluster } from '../../src/cluster/description.js';
+import { systemRandom } from '../../src/crypto/random.js';
+import { combinePartials } from '../../src/crypto/threshold.js';
 
 const backend = loadBackend();
 const dealt = dealCluster(4, backend);
@@ -131,5 +135,49 @@ describe('evidence of equivocation', () => {
         partial: new Uint8Array(96),
       });
     expect(log.list().map((e) => e.replica)).toEqual([2, 3]);
+  });
+});
+
+describe('share generations: partials of one generation only are combined', () => {
+  // Generation 1: the same group key reshared to new shares (membershipVersion 1); generation 0: the dealt shares.
+  const reshared = reshareByHand(dealt.key, 4, systemRandom);
+  const next = parseCluster({ ...describeDealtKey(reshared, localEndpoints(4)), membershipVersion: 1 }, { backend });
+  const nextPartial = (index: number, grant: Grant) =>
+    backend.sign(backend.secretKeyFromBytes(reshared.shares[index - 1]!.scaledSecretShare), grantMessage(grant));
+
+  it('a partial of another generation is not held (other_generation, no evidence), and t of the cluster generation combine', () => {
+    const grant: Grant = { clusterId: next.id, resource: 'orders', epoch: 9n, holder: holderA };
+    const evidence = new EvidenceLog();
+    const collector = new PartialCollector(next, backend, grant, grantMessage(grant), evidence);
+    expect(collector.add(1, nextPartial(1, grant).bytes, 1)).toEqual({ ok: true });
+    expect(collector.add(2, nextPartial(2, grant).bytes, 1)).toEqual({ ok: true });
+    // Replica 3 still runs the old shares (generation 0): a valid old partial, never combined with new ones.
+    const old = collector.add(3, dealt.partial(3, grant).bytes, 0);
+    expect(old.ok ? 'held' : old.reason).toBe('other_generation');
+    expect(collector.count).toBe(2);
+    expect(collector.tryCombine()).toEqual({ ok: false, bad: [] });
+    expect(collector.add(4, nextPartial(4, grant).bytes, 1)).toEqual({ ok: true });
+    const combined = collector.tryCombine();
+    expect(combined.ok && combined.signers).toEqual([1, 2, 4]);
+    if (combined.ok) expect(verifyToken(encodeToken(grant, combined.signature), next).ok).toBe(true);
+    expect(evidence.list()).toEqual([]);
+  });
+
+  it('a client on generation 0 holds no partial that names generation 1, whatever its bytes', () => {
+    const grant = grantFor(holderA);
+    const { collector } = collectorFor(grant);
+    const added = collector.add(1, dealt.partial(1, grant).bytes, 1);
+    expect(added.ok ? 'held' : added.reason).toBe('other_generation');
+    expect(collector.add(1, dealt.partial(1, grant).bytes, 0).ok).toBe(false); // no second say
+  });
+
+  it('mixed generations, had they been combined, would not make a valid token (why the rule exists)', () => {
+    const grant: Grant = { clusterId: next.id, resource: 'orders', epoch: 9n, holder: holderA };
+    const mixed = combinePartials(backend, 4, [
+      { index: 1, signature: nextPartial(1, grant) },
+      { index: 2, signature: nextPartial(2, grant) },
+      { index: 3, signature: dealt.partial(3, grant) },
+    ]);
+    expect(mixed !== null && verifyToken(encodeToken(grant, mixed), next).ok).toBe(false);
   });
 });
