@@ -21,16 +21,9 @@ import { dealLocalCluster, startLocalCluster, startLocalResource, type LocalClus
 import type { LocalProcess } from '../cluster/local-process.js';
 import { QuorumFenceClient } from '../client/client.js';
 import { generateIdentity } from '../client/identity.js';
-import { summarise, type Timing } from './measure.js';
+import { closedLoop, summarise, type LoopKinds, type LoopRate, type LoopSet, type Timing } from './measure.js';
 
-export interface LoopRate {
-  readonly clients: number;
-  readonly operations: number;
-  readonly seconds: number;
-  readonly perSecond: number;
-  /** One cycle (acquire, including any wait, + write + release), ms. */
-  readonly cycleMs: Timing;
-}
+export type { LoopRate } from './measure.js';
 
 export interface SystemFigures {
   readonly replicas: number;
@@ -38,8 +31,8 @@ export interface SystemFigures {
   readonly signingWorkers: number;
   /** Uncontended acquire, 1 client, resource held before. */
   readonly acquireMs: Timing;
-  readonly loops: { readonly one: LoopRate; readonly distinct: LoopRate; readonly hot: LoopRate };
-  /** CPU ms of all processes per grant during the distinct loop. */
+  readonly loops: LoopKinds;
+  /** CPU ms of all processes per grant during the distinct loop with a guarded write. */
   readonly cpuPerGrantMs: number;
   /** CPU ms per grant by process kind, same loop. */
   readonly cpuBreakdownMs: { readonly replicas: number; readonly resource: number; readonly client: number };
@@ -78,6 +71,20 @@ function ownCpuMs(): number {
   return (usage.user + usage.system) / 1000;
 }
 
+interface CpuPerGrant {
+  readonly replicas: number;
+  readonly resource: number;
+  readonly client: number;
+}
+
+function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPerGrant {
+  return {
+    replicas: pids.replicas.reduce((sum, pid) => sum + processCpuMs(pid), 0),
+    resource: processCpuMs(pids.resource),
+    client: ownCpuMs(),
+  };
+}
+
 async function guardedWrite(resourceUrl: string, resource: string, token: string, body: string): Promise<void> {
   const response = await fetch(`${resourceUrl}/kv/${encodeURIComponent(resource)}/value`, {
     method: 'PUT',
@@ -95,39 +102,26 @@ async function loop(
   clients: number,
   seconds: number,
   resourceOf: (k: number) => string,
+  write: boolean,
 ): Promise<LoopRate> {
   // Default client options throughout: waiters on a hot resource hear of each release from the replicas.
   const connected = await Promise.all(
     Array.from({ length: clients }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
   );
   try {
-    const cycle = async (client: QuorumFenceClient, resource: string, waitMs: number): Promise<boolean> => {
-      const acquired = await client.acquire(resource, { ttlMs: 10_000, waitMs, autoRenew: false });
+    return await closedLoop(clients, seconds, async (k, remainingMs) => {
+      const resource = resourceOf(k);
+      const t0 = performance.now();
+      const acquired = await connected[k]!.acquire(resource, { ttlMs: 10_000, waitMs: remainingMs, autoRenew: false });
+      const acquireMs = performance.now() - t0;
       if (!acquired.ok) {
-        if (acquired.reason === 'busy' || acquired.reason === 'timeout') return false;
+        if (acquired.reason === 'busy' || acquired.reason === 'timeout') return undefined;
         throw new QuorumFenceError('INTERNAL', `benchmark: acquire refused (${acquired.reason}): ${acquired.message}`);
       }
-      await guardedWrite(resourceUrl, resource, acquired.lease.tokenText, 'x');
+      if (write) await guardedWrite(resourceUrl, resource, acquired.lease.tokenText, 'x');
       await acquired.lease.release();
-      return true;
-    };
-    await Promise.all(connected.map((client, k) => cycle(client, resourceOf(k), 10_000))); // warm-up
-    const cycles: number[] = [];
-    let operations = 0;
-    const start = performance.now();
-    const end = start + seconds * 1000;
-    await Promise.all(
-      connected.map(async (client, k) => {
-        while (performance.now() < end) {
-          const t0 = performance.now();
-          if (!(await cycle(client, resourceOf(k), Math.max(1, Math.ceil(end - performance.now()))))) continue;
-          cycles.push(performance.now() - t0);
-          operations++;
-        }
-      }),
-    );
-    const elapsed = (performance.now() - start) / 1000;
-    return { clients, operations, seconds: elapsed, perSecond: operations / elapsed, cycleMs: summarise(cycles) };
+      return acquireMs;
+    });
   } finally {
     await Promise.all(connected.map((c) => c.close()));
   }
@@ -170,36 +164,36 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
       await client.close();
     }
 
-    progress('system: 1 client, acquire + guarded write + release ...');
-    const one = await loop(local, resource.url, 1, seconds, () => 'bench/one');
-    progress(`system: ${clients} clients on distinct resources ...`);
-    const pids = local.replicas.map((r) => r.pid);
-    const before = {
-      replicas: pids.reduce((s, p) => s + processCpuMs(p), 0),
-      resource: processCpuMs(resource.pid),
-      client: ownCpuMs(),
+    const set = async (write: boolean): Promise<{ loops: LoopSet; cpu: CpuPerGrant }> => {
+      const kind = write ? 'write' : 'plain';
+      const what = write ? 'acquire + guarded write + release' : 'acquire + release';
+      progress(`system: 1 client, ${what} ...`);
+      const one = await loop(local!, resource!.url, 1, seconds, () => `bench/${kind}/one`, write);
+      progress(`system: ${clients} clients on distinct resources, ${what} ...`);
+      const pids = { replicas: local!.replicas.map((r) => r.pid), resource: resource!.pid };
+      const before = cpuNow(pids);
+      const distinct = await loop(local!, resource!.url, clients, seconds, (k) => `bench/${kind}/d/${k}`, write);
+      const after = cpuNow(pids);
+      // The loop's warm-up grants count too: one per client.
+      const grants = distinct.operations + clients;
+      const cpu = {
+        replicas: (after.replicas - before.replicas) / grants,
+        resource: (after.resource - before.resource) / grants,
+        client: (after.client - before.client) / grants,
+      };
+      progress(`system: ${clients} clients on one hot resource, ${what} ...`);
+      const hot = await loop(local!, resource!.url, clients, seconds, () => `bench/${kind}/hot`, write);
+      return { loops: { one, distinct, hot }, cpu };
     };
-    const distinct = await loop(local, resource.url, clients, seconds, (k) => `bench/distinct/${k}`);
-    const after = {
-      replicas: pids.reduce((s, p) => s + processCpuMs(p), 0),
-      resource: processCpuMs(resource.pid),
-      client: ownCpuMs(),
-    };
-    // The loop's warm-up grants count too: one per client.
-    const grants = distinct.operations + clients;
-    const breakdown = {
-      replicas: (after.replicas - before.replicas) / grants,
-      resource: (after.resource - before.resource) / grants,
-      client: (after.client - before.client) / grants,
-    };
-    progress(`system: ${clients} clients on one hot resource ...`);
-    const hot = await loop(local, resource.url, clients, seconds, () => 'bench/hot');
+    const lockRelease = await set(false);
+    const fencedWrite = await set(true);
+    const breakdown = fencedWrite.cpu;
     return {
       replicas: n,
       backend: local.cluster.backend.name,
       signingWorkers: options.signingWorkers ?? -1,
       acquireMs: summarise(samples),
-      loops: { one, distinct, hot },
+      loops: { lockRelease: lockRelease.loops, fencedWrite: fencedWrite.loops },
       cpuPerGrantMs: breakdown.replicas + breakdown.resource + breakdown.client,
       cpuBreakdownMs: breakdown,
     };
