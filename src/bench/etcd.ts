@@ -15,8 +15,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer } from 'node:net';
 import { QuorumFenceError } from '../common/errors.js';
-import { Etcd3, type Lease } from 'etcd3';
-import { Pool, type Dispatcher } from 'undici';
+// Type-only: etcd3 and undici are dev dependencies, loaded when the etcd section runs, so the
+// other sections run where only the package's own dependencies are installed.
+import type { Etcd3, Lease } from 'etcd3';
+import type { Dispatcher } from 'undici';
 import { closedLoop, summarise, type LoopKinds, type LoopRate, type LoopSet, type Timing } from './measure.js';
 
 export interface EtcdCluster {
@@ -132,6 +134,7 @@ export async function startEtcdCluster(
   for (;;) {
     try {
       // A write goes through only once a leader exists.
+      const { Pool } = await import('undici');
       const probe = new Pool(clientUrls[0]!, { connections: 1 });
       try {
         await post(probe, '/v3/kv/put', { key: base64('ready'), value: 'AQ==' }, AbortSignal.timeout(1000));
@@ -230,8 +233,8 @@ export class GrpcLocker implements EtcdLocker {
   #lease: Lease | undefined;
   #leaseHex = '';
 
-  constructor(url: string) {
-    this.#client = new Etcd3({ hosts: url });
+  constructor(client: Etcd3) {
+    this.#client = client;
   }
 
   async open(ttlSeconds = 60): Promise<void> {
@@ -306,16 +309,22 @@ export const ETCD_DRIVERS: Record<EtcdDriver, string> = {
 };
 
 /** Lockers for `clients` users spread over the members, as a client library does, and how to free them. */
-function lockers(
+async function lockers(
   driver: EtcdDriver,
   urls: readonly string[],
   clients: number,
-): { lockers: EtcdLocker[]; close: () => Promise<void> } {
+): Promise<{ lockers: EtcdLocker[]; close: () => Promise<void> }> {
   if (driver === 'grpc') {
-    const made = Array.from({ length: clients }, (_, k) => new GrpcLocker(urls[k % urls.length]!));
+    const { Etcd3 } = await import('etcd3');
+    // One client (one gRPC channel) per user.
+    const made = Array.from(
+      { length: clients },
+      (_, k) => new GrpcLocker(new Etcd3({ hosts: urls[k % urls.length]! })),
+    );
     return { lockers: made, close: async () => void (await Promise.all(made.map((l) => l.close()))) };
   }
   // One keep-alive connection per client: a pool per member sized to the clients it serves.
+  const { Pool } = await import('undici');
   const pools = urls.map(
     (url, m) =>
       new Pool(url, {
@@ -384,7 +393,7 @@ async function etcdLoop(
   nameOf: (k: number) => string,
   write: boolean,
 ): Promise<LoopRate> {
-  const made = lockers(driver, urls, clients);
+  const made = await lockers(driver, urls, clients);
   try {
     await Promise.all(made.lockers.map((l) => l.open()));
     return await closedLoop(clients, seconds, async (k) => {
@@ -409,7 +418,7 @@ async function benchDriver(
 ): Promise<EtcdDriverFigures> {
   const { quick, clients, seconds, progress } = options;
   const tag = `etcd (${driver})`;
-  const single = lockers(driver, urls, 1);
+  const single = await lockers(driver, urls, 1);
   const locker = single.lockers[0]!;
   let fencing: FencingCheck;
   const samples: number[] = [];

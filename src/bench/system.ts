@@ -12,6 +12,7 @@
  * process, so it includes everything a grant costs: sockets, JSON, fsync, crypto.
  */
 import { spawnSync } from 'node:child_process';
+import { Agent, request as httpRequest } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +20,8 @@ import { QuorumFenceError } from '../common/errors.js';
 import { clusterToJson } from '../cluster/description.js';
 import { dealLocalCluster, startLocalCluster, startLocalResource, type LocalCluster } from '../cluster/launcher.js';
 import type { LocalProcess } from '../cluster/local-process.js';
+import { Session } from 'node:inspector/promises';
+import { breakdown, monotonicUs, readProfiles, type CpuProfile, type KindBreakdown } from './profile.js';
 import { QuorumFenceClient } from '../client/client.js';
 import { generateIdentity } from '../client/identity.js';
 import { closedLoop, summarise, type LoopKinds, type LoopRate, type LoopSet, type Timing } from './measure.js';
@@ -36,6 +39,18 @@ export interface SystemFigures {
   readonly cpuPerGrantMs: number;
   /** CPU ms per grant by process kind, same loop. */
   readonly cpuBreakdownMs: { readonly replicas: number; readonly resource: number; readonly client: number };
+  /** With `profile`: where each process kind spends its CPU, per grant, in the 1- and 16-client loops. */
+  readonly profile?: { readonly one: LoopProfile; readonly distinct: LoopProfile };
+}
+
+export interface LoopProfile {
+  readonly loop: LoopRate;
+  readonly grants: number;
+  readonly kinds: {
+    readonly replicas: KindBreakdown;
+    readonly resource: KindBreakdown;
+    readonly client: KindBreakdown;
+  };
 }
 
 export interface SystemBenchOptions {
@@ -46,6 +61,8 @@ export interface SystemBenchOptions {
   /** Signing threads per replica (default: the replica's own default). */
   readonly signingWorkers?: number;
   readonly progress?: (line: string) => void;
+  /** Also profile the 1- and 16-client fenced-write loops (fresh processes under --cpu-prof). */
+  readonly profile?: boolean;
 }
 
 const CLOCK_TICKS_PER_SECOND = (() => {
@@ -85,15 +102,27 @@ function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPer
   };
 }
 
-async function guardedWrite(resourceUrl: string, resource: string, token: string, body: string): Promise<void> {
-  const response = await fetch(`${resourceUrl}/kv/${encodeURIComponent(resource)}/value`, {
-    method: 'PUT',
-    headers: { authorization: `QuorumFence ${token}` },
-    body,
+/** One guarded write through the reference resource over a keep-alive connection of `agent`. */
+async function guardedWrite(
+  agent: Agent,
+  resourceUrl: string,
+  resource: string,
+  token: string,
+  body: string,
+): Promise<void> {
+  const status = await new Promise<number>((resolveStatus, reject) => {
+    const request = httpRequest(
+      `${resourceUrl}/kv/${encodeURIComponent(resource)}/value`,
+      { method: 'PUT', agent, headers: { authorization: `QuorumFence ${token}`, 'content-length': body.length } },
+      (response) => {
+        response.resume();
+        response.once('end', () => resolveStatus(response.statusCode ?? 0));
+      },
+    );
+    request.once('error', reject);
+    request.end(body);
   });
-  await response.arrayBuffer();
-  if (response.status !== 200)
-    throw new QuorumFenceError('INTERNAL', `benchmark: the guard refused a write with ${response.status}`);
+  if (status !== 200) throw new QuorumFenceError('INTERNAL', `benchmark: the guard refused a write with ${status}`);
 }
 
 async function loop(
@@ -108,6 +137,8 @@ async function loop(
   const connected = await Promise.all(
     Array.from({ length: clients }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
   );
+  // Keep-alive connections to the resource, one per client, as etcd's side gets (global fetch costs the client more CPU).
+  const agent = new Agent({ keepAlive: true, maxSockets: clients });
   try {
     return await closedLoop(clients, seconds, async (k, remainingMs) => {
       const resource = resourceOf(k);
@@ -118,13 +149,100 @@ async function loop(
         if (acquired.reason === 'busy' || acquired.reason === 'timeout') return undefined;
         throw new QuorumFenceError('INTERNAL', `benchmark: acquire refused (${acquired.reason}): ${acquired.message}`);
       }
-      if (write) await guardedWrite(resourceUrl, resource, acquired.lease.tokenText, 'x');
+      if (write) await guardedWrite(agent, resourceUrl, resource, acquired.lease.tokenText, 'x');
       await acquired.lease.release();
       return acquireMs;
     });
   } finally {
     await Promise.all(connected.map((c) => c.close()));
+    agent.destroy();
   }
+}
+
+/** Deals a key, starts n replicas and the reference resource under `dir` (node flags per process for profiling). */
+async function startSystem(
+  dir: string,
+  n: number,
+  signingWorkers: number | undefined,
+  nodeArgs?: (process: string) => readonly string[],
+): Promise<{ local: LocalCluster; resource: LocalProcess }> {
+  dealLocalCluster(join(dir, 'keys'), n);
+  const local = await startLocalCluster({
+    dir: join(dir, 'keys'),
+    dataRoot: join(dir, 'data'),
+    extraArgs: signingWorkers === undefined ? [] : ['--signing-workers', String(signingWorkers)],
+    ...(nodeArgs ? { nodeArgs: (index: number) => nodeArgs(`replica-${index}`) } : {}),
+  });
+  try {
+    const clusterFile = join(dir, 'cluster.json');
+    writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
+    const resource = await startLocalResource({
+      clusterFile,
+      dataDir: join(dir, 'data', 'resource'),
+      ...(nodeArgs ? { nodeArgs: nodeArgs('resource') } : {}),
+    });
+    return { local, resource };
+  } catch (error) {
+    await local.close();
+    throw error;
+  }
+}
+
+/**
+ * One fenced-write loop on fresh processes under --cpu-prof (the client, in
+ * this process, through the inspector); each process kind's self time inside
+ * the loop's window, per grant.
+ */
+async function profileLoop(
+  dir: string,
+  n: number,
+  signingWorkers: number | undefined,
+  clients: number,
+  seconds: number,
+  progress: (line: string) => void,
+): Promise<LoopProfile> {
+  const profiles = join(dir, 'cpuprofiles');
+  // 250 us between samples: a grant costs a few ms, so the default 1 ms would see little.
+  const nodeArgs = (name: string) => [
+    '--cpu-prof',
+    '--cpu-prof-interval',
+    '250',
+    '--cpu-prof-dir',
+    join(profiles, name),
+  ];
+  progress(`system: profiling ${clients} client(s), acquire + guarded write + release ...`);
+  const { local, resource } = await startSystem(dir, n, signingWorkers, nodeArgs);
+  const session = new Session();
+  let clientProfile: CpuProfile;
+  let loopRate: LoopRate;
+  let window: { fromUs: number; toUs: number };
+  try {
+    session.connect();
+    await session.post('Profiler.enable');
+    await session.post('Profiler.setSamplingInterval', { interval: 250 });
+    await session.post('Profiler.start');
+    const fromUs = monotonicUs();
+    loopRate = await loop(local, resource.url, clients, seconds, (k) => `bench/profile/${k}`, true);
+    window = { fromUs, toUs: monotonicUs() };
+    clientProfile = (await session.post('Profiler.stop')).profile as unknown as CpuProfile;
+  } finally {
+    session.disconnect();
+    // A graceful stop: node writes each --cpu-prof file as its process (or thread) exits.
+    await resource.stop();
+    await local.close();
+  }
+  // The loop's warm-up grants (one per client) fall inside the window too.
+  const grants = loopRate.operations + clients;
+  const replicaProfiles = local.replicas.flatMap((r) => readProfiles(join(profiles, `replica-${r.index}`)));
+  return {
+    loop: loopRate,
+    grants,
+    kinds: {
+      replicas: breakdown(replicaProfiles, grants, window),
+      resource: breakdown(readProfiles(join(profiles, 'resource')), grants, window),
+      client: breakdown([clientProfile], grants, window),
+    },
+  };
 }
 
 export async function benchSystem(options: SystemBenchOptions = {}): Promise<SystemFigures> {
@@ -137,17 +255,7 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
   let local: LocalCluster | undefined;
   let resource: LocalProcess | undefined;
   try {
-    dealLocalCluster(join(dir, 'keys'), n);
-    progress(`system: starting ${n} replicas and the resource ...`);
-    local = await startLocalCluster({
-      dir: join(dir, 'keys'),
-      dataRoot: join(dir, 'data'),
-      extraArgs: options.signingWorkers === undefined ? [] : ['--signing-workers', String(options.signingWorkers)],
-    });
-    const clusterFile = join(dir, 'cluster.json');
-    writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
-    resource = await startLocalResource({ clusterFile, dataDir: join(dir, 'data', 'resource') });
-
+    ({ local, resource } = await startSystem(dir, n, options.signingWorkers));
     progress('system: uncontended acquire latency ...');
     const client = await QuorumFenceClient.connect(local.cluster, generateIdentity());
     const samples: number[] = [];
@@ -188,14 +296,35 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     const lockRelease = await set(false);
     const fencedWrite = await set(true);
     const breakdown = fencedWrite.cpu;
+    const backend = local.cluster.backend.name;
+    let profile: SystemFigures['profile'];
+    if (options.profile) {
+      // Fresh processes for each profiled loop; these ones stop first so they cost nothing meanwhile.
+      await resource.stop();
+      await local.close();
+      resource = undefined;
+      local = undefined;
+      profile = {
+        one: await profileLoop(join(dir, 'profile-one'), n, options.signingWorkers, 1, seconds, progress),
+        distinct: await profileLoop(
+          join(dir, 'profile-distinct'),
+          n,
+          options.signingWorkers,
+          clients,
+          seconds,
+          progress,
+        ),
+      };
+    }
     return {
       replicas: n,
-      backend: local.cluster.backend.name,
+      backend,
       signingWorkers: options.signingWorkers ?? -1,
       acquireMs: summarise(samples),
       loops: { lockRelease: lockRelease.loops, fencedWrite: fencedWrite.loops },
       cpuPerGrantMs: breakdown.replicas + breakdown.resource + breakdown.client,
       cpuBreakdownMs: breakdown,
+      ...(profile ? { profile } : {}),
     };
   } finally {
     await resource?.stop();

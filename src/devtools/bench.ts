@@ -17,12 +17,13 @@ import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
 import { benchCeremony } from '../bench/ceremony.js';
 import { benchGrowth } from '../bench/growth.js';
 import { benchSystem, type LoopRate, type SystemFigures } from '../bench/system.js';
+import { BUCKETS } from '../bench/profile.js';
 import { integerFlag, parseFlags, type Command } from '../command/args.js';
 
 const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony', 'growth'] as const;
 type Section = (typeof SECTIONS)[number];
 
-const usage = `usage: quorumfence-dev bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json]
+const usage = `usage: quorumfence-dev bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json] [--profile]
 
 Measures quorumfence on this machine, every process on this one box, and
 writes every figure as JSON. It never fails on speed.
@@ -50,6 +51,9 @@ options:
   --postgres URL   also measure the PostgreSQL guard (postgres://user:pass@host/db)
   --out FILE       where to write the JSON   (default bench-results/bench-<time>.json)
   --json           print the JSON to stdout instead of the table
+  --profile        system: also run the 1- and 16-client fenced-write loops on fresh
+                   processes under node --cpu-prof (the client through the inspector)
+                   and print where each process kind spends CPU, ms per grant
 `;
 
 function progress(line: string): void {
@@ -158,6 +162,44 @@ function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFigures | 
   return [table(rows), ...notes].join('\n');
 }
 
+/** Each profiled loop: ms per grant per bucket and process kind, then the top functions of each kind. */
+function profileTable(profile: NonNullable<SystemFigures['profile']>): string {
+  const parts: string[] = [];
+  for (const [name, loopProfile] of [
+    ['1 client', profile.one],
+    [`${profile.distinct.loop.clients} clients, distinct resources`, profile.distinct],
+  ] as const) {
+    const kinds = ['replicas', 'resource', 'client'] as const;
+    const rows: string[][] = [
+      [
+        `profile, ${name}, fenced write (${loopProfile.grants} grants, ${loopProfile.loop.perSecond.toFixed(0)}/s under the profiler): ms per grant`,
+        ...kinds,
+        'all',
+      ],
+    ];
+    for (const bucket of [...BUCKETS, 'total'] as const) {
+      const value = (kind: (typeof kinds)[number]) =>
+        bucket === 'total' ? loopProfile.kinds[kind].totalMsPerGrant : loopProfile.kinds[kind].buckets[bucket];
+      rows.push([
+        bucket === 'crypto' ? 'crypto (sign, verify, pairing)' : bucket,
+        ...kinds.map((k) => ms(value(k))),
+        ms(kinds.reduce((sum, k) => sum + value(k), 0)),
+      ]);
+    }
+    parts.push(table(rows));
+    for (const kind of kinds) {
+      const top = loopProfile.kinds[kind].top;
+      parts.push(
+        table([
+          [`  top self time, ${kind} (${name})`, 'bucket', 'ms/grant'],
+          ...top.map((t) => [`  ${t.fn}`, t.bucket, ms(t.msPerGrant)]),
+        ]),
+      );
+    }
+  }
+  return parts.join('\n\n');
+}
+
 export interface TargetRow {
   readonly target: string;
   readonly quorumfence: string;
@@ -249,6 +291,7 @@ export const command: Command = {
         json: { type: 'boolean' },
         replicas: { type: 'string' },
         postgres: { type: 'string' },
+        profile: { type: 'boolean' },
       },
       { max: SECTIONS.length },
     );
@@ -333,8 +376,9 @@ export const command: Command = {
 
     let system: SystemFigures | undefined;
     if (sections.has('system')) {
-      system = await benchSystem({ replicas: n, quick, progress });
+      system = await benchSystem({ replicas: n, quick, progress, profile: values.profile ?? false });
       report.system = system;
+      if (system.profile) out.push(profileTable(system.profile));
     }
     let etcd: EtcdFigures | undefined;
     if (sections.has('etcd')) {
