@@ -98,17 +98,31 @@ export function selfTimeMs(profile: CpuProfile, window?: Window): Map<string, { 
 }
 
 export interface KindBreakdown {
-  /** ms per grant in each bucket. */
+  /** ms per grant in each bucket (scaled to the measured CPU time when one was given). */
   readonly buckets: Record<Bucket, number>;
   readonly totalMsPerGrant: number;
+  /** What the samples add up to, ms per grant, before scaling: wall time the threads were not idle. */
+  readonly sampledMsPerGrant: number;
   /** The functions with the most self time, ms per grant. */
   readonly top: readonly { readonly fn: string; readonly bucket: Bucket; readonly msPerGrant: number }[];
   readonly profiles: number;
 }
 
-/** Sums the profiles of one process kind (e.g. all replicas and their threads) per grant. */
-export function breakdown(profiles: readonly CpuProfile[], grants: number, window?: Window, topN = 8): KindBreakdown {
+/**
+ * Sums the profiles of one process kind (e.g. all replicas and their threads)
+ * per grant. V8 samples on a wall clock: a thread that is runnable but not
+ * running (a loaded machine) keeps collecting samples, so the samples
+ * overstate CPU. Given the kind's measured CPU ms per grant (from /proc, same
+ * window), every figure is scaled to it: the profile then says where that CPU
+ * went, in proportion to the samples.
+ */
+export function breakdown(
+  profiles: readonly CpuProfile[],
+  grants: number,
+  options: { window?: Window; topN?: number; cpuMsPerGrant?: number } = {},
+): KindBreakdown {
   if (!(grants > 0)) throw new QuorumFenceError('INVALID_ARGUMENT', `grants must be positive, got ${grants}`);
+  const { window, topN = 8, cpuMsPerGrant } = options;
   const merged = new Map<string, { ms: number; bucket: Bucket }>();
   for (const profile of profiles)
     for (const [fn, { ms, bucket }] of selfTimeMs(profile, window)) {
@@ -116,15 +130,18 @@ export function breakdown(profiles: readonly CpuProfile[], grants: number, windo
       entry.ms += ms;
       merged.set(fn, entry);
     }
+  const sampledMsPerGrant = [...merged.values()].reduce((sum, { ms }) => sum + ms, 0) / grants;
+  const scale = cpuMsPerGrant !== undefined && sampledMsPerGrant > 0 ? cpuMsPerGrant / sampledMsPerGrant : 1;
   const buckets = Object.fromEntries(BUCKETS.map((b) => [b, 0])) as Record<Bucket, number>;
-  for (const { ms, bucket } of merged.values()) buckets[bucket] += ms / grants;
+  for (const { ms, bucket } of merged.values()) buckets[bucket] += (ms * scale) / grants;
   const top = [...merged.entries()]
     .sort((a, b) => b[1].ms - a[1].ms)
     .slice(0, topN)
-    .map(([fn, { ms, bucket }]) => ({ fn, bucket, msPerGrant: ms / grants }));
+    .map(([fn, { ms, bucket }]) => ({ fn, bucket, msPerGrant: (ms * scale) / grants }));
   return {
     buckets,
     totalMsPerGrant: Object.values(buckets).reduce((a, b) => a + b, 0),
+    sampledMsPerGrant,
     top,
     profiles: profiles.length,
   };

@@ -24,7 +24,7 @@ import { Session } from 'node:inspector/promises';
 import { breakdown, monotonicUs, readProfiles, type CpuProfile, type KindBreakdown } from './profile.js';
 import { QuorumFenceClient } from '../client/client.js';
 import { generateIdentity } from '../client/identity.js';
-import { closedLoop, summarise, type LoopKinds, type LoopRate, type LoopSet, type Timing } from './measure.js';
+import { closedLoop, summarise, type LoopKinds, type LoopRate, type Timing } from './measure.js';
 
 export type { LoopRate } from './measure.js';
 
@@ -43,9 +43,16 @@ export interface SystemFigures {
   readonly profile?: { readonly one: LoopProfile; readonly distinct: LoopProfile };
 }
 
+/**
+ * A profiled loop. The profile gives the proportions (which functions, which
+ * buckets); the amounts are the CPU per grant measured from /proc in the same
+ * loop run without the profiler (the profiler's own sampling costs CPU too,
+ * cpuUnderProfilerMs, which would otherwise be spread over every bucket).
+ */
 export interface LoopProfile {
   readonly loop: LoopRate;
   readonly grants: number;
+  readonly cpuUnderProfilerMs: CpuPerGrant;
   readonly kinds: {
     readonly replicas: KindBreakdown;
     readonly resource: KindBreakdown;
@@ -88,10 +95,18 @@ function ownCpuMs(): number {
   return (usage.user + usage.system) / 1000;
 }
 
-interface CpuPerGrant {
+export interface CpuPerGrant {
   readonly replicas: number;
   readonly resource: number;
   readonly client: number;
+}
+
+function cpuPerGrant(before: CpuPerGrant, after: CpuPerGrant, grants: number): CpuPerGrant {
+  return {
+    replicas: (after.replicas - before.replicas) / grants,
+    resource: (after.resource - before.resource) / grants,
+    client: (after.client - before.client) / grants,
+  };
 }
 
 function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPerGrant {
@@ -199,6 +214,7 @@ async function profileLoop(
   signingWorkers: number | undefined,
   clients: number,
   seconds: number,
+  unprofiledCpu: CpuPerGrant,
   progress: (line: string) => void,
 ): Promise<LoopProfile> {
   const profiles = join(dir, 'cpuprofiles');
@@ -216,14 +232,20 @@ async function profileLoop(
   let clientProfile: CpuProfile;
   let loopRate: LoopRate;
   let window: { fromUs: number; toUs: number };
+  let cpu: CpuPerGrant;
   try {
     session.connect();
     await session.post('Profiler.enable');
     await session.post('Profiler.setSamplingInterval', { interval: 250 });
     await session.post('Profiler.start');
+    const pids = { replicas: local.replicas.map((r) => r.pid), resource: resource.pid };
     const fromUs = monotonicUs();
+    const before = cpuNow(pids);
     loopRate = await loop(local, resource.url, clients, seconds, (k) => `bench/profile/${k}`, true);
+    const after = cpuNow(pids);
     window = { fromUs, toUs: monotonicUs() };
+    // The loop's warm-up grants (one per client) fall inside the window too.
+    cpu = cpuPerGrant(before, after, loopRate.operations + clients);
     clientProfile = (await session.post('Profiler.stop')).profile as unknown as CpuProfile;
   } finally {
     session.disconnect();
@@ -231,16 +253,19 @@ async function profileLoop(
     await resource.stop();
     await local.close();
   }
-  // The loop's warm-up grants (one per client) fall inside the window too.
   const grants = loopRate.operations + clients;
   const replicaProfiles = local.replicas.flatMap((r) => readProfiles(join(profiles, `replica-${r.index}`)));
   return {
     loop: loopRate,
     grants,
+    cpuUnderProfilerMs: cpu,
     kinds: {
-      replicas: breakdown(replicaProfiles, grants, window),
-      resource: breakdown(readProfiles(join(profiles, 'resource')), grants, window),
-      client: breakdown([clientProfile], grants, window),
+      replicas: breakdown(replicaProfiles, grants, { window, cpuMsPerGrant: unprofiledCpu.replicas }),
+      resource: breakdown(readProfiles(join(profiles, 'resource')), grants, {
+        window,
+        cpuMsPerGrant: unprofiledCpu.resource,
+      }),
+      client: breakdown([clientProfile], grants, { window, cpuMsPerGrant: unprofiledCpu.client }),
     },
   };
 }
@@ -272,26 +297,23 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
       await client.close();
     }
 
-    const set = async (write: boolean): Promise<{ loops: LoopSet; cpu: CpuPerGrant }> => {
+    const pids = { replicas: local.replicas.map((r) => r.pid), resource: resource.pid };
+    /** A loop with the CPU of every process per grant during it (warm-up grants, one per client, count too). */
+    const measured = async (loopClients: number, resourceOf: (k: number) => string, write: boolean) => {
+      const before = cpuNow(pids);
+      const rate = await loop(local!, resource!.url, loopClients, seconds, resourceOf, write);
+      return { rate, cpu: cpuPerGrant(before, cpuNow(pids), rate.operations + loopClients) };
+    };
+    const set = async (write: boolean) => {
       const kind = write ? 'write' : 'plain';
       const what = write ? 'acquire + guarded write + release' : 'acquire + release';
       progress(`system: 1 client, ${what} ...`);
-      const one = await loop(local!, resource!.url, 1, seconds, () => `bench/${kind}/one`, write);
+      const one = await measured(1, () => `bench/${kind}/one`, write);
       progress(`system: ${clients} clients on distinct resources, ${what} ...`);
-      const pids = { replicas: local!.replicas.map((r) => r.pid), resource: resource!.pid };
-      const before = cpuNow(pids);
-      const distinct = await loop(local!, resource!.url, clients, seconds, (k) => `bench/${kind}/d/${k}`, write);
-      const after = cpuNow(pids);
-      // The loop's warm-up grants count too: one per client.
-      const grants = distinct.operations + clients;
-      const cpu = {
-        replicas: (after.replicas - before.replicas) / grants,
-        resource: (after.resource - before.resource) / grants,
-        client: (after.client - before.client) / grants,
-      };
+      const distinct = await measured(clients, (k) => `bench/${kind}/d/${k}`, write);
       progress(`system: ${clients} clients on one hot resource, ${what} ...`);
       const hot = await loop(local!, resource!.url, clients, seconds, () => `bench/${kind}/hot`, write);
-      return { loops: { one, distinct, hot }, cpu };
+      return { loops: { one: one.rate, distinct: distinct.rate, hot }, cpuOne: one.cpu, cpu: distinct.cpu };
     };
     const lockRelease = await set(false);
     const fencedWrite = await set(true);
@@ -305,13 +327,22 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
       resource = undefined;
       local = undefined;
       profile = {
-        one: await profileLoop(join(dir, 'profile-one'), n, options.signingWorkers, 1, seconds, progress),
+        one: await profileLoop(
+          join(dir, 'profile-one'),
+          n,
+          options.signingWorkers,
+          1,
+          seconds,
+          fencedWrite.cpuOne,
+          progress,
+        ),
         distinct: await profileLoop(
           join(dir, 'profile-distinct'),
           n,
           options.signingWorkers,
           clients,
           seconds,
+          fencedWrite.cpu,
           progress,
         ),
       };

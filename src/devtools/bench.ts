@@ -172,16 +172,26 @@ function profileTable(profile: NonNullable<SystemFigures['profile']>): string {
     const kinds = ['replicas', 'resource', 'client'] as const;
     const rows: string[][] = [
       [
-        `profile, ${name}, fenced write (${loopProfile.grants} grants, ${loopProfile.loop.perSecond.toFixed(0)}/s under the profiler): ms per grant`,
+        `profile, ${name}, fenced write (${loopProfile.grants} grants, ${loopProfile.loop.perSecond.toFixed(0)}/s under the profiler): CPU ms per grant`,
         ...kinds,
         'all',
       ],
     ];
-    for (const bucket of [...BUCKETS, 'total'] as const) {
+    for (const bucket of [...BUCKETS, 'total', 'sampled'] as const) {
       const value = (kind: (typeof kinds)[number]) =>
-        bucket === 'total' ? loopProfile.kinds[kind].totalMsPerGrant : loopProfile.kinds[kind].buckets[bucket];
+        bucket === 'total'
+          ? loopProfile.kinds[kind].totalMsPerGrant
+          : bucket === 'sampled'
+            ? loopProfile.kinds[kind].sampledMsPerGrant
+            : loopProfile.kinds[kind].buckets[bucket];
       rows.push([
-        bucket === 'crypto' ? 'crypto (sign, verify, pairing)' : bucket,
+        bucket === 'crypto'
+          ? 'crypto (sign, verify, pairing)'
+          : bucket === 'total'
+            ? 'total: CPU per grant from /proc, same loop without the profiler'
+            : bucket === 'sampled'
+              ? 'samples under the profiler, wall clock, not idle'
+              : bucket,
         ...kinds.map((k) => ms(value(k))),
         ms(kinds.reduce((sum, k) => sum + value(k), 0)),
       ]);

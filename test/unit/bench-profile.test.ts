@@ -50,6 +50,15 @@ describe('bench profile reduction', () => {
     expect(result.totalMsPerGrant).toBeCloseTo(1.9);
     expect(result.top[0]).toEqual({ fn: 'sign blst.js:10', bucket: 'crypto', msPerGrant: 1.5 });
     expect(result.profiles).toBe(2);
+    expect(result.sampledMsPerGrant).toBeCloseTo(1.9);
+  });
+
+  it('scales every figure to the measured CPU time, keeping the proportions of the samples', () => {
+    const result = breakdown([profile], 1, { cpuMsPerGrant: 0.95 });
+    expect(result.sampledMsPerGrant).toBeCloseTo(1.9);
+    expect(result.totalMsPerGrant).toBeCloseTo(0.95);
+    expect(result.buckets.crypto).toBeCloseTo(0.75);
+    expect(result.top[0]!.msPerGrant).toBeCloseTo(0.75);
   });
 
   it('buckets by script and name', () => {
