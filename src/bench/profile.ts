@@ -32,7 +32,11 @@ export type Bucket = (typeof BUCKETS)[number];
 export function bucketOf(functionName: string, url: string): Bucket {
   // custom_gc: the native addon's (napi-rs) finalizers freeing blst objects the collector found dead.
   if (functionName === '(garbage collector)' || functionName === 'custom_gc') return 'gc';
-  if (/blst|@noble|\/crypto\/|pairing/i.test(url) || /^(sign|verify|pairing|combine|hashToG2)/i.test(functionName))
+  // sigValidate: blst's native subgroup check, a frame without a script.
+  if (
+    /blst|@noble|\/crypto\/|pairing/i.test(url) ||
+    /^(sign|verify|pairing|combine|hashToG2|sigValidate|keyValidate|aggregate)/i.test(functionName)
+  )
     return 'crypto';
   if (/lmdb|node:fs|signing-record|guard-store/i.test(url) || /fsync|fdatasync|flushed/i.test(functionName))
     return 'lmdb/fsync';
