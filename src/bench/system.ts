@@ -3,10 +3,13 @@
  * guarded resource, and clients in this process, as a user would run them.
  *
  *   latency      1 client, uncontended acquire of a resource it held before (p50, p99)
- *   loops        closed loops of acquire + one write through the guard + release:
- *                1 client, 16 clients on distinct resources, 16 clients on one hot resource
+ *   loops        closed loops of acquire + release, and of acquire + one write through
+ *                the guard + release: 1 client, 16 clients on distinct resources,
+ *                16 clients on one hot resource (each acquire's wait is kept: the hot p99)
  *   cpu          CPU time of every process (replicas, resource, this client process)
- *                per grant during the 16-client distinct loop, against the crypto floor
+ *                per grant during the 1- and 16-client write loops, against the crypto floor
+ *   profile      (optional) the write loops again on fresh processes under --cpu-prof:
+ *                where each process kind's CPU goes, per grant (profile.ts)
  *
  * CPU is read from /proc for the children and process.cpuUsage() for this
  * process, so it includes everything a grant costs: sockets, JSON, fsync, crypto.
