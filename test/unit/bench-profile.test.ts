@@ -65,7 +65,7 @@ describe('bench profile reduction', () => {
     expect(bucketOf('get', 'file:///app/node_modules/lmdb/read.js')).toBe('lmdb/fsync');
     expect(bucketOf('unpack', 'file:///app/node_modules/msgpackr/unpack.js')).toBe('msgpack');
     expect(bucketOf('send', 'file:///app/node_modules/ws/lib/sender.js')).toBe('socket I/O');
-    expect(bucketOf('custom_gc', '')).toBe('gc');
+    expect(bucketOf('custom_gc', '')).toBe('crypto');
     expect(bucketOf('sigValidate', '')).toBe('crypto');
     expect(bucketOf('decide', 'file:///app/dist/src/replica/policy.js')).toBe('other');
   });
