@@ -19,10 +19,13 @@ import { QuorumFenceError } from '../common/errors.js';
 // other sections run where only the package's own dependencies are installed.
 import type { Etcd3, Lease } from 'etcd3';
 import type { Dispatcher } from 'undici';
+import { processCpuMs } from './system.js';
 import { closedLoop, summarise, type LoopKinds, type LoopRate, type LoopSet, type Timing } from './measure.js';
 
 export interface EtcdCluster {
   readonly clientUrls: readonly string[];
+  /** The members' process ids (for their CPU time). */
+  readonly pids: readonly number[];
   close(): Promise<void>;
 }
 
@@ -141,7 +144,7 @@ export async function startEtcdCluster(
       } finally {
         await probe.close();
       }
-      return { clientUrls, close };
+      return { clientUrls, pids: children.map((child) => child.pid ?? 0), close };
     } catch (error) {
       if (Date.now() > deadline) {
         await close();
@@ -371,6 +374,12 @@ async function checkFencing(locker: EtcdLocker, name: string): Promise<FencingCh
   }
 }
 
+/** CPU ms per cycle in the 16-client fenced-write loop: the etcd members, and this (client) process. */
+export interface EtcdCpuPerCycle {
+  readonly etcd: number;
+  readonly client: number;
+}
+
 export interface EtcdDriverFigures {
   readonly driver: EtcdDriver;
   readonly description: string;
@@ -378,6 +387,7 @@ export interface EtcdDriverFigures {
   /** lock + the lock key's create revision, uncontended. */
   readonly acquireMs: Timing;
   readonly loops: LoopKinds;
+  readonly cpuPerCycleMs: EtcdCpuPerCycle;
 }
 
 export interface EtcdFigures {
@@ -414,9 +424,15 @@ async function etcdLoop(
 async function benchDriver(
   driver: EtcdDriver,
   urls: readonly string[],
-  options: { quick: boolean; clients: number; seconds: number; progress: (line: string) => void },
+  options: {
+    quick: boolean;
+    clients: number;
+    seconds: number;
+    pids: readonly number[];
+    progress: (line: string) => void;
+  },
 ): Promise<EtcdDriverFigures> {
-  const { quick, clients, seconds, progress } = options;
+  const { quick, clients, seconds, pids, progress } = options;
   const tag = `etcd (${driver})`;
   const single = await lockers(driver, urls, 1);
   const locker = single.lockers[0]!;
@@ -436,15 +452,26 @@ async function benchDriver(
   } finally {
     await single.close();
   }
-  const set = async (write: boolean): Promise<LoopSet> => {
+  const cpuNow = () => ({
+    etcd: pids.reduce((sum, pid) => sum + processCpuMs(pid), 0),
+    client: (process.cpuUsage().user + process.cpuUsage().system) / 1000,
+  });
+  const set = async (write: boolean): Promise<{ loops: LoopSet; cpu: EtcdCpuPerCycle }> => {
     const kind = write ? 'write' : 'plain';
     progress(`${tag}: 1 client, ${write ? 'lock + fenced write + unlock' : 'lock + unlock'} ...`);
     const one = await etcdLoop(driver, urls, 1, seconds, () => `bench/${driver}/${kind}/one`, write);
     progress(`${tag}: ${clients} clients on distinct locks ...`);
+    const before = cpuNow();
     const distinct = await etcdLoop(driver, urls, clients, seconds, (k) => `bench/${driver}/${kind}/d/${k}`, write);
+    const after = cpuNow();
+    // The warm-up cycles (one per client) count too, as on quorumfence's side.
+    const cycles = distinct.operations + clients;
     progress(`${tag}: ${clients} clients on one hot lock ...`);
     const hot = await etcdLoop(driver, urls, clients, seconds, () => `bench/${driver}/${kind}/hot`, write);
-    return { one, distinct, hot };
+    return {
+      loops: { one, distinct, hot },
+      cpu: { etcd: (after.etcd - before.etcd) / cycles, client: (after.client - before.client) / cycles },
+    };
   };
   const lockRelease = await set(false);
   const fencedWrite = await set(true);
@@ -453,7 +480,8 @@ async function benchDriver(
     description: ETCD_DRIVERS[driver],
     fencing,
     acquireMs: summarise(samples),
-    loops: { lockRelease, fencedWrite },
+    loops: { lockRelease: lockRelease.loops, fencedWrite: fencedWrite.loops },
+    cpuPerCycleMs: fencedWrite.cpu,
   };
 }
 
@@ -475,7 +503,13 @@ export async function benchEtcd(
   try {
     const drivers: Partial<Record<EtcdDriver, EtcdDriverFigures>> = {};
     for (const driver of options.drivers ?? (['gateway', 'grpc'] as const))
-      drivers[driver] = await benchDriver(driver, cluster.clientUrls, { quick, clients, seconds, progress });
+      drivers[driver] = await benchDriver(driver, cluster.clientUrls, {
+        quick,
+        clients,
+        seconds,
+        pids: cluster.pids,
+        progress,
+      });
     return { members: cluster.clientUrls.length, drivers };
   } finally {
     await cluster.close();

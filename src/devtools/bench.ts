@@ -155,6 +155,18 @@ function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFigures | 
       system && gateway ? system.loops[kind].hot.acquireMs.p99 / gateway.loops[kind].hot.acquireMs.p99 : undefined,
     );
   }
+  line(
+    'CPU per cycle, all processes, 16 distinct, fenced write (ms)',
+    system && ms(system.cpuPerGrantMs),
+    (d) => ms(d.cpuPerCycleMs.etcd + d.cpuPerCycleMs.client),
+    system && gateway ? system.cpuPerGrantMs / (gateway.cpuPerCycleMs.etcd + gateway.cpuPerCycleMs.client) : undefined,
+  );
+  line(
+    '  of which servers | client process (ms)',
+    system &&
+      `${ms(system.cpuBreakdownMs.replicas + system.cpuBreakdownMs.resource)} | ${ms(system.cpuBreakdownMs.client)}`,
+    (d) => `${ms(d.cpuPerCycleMs.etcd)} | ${ms(d.cpuPerCycleMs.client)}`,
+  );
   const notes = drivers.map((d) => {
     const f = etcd!.drivers[d]!;
     return `etcd ${d}: ${f.description}; fencing checked before timing: a write with revision ${f.fencing.staleFence} (released) was refused once revision ${f.fencing.currentFence} held the lock`;
