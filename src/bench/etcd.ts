@@ -1,11 +1,13 @@
 /**
  * The lock a user would pick instead: a 3-member etcd cluster on loopback,
- * driven through its lock API exactly as a fencing user would (lock, read the
- * lock key's create revision as the fencing token, unlock), over etcd's
- * HTTP/JSON gateway with keep-alive connections. (The gateway adds an
- * in-process hop over a native gRPC client; the README says so beside the
- * figures.) etcd keeps its default durability (fsync on every commit), as
- * quorumfence does.
+ * driven exactly as a fencing user would (lock, the lock key's create revision
+ * as the fencing token, a write conditional on that revision, unlock), by two
+ * clients: etcd's lock API through its HTTP/JSON gateway over an undici
+ * keep-alive pool (one connection per client; the main column), and the etcd3
+ * npm client over gRPC (the lease + txn recipe; etcd3 has no lock API client).
+ * Before timing, each proves the fencing: a write with a released holder's
+ * revision is refused. etcd keeps its default durability (fsync on every
+ * commit), as quorumfence does.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -13,11 +15,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer } from 'node:net';
 import { QuorumFenceError } from '../common/errors.js';
-import { summarise, type Timing } from './measure.js';
-import type { LoopRate } from './system.js';
+// Type-only: etcd3 and undici are dev dependencies, loaded when the etcd section runs, so the
+// other sections run where only the package's own dependencies are installed.
+import type { Etcd3, Lease } from 'etcd3';
+import type { Dispatcher } from 'undici';
+import { processCpuMs } from './system.js';
+import { closedLoop, summarise, type LoopKinds, type LoopRate, type LoopSet, type Timing } from './measure.js';
 
 export interface EtcdCluster {
   readonly clientUrls: readonly string[];
+  /** The members' process ids (for their CPU time). */
+  readonly pids: readonly number[];
   close(): Promise<void>;
 }
 
@@ -46,20 +54,28 @@ interface EtcdAnswer {
   ID?: string;
   key?: string;
   kvs?: { create_revision: string }[];
+  succeeded?: boolean;
 }
 
-async function post(url: string, body: unknown, signal?: AbortSignal): Promise<EtcdAnswer> {
-  const response = await fetch(url, {
+/** One POST to etcd's HTTP/JSON gateway through a keep-alive pool. */
+async function post(pool: Dispatcher, path: string, body: unknown, signal?: AbortSignal): Promise<EtcdAnswer> {
+  const response = await pool.request({
+    path,
     method: 'POST',
     body: JSON.stringify(body),
     headers: { 'content-type': 'application/json' },
-    signal,
+    ...(signal ? { signal } : {}),
   });
-  const json = (await response.json()) as EtcdAnswer;
-  if (!response.ok || json.error)
-    throw new QuorumFenceError('INTERNAL', `etcd ${url}: ${response.status} ${JSON.stringify(json).slice(0, 200)}`);
+  const json = (await response.body.json()) as EtcdAnswer;
+  if (response.statusCode !== 200 || json.error)
+    throw new QuorumFenceError(
+      'INTERNAL',
+      `etcd ${path}: ${response.statusCode} ${JSON.stringify(json).slice(0, 200)}`,
+    );
   return json;
 }
+
+const base64 = (text: string) => Buffer.from(text).toString('base64');
 
 /** Starts a 3-member etcd cluster on 127.0.0.1 and waits until it elects a leader. */
 export async function startEtcdCluster(
@@ -121,12 +137,14 @@ export async function startEtcdCluster(
   for (;;) {
     try {
       // A write goes through only once a leader exists.
-      await post(
-        `${clientUrls[0]}/v3/kv/put`,
-        { key: Buffer.from('ready').toString('base64'), value: 'AQ==' },
-        AbortSignal.timeout(1000),
-      );
-      return { clientUrls, close };
+      const { Pool } = await import('undici');
+      const probe = new Pool(clientUrls[0]!, { connections: 1 });
+      try {
+        await post(probe, '/v3/kv/put', { key: base64('ready'), value: 'AQ==' }, AbortSignal.timeout(1000));
+      } finally {
+        await probe.close();
+      }
+      return { clientUrls, pids: children.map((child) => child.pid ?? 0), close };
     } catch (error) {
       if (Date.now() > deadline) {
         await close();
@@ -137,91 +155,344 @@ export async function startEtcdCluster(
   }
 }
 
-/** One etcd lock user: its own session lease, like etcd's concurrency.Session. */
-export class EtcdLockClient {
-  readonly #url: string;
+/**
+ * One etcd lock user as a fencing user drives it: its own session lease (like
+ * etcd's concurrency.Session), lock, the lock key's create revision as the
+ * fencing token, a write conditional on that revision, unlock.
+ */
+export interface EtcdLocker {
+  open(): Promise<void>;
+  /** Locks `name` (waiting while another holds it); returns the lock key and its create revision. */
+  acquire(name: string): Promise<{ key: string; fence: bigint }>;
+  /**
+   * Writes `value` at `dataKey` only if `lockKey` still has create revision `fence`; false when refused.
+   * `dataKey` must lie outside the lock's name/ prefix: a lock waits for every older key under it.
+   */
+  fencedWrite(lockKey: string, fence: bigint, dataKey: string, value: string): Promise<boolean>;
+  release(key: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * etcd's lock API (v3lock, which waits in line for the lock on the server)
+ * through its HTTP/JSON gateway, over an undici keep-alive pool shared by the
+ * lockers on one member; the lock key's revision is one range read.
+ */
+export class GatewayLocker implements EtcdLocker {
+  readonly #pool: Dispatcher;
   #lease = '';
 
-  constructor(url: string) {
-    this.#url = url;
+  constructor(pool: Dispatcher) {
+    this.#pool = pool;
   }
 
   async open(ttlSeconds = 60): Promise<void> {
-    this.#lease = (await post(`${this.#url}/v3/lease/grant`, { TTL: ttlSeconds })).ID as string;
+    this.#lease = (await post(this.#pool, '/v3/lease/grant', { TTL: ttlSeconds })).ID as string;
   }
 
-  /** Locks `name` and returns the lock key and its create revision (the fencing token). */
   async acquire(name: string): Promise<{ key: string; fence: bigint }> {
-    const locked = await post(`${this.#url}/v3/lock/lock`, {
-      name: Buffer.from(name).toString('base64'),
-      lease: this.#lease,
-    });
+    const locked = await post(this.#pool, '/v3/lock/lock', { name: base64(name), lease: this.#lease });
     const key = locked.key as string;
-    const range = await post(`${this.#url}/v3/kv/range`, { key });
+    const range = await post(this.#pool, '/v3/kv/range', { key });
     const created = range.kvs?.[0]?.create_revision;
     if (created === undefined) throw new QuorumFenceError('INTERNAL', `etcd lock key ${key} has no revision`);
     return { key, fence: BigInt(created) };
   }
 
+  async fencedWrite(lockKey: string, fence: bigint, dataKey: string, value: string): Promise<boolean> {
+    const answer = await post(this.#pool, '/v3/kv/txn', {
+      compare: [{ key: lockKey, target: 'CREATE', result: 'EQUAL', create_revision: fence.toString() }],
+      success: [{ request_put: { key: base64(dataKey), value: base64(value) } }],
+    });
+    return answer.succeeded === true;
+  }
+
   async release(key: string): Promise<void> {
-    await post(`${this.#url}/v3/lock/unlock`, { key });
+    await post(this.#pool, '/v3/lock/unlock', { key });
   }
 
   async close(): Promise<void> {
-    if (this.#lease) await post(`${this.#url}/v3/lease/revoke`, { ID: this.#lease }).catch(() => undefined);
+    if (this.#lease) await post(this.#pool, '/v3/lease/revoke', { ID: this.#lease }).catch(() => undefined);
   }
+}
+
+/** The key just after every key starting with `prefix` (etcd's range end for a prefix). */
+function prefixEnd(prefix: Buffer): Buffer {
+  const end = Buffer.from(prefix);
+  end[end.length - 1] = end[end.length - 1]! + 1;
+  return end;
+}
+
+/**
+ * The etcd3 npm client over gRPC. etcd3 has no client for etcd's lock API
+ * (its own Lock is a try-lock that fails when held), so this is the lease +
+ * txn recipe of etcd's concurrency.Mutex: put name/<lease> if absent, hold the
+ * lock once no key under name/ has a lower create revision, else watch the
+ * one just before it until it is deleted. The put's revision is the token: no
+ * extra read.
+ */
+export class GrpcLocker implements EtcdLocker {
+  readonly #client: Etcd3;
+  #lease: Lease | undefined;
+  #leaseHex = '';
+
+  constructor(client: Etcd3) {
+    this.#client = client;
+  }
+
+  async open(ttlSeconds = 60): Promise<void> {
+    this.#lease = this.#client.lease(ttlSeconds, { autoKeepAlive: false });
+    const id = await this.#lease.grant();
+    this.#leaseHex = BigInt(id).toString(16);
+  }
+
+  async acquire(name: string): Promise<{ key: string; fence: bigint }> {
+    const kv = this.#client.kv;
+    const key = `${name}/${this.#leaseHex}`;
+    const keyBytes = Buffer.from(key);
+    const put = await kv.txn({
+      compare: [{ key: keyBytes, target: 'Create', result: 'Equal', create_revision: 0 }],
+      success: [{ request_put: { key: keyBytes, value: Buffer.alloc(0), lease: await this.#lease!.grant() } }],
+      failure: [{ request_range: { key: keyBytes } }],
+    });
+    const fence = BigInt(
+      put.succeeded ? put.header.revision : put.responses[0]!.response_range.kvs[0]!.create_revision,
+    );
+    const prefix = Buffer.from(`${name}/`);
+    for (;;) {
+      const ahead = await kv.range({
+        key: prefix,
+        range_end: prefixEnd(prefix),
+        max_create_revision: (fence - 1n).toString(),
+        sort_target: 'Create',
+        sort_order: 'Descend',
+        limit: 1,
+      });
+      const previous = ahead.kvs[0];
+      if (!previous) return { key, fence };
+      await this.#waitDeleted(previous.key, BigInt(ahead.header.revision) + 1n);
+    }
+  }
+
+  async #waitDeleted(key: Buffer, fromRevision: bigint): Promise<void> {
+    const watcher = await this.#client.watch().key(key).startRevision(fromRevision.toString()).create();
+    try {
+      await new Promise<void>((resolve, reject) => {
+        watcher.on('delete', () => resolve());
+        watcher.on('error', reject);
+      });
+    } finally {
+      await watcher.cancel();
+    }
+  }
+
+  async fencedWrite(lockKey: string, fence: bigint, dataKey: string, value: string): Promise<boolean> {
+    const answer = await this.#client.kv.txn({
+      compare: [{ key: Buffer.from(lockKey), target: 'Create', result: 'Equal', create_revision: fence.toString() }],
+      success: [{ request_put: { key: Buffer.from(dataKey), value: Buffer.from(value) } }],
+    });
+    return answer.succeeded;
+  }
+
+  async release(key: string): Promise<void> {
+    await this.#client.kv.deleteRange({ key: Buffer.from(key) });
+  }
+
+  async close(): Promise<void> {
+    await this.#lease?.revoke().catch(() => undefined);
+    this.#client.close();
+  }
+}
+
+export type EtcdDriver = 'gateway' | 'grpc';
+
+export const ETCD_DRIVERS: Record<EtcdDriver, string> = {
+  gateway: "etcd's lock API via its HTTP/JSON gateway, undici keep-alive pool, + 1 range read",
+  grpc: 'etcd3 npm client (gRPC), lease + txn recipe (concurrency.Mutex), no extra read',
+};
+
+/** Lockers for `clients` users spread over the members, as a client library does, and how to free them. */
+async function lockers(
+  driver: EtcdDriver,
+  urls: readonly string[],
+  clients: number,
+): Promise<{ lockers: EtcdLocker[]; close: () => Promise<void> }> {
+  if (driver === 'grpc') {
+    const { Etcd3 } = await import('etcd3');
+    // One client (one gRPC channel) per user.
+    const made = Array.from(
+      { length: clients },
+      (_, k) => new GrpcLocker(new Etcd3({ hosts: urls[k % urls.length]! })),
+    );
+    return { lockers: made, close: async () => void (await Promise.all(made.map((l) => l.close()))) };
+  }
+  // One keep-alive connection per client: a pool per member sized to the clients it serves.
+  const { Pool } = await import('undici');
+  const pools = urls.map(
+    (url, m) =>
+      new Pool(url, {
+        connections: Math.max(1, Math.ceil((clients - m) / urls.length)),
+        pipelining: 1,
+        keepAliveTimeout: 60_000,
+      }),
+  );
+  const made = Array.from({ length: clients }, (_, k) => new GatewayLocker(pools[k % urls.length]!));
+  return {
+    lockers: made,
+    close: async () => {
+      await Promise.all(made.map((l) => l.close()));
+      await Promise.all(pools.map((p) => p.close()));
+    },
+  };
+}
+
+export interface FencingCheck {
+  /** A write carrying the current holder's revision went through. */
+  readonly currentAccepted: boolean;
+  /** A write carrying the previous holder's revision (its lock since released) was refused. */
+  readonly staleRefused: boolean;
+  readonly staleFence: string;
+  readonly currentFence: string;
+}
+
+/** Proves the etcd write is fenced before timing it: a stale revision's write must be refused. */
+async function checkFencing(locker: EtcdLocker, name: string): Promise<FencingCheck> {
+  const first = await locker.acquire(name);
+  await locker.release(first.key);
+  const second = await locker.acquire(name);
+  try {
+    const staleRefused = !(await locker.fencedWrite(first.key, first.fence, `data/${name}`, 'stale'));
+    const currentAccepted = await locker.fencedWrite(second.key, second.fence, `data/${name}`, 'current');
+    if (!staleRefused || !currentAccepted)
+      throw new QuorumFenceError(
+        'INTERNAL',
+        `etcd fencing check failed: stale write ${staleRefused ? 'refused' : 'ACCEPTED'}, current write ${currentAccepted ? 'accepted' : 'REFUSED'}`,
+      );
+    return { currentAccepted, staleRefused, staleFence: first.fence.toString(), currentFence: second.fence.toString() };
+  } finally {
+    await locker.release(second.key);
+  }
+}
+
+/** CPU ms per cycle in the 16-client fenced-write loop: the etcd members, and this (client) process. */
+export interface EtcdCpuPerCycle {
+  readonly etcd: number;
+  readonly client: number;
+}
+
+export interface EtcdDriverFigures {
+  readonly driver: EtcdDriver;
+  readonly description: string;
+  readonly fencing: FencingCheck;
+  /** lock + the lock key's create revision, uncontended. */
+  readonly acquireMs: Timing;
+  readonly loops: LoopKinds;
+  readonly cpuPerCycleMs: EtcdCpuPerCycle;
 }
 
 export interface EtcdFigures {
   readonly members: number;
-  /** lock + read of the lock key's create revision, uncontended. */
-  readonly acquireMs: Timing;
-  readonly loops: { readonly one: LoopRate; readonly distinct: LoopRate; readonly hot: LoopRate };
+  readonly drivers: Partial<Record<EtcdDriver, EtcdDriverFigures>>;
 }
 
 async function etcdLoop(
+  driver: EtcdDriver,
   urls: readonly string[],
   clients: number,
   seconds: number,
   nameOf: (k: number) => string,
+  write: boolean,
 ): Promise<LoopRate> {
-  // Spread clients over the members, as a client library does.
-  const lockers = Array.from({ length: clients }, (_, k) => new EtcdLockClient(urls[k % urls.length]!));
-  await Promise.all(lockers.map((l) => l.open()));
+  const made = await lockers(driver, urls, clients);
   try {
-    const cycle = async (locker: EtcdLockClient, name: string) => {
-      const { key } = await locker.acquire(name);
+    await Promise.all(made.lockers.map((l) => l.open()));
+    return await closedLoop(clients, seconds, async (k) => {
+      const locker = made.lockers[k]!;
+      const t0 = performance.now();
+      const { key, fence } = await locker.acquire(nameOf(k));
+      const acquireMs = performance.now() - t0;
+      if (write && !(await locker.fencedWrite(key, fence, `data/${nameOf(k)}`, 'x')))
+        throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${nameOf(k)}`);
       await locker.release(key);
-    };
-    await Promise.all(lockers.map((l, k) => cycle(l, nameOf(k)))); // warm-up
-    const cycles: number[] = [];
-    const start = performance.now();
-    const end = start + seconds * 1000;
-    await Promise.all(
-      lockers.map(async (locker, k) => {
-        while (performance.now() < end) {
-          const t0 = performance.now();
-          await cycle(locker, nameOf(k));
-          cycles.push(performance.now() - t0);
-        }
-      }),
-    );
-    const elapsed = (performance.now() - start) / 1000;
-    return {
-      clients,
-      operations: cycles.length,
-      seconds: elapsed,
-      perSecond: cycles.length / elapsed,
-      cycleMs: summarise(cycles),
-    };
+      return acquireMs;
+    });
   } finally {
-    await Promise.all(lockers.map((l) => l.close()));
+    await made.close();
   }
 }
 
-/** The same workloads as benchSystem, through etcd's lock API. */
+async function benchDriver(
+  driver: EtcdDriver,
+  urls: readonly string[],
+  options: {
+    quick: boolean;
+    clients: number;
+    seconds: number;
+    pids: readonly number[];
+    progress: (line: string) => void;
+  },
+): Promise<EtcdDriverFigures> {
+  const { quick, clients, seconds, pids, progress } = options;
+  const tag = `etcd (${driver})`;
+  const single = await lockers(driver, urls, 1);
+  const locker = single.lockers[0]!;
+  let fencing: FencingCheck;
+  const samples: number[] = [];
+  try {
+    await locker.open();
+    progress(`${tag}: fencing check (a stale revision's write is refused) ...`);
+    fencing = await checkFencing(locker, `bench/${driver}/fencing`);
+    progress(`${tag}: uncontended lock + revision latency ...`);
+    for (let i = 0; i < (quick ? 150 : 600); i++) {
+      const t0 = performance.now();
+      const { key } = await locker.acquire(`bench/${driver}/latency`);
+      if (i >= 30) samples.push(performance.now() - t0);
+      await locker.release(key);
+    }
+  } finally {
+    await single.close();
+  }
+  const cpuNow = () => ({
+    etcd: pids.reduce((sum, pid) => sum + processCpuMs(pid), 0),
+    client: (process.cpuUsage().user + process.cpuUsage().system) / 1000,
+  });
+  const set = async (write: boolean): Promise<{ loops: LoopSet; cpu: EtcdCpuPerCycle }> => {
+    const kind = write ? 'write' : 'plain';
+    progress(`${tag}: 1 client, ${write ? 'lock + fenced write + unlock' : 'lock + unlock'} ...`);
+    const one = await etcdLoop(driver, urls, 1, seconds, () => `bench/${driver}/${kind}/one`, write);
+    progress(`${tag}: ${clients} clients on distinct locks ...`);
+    const before = cpuNow();
+    const distinct = await etcdLoop(driver, urls, clients, seconds, (k) => `bench/${driver}/${kind}/d/${k}`, write);
+    const after = cpuNow();
+    // The warm-up cycles (one per client) count too, as on quorumfence's side.
+    const cycles = distinct.operations + clients;
+    progress(`${tag}: ${clients} clients on one hot lock ...`);
+    const hot = await etcdLoop(driver, urls, clients, seconds, () => `bench/${driver}/${kind}/hot`, write);
+    return {
+      loops: { one, distinct, hot },
+      cpu: { etcd: (after.etcd - before.etcd) / cycles, client: (after.client - before.client) / cycles },
+    };
+  };
+  const lockRelease = await set(false);
+  const fencedWrite = await set(true);
+  return {
+    driver,
+    description: ETCD_DRIVERS[driver],
+    fencing,
+    acquireMs: summarise(samples),
+    loops: { lockRelease: lockRelease.loops, fencedWrite: fencedWrite.loops },
+    cpuPerCycleMs: fencedWrite.cpu,
+  };
+}
+
+/** The same workloads as benchSystem, against a 3-member etcd cluster, with each driver. */
 export async function benchEtcd(
-  options: { quick?: boolean; clients?: number; progress?: (line: string) => void } = {},
+  options: {
+    quick?: boolean;
+    clients?: number;
+    drivers?: readonly EtcdDriver[];
+    progress?: (line: string) => void;
+  } = {},
 ): Promise<EtcdFigures> {
   const quick = options.quick ?? false;
   const clients = options.clients ?? 16;
@@ -230,24 +501,16 @@ export async function benchEtcd(
   progress('etcd: starting a 3-member cluster ...');
   const cluster = await startEtcdCluster();
   try {
-    progress('etcd: uncontended lock latency ...');
-    const locker = new EtcdLockClient(cluster.clientUrls[0]!);
-    await locker.open();
-    const samples: number[] = [];
-    for (let i = 0; i < (quick ? 150 : 600); i++) {
-      const t0 = performance.now();
-      const { key } = await locker.acquire('bench/latency');
-      if (i >= 30) samples.push(performance.now() - t0);
-      await locker.release(key);
-    }
-    await locker.close();
-    progress('etcd: 1 client loop ...');
-    const one = await etcdLoop(cluster.clientUrls, 1, seconds, () => 'bench/one');
-    progress(`etcd: ${clients} clients on distinct locks ...`);
-    const distinct = await etcdLoop(cluster.clientUrls, clients, seconds, (k) => `bench/distinct/${k}`);
-    progress(`etcd: ${clients} clients on one hot lock ...`);
-    const hot = await etcdLoop(cluster.clientUrls, clients, seconds, () => 'bench/hot');
-    return { members: cluster.clientUrls.length, acquireMs: summarise(samples), loops: { one, distinct, hot } };
+    const drivers: Partial<Record<EtcdDriver, EtcdDriverFigures>> = {};
+    for (const driver of options.drivers ?? (['gateway', 'grpc'] as const))
+      drivers[driver] = await benchDriver(driver, cluster.clientUrls, {
+        quick,
+        clients,
+        seconds,
+        pids: cluster.pids,
+        progress,
+      });
+    return { members: cluster.clientUrls.length, drivers };
   } finally {
     await cluster.close();
   }

@@ -43,3 +43,68 @@ export function timeSync(
   }
   return summarise(samples);
 }
+
+/** A closed loop's result: cycles per second and the time of each cycle and of its acquire. */
+export interface LoopRate {
+  readonly clients: number;
+  readonly operations: number;
+  readonly seconds: number;
+  readonly perSecond: number;
+  /** One cycle (acquire, including any wait, [+ write] + release), ms. */
+  readonly cycleMs: Timing;
+  /** The acquire alone, including any wait for the lock (on a hot resource: the wait for a handoff), ms. */
+  readonly acquireMs: Timing;
+}
+
+/**
+ * Runs `clients` closed loops for `seconds` after one warm-up cycle each.
+ * `cycle(k, remainingMs)` runs one cycle of client k and returns how long its
+ * acquire took, or undefined when it was not granted (a wait that ran out).
+ */
+export async function closedLoop(
+  clients: number,
+  seconds: number,
+  cycle: (client: number, remainingMs: number) => Promise<number | undefined>,
+): Promise<LoopRate> {
+  await Promise.all(Array.from({ length: clients }, (_, k) => cycle(k, 10_000)));
+  const cycles: number[] = [];
+  const acquires: number[] = [];
+  const start = performance.now();
+  const end = start + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: clients }, async (_, k) => {
+      while (performance.now() < end) {
+        const t0 = performance.now();
+        const acquireMs = await cycle(k, Math.max(1, Math.ceil(end - performance.now())));
+        if (acquireMs === undefined) continue;
+        cycles.push(performance.now() - t0);
+        acquires.push(acquireMs);
+      }
+    }),
+  );
+  const elapsed = (performance.now() - start) / 1000;
+  return {
+    clients,
+    operations: cycles.length,
+    seconds: elapsed,
+    perSecond: cycles.length / elapsed,
+    cycleMs: summarise(cycles),
+    acquireMs: summarise(acquires),
+  };
+}
+
+/** The three loops each side runs, for one kind of cycle. */
+export interface LoopSet {
+  /** 1 client. */
+  readonly one: LoopRate;
+  /** 16 clients (by default), each on its own resource. */
+  readonly distinct: LoopRate;
+  /** 16 clients on one hot resource: each cycle is one handoff. */
+  readonly hot: LoopRate;
+}
+
+/** Both kinds of cycle: acquire + release, and acquire + one fenced write + release. */
+export interface LoopKinds {
+  readonly lockRelease: LoopSet;
+  readonly fencedWrite: LoopSet;
+}

@@ -3,15 +3,19 @@
  * guarded resource, and clients in this process, as a user would run them.
  *
  *   latency      1 client, uncontended acquire of a resource it held before (p50, p99)
- *   loops        closed loops of acquire + one write through the guard + release:
- *                1 client, 16 clients on distinct resources, 16 clients on one hot resource
+ *   loops        closed loops of acquire + release, and of acquire + one write through
+ *                the guard + release: 1 client, 16 clients on distinct resources,
+ *                16 clients on one hot resource (each acquire's wait is kept: the hot p99)
  *   cpu          CPU time of every process (replicas, resource, this client process)
- *                per grant during the 16-client distinct loop, against the crypto floor
+ *                per grant during the 1- and 16-client write loops, against the crypto floor
+ *   profile      (optional) the write loops again on fresh processes under --cpu-prof:
+ *                where each process kind's CPU goes, per grant (profile.ts)
  *
  * CPU is read from /proc for the children and process.cpuUsage() for this
  * process, so it includes everything a grant costs: sockets, JSON, fsync, crypto.
  */
 import { spawnSync } from 'node:child_process';
+import { Agent, request as httpRequest } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,18 +23,13 @@ import { QuorumFenceError } from '../common/errors.js';
 import { clusterToJson } from '../cluster/description.js';
 import { dealLocalCluster, startLocalCluster, startLocalResource, type LocalCluster } from '../cluster/launcher.js';
 import type { LocalProcess } from '../cluster/local-process.js';
+import { Session } from 'node:inspector/promises';
+import { breakdown, monotonicUs, readProfiles, type CpuProfile, type KindBreakdown } from './profile.js';
 import { QuorumFenceClient } from '../client/client.js';
 import { generateIdentity } from '../client/identity.js';
-import { summarise, type Timing } from './measure.js';
+import { closedLoop, summarise, type LoopKinds, type LoopRate, type Timing } from './measure.js';
 
-export interface LoopRate {
-  readonly clients: number;
-  readonly operations: number;
-  readonly seconds: number;
-  readonly perSecond: number;
-  /** One cycle (acquire, including any wait, + write + release), ms. */
-  readonly cycleMs: Timing;
-}
+export type { LoopRate } from './measure.js';
 
 export interface SystemFigures {
   readonly replicas: number;
@@ -38,11 +37,30 @@ export interface SystemFigures {
   readonly signingWorkers: number;
   /** Uncontended acquire, 1 client, resource held before. */
   readonly acquireMs: Timing;
-  readonly loops: { readonly one: LoopRate; readonly distinct: LoopRate; readonly hot: LoopRate };
-  /** CPU ms of all processes per grant during the distinct loop. */
+  readonly loops: LoopKinds;
+  /** CPU ms of all processes per grant during the distinct loop with a guarded write. */
   readonly cpuPerGrantMs: number;
   /** CPU ms per grant by process kind, same loop. */
   readonly cpuBreakdownMs: { readonly replicas: number; readonly resource: number; readonly client: number };
+  /** With `profile`: where each process kind spends its CPU, per grant, in the 1- and 16-client loops. */
+  readonly profile?: { readonly one: LoopProfile; readonly distinct: LoopProfile };
+}
+
+/**
+ * A profiled loop. The profile gives the proportions (which functions, which
+ * buckets); the amounts are the CPU per grant measured from /proc in the same
+ * loop run without the profiler (the profiler's own sampling costs CPU too,
+ * cpuUnderProfilerMs, which would otherwise be spread over every bucket).
+ */
+export interface LoopProfile {
+  readonly loop: LoopRate;
+  readonly grants: number;
+  readonly cpuUnderProfilerMs: CpuPerGrant;
+  readonly kinds: {
+    readonly replicas: KindBreakdown;
+    readonly resource: KindBreakdown;
+    readonly client: KindBreakdown;
+  };
 }
 
 export interface SystemBenchOptions {
@@ -53,6 +71,8 @@ export interface SystemBenchOptions {
   /** Signing threads per replica (default: the replica's own default). */
   readonly signingWorkers?: number;
   readonly progress?: (line: string) => void;
+  /** Also profile the 1- and 16-client fenced-write loops (fresh processes under --cpu-prof). */
+  readonly profile?: boolean;
 }
 
 const CLOCK_TICKS_PER_SECOND = (() => {
@@ -78,15 +98,49 @@ function ownCpuMs(): number {
   return (usage.user + usage.system) / 1000;
 }
 
-async function guardedWrite(resourceUrl: string, resource: string, token: string, body: string): Promise<void> {
-  const response = await fetch(`${resourceUrl}/kv/${encodeURIComponent(resource)}/value`, {
-    method: 'PUT',
-    headers: { authorization: `QuorumFence ${token}` },
-    body,
+export interface CpuPerGrant {
+  readonly replicas: number;
+  readonly resource: number;
+  readonly client: number;
+}
+
+function cpuPerGrant(before: CpuPerGrant, after: CpuPerGrant, grants: number): CpuPerGrant {
+  return {
+    replicas: (after.replicas - before.replicas) / grants,
+    resource: (after.resource - before.resource) / grants,
+    client: (after.client - before.client) / grants,
+  };
+}
+
+function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPerGrant {
+  return {
+    replicas: pids.replicas.reduce((sum, pid) => sum + processCpuMs(pid), 0),
+    resource: processCpuMs(pids.resource),
+    client: ownCpuMs(),
+  };
+}
+
+/** One guarded write through the reference resource over a keep-alive connection of `agent`. */
+async function guardedWrite(
+  agent: Agent,
+  resourceUrl: string,
+  resource: string,
+  token: string,
+  body: string,
+): Promise<void> {
+  const status = await new Promise<number>((resolveStatus, reject) => {
+    const request = httpRequest(
+      `${resourceUrl}/kv/${encodeURIComponent(resource)}/value`,
+      { method: 'PUT', agent, headers: { authorization: `QuorumFence ${token}`, 'content-length': body.length } },
+      (response) => {
+        response.resume();
+        response.once('end', () => resolveStatus(response.statusCode ?? 0));
+      },
+    );
+    request.once('error', reject);
+    request.end(body);
   });
-  await response.arrayBuffer();
-  if (response.status !== 200)
-    throw new QuorumFenceError('INTERNAL', `benchmark: the guard refused a write with ${response.status}`);
+  if (status !== 200) throw new QuorumFenceError('INTERNAL', `benchmark: the guard refused a write with ${status}`);
 }
 
 async function loop(
@@ -95,42 +149,128 @@ async function loop(
   clients: number,
   seconds: number,
   resourceOf: (k: number) => string,
+  write: boolean,
 ): Promise<LoopRate> {
   // Default client options throughout: waiters on a hot resource hear of each release from the replicas.
   const connected = await Promise.all(
     Array.from({ length: clients }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
   );
+  // Keep-alive connections to the resource, one per client, as etcd's side gets (global fetch costs the client more CPU).
+  const agent = new Agent({ keepAlive: true, maxSockets: clients });
   try {
-    const cycle = async (client: QuorumFenceClient, resource: string, waitMs: number): Promise<boolean> => {
-      const acquired = await client.acquire(resource, { ttlMs: 10_000, waitMs, autoRenew: false });
+    return await closedLoop(clients, seconds, async (k, remainingMs) => {
+      const resource = resourceOf(k);
+      const t0 = performance.now();
+      const acquired = await connected[k]!.acquire(resource, { ttlMs: 10_000, waitMs: remainingMs, autoRenew: false });
+      const acquireMs = performance.now() - t0;
       if (!acquired.ok) {
-        if (acquired.reason === 'busy' || acquired.reason === 'timeout') return false;
+        if (acquired.reason === 'busy' || acquired.reason === 'timeout') return undefined;
         throw new QuorumFenceError('INTERNAL', `benchmark: acquire refused (${acquired.reason}): ${acquired.message}`);
       }
-      await guardedWrite(resourceUrl, resource, acquired.lease.tokenText, 'x');
+      if (write) await guardedWrite(agent, resourceUrl, resource, acquired.lease.tokenText, 'x');
       await acquired.lease.release();
-      return true;
-    };
-    await Promise.all(connected.map((client, k) => cycle(client, resourceOf(k), 10_000))); // warm-up
-    const cycles: number[] = [];
-    let operations = 0;
-    const start = performance.now();
-    const end = start + seconds * 1000;
-    await Promise.all(
-      connected.map(async (client, k) => {
-        while (performance.now() < end) {
-          const t0 = performance.now();
-          if (!(await cycle(client, resourceOf(k), Math.max(1, Math.ceil(end - performance.now()))))) continue;
-          cycles.push(performance.now() - t0);
-          operations++;
-        }
-      }),
-    );
-    const elapsed = (performance.now() - start) / 1000;
-    return { clients, operations, seconds: elapsed, perSecond: operations / elapsed, cycleMs: summarise(cycles) };
+      return acquireMs;
+    });
   } finally {
     await Promise.all(connected.map((c) => c.close()));
+    agent.destroy();
   }
+}
+
+/** Deals a key, starts n replicas and the reference resource under `dir` (node flags per process for profiling). */
+async function startSystem(
+  dir: string,
+  n: number,
+  signingWorkers: number | undefined,
+  nodeArgs?: (process: string) => readonly string[],
+): Promise<{ local: LocalCluster; resource: LocalProcess }> {
+  dealLocalCluster(join(dir, 'keys'), n);
+  const local = await startLocalCluster({
+    dir: join(dir, 'keys'),
+    dataRoot: join(dir, 'data'),
+    extraArgs: signingWorkers === undefined ? [] : ['--signing-workers', String(signingWorkers)],
+    ...(nodeArgs ? { nodeArgs: (index: number) => nodeArgs(`replica-${index}`) } : {}),
+  });
+  try {
+    const clusterFile = join(dir, 'cluster.json');
+    writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
+    const resource = await startLocalResource({
+      clusterFile,
+      dataDir: join(dir, 'data', 'resource'),
+      ...(nodeArgs ? { nodeArgs: nodeArgs('resource') } : {}),
+    });
+    return { local, resource };
+  } catch (error) {
+    await local.close();
+    throw error;
+  }
+}
+
+/**
+ * One fenced-write loop on fresh processes under --cpu-prof (the client, in
+ * this process, through the inspector); each process kind's self time inside
+ * the loop's window, per grant.
+ */
+async function profileLoop(
+  dir: string,
+  n: number,
+  signingWorkers: number | undefined,
+  clients: number,
+  seconds: number,
+  unprofiledCpu: CpuPerGrant,
+  progress: (line: string) => void,
+): Promise<LoopProfile> {
+  const profiles = join(dir, 'cpuprofiles');
+  // 250 us between samples: a grant costs a few ms, so the default 1 ms would see little.
+  const nodeArgs = (name: string) => [
+    '--cpu-prof',
+    '--cpu-prof-interval',
+    '250',
+    '--cpu-prof-dir',
+    join(profiles, name),
+  ];
+  progress(`system: profiling ${clients} client(s), acquire + guarded write + release ...`);
+  const { local, resource } = await startSystem(dir, n, signingWorkers, nodeArgs);
+  const session = new Session();
+  let clientProfile: CpuProfile;
+  let loopRate: LoopRate;
+  let window: { fromUs: number; toUs: number };
+  let cpu: CpuPerGrant;
+  try {
+    session.connect();
+    await session.post('Profiler.enable');
+    await session.post('Profiler.setSamplingInterval', { interval: 250 });
+    await session.post('Profiler.start');
+    const pids = { replicas: local.replicas.map((r) => r.pid), resource: resource.pid };
+    const fromUs = monotonicUs();
+    const before = cpuNow(pids);
+    loopRate = await loop(local, resource.url, clients, seconds, (k) => `bench/profile/${k}`, true);
+    const after = cpuNow(pids);
+    window = { fromUs, toUs: monotonicUs() };
+    // The loop's warm-up grants (one per client) fall inside the window too.
+    cpu = cpuPerGrant(before, after, loopRate.operations + clients);
+    clientProfile = (await session.post('Profiler.stop')).profile as unknown as CpuProfile;
+  } finally {
+    session.disconnect();
+    // A graceful stop: node writes each --cpu-prof file as its process (or thread) exits.
+    await resource.stop();
+    await local.close();
+  }
+  const grants = loopRate.operations + clients;
+  const replicaProfiles = local.replicas.flatMap((r) => readProfiles(join(profiles, `replica-${r.index}`)));
+  return {
+    loop: loopRate,
+    grants,
+    cpuUnderProfilerMs: cpu,
+    kinds: {
+      replicas: breakdown(replicaProfiles, grants, { window, cpuMsPerGrant: unprofiledCpu.replicas }),
+      resource: breakdown(readProfiles(join(profiles, 'resource')), grants, {
+        window,
+        cpuMsPerGrant: unprofiledCpu.resource,
+      }),
+      client: breakdown([clientProfile], grants, { window, cpuMsPerGrant: unprofiledCpu.client }),
+    },
+  };
 }
 
 export async function benchSystem(options: SystemBenchOptions = {}): Promise<SystemFigures> {
@@ -143,17 +283,7 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
   let local: LocalCluster | undefined;
   let resource: LocalProcess | undefined;
   try {
-    dealLocalCluster(join(dir, 'keys'), n);
-    progress(`system: starting ${n} replicas and the resource ...`);
-    local = await startLocalCluster({
-      dir: join(dir, 'keys'),
-      dataRoot: join(dir, 'data'),
-      extraArgs: options.signingWorkers === undefined ? [] : ['--signing-workers', String(options.signingWorkers)],
-    });
-    const clusterFile = join(dir, 'cluster.json');
-    writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
-    resource = await startLocalResource({ clusterFile, dataDir: join(dir, 'data', 'resource') });
-
+    ({ local, resource } = await startSystem(dir, n, options.signingWorkers));
     progress('system: uncontended acquire latency ...');
     const client = await QuorumFenceClient.connect(local.cluster, generateIdentity());
     const samples: number[] = [];
@@ -170,38 +300,65 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
       await client.close();
     }
 
-    progress('system: 1 client, acquire + guarded write + release ...');
-    const one = await loop(local, resource.url, 1, seconds, () => 'bench/one');
-    progress(`system: ${clients} clients on distinct resources ...`);
-    const pids = local.replicas.map((r) => r.pid);
-    const before = {
-      replicas: pids.reduce((s, p) => s + processCpuMs(p), 0),
-      resource: processCpuMs(resource.pid),
-      client: ownCpuMs(),
+    const pids = { replicas: local.replicas.map((r) => r.pid), resource: resource.pid };
+    /** A loop with the CPU of every process per grant during it (warm-up grants, one per client, count too). */
+    const measured = async (loopClients: number, resourceOf: (k: number) => string, write: boolean) => {
+      const before = cpuNow(pids);
+      const rate = await loop(local!, resource!.url, loopClients, seconds, resourceOf, write);
+      return { rate, cpu: cpuPerGrant(before, cpuNow(pids), rate.operations + loopClients) };
     };
-    const distinct = await loop(local, resource.url, clients, seconds, (k) => `bench/distinct/${k}`);
-    const after = {
-      replicas: pids.reduce((s, p) => s + processCpuMs(p), 0),
-      resource: processCpuMs(resource.pid),
-      client: ownCpuMs(),
+    const set = async (write: boolean) => {
+      const kind = write ? 'write' : 'plain';
+      const what = write ? 'acquire + guarded write + release' : 'acquire + release';
+      progress(`system: 1 client, ${what} ...`);
+      const one = await measured(1, () => `bench/${kind}/one`, write);
+      progress(`system: ${clients} clients on distinct resources, ${what} ...`);
+      const distinct = await measured(clients, (k) => `bench/${kind}/d/${k}`, write);
+      progress(`system: ${clients} clients on one hot resource, ${what} ...`);
+      const hot = await loop(local!, resource!.url, clients, seconds, () => `bench/${kind}/hot`, write);
+      return { loops: { one: one.rate, distinct: distinct.rate, hot }, cpuOne: one.cpu, cpu: distinct.cpu };
     };
-    // The loop's warm-up grants count too: one per client.
-    const grants = distinct.operations + clients;
-    const breakdown = {
-      replicas: (after.replicas - before.replicas) / grants,
-      resource: (after.resource - before.resource) / grants,
-      client: (after.client - before.client) / grants,
-    };
-    progress(`system: ${clients} clients on one hot resource ...`);
-    const hot = await loop(local, resource.url, clients, seconds, () => 'bench/hot');
+    const lockRelease = await set(false);
+    const fencedWrite = await set(true);
+    const breakdown = fencedWrite.cpu;
+    const backend = local.cluster.backend.name;
+    let profile: SystemFigures['profile'];
+    if (options.profile) {
+      // Fresh processes for each profiled loop; these ones stop first so they cost nothing meanwhile.
+      await resource.stop();
+      await local.close();
+      resource = undefined;
+      local = undefined;
+      profile = {
+        one: await profileLoop(
+          join(dir, 'profile-one'),
+          n,
+          options.signingWorkers,
+          1,
+          seconds,
+          fencedWrite.cpuOne,
+          progress,
+        ),
+        distinct: await profileLoop(
+          join(dir, 'profile-distinct'),
+          n,
+          options.signingWorkers,
+          clients,
+          seconds,
+          fencedWrite.cpu,
+          progress,
+        ),
+      };
+    }
     return {
       replicas: n,
-      backend: local.cluster.backend.name,
+      backend,
       signingWorkers: options.signingWorkers ?? -1,
       acquireMs: summarise(samples),
-      loops: { one, distinct, hot },
+      loops: { lockRelease: lockRelease.loops, fencedWrite: fencedWrite.loops },
       cpuPerGrantMs: breakdown.replicas + breakdown.resource + breakdown.client,
       cpuBreakdownMs: breakdown,
+      ...(profile ? { profile } : {}),
     };
   } finally {
     await resource?.stop();

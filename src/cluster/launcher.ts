@@ -35,6 +35,8 @@ export interface StartLocalClusterOptions {
   readonly extraArgs?: readonly string[] | ((index: number) => readonly string[]);
   /** Extra environment for the children. */
   readonly env?: NodeJS.ProcessEnv;
+  /** Flags for node itself, per replica (the benchmark's --cpu-prof). */
+  readonly nodeArgs?: (index: number) => readonly string[];
   /** How long one replica may take to listen and pass /healthz (default 30 s: a loaded 2-core CI box). */
   readonly startTimeoutMs?: number;
   /** The replica entry point (default: dist/nodes/replica.js of this package). */
@@ -123,6 +125,7 @@ function startReplicaProcess(
       ...extra,
     ],
     env: options.env,
+    ...(options.nodeArgs ? { nodeArgs: options.nodeArgs(index) } : {}),
     startTimeoutMs: options.startTimeoutMs,
   });
   return Object.assign(server, { index, dataDir });
@@ -180,6 +183,8 @@ export interface StartLocalResourceOptions {
   readonly port?: number;
   readonly extraArgs?: readonly string[];
   readonly env?: NodeJS.ProcessEnv;
+  /** Flags for node itself (the benchmark's --cpu-prof). */
+  readonly nodeArgs?: readonly string[];
   readonly startTimeoutMs?: number;
 }
 
@@ -211,6 +216,7 @@ export async function startLocalResource(options: StartLocalResourceOptions): Pr
     ],
     // The resource shows tokens in /log only to its operator: this process (localOperatorSecret).
     env: { [OPERATOR_SECRET_ENV]: localOperatorSecret(), ...options.env },
+    ...(options.nodeArgs ? { nodeArgs: options.nodeArgs } : {}),
     startTimeoutMs: options.startTimeoutMs,
   });
   await resource.start();

@@ -22,6 +22,8 @@ export interface LocalProcessOptions {
   /** Arguments after the entry point, given the port to listen on (0 the first time, the same port on restarts). */
   readonly args: (port: number) => readonly string[];
   readonly env?: NodeJS.ProcessEnv;
+  /** Flags for node itself, before the entry point (the benchmark's --cpu-prof). */
+  readonly nodeArgs?: readonly string[];
   /** How long to listen and pass /healthz (default 30 s: a loaded 2-core CI box). */
   readonly startTimeoutMs?: number;
 }
@@ -129,10 +131,14 @@ class ChildServer implements LocalProcess {
     const timeoutMs = this.#options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
     this.#stderr = '';
     this.#logs = [];
-    const child = spawn(process.execPath, [this.#options.entry, ...this.#options.args(this.port)], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1', ...this.#options.env },
-    });
+    const child = spawn(
+      process.execPath,
+      [...(this.#options.nodeArgs ?? []), this.#options.entry, ...this.#options.args(this.port)],
+      {
+        stdio: ['pipe', 'pipe', 'pipe'],
+        env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1', ...this.#options.env },
+      },
+    );
     this.#child = child;
     track(child);
     this.#exited = new Promise((r) => child.once('exit', (code, signal) => r(code ?? (signal ? -1 : null))));

@@ -10,19 +10,20 @@ import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { loadBackend } from '../crypto/load.js';
 import { benchCrypto, type CryptoFigures } from '../bench/crypto.js';
-import { benchEtcd, findEtcd, type EtcdFigures } from '../bench/etcd.js';
+import { benchEtcd, findEtcd, type EtcdDriverFigures, type EtcdFigures } from '../bench/etcd.js';
 import { benchGuard, postgresRows, type GuardBenchFigures } from '../bench/guard.js';
 import type { Timing } from '../bench/measure.js';
 import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
 import { benchCeremony } from '../bench/ceremony.js';
 import { benchGrowth } from '../bench/growth.js';
 import { benchSystem, type LoopRate, type SystemFigures } from '../bench/system.js';
+import { BUCKETS } from '../bench/profile.js';
 import { integerFlag, parseFlags, type Command } from '../command/args.js';
 
 const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony', 'growth'] as const;
 type Section = (typeof SECTIONS)[number];
 
-const usage = `usage: quorumfence-dev bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json]
+const usage = `usage: quorumfence-dev bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json] [--profile]
 
 Measures quorumfence on this machine, every process on this one box, and
 writes every figure as JSON. It never fails on speed.
@@ -32,11 +33,14 @@ sections (default: all):
   replica   one replica: durable grants/s with 0, 1, 2 signing threads; signer scaling
   guard     guarded writes/s with a cached token; first use of a new token
   system    N replicas + the reference resource: uncontended acquire p50/p99;
-            acquire + guarded write + release with 1 and 16 clients, and 16 on one
-            hot resource; CPU per grant of all processes against the crypto floor
-  etcd      a 3-member etcd cluster on loopback, the same loops through its lock API
-            (lock, read the key's create revision as the token, unlock); needs
-            etcd on PATH (Debian: apt-get install etcd-server), skipped otherwise
+            acquire + release, and acquire + guarded write + release, with 1 client,
+            16 on distinct resources and 16 on one hot resource; CPU per grant of
+            all processes against the crypto floor
+  etcd      a 3-member etcd cluster on loopback, the same loops (lock [+ a txn
+            conditional on the lock key's create revision] + unlock), driven by
+            etcd's lock API over an undici keep-alive pool and by the etcd3 gRPC
+            client; a stale revision's write is checked refused first. Needs etcd
+            on PATH (Debian: apt-get install etcd-server), skipped otherwise
   ceremony  the dealerless key ceremony for N = 4 and 7 on loopback (targets 2 s, 5 s)
   growth    one replica's store size, RSS and restart time after 10^3 .. 10^6 distinct
             resources ever granted, compacted to 10^3 live (--quick stops at 10^5)
@@ -47,6 +51,9 @@ options:
   --postgres URL   also measure the PostgreSQL guard (postgres://user:pass@host/db)
   --out FILE       where to write the JSON   (default bench-results/bench-<time>.json)
   --json           print the JSON to stdout instead of the table
+  --profile        system: also run the 1- and 16-client fenced-write loops on fresh
+                   processes under node --cpu-prof (the client through the inspector)
+                   and print where each process kind spends CPU, ms per grant
 `;
 
 function progress(line: string): void {
@@ -85,6 +92,215 @@ function floorMs(crypto: CryptoFigures, n: number): number {
   return n * crypto.signMs.median + combine + 2 * crypto.verifyTokenMs.median;
 }
 
+const LOOP_ROWS = [
+  ['one', '1 client (cycles/s)'],
+  ['distinct', '16 clients, distinct resources (cycles/s)'],
+  ['hot', '16 clients, one hot resource (handoffs/s)'],
+] as const;
+
+/** quorumfence beside each etcd driver, both loop kinds; ratios against the gateway column. */
+function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFigures | undefined, n: number): string {
+  const drivers = (['gateway', 'grpc'] as const).filter((d) => etcd?.drivers[d]);
+  const header = [
+    'quorumfence: acquire [+ guarded write] + release | etcd: lock [+ fenced txn] + unlock',
+    system ? `quorumfence N=${n}` : '',
+    ...drivers.map((d) => (d === 'gateway' ? 'etcd x3 gateway' : 'etcd x3 etcd3/gRPC')),
+    system && etcd?.drivers.gateway ? 'qf / gateway' : '',
+  ];
+  const rows: string[][] = [header];
+  const gateway = etcd?.drivers.gateway;
+  const line = (label: string, q: string | undefined, e: (d: EtcdDriverFigures) => string, ratio?: number) =>
+    rows.push([
+      label,
+      q ?? '',
+      ...drivers.map((d) => e(etcd!.drivers[d]!)),
+      ratio === undefined || !Number.isFinite(ratio) ? '' : `${ratio.toFixed(2)}x`,
+    ]);
+  line(
+    'uncontended acquire p50 (ms) | lock + revision',
+    system && ms(system.acquireMs.median),
+    (d) => ms(d.acquireMs.median),
+    system && gateway ? system.acquireMs.median / gateway.acquireMs.median : undefined,
+  );
+  line(
+    'uncontended acquire p99 (ms)',
+    system && ms(system.acquireMs.p99),
+    (d) => ms(d.acquireMs.p99),
+    system && gateway ? system.acquireMs.p99 / gateway.acquireMs.p99 : undefined,
+  );
+  for (const kind of ['lockRelease', 'fencedWrite'] as const) {
+    rows.push([
+      kind === 'lockRelease' ? 'acquire + release' : 'acquire + one fenced write + release',
+      '',
+      ...drivers.map(() => ''),
+      '',
+    ]);
+    for (const [key, label] of LOOP_ROWS) {
+      line(
+        `  ${label}`,
+        system && rate(system.loops[kind][key]),
+        (d) => rate(d.loops[kind][key]),
+        system && gateway ? system.loops[kind][key].perSecond / gateway.loops[kind][key].perSecond : undefined,
+      );
+    }
+    line(
+      '  1 client acquire p50 / p99 (ms)',
+      system && `${ms(system.loops[kind].one.acquireMs.median)} / ${ms(system.loops[kind].one.acquireMs.p99)}`,
+      (d) => `${ms(d.loops[kind].one.acquireMs.median)} / ${ms(d.loops[kind].one.acquireMs.p99)}`,
+    );
+    line(
+      '  hot: wait for the lock p50 / p99 (ms)',
+      system && `${ms(system.loops[kind].hot.acquireMs.median)} / ${ms(system.loops[kind].hot.acquireMs.p99)}`,
+      (d) => `${ms(d.loops[kind].hot.acquireMs.median)} / ${ms(d.loops[kind].hot.acquireMs.p99)}`,
+      system && gateway ? system.loops[kind].hot.acquireMs.p99 / gateway.loops[kind].hot.acquireMs.p99 : undefined,
+    );
+  }
+  line(
+    'CPU per cycle, all processes, 16 distinct, fenced write (ms)',
+    system && ms(system.cpuPerGrantMs),
+    (d) => ms(d.cpuPerCycleMs.etcd + d.cpuPerCycleMs.client),
+    system && gateway ? system.cpuPerGrantMs / (gateway.cpuPerCycleMs.etcd + gateway.cpuPerCycleMs.client) : undefined,
+  );
+  line(
+    '  of which servers | client process (ms)',
+    system &&
+      `${ms(system.cpuBreakdownMs.replicas + system.cpuBreakdownMs.resource)} | ${ms(system.cpuBreakdownMs.client)}`,
+    (d) => `${ms(d.cpuPerCycleMs.etcd)} | ${ms(d.cpuPerCycleMs.client)}`,
+  );
+  const notes = drivers.map((d) => {
+    const f = etcd!.drivers[d]!;
+    return `etcd ${d}: ${f.description}; fencing checked before timing: a write with revision ${f.fencing.staleFence} (released) was refused once revision ${f.fencing.currentFence} held the lock`;
+  });
+  return [table(rows), ...notes].join('\n');
+}
+
+/** Each profiled loop: ms per grant per bucket and process kind, then the top functions of each kind. */
+function profileTable(profile: NonNullable<SystemFigures['profile']>): string {
+  const parts: string[] = [];
+  for (const [name, loopProfile] of [
+    ['1 client', profile.one],
+    [`${profile.distinct.loop.clients} clients, distinct resources`, profile.distinct],
+  ] as const) {
+    const kinds = ['replicas', 'resource', 'client'] as const;
+    const rows: string[][] = [
+      [
+        `profile, ${name}, fenced write (${loopProfile.grants} grants, ${loopProfile.loop.perSecond.toFixed(0)}/s under the profiler): CPU ms per grant`,
+        ...kinds,
+        'all',
+      ],
+    ];
+    for (const bucket of [...BUCKETS, 'total', 'sampled'] as const) {
+      const value = (kind: (typeof kinds)[number]) =>
+        bucket === 'total'
+          ? loopProfile.kinds[kind].totalMsPerGrant
+          : bucket === 'sampled'
+            ? loopProfile.kinds[kind].sampledMsPerGrant
+            : loopProfile.kinds[kind].buckets[bucket];
+      rows.push([
+        bucket === 'crypto'
+          ? 'crypto (sign, verify, pairing)'
+          : bucket === 'total'
+            ? 'total: CPU per grant from /proc, same loop without the profiler'
+            : bucket === 'sampled'
+              ? 'samples under the profiler, wall clock, not idle'
+              : bucket,
+        ...kinds.map((k) => ms(value(k))),
+        ms(kinds.reduce((sum, k) => sum + value(k), 0)),
+      ]);
+    }
+    parts.push(table(rows));
+    for (const kind of kinds) {
+      const top = loopProfile.kinds[kind].top;
+      parts.push(
+        table([
+          [`  top self time, ${kind} (${name})`, 'bucket', 'ms/grant'],
+          ...top.map((t) => [`  ${t.fn}`, t.bucket, ms(t.msPerGrant)]),
+        ]),
+      );
+    }
+  }
+  return parts.join('\n\n');
+}
+
+export interface TargetRow {
+  readonly target: string;
+  readonly quorumfence: string;
+  readonly etcd: string;
+  readonly ratio?: number;
+  readonly wanted: string;
+  /** Undefined when a side was not measured. */
+  readonly pass?: boolean;
+}
+
+/** Issue 13's targets, each with both figures, the ratio and pass or miss. */
+export function targetRows(system: SystemFigures, etcd: EtcdDriverFigures | undefined, floorMs: number): TargetRow[] {
+  const loops = system.loops.fencedWrite;
+  const rows: TargetRow[] = [];
+  const compare = (
+    target: string,
+    q: number,
+    e: number | undefined,
+    format: (v: number) => string,
+    bound: number,
+    atMost: boolean,
+  ) => {
+    const ratio = e === undefined ? undefined : q / e;
+    rows.push({
+      target,
+      quorumfence: format(q),
+      etcd: e === undefined ? '' : format(e),
+      ...(ratio === undefined ? {} : { ratio }),
+      wanted: `${atMost ? '<=' : '>='} ${bound.toFixed(1)}x`,
+      ...(ratio === undefined ? {} : { pass: atMost ? ratio <= bound : ratio >= bound }),
+    });
+  };
+  const perSecond = (v: number) => `${v.toFixed(0)}/s`;
+  const msText = (v: number) => `${ms(v)} ms`;
+  compare(
+    '1 client acquire p50 vs etcd lock + read p50',
+    system.acquireMs.median,
+    etcd?.acquireMs.median,
+    msText,
+    1,
+    true,
+  );
+  compare('1 client cycles/s', loops.one.perSecond, etcd?.loops.fencedWrite.one.perSecond, perSecond, 1, false);
+  compare(
+    '16 clients, distinct resources, cycles/s',
+    loops.distinct.perSecond,
+    etcd?.loops.fencedWrite.distinct.perSecond,
+    perSecond,
+    0.8,
+    false,
+  );
+  compare(
+    '16 clients, one hot resource, handoffs/s',
+    loops.hot.perSecond,
+    etcd?.loops.fencedWrite.hot.perSecond,
+    perSecond,
+    2,
+    false,
+  );
+  compare(
+    'hot resource, p99 wait',
+    loops.hot.acquireMs.p99,
+    etcd?.loops.fencedWrite.hot.acquireMs.p99,
+    msText,
+    1,
+    true,
+  );
+  const overFloor = system.cpuPerGrantMs / floorMs;
+  rows.push({
+    target: 'CPU per grant, all processes, vs the crypto floor',
+    quorumfence: msText(system.cpuPerGrantMs),
+    etcd: `floor ${msText(floorMs)}`,
+    ratio: overFloor,
+    wanted: '<= 1.5x',
+    pass: overFloor <= 1.5,
+  });
+  return rows;
+}
+
 export const command: Command = {
   summary: 'measure crypto, replicas, guards and the whole system (and etcd beside it)',
   usage,
@@ -97,6 +313,7 @@ export const command: Command = {
         json: { type: 'boolean' },
         replicas: { type: 'string' },
         postgres: { type: 'string' },
+        profile: { type: 'boolean' },
       },
       { max: SECTIONS.length },
     );
@@ -181,8 +398,9 @@ export const command: Command = {
 
     let system: SystemFigures | undefined;
     if (sections.has('system')) {
-      system = await benchSystem({ replicas: n, quick, progress });
+      system = await benchSystem({ replicas: n, quick, progress, profile: values.profile ?? false });
       report.system = system;
+      if (system.profile) out.push(profileTable(system.profile));
     }
     let etcd: EtcdFigures | undefined;
     if (sections.has('etcd')) {
@@ -194,75 +412,41 @@ export const command: Command = {
         out.push('etcd: skipped; install it to compare (Debian: apt-get install etcd-server)');
       }
     }
-    if (system || etcd) {
-      const rows = [
-        [
-          'acquire + guarded write + release (quorumfence) | lock + read revision + unlock (etcd)',
-          system ? `quorumfence N=${n}` : '',
-          etcd ? 'etcd x3' : '',
-          system && etcd ? 'ratio' : '',
-        ],
-      ];
-      const line = (label: string, q: string | undefined, e: string | undefined, ratio?: number) =>
-        rows.push([label, q ?? '', e ?? '', ratio === undefined ? '' : `${ratio.toFixed(2)}x`]);
-      line(
-        'uncontended acquire p50 (ms)',
-        system && ms(system.acquireMs.median),
-        etcd && ms(etcd.acquireMs.median),
-        system && etcd ? system.acquireMs.median / etcd.acquireMs.median : undefined,
-      );
-      line('uncontended acquire p99 (ms)', system && ms(system.acquireMs.p99), etcd && ms(etcd.acquireMs.p99));
-      for (const [key, label] of [
-        ['one', '1 client (cycles/s)'],
-        ['distinct', '16 clients, distinct resources (cycles/s)'],
-        ['hot', '16 clients, one hot resource (handoffs/s)'],
-      ] as const) {
-        line(
-          label,
-          system && rate(system.loops[key]),
-          etcd && rate(etcd.loops[key]),
-          system && etcd ? system.loops[key].perSecond / etcd.loops[key].perSecond : undefined,
-        );
-      }
-      out.push(table(rows));
-    }
+    if (system || etcd) out.push(comparisonTable(system, etcd, n));
     if (system && crypto[0]) {
       const floor = floorMs(crypto[0], n);
-      const cpuBound = (cores * 1000) / floor;
-      const targets = {
-        floorMs: floor,
-        cpuBoundGrantsPerSecond: cpuBound,
-        cpuPerGrantOverFloor: system.cpuPerGrantMs / floor,
-        distinctOverCpuBound: system.loops.distinct.perSecond / cpuBound,
-        ...(etcd
-          ? {
-              acquireP50OverEtcd: system.acquireMs.median / etcd.acquireMs.median,
-              oneClientOverEtcd: system.loops.one.perSecond / etcd.loops.one.perSecond,
-              hotOverEtcd: system.loops.hot.perSecond / etcd.loops.hot.perSecond,
-            }
-          : {}),
-      };
-      report.targets = targets;
+      const targets = targetRows(system, etcd?.drivers.gateway, floor);
+      report.targets = { floorMs: floor, rows: targets };
       const b = system.cpuBreakdownMs;
       out.push(
         table([
-          ['CPU per grant (all processes)', 'figure', 'target'],
-          [`crypto floor: ${n} signs + combine + 2 token verifies`, `${ms(floor)} ms`, ''],
-          [`CPU-bound rate on ${cores} cores`, `${cpuBound.toFixed(0)}/s`, ''],
+          ['CPU per grant (all processes, 16 distinct clients, fenced write)', 'figure'],
+          [`crypto floor: ${n} signs + combine + 2 token verifies`, `${ms(floor)} ms`],
+          [`CPU-bound rate on ${cores} cores`, `${((cores * 1000) / floor).toFixed(0)}/s`],
           [
             `measured: replicas ${ms(b.replicas)} + resource ${ms(b.resource)} + client ${ms(b.client)}`,
             `${ms(system.cpuPerGrantMs)} ms`,
+          ],
+        ]),
+      );
+      out.push(
+        table([
+          [
+            'target (issue 13; fenced-write loops, etcd = gateway column)',
+            'quorumfence',
+            'etcd',
+            'ratio',
+            'target',
             '',
           ],
-          ['CPU per grant / floor', `${targets.cpuPerGrantOverFloor.toFixed(2)}x`, '<= 1.3x'],
-          ['16 distinct clients / CPU-bound rate', `${targets.distinctOverCpuBound.toFixed(2)}x`, '>= 0.9x'],
-          ...(etcd
-            ? [
-                ['acquire p50 / etcd lock p50', `${targets.acquireP50OverEtcd!.toFixed(2)}x`, '<= 1.25x'],
-                ['1-client cycles / etcd', `${targets.oneClientOverEtcd!.toFixed(2)}x`, '>= 1.0x'],
-                ['hot handoffs / etcd', `${targets.hotOverEtcd!.toFixed(2)}x`, '>= 3x'],
-              ]
-            : []),
+          ...targets.map((t) => [
+            t.target,
+            t.quorumfence,
+            t.etcd,
+            t.ratio === undefined ? '' : `${t.ratio.toFixed(2)}x`,
+            t.wanted,
+            t.pass === undefined ? 'n/a' : t.pass ? 'pass' : 'MISS',
+          ]),
         ]),
       );
     }
