@@ -31,8 +31,12 @@ import { ResourceHttpClient, WorkloadRecorder, counterCheck, incrementCounter } 
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Lease length of the paused holder: long enough to write under it, short enough that waiting it out is cheap. */
-const HOLDER_TTL_MS = 400;
+/**
+ * Lease length of the paused holder: long enough to write under it, short enough that waiting it out is
+ * cheap. 400 ms was too short on a loaded 2-core machine: the holder's first write, a process hop and two
+ * pairings after its acquire, sometimes found its lease already over.
+ */
+const HOLDER_TTL_MS = 1_200;
 /** How long one honest replica stays partitioned during the contended step. */
 const PARTITION_MS = 300;
 const CONTENDERS = 3;

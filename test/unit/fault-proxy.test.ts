@@ -85,7 +85,9 @@ describe('fault proxy', () => {
     const { socket, received } = await connect(p.url);
     p.setFaults({ reorderRate: 1 });
     socket.send('first');
-    await settle(5);
+    // Wait for the proxy to hold 'first' (a fixed pause lost the race on a loaded machine: 'first' then
+    // reached the proxy after the faults were cleared and went straight through).
+    await until(() => p.stats.reordered === 1);
     p.setFaults({});
     socket.send('second');
     await until(() => received.length === 2);
