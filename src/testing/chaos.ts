@@ -39,8 +39,17 @@ export interface ChaosOptions {
   readonly workers?: number;
   /** Counters the workload increments (default 3: enough contention, few enough keys to check). */
   readonly counters?: number;
-  /** Replace one replica by a reshare at a seeded point between 30 % and 50 % of the run. */
+  /**
+   * Replace one replica by a reshare at a seeded point between 30 % and 50 % of the run. The run then lasts
+   * until the reshare has finished and the workload has run RUN_AFTER_RESHARE_MS on the new membership,
+   * past durationMs if need be (bounded by RESHARE_OVERRUN_LIMIT_MS).
+   */
   readonly reshare?: boolean;
+  /**
+   * Only for the history checker's own test: the reshare's new replicas inherit no record, so the new set
+   * re-grants old epochs; the run must report violations.
+   */
+  readonly plantSkipInheritance?: boolean;
   /** Working directory (default a fresh temporary one, removed afterwards). */
   readonly dir?: string;
   /** Called about once a second with the running totals. */
@@ -65,6 +74,10 @@ export interface ChaosProgress {
 const UNDELIVERED: ReadonlySet<string> = new Set(['unreachable', 'timeout']);
 /** The holder's lease: long enough to write under, short enough that a pause outlives it. */
 const HOLDER_TTL_MS = 600;
+/** Workload on the new membership before a run with a reshare may end: dozens of increments per worker. */
+const RUN_AFTER_RESHARE_MS = 5_000;
+/** How far past its duration a run waits for its reshare: the ceremony's own limits are below this. */
+const RESHARE_OVERRUN_LIMIT_MS = 180_000;
 
 /** The flags of Byzantine replica `index` whose generation's keys are in `keysDir`. */
 function byzantineFlags(seed: number, index: number, keysDir: string): string[] {
@@ -244,6 +257,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
    * old generation stopped. Failures are reported, not thrown: the run then fails.
    */
   let reshare: { summary?: ReshareSummary; error?: string; after?: Cluster } = {};
+  let reshareSettledAt: number | undefined;
   const runReshare = async () => {
     const step = (line: string) => {
       tally.activeFault = `reshare: ${line.trim().slice(0, 60)}`;
@@ -259,6 +273,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
         byzantineArgs: (index, keysDir) => byzantineFlags(options.seed + 100, index, keysDir),
         beforeKill: (index) => tally.keepActs(deployment.replica(index).url),
         onStep: step,
+        skipInheritance: options.plantSkipInheritance === true,
       });
       const previous = deployment.switchTo(result.generation, result.endorsed);
       const candidate = clusterToJson(result.endorsed);
@@ -292,6 +307,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     } catch (error) {
       reshare = { error: (error as Error).message };
       step(`FAILED: ${(error as Error).message}`);
+    } finally {
+      reshareSettledAt = performance.now();
     }
   };
 
@@ -321,7 +338,16 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       membershipVersion: deployment.direct.membershipVersion,
     });
   }, 1_000);
-  const timer = setTimeout(() => stop.abort(), options.durationMs);
+  // The run ends at its duration; with a reshare, not before the new membership has carried the workload a while.
+  const timer = setInterval(() => {
+    const elapsed = performance.now() - started;
+    if (elapsed < options.durationMs) return;
+    const waitForReshare =
+      options.reshare === true &&
+      (reshareSettledAt === undefined || performance.now() - reshareSettledAt < RUN_AFTER_RESHARE_MS) &&
+      elapsed < options.durationMs + RESHARE_OVERRUN_LIMIT_MS;
+    if (!waitForReshare) stop.abort();
+  }, 100);
 
   let report: ChaosReport;
   try {
@@ -386,7 +412,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     };
   } finally {
     clearInterval(progress);
-    clearTimeout(timer);
+    clearInterval(timer);
     stop.abort();
     holder.resume();
     await holder.stop().catch(() => undefined);
