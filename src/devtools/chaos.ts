@@ -44,7 +44,8 @@ reshare runs; acquires fail as unavailable from the freeze until the switch.
 The history check adds: the cluster id and group key unchanged, and every
 resource's tokens under the new membership above those under the old one.
 Progress shows each step of the reshare. The run does not end before the
-reshare has finished and the workload has run 5 s on the new membership.
+reshare has finished and the workload has run 5 s and made 10 increments
+on the new membership (at most 3 minutes past --duration).
 
 Exit codes: 0 no violation; 1 a violation (listed), a counter mismatch, a
 counter that could not be read, a reshare that did not complete, or a

@@ -28,7 +28,8 @@ import { seededRandom, type SeededRandom } from './seeded-random.js';
 import type { ChaosReport, ChaosReshareReport } from './chaos-report.js';
 import { ResourceHttpClient, WorkloadRecorder, counterCheck, incrementCounter } from './workload.js';
 
-export { chaosReportClean, formatChaosReport, type ChaosReport } from './chaos-report.js';
+export { chaosReportClean, formatChaosReport, type ChaosReport, type ChaosReshareReport } from './chaos-report.js';
+export type { ReshareSummary } from './chaos-reshare.js';
 
 export interface ChaosOptions {
   readonly durationMs: number;
@@ -41,8 +42,9 @@ export interface ChaosOptions {
   readonly counters?: number;
   /**
    * Replace one replica by a reshare at a seeded point between 30 % and 50 % of the run. The run then lasts
-   * until the reshare has finished and the workload has run RUN_AFTER_RESHARE_MS on the new membership,
-   * past durationMs if need be (bounded by RESHARE_OVERRUN_LIMIT_MS).
+   * until the reshare has finished and the workload has run RUN_AFTER_RESHARE_MS and made
+   * INCREMENTS_AFTER_RESHARE increments on the new membership, past durationMs if need be (bounded by
+   * RESHARE_OVERRUN_LIMIT_MS).
    */
   readonly reshare?: boolean;
   /**
@@ -74,8 +76,9 @@ export interface ChaosProgress {
 const UNDELIVERED: ReadonlySet<string> = new Set(['unreachable', 'timeout']);
 /** The holder's lease: long enough to write under, short enough that a pause outlives it. */
 const HOLDER_TTL_MS = 600;
-/** Workload on the new membership before a run with a reshare may end: dozens of increments per worker. */
+/** Workload on the new membership before a run with a reshare may end: this long, and this many increments. */
 const RUN_AFTER_RESHARE_MS = 5_000;
+const INCREMENTS_AFTER_RESHARE = 10;
 /** How far past its duration a run waits for its reshare: the ceremony's own limits are below this. */
 const RESHARE_OVERRUN_LIMIT_MS = 180_000;
 
@@ -258,6 +261,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
    */
   let reshare: { summary?: ReshareSummary; error?: string; after?: Cluster } = {};
   let reshareSettledAt: number | undefined;
+  let incrementsAtReshare = 0;
   const runReshare = async () => {
     const step = (line: string) => {
       tally.activeFault = `reshare: ${line.trim().slice(0, 60)}`;
@@ -309,6 +313,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       step(`FAILED: ${(error as Error).message}`);
     } finally {
       reshareSettledAt = performance.now();
+      incrementsAtReshare = recorder.outcomes.incremented ?? 0;
     }
   };
 
@@ -342,10 +347,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const timer = setInterval(() => {
     const elapsed = performance.now() - started;
     if (elapsed < options.durationMs) return;
+    const newMembershipBusyEnough =
+      reshareSettledAt !== undefined &&
+      (reshare.summary === undefined ||
+        (performance.now() - reshareSettledAt >= RUN_AFTER_RESHARE_MS &&
+          (recorder.outcomes.incremented ?? 0) - incrementsAtReshare >= INCREMENTS_AFTER_RESHARE));
     const waitForReshare =
-      options.reshare === true &&
-      (reshareSettledAt === undefined || performance.now() - reshareSettledAt < RUN_AFTER_RESHARE_MS) &&
-      elapsed < options.durationMs + RESHARE_OVERRUN_LIMIT_MS;
+      options.reshare === true && !newMembershipBusyEnough && elapsed < options.durationMs + RESHARE_OVERRUN_LIMIT_MS;
     if (!waitForReshare) stop.abort();
   }, 100);
 
