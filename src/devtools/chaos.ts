@@ -32,7 +32,7 @@ replica is killed and its data directory and key deleted; the survivors are
 frozen while running (POST /admin/freeze) and their records exported; the new
 set (same indices, a new node key for every member) runs "quorumfence reshare
 run" as processes, dealt by the survivors; each new replica inherits 2f+1
-frozen records, then starts; the new members endorse the new membership with
+of the frozen records, then starts; the new members endorse the new membership with
 the group key; the proxies move to the new replicas and the clients and the
 holder follow the endorsed membership. The guard is never reconfigured. The
 last f indices stay Byzantine in the new set. Across the change a Byzantine
