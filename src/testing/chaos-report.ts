@@ -1,6 +1,7 @@
 /**
  * What a chaos run (chaos.ts) found, and the table `quorumfence-dev chaos` prints.
  */
+import { existsSync } from 'node:fs';
 import type { ReshareSummary } from './chaos-reshare.js';
 
 /** The reshare in the middle of a run (`--reshare`). */
@@ -147,4 +148,38 @@ function reshareRows(reshare: ChaosReshareReport | undefined): [string, string][
     ['tokens by membership', generations(reshare.tokensByGeneration)],
     ['accepted by membership', generations(reshare.acceptedWritesByGeneration)],
   ];
+}
+
+/** The reshare's part of the report: what it did, and the tokens and accepted writes of each generation. */
+export function reshareReport(
+  reshare: { summary?: ReshareSummary; error?: string },
+  tokenGenerations: ReadonlyMap<string, number>,
+  guardLog: readonly { accepted: boolean; op: string; token: string | null }[],
+): ChaosReshareReport {
+  const tokensByGeneration: Record<string, number> = {};
+  for (const generation of tokenGenerations.values())
+    tokensByGeneration[generation] = (tokensByGeneration[generation] ?? 0) + 1;
+  const acceptedWritesByGeneration: Record<string, number> = {};
+  for (const entry of guardLog) {
+    const generation = entry.token === null ? undefined : tokenGenerations.get(entry.token);
+    if (entry.accepted && entry.op === 'put' && generation !== undefined)
+      acceptedWritesByGeneration[generation] = (acceptedWritesByGeneration[generation] ?? 0) + 1;
+  }
+  const summary = reshare.summary && {
+    ...reshare.summary,
+    // Deleted at the reshare's first step; nothing may have written there since.
+    lostDataDirUnused:
+      !existsSync(reshare.summary.lostDataDir) && reshare.summary.newDataDir !== reshare.summary.lostDataDir,
+  };
+  return {
+    done: summary !== undefined,
+    ...(summary ? { summary } : {}),
+    ...(reshare.error !== undefined
+      ? { error: reshare.error }
+      : summary
+        ? {}
+        : { error: 'the run ended before the reshare began' }),
+    tokensByGeneration,
+    acceptedWritesByGeneration,
+  };
 }

@@ -12,7 +12,7 @@
  * checker reads everything; any violation fails the run. The seed replays the
  * schedule (timing on a real machine still varies).
  */
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { QuorumFenceClient, followMembership, generateIdentity } from '../client/index.js';
@@ -25,7 +25,7 @@ import { checkHistory, formatViolation, type HistoryCheck } from './history-chec
 import { HolderProcess } from './holder-process.js';
 import { ScenarioCluster } from './scenario-cluster.js';
 import { seededRandom, type SeededRandom } from './seeded-random.js';
-import type { ChaosReport, ChaosReshareReport } from './chaos-report.js';
+import { reshareReport, type ChaosReport } from './chaos-report.js';
 import { ResourceHttpClient, WorkloadRecorder, counterCheck, incrementCounter } from './workload.js';
 
 export { chaosReportClean, formatChaosReport, type ChaosReport, type ChaosReshareReport } from './chaos-report.js';
@@ -408,7 +408,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       staleHolderWrites: stale,
       byzantineActs,
       byzantineClients: tally.byzantineClients,
-      ...(options.reshare ? { reshare: reshareReport(reshare, recorder, history.guardLogs[0]!) } : {}),
+      ...(options.reshare ? { reshare: reshareReport(reshare, recorder.tokenGenerations, history.guardLogs[0]!) } : {}),
       violations: check.ok ? [] : check.violations.map(formatViolation),
       counterMismatches: counterResult.mismatches.map(
         (m) => `${m.slot.replace('\u0000', '/')}: value ${m.value}, ${m.accepted} accepted writes`,
@@ -429,38 +429,4 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     if (ownDir) rmSync(dir, { recursive: true, force: true });
   }
   return report;
-}
-
-/** The reshare's part of the report: what it did, and the tokens and accepted writes of each generation. */
-function reshareReport(
-  reshare: { summary?: ReshareSummary; error?: string },
-  recorder: WorkloadRecorder,
-  guardLog: readonly { accepted: boolean; op: string; token: string | null }[],
-): ChaosReshareReport {
-  const tokensByGeneration: Record<string, number> = {};
-  for (const generation of recorder.tokenGenerations.values())
-    tokensByGeneration[generation] = (tokensByGeneration[generation] ?? 0) + 1;
-  const acceptedWritesByGeneration: Record<string, number> = {};
-  for (const entry of guardLog) {
-    const generation = entry.token === null ? undefined : recorder.tokenGenerations.get(entry.token);
-    if (entry.accepted && entry.op === 'put' && generation !== undefined)
-      acceptedWritesByGeneration[generation] = (acceptedWritesByGeneration[generation] ?? 0) + 1;
-  }
-  const summary = reshare.summary && {
-    ...reshare.summary,
-    // Deleted at the reshare's first step; nothing may have written there since.
-    lostDataDirUnused:
-      !existsSync(reshare.summary.lostDataDir) && reshare.summary.newDataDir !== reshare.summary.lostDataDir,
-  };
-  return {
-    done: summary !== undefined,
-    ...(summary ? { summary } : {}),
-    ...(reshare.error !== undefined
-      ? { error: reshare.error }
-      : summary
-        ? {}
-        : { error: 'the run ended before the reshare began' }),
-    tokensByGeneration,
-    acceptedWritesByGeneration,
-  };
 }

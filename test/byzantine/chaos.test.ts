@@ -44,7 +44,7 @@ describe('quorumfence-dev chaos', () => {
 
   it('--reshare: a replica is replaced in the middle while clients acquire and Byzantine replicas act; the history stays clean', async () => {
     const result = await runDevCli(['chaos', '--duration', '20s', '--seed', '12', '--reshare', '--json'], {
-      timeoutMs: 180_000,
+      timeoutMs: 240_000,
     });
     expect(result.code, result.stderr).toBe(0);
     const report = JSON.parse(result.stdout) as ChaosReport;
@@ -69,7 +69,7 @@ describe('quorumfence-dev chaos', () => {
     expect(result.stderr).toMatch(/reshare: freeze replicas/);
     expect(result.stderr).toMatch(/reshare member 1: phase deal/);
     expect(result.stderr).toMatch(/reshare: clients and the holder follow membership 1/);
-  }, 180_000);
+  }, 240_000);
 
   it('--reshare with the inheritance skipped (planted): the new set re-grants old epochs and the history check reports it', async () => {
     const report = await runChaos({
@@ -85,7 +85,7 @@ describe('quorumfence-dev chaos', () => {
     const kinds = report.violations.map((v) => v.split('\n')[0]);
     expect(kinds).toContainEqual(expect.stringMatching(/was granted again after a reshare/));
     expect(kinds).toContainEqual(expect.stringMatching(/two valid tokens for/));
-  }, 180_000);
+  }, 240_000);
 
   it('refuses a cluster size other than 4 or 7', async () => {
     const result = await runDevCli(['chaos', '--replicas', '5']);
