@@ -185,7 +185,10 @@ function recordDir(dataDir: string): string {
   return existsSync(noRecord) ? noRecord : dataDir;
 }
 
-/** A Byzantine survivor's lie about its frozen record. Lies can only raise watermarks or block epochs. */
+/**
+ * A Byzantine survivor's lie about its frozen record. A low report (nothing) is outweighed by an honest
+ * signer among the 2f_old+1 reports; a high one or another holder costs that resource epochs, never safety.
+ */
 function lie(report: OldRecordReport, kind: ByzantineReport, random: SeededRandom): OldRecordReport {
   if (kind === 'nothing') return { ...report, floor: 0n, entries: [] };
   if (kind === 'as-recorded' || report.entries.length === 0) return report;
