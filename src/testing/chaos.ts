@@ -2,31 +2,34 @@
  * A time-bounded chaos soak: a local deployment (ScenarioCluster: f Byzantine
  * replicas, fault proxies per client group, the reference resource), a
  * workload of fenced read-modify-write increments from several clients and a
- * pausable holder process, and a seeded schedule of faults: partitions (one
- * replica, a minority, a ring of majorities), noisy links, SIGKILL and
- * restart, SIGSTOP/SIGCONT of replicas and of the holder, clock jumps,
- * changing Byzantine behaviours, and Byzantine clients (replayed and tampered
- * tokens, huge epochs). At the end the history checker reads everything; any
- * violation fails the run. The seed replays the schedule (timing on a real
- * machine still varies).
+ * pausable holder process, and a seeded schedule of faults (chaos-faults.ts):
+ * partitions (one replica, a minority, a ring of majorities), noisy links,
+ * SIGKILL and restart, SIGSTOP/SIGCONT of replicas and of the holder, clock
+ * jumps, changing Byzantine behaviours, and Byzantine clients (replayed and
+ * tampered tokens, huge epochs). With `reshare`, one replica is replaced by a
+ * reshare at a seeded point in the middle (chaos-reshare.ts), and the clients
+ * and the holder follow the endorsed membership. At the end the history
+ * checker reads everything; any violation fails the run. The seed replays the
+ * schedule (timing on a real machine still varies).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { QuorumFenceClient, generateIdentity } from '../client/index.js';
+import { QuorumFenceClient, followMembership, generateIdentity } from '../client/index.js';
+import { clusterToJson, withEndpoints, type Cluster } from '../cluster/description.js';
 import { QuorumFenceError } from '../common/errors.js';
-import { askAll, openSessions, tamperedTokens } from './byzantine-clients.js';
-import { BYZANTINE_BEHAVIOURS, PROCESS_BEHAVIOURS, type ByzantineBehaviour } from './byzantine/behaviours.js';
-import { byzantineState, controlByzantine } from './byzantine/control.js';
+import { byzantineState } from './byzantine/control.js';
+import { FAULT_KINDS, FaultTally, changeBehaviours, injectFault, sleep, type FaultContext } from './chaos-faults.js';
+import { replaceOneReplica, type ReshareSummary } from './chaos-reshare.js';
 import { checkHistory, formatViolation, type HistoryCheck } from './history-checker.js';
 import { HolderProcess } from './holder-process.js';
 import { ScenarioCluster } from './scenario-cluster.js';
 import { seededRandom, type SeededRandom } from './seeded-random.js';
-import type { ChaosReport } from './chaos-report.js';
+import { reshareReport, type ChaosReport } from './chaos-report.js';
 import { ResourceHttpClient, WorkloadRecorder, counterCheck, incrementCounter } from './workload.js';
-import { decodeTokenText } from '../token/admission-token.js';
 
-export { formatChaosReport, type ChaosReport } from './chaos-report.js';
+export { chaosReportClean, formatChaosReport, type ChaosReport, type ChaosReshareReport } from './chaos-report.js';
+export type { ReshareSummary } from './chaos-reshare.js';
 
 export interface ChaosOptions {
   readonly durationMs: number;
@@ -37,10 +40,24 @@ export interface ChaosOptions {
   readonly workers?: number;
   /** Counters the workload increments (default 3: enough contention, few enough keys to check). */
   readonly counters?: number;
+  /**
+   * Replace one replica by a reshare at a seeded point between 30 % and 50 % of the run. The run then lasts
+   * until the reshare has finished and the workload has run RUN_AFTER_RESHARE_MS and made
+   * INCREMENTS_AFTER_RESHARE increments on the new membership, past durationMs if need be (bounded by
+   * RESHARE_OVERRUN_LIMIT_MS).
+   */
+  readonly reshare?: boolean;
+  /**
+   * Only for the history checker's own test: the reshare's new replicas inherit no record, so the new set
+   * re-grants old epochs; the run must report violations.
+   */
+  readonly plantSkipInheritance?: boolean;
   /** Working directory (default a fresh temporary one, removed afterwards). */
   readonly dir?: string;
   /** Called about once a second with the running totals. */
   readonly onProgress?: (progress: ChaosProgress) => void;
+  /** Called with each step of the reshare as it happens. */
+  readonly onReshareStep?: (line: string) => void;
 }
 
 export interface ChaosProgress {
@@ -51,39 +68,36 @@ export interface ChaosProgress {
   readonly faults: number;
   readonly kills: number;
   readonly activeFault: string;
+  /** The membership clients use now (goes up by one when a reshare switched them). */
+  readonly membershipVersion: number;
 }
-
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
 
 /** What ResourceHttpClient answers when a request got no answer at all: not a refusal by the guard. */
 const UNDELIVERED: ReadonlySet<string> = new Set(['unreachable', 'timeout']);
 /** The holder's lease: long enough to write under, short enough that a pause outlives it. */
 const HOLDER_TTL_MS = 600;
-const FAULT_KINDS = [
-  'partition-one',
-  'partition-minority',
-  'partition-ring',
-  'noisy-links',
-  'kill-restart',
-  'pause-replica',
-  'pause-holder',
-  'clock-jump',
-  'behaviour',
-  'replayed-token',
-  'tampered-token',
-  'huge-epoch',
-] as const;
-type FaultKind = (typeof FAULT_KINDS)[number];
+/** Workload on the new membership before a run with a reshare may end: this long, and this many increments. */
+const RUN_AFTER_RESHARE_MS = 5_000;
+const INCREMENTS_AFTER_RESHARE = 10;
+/** How far past its duration a run waits for its reshare: the ceremony's own limits are below this. */
+const RESHARE_OVERRUN_LIMIT_MS = 180_000;
+
+/** The flags of Byzantine replica `index` whose generation's keys are in `keysDir`. */
+function byzantineFlags(seed: number, index: number, keysDir: string): string[] {
+  return [
+    '--behaviour',
+    'no-record',
+    '--seed',
+    String(seed + index),
+    // Replica 1 is never Byzantine (they are the last f).
+    '--other-key',
+    join(keysDir, 'replica-1.key'),
+    '--slow',
+    '300ms',
+    '--flood',
+    '20',
+  ];
+}
 
 /**
  * Runs the soak and returns its report (also when it found violations).
@@ -98,11 +112,13 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     throw new QuorumFenceError('INVALID_ARGUMENT', '"durationMs" expected at least 1000', { field: 'durationMs' });
   const n = options.replicas;
   const f = (n - 1) / 3;
-  const t = 2 * f + 1;
   const byzantine = Array.from({ length: f }, (_, k) => n - f + 1 + k);
   const workers = options.workers ?? 3;
   const counters = options.counters ?? 3;
   const random = seededRandom(options.seed);
+  // The reshare draws from its own stream, so runs without one keep their fault schedule.
+  const reshareRandom = seededRandom(options.seed * 31 + 997);
+  const reshareAtMs = options.reshare ? options.durationMs * (0.3 + 0.2 * reshareRandom.next()) : Infinity;
   const ownDir = options.dir === undefined;
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'quorumfence-chaos-'));
   const deployment = await ScenarioCluster.start({
@@ -112,41 +128,28 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     groups: workers + 1,
     seed: options.seed,
     replicaArgs: ['--signing-workers', '0', '--min-ttl', '50ms', '--max-ttl', '5s'],
-    byzantineArgs: (index) => [
-      '--behaviour',
-      'no-record',
-      '--seed',
-      String(options.seed + index),
-      '--other-key',
-      join(dir, 'keys', 'replica-1.key'),
-      '--slow',
-      '300ms',
-      '--flood',
-      '20',
-    ],
+    byzantineArgs: (index) => byzantineFlags(options.seed, index, join(dir, 'keys')),
   });
+  /** The description the guard was configured with: it never changes, a reshare or not. */
+  const guardCluster: Cluster = deployment.direct;
   const guard = new ResourceHttpClient(deployment.resource.url);
   const recorder = new WorkloadRecorder();
-  const faults: Record<string, number> = {};
-  const byzantineClients: Record<string, number> = {};
-  let kills = 0;
-  let activeFault = 'none';
-  /** Acts of Byzantine processes that were killed since (a restart starts counting from zero). */
-  const actsBefore: Record<string, number> = {};
-  const addActs = (acts: Readonly<Partial<Record<string, number>>>) => {
-    for (const [name, value] of Object.entries(acts)) actsBefore[name] = (actsBefore[name] ?? 0) + (value ?? 0);
-  };
+  const tally = new FaultTally();
   const stale = { attempted: 0, refused: 0, undelivered: 0 };
   const counter = (k: number) => `chaos/${options.seed}/counter-${k}`;
   const clientOptions = { handshakeTimeoutMs: 1000, requestTimeoutMs: 1000, reconnectMaxMs: 500 };
+  /** The client each worker uses now; a reshare replaces them. Every client made, to close at the end. */
   let clients: QuorumFenceClient[];
+  const allClients = new Set<QuorumFenceClient>();
   let holder: HolderProcess;
+  let holderGeneration = 0;
   try {
     clients = await Promise.all(
       Array.from({ length: workers }, (_, g) =>
         QuorumFenceClient.connect(deployment.clusterFor(g), generateIdentity(), clientOptions),
       ),
     );
+    for (const client of clients) allClients.add(client);
     holder = await HolderProcess.start({
       clusterFile: deployment.writeClusterFile(workers),
       resourceUrl: deployment.resource.url,
@@ -159,21 +162,27 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   const stop = new AbortController();
   const started = performance.now();
 
-  const worker = async (client: QuorumFenceClient, local: SeededRandom) => {
+  const worker = async (g: number, local: SeededRandom) => {
     while (!stop.signal.aborted) {
+      const client = clients[g]!;
       const outcome = await incrementCounter(client, guard, counter(local.int(0, counters - 1)), 'n', recorder, {
         ttlMs: 1_000,
         waitMs: 2_000,
         timeoutMs: 5_000,
       });
+      // A client of an older membership is closed once its last operation is done.
+      if (clients[g] !== client) await client.close().catch(() => undefined);
       if (outcome.kind === 'not_acquired') await sleep(local.int(20, 100), stop.signal);
     }
   };
 
   /** The holder process: increments under its own lease; a pause-holder fault stops it mid-lease. One round at a time. */
-  let holderQueue: Promise<void> = Promise.resolve();
-  const holderTurn = (round: () => Promise<void>): Promise<void> =>
-    (holderQueue = holderQueue.then(round).catch(() => undefined));
+  let holderQueue: Promise<unknown> = Promise.resolve();
+  const holderTurn = <T>(round: () => Promise<T>): Promise<T> => {
+    const turn = holderQueue.then(round);
+    holderQueue = turn.catch(() => undefined);
+    return turn;
+  };
   const holderRound = async (local: SeededRandom, paused: boolean) => {
     const resource = counter(local.int(0, counters - 1));
     recorder.operations++;
@@ -182,11 +191,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       recorder.outcome(`not_acquired:${String(acquired.reason)}`);
       return;
     }
-    recorder.token(acquired.token as string);
+    recorder.token(acquired.token as string, holderGeneration);
     if (paused) {
       // Stopped after its check and before its write, past its lease; a worker takes the counter over meanwhile.
       holder.pause();
-      faults['pause-holder'] = (faults['pause-holder'] ?? 0) + 1;
+      tally.count('pause-holder');
       try {
         await sleep(HOLDER_TTL_MS + local.int(100, 500));
         // Retried (bounded): a replica killed a moment ago may still be reconnecting.
@@ -228,152 +237,97 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
   };
   const holderLoop = async (local: SeededRandom) => {
     while (!stop.signal.aborted) {
-      await holderTurn(() => holderRound(local, false));
+      await holderTurn(() => holderRound(local, false)).catch(() => undefined);
       await sleep(local.int(50, 300), stop.signal);
     }
   };
 
-  /** New behaviours (one to three, at some rate) on every Byzantine replica. */
-  const changeBehaviours = async () => {
-    const perRequest = BYZANTINE_BEHAVIOURS.filter((b) => !PROCESS_BEHAVIOURS.has(b));
-    const chosen: ByzantineBehaviour[] = random.shuffle(perRequest).slice(0, random.int(1, 3));
-    const rate = random.pick([0.3, 0.7, 1]);
-    await Promise.all(
-      byzantine.map((i) =>
-        controlByzantine(deployment.replica(i).url, { behaviours: chosen, rate }).catch(() => undefined),
-      ),
-    );
+  const faultContext: FaultContext = {
+    deployment,
+    random,
+    signal: stop.signal,
+    guard,
+    recorder,
+    counter,
+    counters,
+    tally,
+    pauseHolder: () => holderTurn(() => holderRound(random, true)).catch(() => undefined),
   };
-  const count = (kind: string) => (faults[kind] = (faults[kind] ?? 0) + 1);
-  const replicaIndex = () => random.int(1, n);
-  const injectFault = async (kind: FaultKind) => {
-    const hold = random.int(300, 2_000);
-    activeFault = kind;
-    switch (kind) {
-      case 'partition-one': {
-        const index = replicaIndex();
-        count(kind);
-        deployment.partition(index, true);
-        await sleep(hold, stop.signal);
-        deployment.partition(index, false);
-        break;
-      }
-      case 'partition-minority': {
-        const cut = random.shuffle(Array.from({ length: n }, (_, k) => k + 1)).slice(0, f);
-        count(kind);
-        for (const index of cut) deployment.partition(index, true);
-        await sleep(hold, stop.signal);
-        for (const index of cut) deployment.partition(index, false);
-        break;
-      }
-      case 'partition-ring': {
-        // Client group g sees only the majority g+1 .. g+t (mod n): every group a different quorum.
-        count(kind);
-        deployment.proxies.forEach((set, g) => {
-          set.forEach((proxy, k) => proxy.partition(!Array.from({ length: t }, (_, j) => (g + j) % n).includes(k)));
-        });
-        await sleep(hold, stop.signal);
-        deployment.heal();
-        break;
-      }
-      case 'noisy-links': {
-        count(kind);
-        for (const set of deployment.proxies) {
-          for (const proxy of set) {
-            if (random.chance(0.5))
-              proxy.setFaults({
-                delayMs: [0, random.int(5, 60)],
-                dropRate: 0.03,
-                duplicateRate: 0.05,
-                reorderRate: 0.05,
-                resetRate: 0.005,
-              });
-          }
-        }
-        await sleep(hold, stop.signal);
-        deployment.heal();
-        break;
-      }
-      case 'kill-restart': {
-        const index = replicaIndex();
-        const replica = deployment.replica(index);
-        count(kind);
-        kills++;
-        if (byzantine.includes(index)) addActs((await byzantineState(replica.url).catch(() => undefined))?.acts ?? {});
-        await replica.kill('SIGKILL');
-        await sleep(random.int(100, 800), stop.signal);
-        await replica.restart();
-        break;
-      }
-      case 'pause-replica': {
-        const replica = deployment.replica(replicaIndex());
-        count(kind);
-        process.kill(replica.pid, 'SIGSTOP');
-        try {
-          await sleep(hold, stop.signal);
-        } finally {
-          process.kill(replica.pid, 'SIGCONT');
-        }
-        break;
-      }
-      case 'pause-holder': {
-        await holderTurn(() => holderRound(random, true));
-        break;
-      }
-      case 'clock-jump': {
-        const index = byzantine[random.int(0, byzantine.length - 1)]!;
-        count(kind);
-        await controlByzantine(deployment.replica(index).url, { jumpClockMs: random.int(500, 5_000) }).catch(
-          () => undefined,
-        );
-        break;
-      }
-      case 'behaviour': {
-        count(kind);
-        await changeBehaviours();
-        break;
-      }
-      case 'replayed-token':
-      case 'tampered-token': {
-        if (recorder.tokens.length === 0) break;
-        count(kind);
-        const old = recorder.tokens[random.int(0, recorder.tokens.length - 1)]!;
-        const resource = decodeTokenText(old, deployment.direct.backend).grant.resource;
-        const token = kind === 'replayed-token' ? old : random.pick(tamperedTokens(old)).token;
-        // Written to a key of its own: a replay of the current token is legitimately accepted, and must not touch the counters.
-        const answer = await guard.put(resource, 'byzantine-client', 'x', token);
-        const label = `${kind} ${answer.ok ? 'accepted' : answer.code}`;
-        byzantineClients[label] = (byzantineClients[label] ?? 0) + 1;
-        break;
-      }
-      case 'huge-epoch': {
-        count(kind);
-        const sessions = await openSessions(deployment.clusterFor(0), generateIdentity());
-        try {
-          const answers = await askAll(sessions, {
-            type: 'acquire',
-            resource: counter(random.int(0, counters - 1)),
-            epoch: 1n << 62n,
-            ttlMs: 1_000,
-          });
-          for (const [index, status] of answers) {
-            const label = `huge-epoch ${status.startsWith('error') ? 'error' : status}${byzantine.includes(index) ? ' (Byzantine replica)' : ''}`;
-            byzantineClients[label] = (byzantineClients[label] ?? 0) + 1;
-          }
-        } finally {
-          for (const session of sessions.values()) session.close();
-        }
-        break;
-      }
+
+  /**
+   * The reshare (chaos-reshare.ts), then the switch: proxies to the new replicas, every worker's client and
+   * the holder to the endorsed membership (followMembership, as a holder of the old cluster.json does), the
+   * old generation stopped. Failures are reported, not thrown: the run then fails.
+   */
+  let reshare: { summary?: ReshareSummary; error?: string; after?: Cluster } = {};
+  let reshareSettledAt: number | undefined;
+  let incrementsAtReshare = 0;
+  const runReshare = async () => {
+    const step = (line: string) => {
+      tally.activeFault = `reshare: ${line.trim().slice(0, 60)}`;
+      options.onReshareStep?.(line);
+    };
+    const began = performance.now();
+    try {
+      const result = await replaceOneReplica({
+        deployment,
+        dir,
+        random: reshareRandom,
+        atMs: began - started,
+        byzantineArgs: (index, keysDir) => byzantineFlags(options.seed + 100, index, keysDir),
+        beforeKill: (index) => tally.keepActs(deployment.replica(index).url),
+        onStep: step,
+        skipInheritance: options.plantSkipInheritance === true,
+      });
+      const previous = deployment.switchTo(result.generation, result.endorsed);
+      const candidate = clusterToJson(result.endorsed);
+      clients = await Promise.all(
+        clients.map(async (client, g) => {
+          const followed = followMembership(client.cluster, candidate);
+          if (!followed.ok) throw new QuorumFenceError(followed.code, `worker ${g}: ${followed.message}`);
+          const next = await QuorumFenceClient.connect(
+            withEndpoints(followed.cluster, deployment.proxyUrls(g)),
+            client.identity,
+            clientOptions,
+          );
+          allClients.add(next);
+          return next;
+        }),
+      );
+      const followed = await holderTurn(() =>
+        holder.request({ cmd: 'follow', candidate: result.endorsedFile, endpoints: deployment.proxyUrls(workers) }),
+      );
+      if (followed.ok !== true)
+        throw new QuorumFenceError('INTERNAL', `the holder did not follow: ${String(followed.code)}`);
+      holderGeneration = result.endorsed.membershipVersion;
+      step(`clients and the holder follow membership ${result.endorsed.membershipVersion}; old replicas stopped`);
+      for (const index of byzantine) await tally.keepActs(previous.replica(index).url);
+      await previous.close();
+      await changeBehaviours(faultContext);
+      reshare = {
+        summary: { ...result.summary, tookMs: Math.round(performance.now() - began), lostDataDirUnused: false },
+        after: result.endorsed,
+      };
+    } catch (error) {
+      reshare = { error: (error as Error).message };
+      step(`FAILED: ${(error as Error).message}`);
+    } finally {
+      reshareSettledAt = performance.now();
+      incrementsAtReshare = recorder.outcomes.incremented ?? 0;
     }
-    activeFault = 'none';
   };
 
   const scheduler = async () => {
+    let reshared = false;
     while (!stop.signal.aborted) {
       await sleep(random.int(200, 1_200), stop.signal);
       if (stop.signal.aborted) break;
-      await injectFault(random.pick(FAULT_KINDS)).catch(() => undefined);
+      if (!reshared && performance.now() - started >= reshareAtMs) {
+        reshared = true;
+        await runReshare();
+        continue;
+      }
+      await injectFault(faultContext, random.pick(FAULT_KINDS)).catch(() => undefined);
     }
   };
 
@@ -383,18 +337,31 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       durationMs: options.durationMs,
       operations: recorder.operations,
       incremented: recorder.outcomes.incremented ?? 0,
-      faults: Object.values(faults).reduce((a, b) => a + b, 0),
-      kills,
-      activeFault,
+      faults: Object.values(tally.faults).reduce((a, b) => a + b, 0),
+      kills: tally.kills,
+      activeFault: tally.activeFault,
+      membershipVersion: deployment.direct.membershipVersion,
     });
   }, 1_000);
-  const timer = setTimeout(() => stop.abort(), options.durationMs);
+  // The run ends at its duration; with a reshare, not before the new membership has carried the workload a while.
+  const timer = setInterval(() => {
+    const elapsed = performance.now() - started;
+    if (elapsed < options.durationMs) return;
+    const newMembershipBusyEnough =
+      reshareSettledAt !== undefined &&
+      (reshare.summary === undefined ||
+        (performance.now() - reshareSettledAt >= RUN_AFTER_RESHARE_MS &&
+          (recorder.outcomes.incremented ?? 0) - incrementsAtReshare >= INCREMENTS_AFTER_RESHARE));
+    const waitForReshare =
+      options.reshare === true && !newMembershipBusyEnough && elapsed < options.durationMs + RESHARE_OVERRUN_LIMIT_MS;
+    if (!waitForReshare) stop.abort();
+  }, 100);
 
   let report: ChaosReport;
   try {
-    await changeBehaviours();
+    await changeBehaviours(faultContext);
     await Promise.all([
-      ...clients.map((client, g) => worker(client, seededRandom(options.seed * 31 + g))),
+      ...clients.map((_, g) => worker(g, seededRandom(options.seed * 31 + g))),
       holderLoop(seededRandom(options.seed * 31 + workers)),
       scheduler(),
     ]);
@@ -410,16 +377,20 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
     const states = await Promise.all(
       byzantine.map((i) => byzantineState(deployment.replica(i).url).catch(() => undefined)),
     );
-    const byzantineActs: Record<string, number> = { ...actsBefore };
+    const byzantineActs: Record<string, number> = { ...tally.actsBefore };
     for (const state of states)
       for (const [name, acts] of Object.entries(state?.acts ?? {}))
         byzantineActs[name] = (byzantineActs[name] ?? 0) + (acts ?? 0);
     // Every read first, in the quiet: the check below keeps this event loop busy for seconds (a token
     // verification per log entry), and nothing read after it may depend on sockets idle that long.
     const finalReads = await recorder.finalReads(guard);
-    const history = await recorder.history(guard, finalReads);
-    const check: HistoryCheck = checkHistory(history, deployment.direct);
-    const counters = counterCheck(history.guardLogs[0]!, finalReads);
+    const history = {
+      ...(await recorder.history(guard, finalReads)),
+      ...(reshare.after ? { reshares: [{ before: guardCluster, after: reshare.after }] } : {}),
+    };
+    // Tokens are checked against the description the guard was configured with: the key a reshare kept.
+    const check: HistoryCheck = checkHistory(history, guardCluster);
+    const counterResult = counterCheck(history.guardLogs[0]!, finalReads);
     report = {
       seed: options.seed,
       replicas: n,
@@ -432,27 +403,28 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosReport> {
       accepted: check.stats.accepted,
       refusedByReason: check.stats.refusedByReason,
       tokens: recorder.tokens.length,
-      faults,
-      kills,
+      faults: tally.faults,
+      kills: tally.kills,
       staleHolderWrites: stale,
       byzantineActs,
-      byzantineClients,
+      byzantineClients: tally.byzantineClients,
+      ...(options.reshare ? { reshare: reshareReport(reshare, recorder.tokenGenerations, history.guardLogs[0]!) } : {}),
       violations: check.ok ? [] : check.violations.map(formatViolation),
-      counterMismatches: counters.mismatches.map(
+      counterMismatches: counterResult.mismatches.map(
         (m) => `${m.slot.replace('\u0000', '/')}: value ${m.value}, ${m.accepted} accepted writes`,
       ),
-      unreadCounters: counters.unread.map(
+      unreadCounters: counterResult.unread.map(
         (u) =>
           `${u.slot.replace('\u0000', '/')}: could not read (${u.code}: ${u.message}), ${u.accepted} accepted writes`,
       ),
     };
   } finally {
     clearInterval(progress);
-    clearTimeout(timer);
+    clearInterval(timer);
     stop.abort();
     holder.resume();
     await holder.stop().catch(() => undefined);
-    await Promise.allSettled(clients.map((c) => c.close()));
+    await Promise.allSettled([...allClients].map((c) => c.close()));
     await deployment.close();
     if (ownDir) rmSync(dir, { recursive: true, force: true });
   }

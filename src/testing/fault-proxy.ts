@@ -46,6 +46,11 @@ export interface FaultProxy {
   partition(on: boolean): void;
   /** Abruptly ends every connection through the proxy (both sides see the link die). */
   resetConnections(): void;
+  /**
+   * Sends new connections to another replica url from now on (the replica that replaced this one after a
+   * reshare); connections already open stay with the old one until they end.
+   */
+  retarget(target: string): void;
   close(): Promise<void>;
 }
 
@@ -208,7 +213,7 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
   const random = seededRandom(options.seed ?? 1);
   const stats: FaultProxyStats = { connections: 0, forwarded: 0, dropped: 0, duplicated: 0, reordered: 0, resets: 0 };
   const links = new Set<Link>();
-  const target = options.target.replace(/\/+$/, '');
+  let target = options.target.replace(/\/+$/, '');
   const wss = new WebSocketServer({
     noServer: true,
     maxPayload: options.maxMessageBytes ?? 1024 * 1024,
@@ -247,6 +252,9 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     },
     resetConnections() {
       for (const link of links) link.reset();
+    },
+    retarget(next) {
+      target = next.replace(/\/+$/, '');
     },
     async close() {
       for (const link of links) link.reset();

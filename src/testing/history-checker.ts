@@ -10,7 +10,13 @@
  *  - invalid_token: a guard accepted a token that does not verify against the cluster (S5);
  *  - lost_write: a write a client saw acknowledged is missing from the guard's log, or the final
  *    stored version of a key is not the one its last accepted write produced (keys whose final
- *    state could not be read are skipped: `unreadFinal`).
+ *    state could not be read are skipped: `unreadFinal`);
+ *  - across a reshare (`reshares`, `tokenGenerations`): cluster_changed, the description after a
+ *    membership change has another cluster id or group key, or is not a newer membership;
+ *    epoch_below_reshare, a token the workload obtained under a later share generation has an epoch
+ *    below one it obtained under an earlier generation for the same resource (the new set re-granted
+ *    an epoch the old set had already given out: its members did not inherit the old records).
+ *    A later token at the same epoch as an earlier one is the same token re-signed, or a duplicate_token.
  */
 import { checkToken } from '../token/admission-token.js';
 import { toHex } from '../common/bytes.js';
@@ -43,6 +49,20 @@ export interface History {
    * check skips them rather than call them lost; whoever collected the history reports them.
    */
   readonly unreadFinal?: readonly ReadonlySet<string>[];
+  /**
+   * By token text, the share generation (the membershipVersion of the client's description) each token the
+   * workload obtained was granted under. Tokens seen otherwise (replayed, tampered) are absent.
+   */
+  readonly tokenGenerations?: ReadonlyMap<string, number>;
+  /** Membership changes during the run (reshares): the description before and after each. */
+  readonly reshares?: readonly { readonly before: Cluster; readonly after: Cluster }[];
+}
+
+/** A token as the cross-reshare check names it. */
+export interface GenerationToken {
+  readonly generation: number;
+  readonly epoch: string;
+  readonly digest: string;
 }
 
 /** Where a token was seen: a guard log entry, or the captured list. */
@@ -65,6 +85,14 @@ export type Violation =
       readonly second: { readonly digest: string; readonly seen: Sighting };
     }
   | { readonly kind: 'invalid_token'; readonly guard: number; readonly entry: GuardLogEntry; readonly why: string }
+  | { readonly kind: 'cluster_changed'; readonly membership: number; readonly why: string }
+  | {
+      readonly kind: 'epoch_below_reshare';
+      readonly resource: string;
+      /** The highest token of the earlier generation, and the lowest of the later one below it. */
+      readonly earlier: GenerationToken;
+      readonly later: GenerationToken;
+    }
   | {
       readonly kind: 'lost_write';
       readonly write: AcknowledgedWrite;
@@ -222,6 +250,42 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
     }
   });
 
+  for (const { before, after } of history.reshares ?? []) {
+    const why =
+      after.idHex !== before.idHex
+        ? `cluster id ${after.idHex.slice(0, 16)}… after, ${before.idHex.slice(0, 16)}… before`
+        : toHex(after.groupPublicKey.bytes) !== toHex(before.groupPublicKey.bytes)
+          ? 'the group public key changed'
+          : after.membershipVersion <= before.membershipVersion
+            ? `membership ${after.membershipVersion} is not above ${before.membershipVersion}`
+            : undefined;
+    if (why) violations.push({ kind: 'cluster_changed', membership: after.membershipVersion, why });
+  }
+
+  // Across a reshare: per resource, each generation's tokens lie above every earlier generation's.
+  const byResource = new Map<string, Map<number, GenerationToken[]>>();
+  for (const [text, generation] of history.tokenGenerations ?? []) {
+    const token = verify(text);
+    if (!token.valid) continue;
+    const generations = byResource.get(token.resource) ?? new Map<number, GenerationToken[]>();
+    byResource.set(token.resource, generations);
+    const list = generations.get(generation) ?? [];
+    generations.set(generation, list);
+    list.push({ generation, epoch: token.epoch, digest: token.digest });
+  }
+  const byEpoch = (a: GenerationToken, b: GenerationToken) => (BigInt(a.epoch) < BigInt(b.epoch) ? -1 : 1);
+  for (const [resource, generations] of byResource) {
+    const ordered = [...generations.keys()].sort((a, b) => a - b);
+    for (const [k, earlierGeneration] of ordered.entries()) {
+      const earlier = [...generations.get(earlierGeneration)!].sort(byEpoch).at(-1)!;
+      for (const laterGeneration of ordered.slice(k + 1)) {
+        const later = [...generations.get(laterGeneration)!].sort(byEpoch)[0]!;
+        if (BigInt(later.epoch) < BigInt(earlier.epoch))
+          violations.push({ kind: 'epoch_below_reshare', resource, earlier, later });
+      }
+    }
+  }
+
   const stats = { entries, accepted, refusedByReason, tokensChecked: verified.size };
   return violations.length === 0 ? { ok: true, stats } : { ok: false, stats, violations };
 }
@@ -251,6 +315,16 @@ export function formatViolation(violation: Violation): string {
       ].join('\n');
     case 'invalid_token':
       return `guard ${violation.guard} accepted an invalid token (${violation.why}):\n  ${describeEntry(violation.entry)}`;
+    case 'cluster_changed':
+      return `membership ${violation.membership} is not the same cluster continued: ${violation.why}`;
+    case 'epoch_below_reshare': {
+      const show = (t: GenerationToken) => `generation ${t.generation} epoch ${t.epoch} token ${t.digest.slice(0, 12)}`;
+      return [
+        `an epoch of ${JSON.stringify(violation.resource)} was granted again after a reshare (the new set did not carry the old records):`,
+        `  highest before: ${show(violation.earlier)}`,
+        `  lower after:    ${show(violation.later)}`,
+      ].join('\n');
+    }
     case 'lost_write':
       return [
         `acknowledged write lost (${violation.why}):`,

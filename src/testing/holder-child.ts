@@ -7,22 +7,31 @@
  *   { id, cmd: "acquire", resource, ttlMs, waitMs, autoRenew? } → { id, ok, epoch, token } | { id, ok: false, reason }
  *   { id, cmd: "increment", resource, key, checkLease? }         → { id, kind, ..., tokenDigest?, version? }
  *   { id, cmd: "release", resource }                             → { id, ok }
+ *   { id, cmd: "follow", candidate, endpoints }                  → { id, ok, membershipVersion } | { id, ok: false, code }
  *
  * "increment" uses the lease it holds for the resource; with checkLease false
  * it writes without looking at its lease view (the holder that checked just
- * before its pause). It exits when stdin closes.
+ * before its pause). "follow" takes a newer membership after a reshare: the
+ * candidate file (an endorsed cluster.json) is accepted only as
+ * followMembership accepts it, and the holder then reaches that membership's
+ * replicas at `endpoints` (its group's proxies) with a new client of the same
+ * identity; leases of the old client are dropped. It exits when stdin closes.
  *
  * Run as `node dist/src/testing/holder-child.js --cluster FILE --resource URL`.
  */
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
-import { QuorumFenceClient, generateIdentity, loadClusterFile, type Lease } from '../client/index.js';
+import { readFileSync } from 'node:fs';
+import { QuorumFenceClient, followMembership, generateIdentity, loadClusterFile, type Lease } from '../client/index.js';
+import { withEndpoints } from '../cluster/description.js';
 import { ResourceHttpClient, WorkloadRecorder, tokenDigestHex, writeIncrement } from './workload.js';
 
 interface Command {
   readonly id: number;
-  readonly cmd: 'acquire' | 'increment' | 'release';
+  readonly cmd: 'acquire' | 'increment' | 'release' | 'follow';
   readonly resource: string;
+  readonly candidate?: string;
+  readonly endpoints?: readonly string[];
   readonly key?: string;
   readonly ttlMs?: number;
   readonly waitMs?: number;
@@ -35,9 +44,8 @@ if (!values.cluster || !values.resource) {
   process.stderr.write('usage: holder-child --cluster FILE --resource URL\n');
   process.exit(2);
 }
-const client = await QuorumFenceClient.connect(loadClusterFile(values.cluster), generateIdentity(), {
-  handshakeTimeoutMs: 1000,
-});
+const clientOptions = { handshakeTimeoutMs: 1000 };
+let client = await QuorumFenceClient.connect(loadClusterFile(values.cluster), generateIdentity(), clientOptions);
 const resourceClient = new ResourceHttpClient(values.resource);
 const recorder = new WorkloadRecorder();
 const leases = new Map<string, Lease>();
@@ -76,6 +84,19 @@ async function run(command: Command): Promise<Record<string, unknown>> {
       leases.delete(command.resource);
       if (!lease) return { ok: false };
       return { ...(await lease.release()) };
+    }
+    case 'follow': {
+      const outcome = followMembership(client.cluster, JSON.parse(readFileSync(command.candidate ?? '', 'utf8')));
+      if (!outcome.ok) return { ok: false, code: outcome.code, message: outcome.message };
+      const previous = client;
+      client = await QuorumFenceClient.connect(
+        withEndpoints(outcome.cluster, command.endpoints ?? outcome.cluster.replicas.map((r) => r.endpoint)),
+        previous.identity,
+        clientOptions,
+      );
+      leases.clear();
+      await previous.close();
+      return { ok: true, membershipVersion: outcome.cluster.membershipVersion };
     }
   }
 }

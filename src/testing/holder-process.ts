@@ -27,7 +27,9 @@ export type HolderCommand =
       readonly autoRenew?: boolean;
     }
   | { readonly cmd: 'increment'; readonly resource: string; readonly key?: string; readonly checkLease?: boolean }
-  | { readonly cmd: 'release'; readonly resource: string };
+  | { readonly cmd: 'release'; readonly resource: string }
+  /** Follow the endorsed membership in `candidate` (a file), reaching its replicas at `endpoints`. */
+  | { readonly cmd: 'follow'; readonly candidate: string; readonly endpoints: readonly string[] };
 
 export type HolderAnswer = Readonly<Record<string, unknown>>;
 

@@ -6,19 +6,18 @@
  * as the guard. Clients of group g use `clusterFor(g)`, whose endpoints are
  * that group's proxies, so partitions can be whole (every group) or per group
  * (a majorities ring).
+ *
+ * Replicas get the process's local operator secret (localOperatorSecret), so
+ * their admin endpoint (POST /admin/freeze) serves this process. After a
+ * reshare, `startGeneration` starts the new set of replicas beside the old
+ * one and `switchTo` points every proxy at them (docs/resharing.md).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { clusterToJson, withEndpoints, type Cluster } from '../cluster/description.js';
-import {
-  dealLocalCluster,
-  replicaEntryPoint,
-  startLocalCluster,
-  type LocalCluster,
-  type LocalReplica,
-} from '../cluster/launcher.js';
+import { dealLocalCluster, replicaEntryPoint, startLocalCluster, type LocalReplica } from '../cluster/launcher.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { writeFileDurably } from '../common/files.js';
 import { OPERATOR_SECRET_ENV, localOperatorSecret } from '../common/operator-secret.js';
@@ -123,42 +122,112 @@ export function startResourceProcess(options: {
   });
 }
 
+/** One set of replica processes: the first one dealt at start, or the set a reshare produced. */
+export interface ReplicaGeneration {
+  /** The description with the replicas' own endpoints (membershipVersion is the share generation). */
+  readonly cluster: Cluster;
+  /** Folder with this generation's cluster.json and replica-<i>.key. */
+  readonly keysDir: string;
+  /** Replica i keeps its signing record in dataRoot/replica-<i>. */
+  readonly dataRoot: string;
+  replica(index: number): LocalReplica;
+  close(): Promise<void>;
+}
+
+/** Starts one generation's honest and Byzantine replicas, in parallel; what started is stopped on a failure. */
+async function startReplicas(options: {
+  keysDir: string;
+  dataRoot: string;
+  byzantine: readonly number[];
+  n: number;
+  replicaArgs: readonly string[];
+  byzantineArgs: (index: number) => readonly string[];
+}): Promise<ReplicaGeneration> {
+  const honestIndices = Array.from({ length: options.n }, (_, k) => k + 1).filter(
+    (i) => !options.byzantine.includes(i),
+  );
+  // The local operator secret opens each replica's POST /admin/freeze to this process (a reshare's live freeze).
+  const env = { [OPERATOR_SECRET_ENV]: localOperatorSecret() };
+  const started = await Promise.allSettled([
+    startLocalCluster({
+      dir: options.keysDir,
+      dataRoot: options.dataRoot,
+      indices: honestIndices,
+      extraArgs: options.replicaArgs,
+      env,
+    }),
+    options.byzantine.length === 0
+      ? Promise.resolve(undefined)
+      : startLocalCluster({
+          dir: options.keysDir,
+          dataRoot: options.dataRoot,
+          indices: options.byzantine,
+          entry: byzantineEntryPoint(),
+          extraArgs: (index) => [...options.replicaArgs, ...options.byzantineArgs(index)],
+          env,
+        }),
+  ]);
+  const [honest, byz] = started;
+  if (honest.status === 'rejected' || byz.status === 'rejected') {
+    if (honest.status === 'fulfilled') await honest.value.close();
+    if (byz.status === 'fulfilled') await byz.value?.close();
+    throw (started.find((s) => s.status === 'rejected') as PromiseRejectedResult).reason;
+  }
+  const h = honest.value;
+  const b = byz.value;
+  const replica = (index: number) => (options.byzantine.includes(index) ? b!.replica(index) : h.replica(index));
+  const urls = Array.from({ length: options.n }, (_, k) => replica(k + 1).url);
+  return {
+    cluster: withEndpoints(h.cluster, urls),
+    keysDir: options.keysDir,
+    dataRoot: options.dataRoot,
+    replica,
+    async close() {
+      await Promise.allSettled([h.close(), b?.close()]);
+    },
+  };
+}
+
 export class ScenarioCluster {
   readonly n: number;
   readonly f: number;
   readonly byzantine: readonly number[];
   readonly honestIndices: readonly number[];
-  /** The cluster with the replicas' own endpoints. */
-  readonly direct: Cluster;
   /** proxies[group][index - 1]. */
   readonly proxies: readonly (readonly FaultProxy[])[];
   readonly resource: ResourceProcess;
+  /** The first generation's keys (the resource's cluster.json is here). */
   readonly keysDir: string;
-  readonly #honest: LocalCluster;
-  readonly #byz: LocalCluster | undefined;
+  /** The generation clients reach through the proxies. */
+  #current: ReplicaGeneration;
+  /** The description clients follow: the current generation's, endorsed after a reshare. */
+  #direct: Cluster;
+  /** Every generation started, for close(). */
+  readonly #generations: ReplicaGeneration[] = [];
+  readonly #options: ScenarioClusterOptions;
   readonly #dir: string;
 
   private constructor(fields: {
-    n: number;
-    byzantine: readonly number[];
-    direct: Cluster;
+    options: ScenarioClusterOptions;
+    generation: ReplicaGeneration;
     proxies: FaultProxy[][];
     resource: ResourceProcess;
-    honest: LocalCluster;
-    byz: LocalCluster | undefined;
-    dir: string;
   }) {
-    this.n = fields.n;
-    this.f = (fields.n - 1) / 3;
-    this.byzantine = fields.byzantine;
-    this.honestIndices = Array.from({ length: fields.n }, (_, k) => k + 1).filter((i) => !fields.byzantine.includes(i));
-    this.direct = fields.direct;
+    const { options } = fields;
+    this.n = options.n;
+    this.f = (options.n - 1) / 3;
+    this.byzantine = options.byzantine;
+    this.honestIndices = Array.from({ length: options.n }, (_, k) => k + 1).filter(
+      (i) => !options.byzantine.includes(i),
+    );
     this.proxies = fields.proxies;
     this.resource = fields.resource;
-    this.#honest = fields.honest;
-    this.#byz = fields.byz;
-    this.#dir = fields.dir;
-    this.keysDir = join(fields.dir, 'keys');
+    this.#current = fields.generation;
+    this.#direct = fields.generation.cluster;
+    this.#generations.push(fields.generation);
+    this.#options = options;
+    this.#dir = options.dir;
+    this.keysDir = join(options.dir, 'keys');
   }
 
   /**
@@ -170,42 +239,29 @@ export class ScenarioCluster {
     mkdirSync(dir, { recursive: true });
     const keys = join(dir, 'keys');
     if (!existsSync(join(keys, 'cluster.json'))) dealLocalCluster(keys, n);
-    const honestIndices = Array.from({ length: n }, (_, k) => k + 1).filter((i) => !options.byzantine.includes(i));
     const started = await Promise.allSettled([
-      startLocalCluster({
-        dir: keys,
+      startReplicas({
+        keysDir: keys,
         dataRoot: join(dir, 'data'),
-        indices: honestIndices,
-        extraArgs: options.replicaArgs ?? [],
+        byzantine: options.byzantine,
+        n,
+        replicaArgs: options.replicaArgs ?? [],
+        byzantineArgs: options.byzantineArgs ?? (() => []),
       }),
-      options.byzantine.length === 0
-        ? Promise.resolve(undefined)
-        : startLocalCluster({
-            dir: keys,
-            dataRoot: join(dir, 'data'),
-            indices: options.byzantine,
-            entry: byzantineEntryPoint(),
-            extraArgs: (index) => [...(options.replicaArgs ?? []), ...(options.byzantineArgs?.(index) ?? [])],
-          }),
       startResourceProcess({
         clusterFile: join(keys, 'cluster.json'),
         dataDir: join(dir, 'resource'),
         args: options.resourceArgs ?? [],
       }),
     ]);
-    const [honest, byz, resource] = started;
-    if (started.some((s) => s.status === 'rejected')) {
-      if (honest.status === 'fulfilled') await honest.value.close();
-      if (byz.status === 'fulfilled') await byz.value?.close();
+    const [replicas, resource] = started;
+    if (replicas.status === 'rejected' || resource.status === 'rejected') {
+      if (replicas.status === 'fulfilled') await replicas.value.close();
       if (resource.status === 'fulfilled') await resource.value.stop();
       throw (started.find((s) => s.status === 'rejected') as PromiseRejectedResult).reason;
     }
-    const h = (honest as PromiseFulfilledResult<LocalCluster>).value;
-    const b = (byz as PromiseFulfilledResult<LocalCluster | undefined>).value;
-    const urls = Array.from({ length: n }, (_, k) =>
-      options.byzantine.includes(k + 1) ? b!.replica(k + 1).url : h.replica(k + 1).url,
-    );
-    const direct = withEndpoints(h.cluster, urls);
+    const generation = replicas.value;
+    const urls = Array.from({ length: n }, (_, k) => generation.replica(k + 1).url);
     const proxies: FaultProxy[][] = [];
     for (let g = 0; g < (options.groups ?? 1); g++) {
       proxies.push(
@@ -214,24 +270,27 @@ export class ScenarioCluster {
         ),
       );
     }
-    return new ScenarioCluster({
-      n,
-      byzantine: options.byzantine,
-      direct,
-      proxies,
-      resource: (resource as PromiseFulfilledResult<ResourceProcess>).value,
-      honest: h,
-      byz: b,
-      dir,
-    });
+    return new ScenarioCluster({ options, generation, proxies, resource: resource.value });
+  }
+
+  /** The current description with the replicas' own endpoints (endorsed once a reshare switched to it). */
+  get direct(): Cluster {
+    return this.#direct;
+  }
+
+  /** The generation clients reach now. */
+  get current(): ReplicaGeneration {
+    return this.#current;
   }
 
   /** The cluster as clients of `group` see it: every endpoint is that group's proxy. */
   clusterFor(group = 0): Cluster {
-    return withEndpoints(
-      this.direct,
-      this.proxies[group]!.map((p) => p.url),
-    );
+    return withEndpoints(this.#direct, this.proxyUrls(group));
+  }
+
+  /** The endpoints of `group`'s proxies, in replica order. */
+  proxyUrls(group = 0): string[] {
+    return this.proxies[group]!.map((p) => p.url);
   }
 
   /** Writes clusterFor(group) as a cluster.json for a separate process (a holder) and returns its path. */
@@ -241,8 +300,47 @@ export class ScenarioCluster {
     return path;
   }
 
+  /** Replica `index` of the current generation. */
   replica(index: number): LocalReplica {
-    return this.byzantine.includes(index) ? this.#byz!.replica(index) : this.#honest.replica(index);
+    return this.#current.replica(index);
+  }
+
+  /**
+   * Starts a new generation of replicas (a reshare's new set) from `keysDir` (cluster.json and
+   * replica-<i>.key), with the same flags, the same Byzantine indices, and records in `dataRoot` (which a
+   * reshare fills by inheritance first). Clients do not reach it until `switchTo`.
+   */
+  async startGeneration(options: {
+    keysDir: string;
+    dataRoot: string;
+    byzantineArgs?: (index: number) => readonly string[];
+  }): Promise<ReplicaGeneration> {
+    const generation = await startReplicas({
+      keysDir: options.keysDir,
+      dataRoot: options.dataRoot,
+      byzantine: this.byzantine,
+      n: this.n,
+      replicaArgs: this.#options.replicaArgs ?? [],
+      byzantineArgs: options.byzantineArgs ?? this.#options.byzantineArgs ?? (() => []),
+    });
+    this.#generations.push(generation);
+    return generation;
+  }
+
+  /**
+   * Makes `generation` the current one: every proxy sends new connections to its replicas, and clients
+   * that follow `description` (its endorsed description) reach it. Returns the previous generation, still
+   * running, for the caller to read and stop.
+   * @throws QuorumFenceError INVALID_ARGUMENT when the description is not the generation's
+   */
+  switchTo(generation: ReplicaGeneration, description: Cluster): ReplicaGeneration {
+    if (description.idHex !== generation.cluster.idHex || description.n !== this.n)
+      throw new QuorumFenceError('INVALID_ARGUMENT', 'the description is not of this deployment');
+    const previous = this.#current;
+    for (const set of this.proxies) set.forEach((proxy, k) => proxy.retarget(generation.replica(k + 1).url));
+    this.#current = generation;
+    this.#direct = description;
+    return previous;
   }
 
   /** Partitions replica `index` from every group (or only `group`). */
@@ -259,6 +357,6 @@ export class ScenarioCluster {
 
   async close(): Promise<void> {
     await Promise.allSettled(this.proxies.flat().map((p) => p.close()));
-    await Promise.allSettled([this.#honest.close(), this.#byz?.close(), this.resource.stop()]);
+    await Promise.allSettled([...this.#generations.map((g) => g.close()), this.resource.stop()]);
   }
 }

@@ -220,6 +220,8 @@ export function tokenDigestHex(token: AdmissionToken): string {
 /** Everything a run saw, for the history checker and the report. */
 export class WorkloadRecorder {
   readonly tokens: string[] = [];
+  /** The share generation (membershipVersion of the client's description) each token was obtained under. */
+  readonly tokenGenerations = new Map<string, number>();
   readonly acknowledged: AcknowledgedWrite[] = [];
   /** Increments attempted, and how each ended. */
   operations = 0;
@@ -227,8 +229,10 @@ export class WorkloadRecorder {
   /** Keys the workload wrote, as `resource \u0000 key`. */
   readonly keys = new Set<string>();
 
-  token(text: string): void {
+  /** A token the workload obtained, by a client of membership `generation` (0 before any reshare). */
+  token(text: string, generation = 0): void {
     this.tokens.push(text);
+    if (!this.tokenGenerations.has(text)) this.tokenGenerations.set(text, generation);
   }
 
   outcome(kind: string): void {
@@ -271,6 +275,7 @@ export class WorkloadRecorder {
       acknowledged: this.acknowledged,
       finalVersions: [finalVersions],
       unreadFinal: [unread],
+      tokenGenerations: this.tokenGenerations,
     };
   }
 }
@@ -315,7 +320,7 @@ export async function incrementCounter(
     return { kind: 'not_acquired', reason: acquired.reason };
   }
   const lease = acquired.lease;
-  recorder.token(lease.tokenText);
+  recorder.token(lease.tokenText, client.cluster.membershipVersion);
   try {
     return await writeIncrement(lease, resourceClient, resource, key, recorder);
   } finally {

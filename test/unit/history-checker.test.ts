@@ -208,4 +208,103 @@ describe('history checker', () => {
     expect(absent.ok).toBe(false);
     if (!absent.ok) expect(absent.violations).toEqual([expect.objectContaining({ kind: 'lost_write' })]);
   });
+
+  describe('across a reshare (tokenGenerations, reshares)', () => {
+    it('passes tokens of the new share generation above the old ones, and a membership change that keeps the cluster', () => {
+      const old = [issue('r', 1n, 1), issue('r', 4n, 2), issue('s', 9n, 1)];
+      const fresh = [issue('r', 5n, 3), issue('s', 10n, 2), issue('t', 1n, 2)];
+      const tokenGenerations = new Map([
+        ...old.map((t) => [t.text, 0] as const),
+        ...fresh.map((t) => [t.text, 1] as const),
+      ]);
+      const after = { ...dealt.cluster, membershipVersion: 1 };
+      const check = checkHistory(
+        {
+          guardLogs: [[entry('r', old[1]!, 'accepted'), entry('r', fresh[0]!, 'accepted')]],
+          tokenGenerations,
+          reshares: [{ before: dealt.cluster, after }],
+        },
+        dealt.cluster,
+      );
+      expect(check).toMatchObject({ ok: true });
+    });
+
+    it('catches a token of the new generation below one of the old (the new set re-granted an old epoch), naming both', () => {
+      const before = issue('r', 5n, 1);
+      const reissued = issue('r', 3n, 2);
+      const later = issue('r', 7n, 2);
+      const check = checkHistory(
+        {
+          guardLogs: [[entry('r', before, 'accepted')]],
+          tokenGenerations: new Map([
+            [before.text, 0],
+            [reissued.text, 1],
+            [later.text, 1],
+          ]),
+        },
+        dealt.cluster,
+      );
+      expect(check.ok).toBe(false);
+      if (check.ok) return;
+      expect(check.violations).toEqual([
+        {
+          kind: 'epoch_below_reshare',
+          resource: 'r',
+          earlier: { generation: 0, epoch: '5', digest: before.digest },
+          later: { generation: 1, epoch: '3', digest: reissued.digest },
+        },
+      ]);
+      expect(formatViolation(check.violations[0]!)).toMatch(
+        /granted again after a reshare[\s\S]*generation 0 epoch 5[\s\S]*generation 1 epoch 3/,
+      );
+      // The same tokens all in one generation are no violation of this rule (only a lower epoch later).
+      const oneGeneration = checkHistory(
+        {
+          guardLogs: [[entry('r', before, 'accepted')]],
+          tokenGenerations: new Map([
+            [before.text, 0],
+            [reissued.text, 0],
+          ]),
+        },
+        dealt.cluster,
+      );
+      expect(oneGeneration.ok).toBe(true);
+    });
+
+    it('ignores tokens that do not verify when comparing generations', () => {
+      const before = issue('r', 5n, 1);
+      const forged = issue('r', 3n, 2, [1, 2]); // two partials: no valid signature
+      const check = checkHistory(
+        {
+          guardLogs: [[]],
+          tokenGenerations: new Map([
+            [before.text, 0],
+            [forged.text, 1],
+          ]),
+        },
+        dealt.cluster,
+      );
+      expect(check.ok).toBe(true);
+    });
+
+    it('catches a membership change that is another cluster, another key, or not newer (cluster_changed)', () => {
+      const other = dealCluster(4, backend).cluster;
+      const cases = [
+        { before: dealt.cluster, after: { ...other, membershipVersion: 1 }, why: /cluster id/ },
+        {
+          before: dealt.cluster,
+          after: { ...dealt.cluster, groupPublicKey: other.groupPublicKey, membershipVersion: 1 },
+          why: /group public key changed/,
+        },
+        { before: dealt.cluster, after: dealt.cluster, why: /membership 0 is not above 0/ },
+      ];
+      for (const { before, after, why } of cases) {
+        const check = checkHistory({ guardLogs: [[]], reshares: [{ before, after }] }, dealt.cluster);
+        expect(check.ok).toBe(false);
+        if (check.ok) continue;
+        expect(check.violations).toEqual([expect.objectContaining({ kind: 'cluster_changed' })]);
+        expect(formatViolation(check.violations[0]!)).toMatch(why);
+      }
+    });
+  });
 });

@@ -114,7 +114,7 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
   storeProbe.catch(() => undefined); // Reported when ReplicaServer.start awaits it.
 
   // The real replica's flags, checked and loaded the way the replica does it.
-  const { listen, limits, access, clusterJson, cluster, keyJson, key } = loadReplicaRunSettings(values);
+  const { listen, limits, access, clusterJson, cluster, keyJson, key, operatorSecret } = loadReplicaRunSettings(values);
   const otherKey = values['other-key'] ? loadReplicaKeyFile(resolve(values['other-key']), cluster) : undefined;
   if (otherKey && otherKey.index === key.index)
     throw new QuorumFenceError('INVALID_OPTION', "--other-key must be another replica's key");
@@ -135,6 +135,8 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
     port: 0,
     access,
     limits,
+    // The real replica's admin endpoint (POST /admin/freeze), which the front passes on: a reshare freezes it too.
+    ...(operatorSecret === undefined ? {} : { operatorSecret }),
     clock,
     logger,
     onFatal: (error) => {
