@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { clusterToJson, loadClusterFile, type Cluster } from '../../src/cluster/description.js';
-import { dealLocalCluster, startLocalCluster } from '../../src/cluster/launcher.js';
+import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
 import { isQuorumFenceError } from '../../src/common/errors.js';
 import { loadBackend } from '../../src/crypto/load.js';
@@ -23,13 +23,14 @@ import { PostgresGuard } from '../../src/guard/postgres-guard.js';
 import {
   checkToken,
   encodeToken,
+  decodeTokenText,
   tokenToText,
   verifyToken,
   type AdmissionToken,
 } from '../../src/token/admission-token.js';
 import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
-import { initMemberCards } from '../support/ceremony-net.js';
+import { freePorts, initMemberCards } from '../support/ceremony-net.js';
 import { createTestDatabase } from '../support/postgres.js';
 
 const backend = loadBackend('blst');
@@ -462,4 +463,262 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       await newRun.close();
     }
   });
+
+  it('4 -> 7 -> 4 on live replicas, keeping the group key: old members 5..7 leave as outside dealers; after each step the new replicas inherit and serve, a guard configured before the first step accepts the new tokens and refuses the stale ones, and epochs continue above the old ones', async () => {
+    const base = join(root, 'grow-shrink');
+    dealLocalCluster(join(base, 'old'), 4);
+    const old = loadClusterFile(join(base, 'old', 'cluster.json'));
+    const identities = { alice: join(base, 'alice.key'), bob: join(base, 'bob.key') };
+    for (const path of Object.values(identities)) expect((await cli(['identity', 'new', path])).code).toBe(0);
+    /** An acquire through the CLI against a running cluster; waits out an inherited lease (new replicas: ttl <= 3 s). */
+    const acquire = async (live: LocalCluster, name: keyof typeof identities) => {
+      const file = join(base, `live-${live.cluster.membershipVersion}.json`);
+      writeFileSync(file, JSON.stringify(clusterToJson(live.cluster)));
+      const r = await cli([
+        'acquire',
+        'orders',
+        '--cluster',
+        file,
+        '--identity',
+        identities[name],
+        '--json',
+        '--wait',
+        '20s',
+        '--ttl',
+        '1s',
+      ]);
+      expect(r.code, r.stderr + r.stdout).toBe(0);
+      const outcome = JSON.parse(r.stdout) as { epoch: string; token: string };
+      return { epoch: BigInt(outcome.epoch), token: decodeTokenText(outcome.token, backend) };
+    };
+    /** Freezes and exports the stopped replicas of one generation. */
+    const freezeAll = async (dataRoot: string, n: number, prefix: string) => {
+      for (let i = 1; i <= n; i++) {
+        const r = await cli([
+          'reshare',
+          'freeze',
+          '--data',
+          join(dataRoot, `replica-${i}`),
+          '--out',
+          join(base, `${prefix}-frozen-${i}.json`),
+        ]);
+        expect(r.code, r.stderr).toBe(0);
+      }
+    };
+    /** Each new replica's key into dir (as the launcher wants it), inheriting from 2f_old+1 frozen records. */
+    const inheritAll = async (gen: string, n: number, oldCluster: string, frozen: string[]) => {
+      const dir = join(base, gen, 'keys');
+      mkdirSync(dir, { recursive: true });
+      copyFileSync(join(base, gen, 'm-1', 'cluster.json'), join(dir, 'cluster.json'));
+      for (let i = 1; i <= n; i++) {
+        copyFileSync(join(base, gen, `m-${i}`, 'replica.key'), join(dir, `replica-${i}.key`));
+        const r = await cli([
+          'reshare',
+          'inherit',
+          '--data',
+          join(base, `${gen}-data`, `replica-${i}`),
+          '--key',
+          join(dir, `replica-${i}.key`),
+          '--cluster',
+          join(dir, 'cluster.json'),
+          '--old-cluster',
+          oldCluster,
+          ...frozen.flatMap((f) => ['--in', f]),
+        ]);
+        expect(r.code, r.stderr).toBe(0);
+      }
+      return dir;
+    };
+    const start = (dir: string, gen: string) =>
+      startLocalCluster({
+        dir,
+        dataRoot: join(base, `${gen}-data`),
+        extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
+      });
+    const guard = await LmdbGuard.open(join(base, 'guard'), old);
+    const guardWriteOf = (token: AdmissionToken) =>
+      guard.write({ token: tokenToText(token), resource: 'orders', op: 'put', key: 'k' }, (tx) => {
+        tx.put('k', new TextEncoder().encode('v'));
+      });
+    try {
+      // Generation 0: four replicas; alice holds "orders" and writes through the guard.
+      const run0 = await startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') });
+      let first: { epoch: bigint; token: AdmissionToken };
+      try {
+        first = await acquire(run0, 'alice');
+      } finally {
+        await run0.close();
+      }
+      expect(await guardWriteOf(first.token)).toMatchObject({ ok: true, epoch: first.epoch });
+      await freezeAll(join(base, 'gen0-data'), 4, 'gen0');
+
+      // Step 1: 4 -> 7, the four old members dealing as new members 1..4.
+      const cards1 = await initMemberCards(join(base, 'gen1'), 7, (i) => `m-${i}`);
+      const proposal1 = join(base, 'gen1', 'public', 'proposal.json');
+      const propose1 = await cli([
+        'dkg',
+        'propose',
+        ...cards1.flatMap((c) => ['--member', c]),
+        '--f',
+        '2',
+        '--old-cluster',
+        join(base, 'old', 'cluster.json'),
+        '--dealers',
+        '1,2,3,4',
+        '--out',
+        proposal1,
+      ]);
+      expect(propose1.code, propose1.stderr).toBe(0);
+      const runs1 = await Promise.all(
+        [1, 2, 3, 4, 5, 6, 7].map((i) =>
+          cli([
+            'reshare',
+            'run',
+            '--data',
+            join(base, 'gen1', `m-${i}`),
+            '--proposal',
+            proposal1,
+            '--old-cluster',
+            join(base, 'old', 'cluster.json'),
+            '--json',
+            ...(i <= 4 ? ['--old-key', join(base, 'old', `replica-${i}.key`)] : []),
+          ]),
+        ),
+      );
+      for (const r of runs1) expect(r.code, r.stderr).toBe(0);
+      const gen1Keys = await inheritAll(
+        'gen1',
+        7,
+        join(base, 'old', 'cluster.json'),
+        [1, 2, 3].map((i) => join(base, `gen0-frozen-${i}.json`)),
+      );
+      const gen1 = loadClusterFile(join(gen1Keys, 'cluster.json'));
+      expect([gen1.n, gen1.membershipVersion, gen1.idHex]).toEqual([7, 1, old.idHex]);
+      const run1 = await start(gen1Keys, 'gen1');
+      let second: { epoch: bigint; token: AdmissionToken };
+      try {
+        second = await acquire(run1, 'bob');
+      } finally {
+        await run1.close();
+      }
+      expect(second.epoch).toBeGreaterThan(first.epoch);
+      expect(await guardWriteOf(second.token)).toMatchObject({ ok: true, epoch: second.epoch });
+      expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
+      await freezeAll(join(base, 'gen1-data'), 7, 'gen1');
+
+      // Step 2: 7 -> 4. Members 1..3 continue and deal (4 continues without dealing); old members 5, 6 and 7
+      // leave: they deal from outside the new set under their node keys, with fresh ceremony ports.
+      const cards2 = await initMemberCards(join(base, 'gen2'), 4, (i) => `m-${i}`);
+      const ports = await freePorts(3);
+      const outside: string[] = [];
+      for (const [k, i] of [5, 6, 7].entries()) {
+        const card = join(base, 'gen2', 'public', `outside-${i}.json`);
+        const r = await cli([
+          'replica',
+          'init',
+          '--data',
+          join(base, 'gen1', `m-${i}`),
+          '--if-missing',
+          '--endpoint',
+          `ws://127.0.0.1:${7100 + i}`,
+          '--ceremony-endpoint',
+          `ws://127.0.0.1:${ports[k]}`,
+          '--card',
+          card,
+        ]);
+        expect(r.code, r.stderr).toBe(0);
+        outside.push('--outside-dealer', `${i}=${card}`);
+      }
+      const gen1Path = join(gen1Keys, 'cluster.json');
+      const proposal2 = join(base, 'gen2', 'public', 'proposal.json');
+      const propose2 = await cli([
+        'dkg',
+        'propose',
+        ...cards2.flatMap((c) => ['--member', c]),
+        '--f',
+        '1',
+        '--old-cluster',
+        gen1Path,
+        '--dealers',
+        '1,2,3,5,6,7',
+        ...outside,
+        '--out',
+        proposal2,
+      ]);
+      expect(propose2.code, propose2.stderr).toBe(0);
+      expect(
+        JSON.parse(readFileSync(proposal2, 'utf8')).reshare.outsideDealers.map((d: { oldIndex: number }) => d.oldIndex),
+      ).toEqual([5, 6, 7]);
+      const runs2 = await Promise.all([
+        ...[1, 2, 3, 4].map((i) =>
+          cli([
+            'reshare',
+            'run',
+            '--data',
+            join(base, 'gen2', `m-${i}`),
+            '--proposal',
+            proposal2,
+            '--old-cluster',
+            gen1Path,
+            '--json',
+            ...(i <= 3 ? ['--old-key', join(gen1Keys, `replica-${i}.key`)] : []),
+          ]),
+        ),
+        ...[5, 6, 7].map((i) =>
+          cli([
+            'reshare',
+            'run',
+            '--data',
+            join(base, 'gen1', `m-${i}`),
+            '--proposal',
+            proposal2,
+            '--old-cluster',
+            gen1Path,
+            '--old-key',
+            join(gen1Keys, `replica-${i}.key`),
+            '--json',
+          ]),
+        ),
+      ]);
+      for (const r of runs2) expect(r.code, r.stderr).toBe(0);
+      // The outside dealers wrote nothing new and know which cluster t_new members confirmed.
+      for (const [k, i] of [5, 6, 7].entries()) {
+        const r = runs2[4 + k]!;
+        expect(r.stderr).toMatch(new RegExp(`reshare dealer ${5 + k} \\(old replica ${i}, deals only\\): phase deal`));
+        expect(JSON.parse(r.stdout)).toMatchObject({
+          ok: true,
+          role: 'dealer-only',
+          oldIndex: i,
+          clusterId: old.idHex,
+          qualified: [1, 2, 3, 5, 6, 7],
+          dealtShareUsed: true,
+        });
+      }
+      expect(JSON.parse(runs2[3]!.stdout)).toMatchObject({ role: 'member', qualified: [1, 2, 3, 5, 6, 7] });
+      const gen2Keys = await inheritAll(
+        'gen2',
+        4,
+        gen1Path,
+        [1, 2, 5, 6, 7].map((i) => join(base, `gen1-frozen-${i}.json`)),
+      );
+      const gen2 = loadClusterFile(join(gen2Keys, 'cluster.json'));
+      expect([gen2.n, gen2.t, gen2.membershipVersion, gen2.idHex]).toEqual([4, 3, 2, old.idHex]);
+      expect(clusterToJson(gen2).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
+      const run2 = await start(gen2Keys, 'gen2');
+      let third: { epoch: bigint; token: AdmissionToken };
+      try {
+        third = await acquire(run2, 'alice');
+      } finally {
+        await run2.close();
+      }
+      expect(third.epoch).toBeGreaterThan(second.epoch);
+      // The guard configured before the first step: the new token in, both older ones stale.
+      expect(await guardWriteOf(third.token)).toMatchObject({ ok: true, epoch: third.epoch });
+      expect(await guardWriteOf(second.token)).toMatchObject({ ok: false });
+      expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
+      expect(verifyToken(third.token, old).ok).toBe(true);
+    } finally {
+      await guard.close();
+    }
+  }, 400_000);
 });
