@@ -239,6 +239,43 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       ]);
       expect(signed.code, signed.stderr).toBe(0);
     }
+    // The endorsement record: member 3 signs the same description again (the same partial); another description
+    // at membership 1 (one endpoint changed) is refused, nothing signed; the record sits beside its key.
+    const signedAgain = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      fresh,
+      '--key',
+      join(base, 'new-3', 'replica.key'),
+    ]);
+    expect(signedAgain.code, signedAgain.stderr).toBe(0);
+    expect(signedAgain.stderr).toMatch(/again: the same description/);
+    expect(JSON.parse(signedAgain.stdout)).toEqual(JSON.parse(readFileSync(partials[0]!, 'utf8')));
+    expect(JSON.parse(readFileSync(join(base, 'new-3', 'replica.key.endorsed-v1.json'), 'utf8'))).toMatchObject({
+      format: 'quorumfence/endorsement-record/v1',
+      membershipVersion: 1,
+      index: 3,
+    });
+    const forged = JSON.parse(readFileSync(fresh, 'utf8'));
+    forged.replicas[6].endpoint = 'ws://127.0.0.1:1';
+    const forgedPath = join(base, 'public', 'cluster-other-endpoint.json');
+    writeFileSync(forgedPath, JSON.stringify(forged));
+    const other = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      forgedPath,
+      '--key',
+      join(base, 'new-3', 'replica.key'),
+      '--out',
+      join(base, 'public', 'partial-other.json'),
+    ]);
+    expect([other.code, other.stderr]).toEqual([
+      1,
+      expect.stringMatching(/already endorsed another description at membership 1.*\(MEMBERSHIP_ALREADY_ENDORSED\)/),
+    ]);
+    expect(existsSync(join(base, 'public', 'partial-other.json'))).toBe(false);
     const endorsed = join(base, 'public', 'cluster-endorsed.json');
     const combined = await cli([
       'reshare',
@@ -300,7 +337,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     expect(retired.code, retired.stderr).toBe(0);
     expect(existsSync(oldKey)).toBe(false);
     expect(existsSync(join(base, 'new-1', 'replica.key'))).toBe(true);
-  });
+  }, 180_000);
 
   it('refuses with codes: too few dealers (RESHARE_REFUSED at propose), a dealer without its old key, a proposal without reshare terms or of another cluster (RESHARE_REFUSED), a reshare proposal given to dkg run (BAD_PROPOSAL), no subcommand (INVALID_OPTION)', async () => {
     const base = join(root, 'refuse');
@@ -374,6 +411,125 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     const bare = await cli(['reshare']);
     expect(bare.stderr).toMatch(/\(INVALID_OPTION\)/);
   });
+  it("remove 7 -> 4 refusals with codes: an outside dealer not in the old set, fewer than t_old dealers, a dealer above the new n without an outside entry, malformed outside-dealer lists, an outside dealer without its old key or with another replica's", async () => {
+    const base = join(root, 'remove-refuse');
+    await oldCluster(base, 7);
+    const oldPath = join(base, 'old', 'cluster.json');
+    const cards = await initMemberCards(base, 4, (i) => `new-${i}`);
+    const members = cards.flatMap((c) => ['--member', c]);
+    // Old members 5..8's node keys and cards (8 is no replica of the 7-member cluster).
+    const leaving = await initMemberCards(join(base, 'leaving'), 8, (i) => `old-${i}`);
+    const outside = (indices: number[]) => indices.flatMap((i) => ['--outside-dealer', `${i}=${leaving[i - 1]}`]);
+    const propose = (dealers: string, extra: string[], out?: string) =>
+      cli([
+        'dkg',
+        'propose',
+        ...members,
+        '--f',
+        '1',
+        '--old-cluster',
+        oldPath,
+        '--dealers',
+        dealers,
+        ...extra,
+        ...(out ? ['--out', out] : []),
+      ]);
+    const stranger = await propose('1,2,3,5,6', outside([5, 6, 8]));
+    expect([stranger.code, stranger.stderr]).toEqual([
+      1,
+      expect.stringMatching(/old replica 8 is not a replica of the old cluster .*\(RESHARE_REFUSED\)/),
+    ]);
+    const few = await propose('1,2,5,6', outside([5, 6]));
+    expect([few.code, few.stderr]).toEqual([1, expect.stringMatching(/t_old = 5 .*\(RESHARE_REFUSED\)/)]);
+    const unnamed = await propose('1,2,3,5,6', outside([5]));
+    expect([unnamed.code, unnamed.stderr]).toEqual([
+      1,
+      expect.stringMatching(/dealer 6 is not a new member .*\(BAD_PROPOSAL\)/),
+    ]);
+    const notDealing = await propose('1,2,3,4,5', outside([5, 6]));
+    expect([notDealing.code, notDealing.stderr]).toEqual([1, expect.stringMatching(/oldIndex.*\(BAD_PROPOSAL\)/)]);
+    const twice = await propose('1,2,3,5,6', [...outside([5, 6]), ...outside([5])]);
+    expect([twice.code, twice.stderr]).toEqual([2, expect.stringMatching(/named twice \(INVALID_OPTION\)/)]);
+    const garbled = await propose('1,2,3,5,6', ['--outside-dealer', 'five']);
+    expect([garbled.code, garbled.stderr]).toEqual([2, expect.stringMatching(/INDEX=CARD.*\(INVALID_OPTION\)/)]);
+
+    // A good proposal; then hand-edited copies that reshare run refuses before anything is dealt.
+    const good = join(base, 'public', 'proposal.json');
+    const made = await propose('1,2,3,5,6', outside([5, 6]), good);
+    expect(made.code, made.stderr).toBe(0);
+    const json = JSON.parse(readFileSync(good, 'utf8'));
+    let edits = 0;
+    const runAs = (proposal: object | string, dataDir: string, oldKey?: number) => {
+      const path = typeof proposal === 'string' ? proposal : join(base, 'public', `edited-${++edits}.json`);
+      if (typeof proposal !== 'string') writeFileSync(path, JSON.stringify(proposal));
+      return cli([
+        'reshare',
+        'run',
+        '--data',
+        dataDir,
+        '--proposal',
+        path,
+        '--old-cluster',
+        oldPath,
+        ...(oldKey ? ['--old-key', join(base, 'old', `replica-${oldKey}.key`)] : []),
+      ]);
+    };
+    const dealer5 = join(base, 'leaving', 'old-5');
+    const terms = json.reshare;
+    const outsideOf = (i: number) => ({
+      oldIndex: i,
+      nodeKey: JSON.parse(readFileSync(leaving[i - 1]!, 'utf8')).nodeKey,
+      ceremonyEndpoint: JSON.parse(readFileSync(leaving[i - 1]!, 'utf8')).ceremonyEndpoint,
+    });
+    for (const [reshare, pattern, code] of [
+      // An outside dealer that is no replica of the old cluster.
+      [
+        { ...terms, dealers: [1, 2, 3, 5, 6, 8], outsideDealers: [outsideOf(5), outsideOf(6), outsideOf(8)] },
+        /dealers 8 are not replicas of the old cluster/,
+        'RESHARE_REFUSED',
+      ],
+      // Fewer than t_old = 5 dealers.
+      [{ ...terms, dealers: [1, 2, 5, 6] }, /not at least t_old = 5/, 'RESHARE_REFUSED'],
+      // Malformed outside-dealer lists.
+      [{ ...terms, outsideDealers: [] }, /outsideDealers/, 'BAD_PROPOSAL'],
+      [{ ...terms, outsideDealers: [outsideOf(6), outsideOf(5)] }, /ascending/, 'BAD_PROPOSAL'],
+      [{ ...terms, outsideDealers: [outsideOf(5), { ...outsideOf(6), nodeKey: 'zz' }] }, /nodeKey/, 'BAD_PROPOSAL'],
+      [
+        { ...terms, outsideDealers: [outsideOf(5), { ...outsideOf(6), ceremonyEndpoint: 'http://x' }] },
+        /ceremonyEndpoint/,
+        'BAD_PROPOSAL',
+      ],
+      [
+        { ...terms, outsideDealers: [outsideOf(5), { ...outsideOf(6), nodeKey: json.members[0].nodeKey }] },
+        /repeats a key or endpoint/,
+        'BAD_PROPOSAL',
+      ],
+      [{ ...terms, outsideDealers: [outsideOf(5)] }, /dealer 6 is not a new member/, 'BAD_PROPOSAL'],
+    ] as const) {
+      const r = await runAs({ ...json, reshare }, dealer5, 5);
+      expect([r.code, r.stderr]).toEqual([1, expect.stringMatching(new RegExp(`${pattern.source}.*\\(${code}\\)`))]);
+    }
+    // The outside dealer needs its own old share: none, or another replica's, is refused.
+    const noKey = await runAs(good, dealer5);
+    expect([noKey.code, noKey.stderr]).toEqual([
+      1,
+      expect.stringMatching(/outside dealer for old replica 5: it deals, so give its --old-key \(RESHARE_REFUSED\)/),
+    ]);
+    const otherKey = await runAs(good, dealer5, 6);
+    expect([otherKey.code, otherKey.stderr]).toEqual([
+      1,
+      expect.stringMatching(/--old-key is replica 6's.*\(RESHARE_REFUSED\)/),
+    ]);
+    // A node key the proposal names nowhere (old member 7 was left out).
+    const outsider = await runAs(good, join(base, 'leaving', 'old-7'), 7);
+    expect([outsider.code, outsider.stderr]).toEqual([
+      1,
+      expect.stringMatching(/not among the members \(BAD_PROPOSAL\)/),
+    ]);
+    // Nothing was written for the refused outside dealer.
+    expect(existsSync(join(dealer5, 'replica.key'))).toBe(false);
+  }, 120_000);
+
   it('live replicas across a replace: no epoch granted twice (the new replicas, having inherited, hold the old lease at its epoch and grant the next one above it); tokens of both sides verify under both descriptions', async () => {
     const base = join(root, 'live');
     dealLocalCluster(join(base, 'old'), 4);
