@@ -24,7 +24,7 @@ const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reas
        quorumfence reshare endorse --cluster FILE --key FILE [--out FILE]
        quorumfence reshare endorse --cluster FILE --partial FILE --partial FILE ... [--out FILE]
        quorumfence reshare follow --cluster FILE --candidate FILE [--out FILE]
-       quorumfence reshare retire --old-key FILE --old-cluster FILE --key FILE --cluster FILE
+       quorumfence reshare retire --old-key FILE --old-cluster FILE [--key FILE] --cluster FILE
 
 Gives the cluster's key new shares while the group key stays the same:
 replace one replica (its share may be lost), add replicas (4 -> 7), remove
@@ -112,11 +112,14 @@ key file (overwritten with zeros, flushed, then removed), so its old share
 cannot join t-1 others to sign again. It first checks that the old key is a
 share of the old cluster and the new key a share of the new one at the same
 index, both clusters have the same group key and the new membership is newer;
-otherwise it refuses (RESHARE_REFUSED) and erases nothing.
+otherwise it refuses (RESHARE_REFUSED) and erases nothing. An old member that
+LEFT the set (an outside dealer) has no new key: without --key, --cluster must
+be the new membership endorsed by the group key ("reshare endorse"), which
+shows t_new new members hold working shares.
   --old-key FILE           the old key file to erase                              (required)
   --old-cluster FILE       the old cluster.json                                   (required)
-  --key FILE               this member's NEW key file (kept)                      (required)
-  --cluster FILE           the NEW cluster.json                                   (required)`;
+  --key FILE               this member's NEW key file (kept); omit it for a member that left
+  --cluster FILE           the NEW cluster.json (endorsed, without --key)         (required)`;
 
 export const command: Command = {
   summary: 'new shares of the same key: replace, add, remove replicas or refresh shares',

@@ -620,7 +620,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     }
   });
 
-  it('4 -> 7 -> 4 on live replicas, keeping the group key: old members 5..7 leave as outside dealers; after each step the new replicas inherit and serve, a guard configured before the first step accepts the new tokens and refuses the stale ones, and epochs continue above the old ones', async () => {
+  it('4 -> 7 -> 4 on live replicas, keeping the group key: old members 5..7 leave as outside dealers; after each step the new replicas inherit and serve, a guard configured before the first step accepts the new tokens and refuses the stale ones, and epochs continue above the old ones; membership 2 is endorsed and followed from membership 0, and a member that left retires its old share (refused before the endorsement)', async () => {
     const base = join(root, 'grow-shrink');
     dealLocalCluster(join(base, 'old'), 4);
     const old = loadClusterFile(join(base, 'old', 'cluster.json'));
@@ -873,6 +873,57 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       expect(await guardWriteOf(second.token)).toMatchObject({ ok: false });
       expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
       expect(verifyToken(third.token, old).ok).toBe(true);
+
+      // Old member 5 left the set: it has no new key, so it retires its old share once membership 2 is endorsed.
+      const gen2Path = join(gen2Keys, 'cluster.json');
+      const leaving = join(gen1Keys, 'replica-5.key');
+      const retireLeaving = (cluster: string) =>
+        cli(['reshare', 'retire', '--old-key', leaving, '--old-cluster', gen1Path, '--cluster', cluster]);
+      const unendorsed = await retireLeaving(gen2Path);
+      expect([unendorsed.code, unendorsed.stderr]).toEqual([
+        1,
+        expect.stringMatching(/must be an endorsed newer membership.*nothing erased \(RESHARE_REFUSED\)/),
+      ]);
+      expect(existsSync(leaving)).toBe(true);
+      const partials2: string[] = [];
+      for (const i of [1, 2, 3]) {
+        partials2.push(join(base, 'gen2', 'public', `partial-${i}.json`));
+        const signed = await cli([
+          'reshare',
+          'endorse',
+          '--cluster',
+          gen2Path,
+          '--key',
+          join(gen2Keys, `replica-${i}.key`),
+          '--out',
+          partials2.at(-1)!,
+        ]);
+        expect(signed.code, signed.stderr).toBe(0);
+      }
+      const endorsed2 = join(base, 'gen2', 'public', 'cluster-endorsed.json');
+      const combined2 = await cli([
+        'reshare',
+        'endorse',
+        '--cluster',
+        gen2Path,
+        ...partials2.flatMap((p) => ['--partial', p]),
+        '--out',
+        endorsed2,
+      ]);
+      expect(combined2.code, combined2.stderr).toBe(0);
+      // A holder of the very first description follows membership 2 directly.
+      const followed = await cli([
+        'reshare',
+        'follow',
+        '--cluster',
+        join(base, 'old', 'cluster.json'),
+        '--candidate',
+        endorsed2,
+      ]);
+      expect(followed.stdout).toMatch(/following membership 2 .*\(was 0\): n = 4, t = 3/);
+      const retired = await retireLeaving(endorsed2);
+      expect(retired.code, retired.stderr).toBe(0);
+      expect(existsSync(leaving)).toBe(false);
     } finally {
       await guard.close();
     }

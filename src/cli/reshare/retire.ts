@@ -1,12 +1,15 @@
 /**
  * `quorumfence reshare retire`: once a member's new replica runs, erase its old key file, so its old share
- * cannot join t-1 others to sign again. Refused, erasing nothing, unless both keys are what they claim.
+ * cannot join t-1 others to sign again. Refused, erasing nothing, unless both keys are what they claim. An
+ * old member that left the set (an outside dealer of a removal) has no new key: it retires once the new
+ * membership is endorsed by the group key, which shows t_new new members hold working shares.
  */
 import { closeSync, fsyncSync, openSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../../common/errors.js';
 import { syncDirectory } from '../../common/files.js';
-import { clusterToJson, loadClusterFile } from '../../cluster/description.js';
+import { clusterToJson, loadClusterFile, type Cluster } from '../../cluster/description.js';
+import { followMembership } from '../../cluster/membership.js';
 import { loadReplicaKeyFile } from '../../cluster/replica-key.js';
 import { parseFlags, required } from '../../command/args.js';
 
@@ -20,7 +23,6 @@ export async function retire(argv: string[]): Promise<number> {
   const oldKeyPath = resolve(required(values['old-key'], 'old-key'));
   const old = loadClusterFile(resolve(required(values['old-cluster'], 'old-cluster')));
   const next = loadClusterFile(resolve(required(values.cluster, 'cluster')));
-  const newKeyPath = resolve(required(values.key, 'key'));
   if (clusterToJson(next).groupPublicKey !== clusterToJson(old).groupPublicKey)
     throw new QuorumFenceError(
       'RESHARE_REFUSED',
@@ -31,7 +33,9 @@ export async function retire(argv: string[]): Promise<number> {
       'RESHARE_REFUSED',
       `--cluster is membership ${next.membershipVersion}, not newer than --old-cluster (${old.membershipVersion}); nothing erased`,
     );
-  if (resolve(newKeyPath) === oldKeyPath)
+  if (values.key === undefined) return retireLeaving(oldKeyPath, old, next);
+  const newKeyPath = resolve(values.key);
+  if (newKeyPath === oldKeyPath)
     throw new QuorumFenceError('RESHARE_REFUSED', '--key and --old-key are the same file; nothing erased');
   const refuse = (what: string, error: unknown): never => {
     throw new QuorumFenceError('RESHARE_REFUSED', `${what}: ${(error as Error).message}; nothing erased`, undefined, {
@@ -61,6 +65,33 @@ export async function retire(argv: string[]): Promise<number> {
   process.stderr.write(
     `reshare: erased old replica ${oldIndex}'s share (${oldKeyPath}) of membership ${old.membershipVersion}; ` +
       `the new share (${newKeyPath}) of membership ${next.membershipVersion} is kept\n`,
+  );
+  return 0;
+}
+
+/** A member that left the set: its old share goes once the new membership is endorsed (it has no new key). */
+function retireLeaving(oldKeyPath: string, old: Cluster, next: Cluster): number {
+  const followed = followMembership(old, clusterToJson(next));
+  if (!followed.ok)
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `without --key, --cluster must be an endorsed newer membership (reshare endorse): ${followed.message} (${followed.code}); nothing erased`,
+    );
+  let oldIndex: number;
+  try {
+    oldIndex = loadReplicaKeyFile(oldKeyPath, old).index;
+  } catch (error) {
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `--old-key is not a share of --old-cluster: ${(error as Error).message}; nothing erased`,
+      undefined,
+      { cause: error },
+    );
+  }
+  eraseFile(oldKeyPath);
+  process.stderr.write(
+    `reshare: erased old replica ${oldIndex}'s share (${oldKeyPath}) of membership ${old.membershipVersion}; ` +
+      `membership ${next.membershipVersion} (n = ${next.n}) is endorsed by the group key\n`,
   );
   return 0;
 }
