@@ -210,12 +210,7 @@ export function decodePacket(bytes: Uint8Array, proposal: Proposal): Packet {
   }
   if (typeof e.p !== 'number' || !Number.isInteger(e.p) || e.p < 0 || e.p >= PHASES.length) refuse('unknown phase');
   const phase = PHASES[e.p]!;
-  if (
-    typeof e.from !== 'number' ||
-    !Number.isInteger(e.from) ||
-    e.from < 1 ||
-    e.from > proposal.participants.length
-  )
+  if (typeof e.from !== 'number' || !Number.isInteger(e.from) || e.from < 1 || e.from > proposal.participants.length)
     refuse('"from" is not a member');
   const body = bytesField(e.body, null, 'body');
   const sig = bytesField(e.sig, 64, 'sig');

@@ -106,8 +106,7 @@ export function parseDealers(text: string, old: Cluster): number[] {
 export function parseOutsideDealers(entries: readonly string[], old: Cluster): OutsideDealerJson[] {
   const parsed = entries.map((entry) => {
     const match = /^(\d+)=(.+)$/.exec(entry);
-    if (!match)
-      throw new QuorumFenceError('INVALID_OPTION', `--outside-dealer: expected INDEX=CARD, got "${entry}"`);
+    if (!match) throw new QuorumFenceError('INVALID_OPTION', `--outside-dealer: expected INDEX=CARD, got "${entry}"`);
     const oldIndex = Number(match[1]);
     if (oldIndex < 1 || oldIndex > old.n)
       throw new QuorumFenceError(

@@ -66,7 +66,6 @@ export const command: Command = {
     runSubcommand(argv, { run: runReplica, export: exportRecord, import: importRecord, init: initNode }, runReplica),
 };
 
-
 async function runReplica(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, {
     ...REPLICA_RUN_FLAGS,

@@ -155,16 +155,17 @@ describe('reshare: the group key is unchanged and any t_new new shares sign', ()
 
 describe('reshare: remove 7 -> 4 through the ceremony, old members 5..7 dealing from outside the new set', () => {
   /** The rule for participant `self`: it deals its current share under its old index (the proposal maps it). */
-  const ruleFor = (old: DealtKey, dealers: number[], lie?: { dealer: number }) => (self: number, proposal: Proposal) => {
-    const dealer = proposal.participants[self - 1]!.dealer;
-    const share =
-      dealer === undefined || !dealers.includes(dealer)
-        ? undefined
-        : lie?.dealer === dealer
-          ? mod(currentShareOf(old, dealer) + 1n)
-          : currentShareOf(old, dealer);
-    return resharing(oldSharingOf(old), dealers, share);
-  };
+  const ruleFor =
+    (old: DealtKey, dealers: number[], lie?: { dealer: number }) => (self: number, proposal: Proposal) => {
+      const dealer = proposal.participants[self - 1]!.dealer;
+      const share =
+        dealer === undefined || !dealers.includes(dealer)
+          ? undefined
+          : lie?.dealer === dealer
+            ? mod(currentShareOf(old, dealer) + 1n)
+            : currentShareOf(old, dealer);
+      return resharing(oldSharingOf(old), dealers, share);
+    };
 
   it('any delivery order, any t_old-or-more dealers: the four members keep the group key and sign; the outside dealers end knowing t_new members confirmed that cluster', () => {
     fc.assert(
@@ -221,7 +222,7 @@ describe('reshare: remove 7 -> 4 through the ceremony, old members 5..7 dealing 
         const deal = body as DealBody;
         return { ...deal, shares: deal.shares.map((s, j) => (j === 1 ? own.seal(2, 12345n) : s)) } as typeof body;
       }
-      if (phase === 'justification') return { reveals: [] } as typeof body;
+      if (phase === 'justification') return { reveals: [] } as unknown as typeof body;
       return body;
     };
     // Participant 6 is the second outside dealer: old replica 6.
@@ -235,7 +236,9 @@ describe('reshare: remove 7 -> 4 through the ceremony, old members 5..7 dealing 
       expect(m.result!.excluded).toEqual([{ dealer: 6, reason: 'did not answer the complaint of member 2' }]);
       expect(m.result!.cluster.groupPublicKey).toBe(toHex(old.commitments[0]!));
     }
-    expect(sim.members[4]!.dealt!.excluded).toEqual([{ dealer: 6, reason: 'did not answer the complaint of member 2' }]);
+    expect(sim.members[4]!.dealt!.excluded).toEqual([
+      { dealer: 6, reason: 'did not answer the complaint of member 2' },
+    ]);
   });
 
   it('an outside dealer that answers the complaint with the right share stays qualified; one dealing another share than its own is excluded; too few honest dealers abort everywhere', () => {

@@ -95,7 +95,6 @@ export async function endorse(argv: string[]): Promise<number> {
   return 0;
 }
 
-
 export const ENDORSEMENT_RECORD_FORMAT = 'quorumfence/endorsement-record/v1';
 
 /** Beside the key file, one record per membership version this share endorsed. */
