@@ -16,6 +16,9 @@ import { inherit } from './reshare/inherit.js';
 import { retire } from './reshare/retire.js';
 import { run } from './reshare/run.js';
 
+// Exported here before the verbs moved to their own files; kept for importers of this module.
+export { MEMBERSHIP_PARTIAL_FORMAT } from './reshare/endorse.js';
+
 const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reason TEXT]
        quorumfence reshare freeze --url URL --secret-file FILE [--ca FILE] [--reason TEXT] [--timeout-ms N]
        quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE
