@@ -765,7 +765,9 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       // Step 2: 7 -> 4. Members 1..3 continue and deal (4 continues without dealing); old members 5, 6 and 7
       // leave: they deal from outside the new set under their node keys, with fresh ceremony ports.
       const cards2 = await initMemberCards(join(base, 'gen2'), 4, (i) => `m-${i}`);
-      const ports = await freePorts(3);
+      // Ports free now and not already on a new member's card (two separate asks may return one port twice).
+      const taken = new Set(cards2.map((c) => new URL(JSON.parse(readFileSync(c, 'utf8')).ceremonyEndpoint).port));
+      const ports = (await freePorts(3 + cards2.length)).filter((port) => !taken.has(String(port))).slice(0, 3);
       const outside: string[] = [];
       for (const [k, i] of [5, 6, 7].entries()) {
         const card = join(base, 'gen2', 'public', `outside-${i}.json`);
