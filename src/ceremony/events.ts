@@ -33,6 +33,20 @@ export interface CeremonyResult {
   readonly scaledSecretShare: Uint8Array;
 }
 
+/** What a reshare's outside dealer (deals, receives nothing) knows at the end: t members confirmed this result. */
+export interface DealerOnlyResult {
+  /** The cluster id (hex) t members confirmed. */
+  readonly clusterId: string;
+  /** The qualified dealers they name (dealer numbers: old indices). */
+  readonly qualified: number[];
+  /** This participant's dealer number (its old index). */
+  readonly dealer: number;
+  /** The members whose confirmation agreed. */
+  readonly confirmedBy: number[];
+  /** Dealers this participant saw excluded, with the reason. */
+  readonly excluded: { dealer: number; reason: string }[];
+}
+
 /** Hooks a test uses to make this member Byzantine: rewrite (or drop: null) what it sends to one recipient. */
 export type OutgoingRewrite = <P extends PacketPhase>(
   phase: P,

@@ -4,7 +4,7 @@
  * signed by the sender's node key over
  *   "quorumfence/dkg/packet/v1" ‖ c ‖ u8 p ‖ u16 from ‖ SHA-256(body).
  * A packet is refused unless its digest is this ceremony's, its sender is a
- * member and the signature verifies under that member's node key. A deal's
+ * participant (a member, or an outside dealer of a reshare) and the signature verifies under that member's node key. A deal's
  * SHA-256(body) is what the echo round compares, and the dealer's signature
  * over it makes two versions of one deal a proof of equivocation.
  */
@@ -14,7 +14,7 @@ import { Packr } from 'msgpackr';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, concatBytes, u16be } from '../common/bytes.js';
 import { describe } from '../common/check.js';
-import type { Proposal } from './proposal.js';
+import { largestDealer, type Proposal } from './proposal.js';
 import { SEALED_SHARE_BYTES } from './share-box.js';
 
 export const PACKET_VERSION = 1;
@@ -29,7 +29,7 @@ export interface DealBody {
   readonly commitments: Uint8Array[];
   /** The dealer's ephemeral X25519 public key for this deal. */
   readonly ephemeral: Uint8Array;
-  /** n sealed shares, shares[j - 1] for member j. */
+  /** n sealed shares, shares[j - 1] for member j (outside dealers of a reshare receive none). */
   readonly shares: Uint8Array[];
 }
 export interface EchoBody {
@@ -37,7 +37,7 @@ export interface EchoBody {
   readonly deals: Uint8Array[];
 }
 export interface ComplaintBody {
-  /** Dealers whose share to the sender did not open or did not match their commitments. */
+  /** Dealer numbers whose share to the sender did not open or did not match their commitments. */
   readonly against: number[];
 }
 export interface JustificationBody {
@@ -142,6 +142,8 @@ function decodeBody(phase: PacketPhase, bytes: Uint8Array, proposal: Proposal): 
   }
   const b = object(raw, 'body');
   const { n, t } = proposal;
+  // Dealer numbers are old indices in a reshare, above n when replicas are removed.
+  const dealers = largestDealer(proposal);
   switch (phase) {
     case 'accept':
       return {};
@@ -155,11 +157,12 @@ function decodeBody(phase: PacketPhase, bytes: Uint8Array, proposal: Proposal): 
       };
     }
     case 'echo': {
-      if (!Array.isArray(b.deals) || b.deals.length > 2 * n) refuse(`"deals" expected at most ${2 * n} packets`);
+      const most = 2 * proposal.participants.length;
+      if (!Array.isArray(b.deals) || b.deals.length > most) refuse(`"deals" expected at most ${most} packets`);
       return { deals: b.deals.map((d, k) => bytesField(d, null, `deals[${k}]`)) };
     }
     case 'complaint':
-      return { against: indexList(b.against, n, 'against') };
+      return { against: indexList(b.against, dealers, 'against') };
     case 'justification': {
       if (!Array.isArray(b.reveals) || b.reveals.length > n) refuse(`"reveals" expected at most ${n} entries`);
       const reveals = b.reveals.map((r, k) => {
@@ -179,7 +182,7 @@ function decodeBody(phase: PacketPhase, bytes: Uint8Array, proposal: Proposal): 
     case 'confirm':
       return {
         clusterId: bytesField(b.clusterId, 32, 'clusterId'),
-        qualified: indexList(b.qualified, n, 'qualified'),
+        qualified: indexList(b.qualified, dealers, 'qualified'),
         signature: bytesField(b.signature, 64, 'signature'),
       };
   }
@@ -207,7 +210,7 @@ export function decodePacket(bytes: Uint8Array, proposal: Proposal): Packet {
   }
   if (typeof e.p !== 'number' || !Number.isInteger(e.p) || e.p < 0 || e.p >= PHASES.length) refuse('unknown phase');
   const phase = PHASES[e.p]!;
-  if (typeof e.from !== 'number' || !Number.isInteger(e.from) || e.from < 1 || e.from > proposal.n)
+  if (typeof e.from !== 'number' || !Number.isInteger(e.from) || e.from < 1 || e.from > proposal.participants.length)
     refuse('"from" is not a member');
   const body = bytesField(e.body, null, 'body');
   const sig = bytesField(e.sig, 64, 'sig');
@@ -217,7 +220,7 @@ export function decodePacket(bytes: Uint8Array, proposal: Proposal): Packet {
     valid = ed25519.verify(
       sig,
       signedMessage(ceremony, e.p, e.from, bodyDigest),
-      proposal.members[e.from - 1]!.nodeKey,
+      proposal.participants[e.from - 1]!.nodeKey,
     );
   } catch {
     valid = false;

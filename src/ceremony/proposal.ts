@@ -10,6 +10,7 @@ import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, concatBytes, fromHex, toHex, u16be } from '../common/bytes.js';
 import { MAX_MEMBERSHIP_VERSION, MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
+import { checkEndpoint } from '../cluster/description.js';
 import { parseMemberCard, type MemberCard, type MemberCardJson } from './node-key.js';
 
 export const PROPOSAL_FORMAT = 'quorumfence/dkg-proposal/v1';
@@ -40,12 +41,49 @@ export interface ReshareTermsJson {
   oldMembershipVersion: number;
   /** Old replica indices that deal, ascending, distinct (at least t_old: checked against the old cluster). */
   dealers: number[];
+  /**
+   * Dealers that are not in the new set (removing replicas, or moving an index to a new machine): each deals
+   * its old share and receives nothing. Ascending by old index; each is one of `dealers`. Absent when every
+   * dealer is a new member at its old index.
+   */
+  outsideDealers?: OutsideDealerJson[];
+}
+
+export interface OutsideDealerJson {
+  /** Its index in the old cluster: the dealer number its deal is checked and interpolated under. */
+  oldIndex: number;
+  /** Its node key (Ed25519, hex): signs its packets. */
+  nodeKey: string;
+  /** Where it listens during the ceremony. */
+  ceremonyEndpoint: string;
+}
+
+export interface OutsideDealer {
+  readonly oldIndex: number;
+  readonly nodeKey: Uint8Array;
+  readonly ceremonyEndpoint: string;
 }
 
 export interface ReshareTerms {
   readonly oldClusterId: Uint8Array;
   readonly oldMembershipVersion: number;
   readonly dealers: readonly number[];
+  /** Dealers outside the new set, ascending by old index; empty when there are none. */
+  readonly outsideDealers: readonly OutsideDealer[];
+}
+
+/**
+ * One party of the ceremony, by its sender number (the `from` of its packets): the n members first (sender =
+ * member index), then the outside dealers of a reshare (n+1, n+2, ... in their listed order).
+ */
+export interface Participant {
+  readonly sender: number;
+  readonly nodeKey: Uint8Array;
+  readonly ceremonyEndpoint: string;
+  /** The dealer number it deals under, if it is a dealer (a fresh key: every member, its own index). */
+  readonly dealer: number | undefined;
+  /** Members receive shares and a result; outside dealers only deal. */
+  readonly receives: boolean;
 }
 
 export interface Member extends MemberCard {
@@ -64,6 +102,8 @@ export interface Proposal {
   readonly members: readonly Member[];
   /** A reshare's terms, bound into the digest; undefined for a fresh key. */
   readonly reshare: ReshareTerms | undefined;
+  /** Everyone who sends packets: members 1..n, then the outside dealers (n+1..). */
+  readonly participants: readonly Participant[];
   /** SHA-256 of the canonical encoding: what accept packets sign and every packet is bound to. */
   readonly digest: Uint8Array;
   readonly json: ProposalJson;
@@ -83,7 +123,7 @@ function text(value: string): Uint8Array {
   return concatBytes(u16be(bytes.length), bytes);
 }
 
-function digestOf(p: Omit<Proposal, 'digest' | 'json'>): Uint8Array {
+function digestOf(p: Omit<Proposal, 'digest' | 'json' | 'participants'>): Uint8Array {
   return sha256(
     concatBytes(
       TAG,
@@ -102,6 +142,15 @@ function digestOf(p: Omit<Proposal, 'digest' | 'json'>): Uint8Array {
             u32be(p.reshare.oldMembershipVersion),
             u16be(p.reshare.dealers.length),
             ...p.reshare.dealers.map(u16be),
+            // Only when present, so terms without outside dealers keep their digest; the dealer count fixes
+            // where this begins.
+            ...(p.reshare.outsideDealers.length > 0
+              ? [
+                  OUTSIDE_TAG,
+                  u16be(p.reshare.outsideDealers.length),
+                  ...p.reshare.outsideDealers.flatMap((d) => [u16be(d.oldIndex), d.nodeKey, text(d.ceremonyEndpoint)]),
+                ]
+              : []),
           ]
         : []),
     ),
@@ -109,6 +158,76 @@ function digestOf(p: Omit<Proposal, 'digest' | 'json'>): Uint8Array {
 }
 
 const RESHARE_TAG = new TextEncoder().encode('quorumfence/reshare-terms/v1');
+const OUTSIDE_TAG = new TextEncoder().encode('quorumfence/reshare-outside-dealers/v1');
+
+function outsideDealers(value: unknown, dealers: readonly number[]): OutsideDealer[] {
+  if (value === undefined) return [];
+  const field = 'reshare.outsideDealers';
+  if (!Array.isArray(value) || value.length === 0 || value.length > MAX_REPLICAS)
+    bad(`"${field}" expected a non-empty list of at most ${MAX_REPLICAS} dealers`, field);
+  return value.map((entry: unknown, k) => {
+    const at = `${field}[${k}]`;
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) bad(`"${at}" expected an object`, at);
+    const e = entry as Record<string, unknown>;
+    const oldIndex = e.oldIndex;
+    if (typeof oldIndex !== 'number' || !dealers.includes(oldIndex))
+      bad(`"${at}.oldIndex" expected one of the dealers ${dealers.join(', ')}, got ${JSON.stringify(oldIndex)}`, at);
+    const previous = k > 0 ? (value[k - 1] as Record<string, unknown>).oldIndex : undefined;
+    if (typeof previous === 'number' && oldIndex <= previous)
+      bad(`"${field}" expected ascending, distinct old indices`, field);
+    try {
+      return {
+        oldIndex,
+        nodeKey: fromHex(e.nodeKey, 32, `${at}.nodeKey`),
+        ceremonyEndpoint: checkEndpoint(e.ceremonyEndpoint, `${at}.ceremonyEndpoint`),
+      };
+    } catch (error) {
+      return bad((error as Error).message, at);
+    }
+  });
+}
+
+/**
+ * Members first (their index), then the outside dealers. A member deals under its own index unless an outside
+ * dealer holds that old index (the index moved to a new machine); a dealer above n must be an outside one.
+ */
+function participantsOf(n: number, members: readonly Member[], reshare: ReshareTerms | undefined): Participant[] {
+  const outside = reshare?.outsideDealers ?? [];
+  const dealers = reshare?.dealers;
+  for (const d of dealers ?? []) {
+    if (d > n && !outside.some((o) => o.oldIndex === d))
+      bad(`dealer ${d} is not a new member (n = ${n}); name it in "reshare.outsideDealers"`, 'reshare.outsideDealers');
+  }
+  return [
+    ...members.map((m) => ({
+      sender: m.index,
+      nodeKey: m.nodeKey,
+      ceremonyEndpoint: m.ceremonyEndpoint,
+      dealer:
+        dealers === undefined || (dealers.includes(m.index) && !outside.some((o) => o.oldIndex === m.index))
+          ? m.index
+          : undefined,
+      receives: true,
+    })),
+    ...outside.map((o, k) => ({
+      sender: n + k + 1,
+      nodeKey: o.nodeKey,
+      ceremonyEndpoint: o.ceremonyEndpoint,
+      dealer: o.oldIndex,
+      receives: false,
+    })),
+  ];
+}
+
+/** The sender number of the participant that deals under `dealer`, if any. */
+export function senderOfDealer(proposal: Proposal, dealer: number): number | undefined {
+  return proposal.participants.find((p) => p.dealer === dealer)?.sender;
+}
+
+/** The largest dealer number of the proposal (old indices may exceed n when replicas are removed). */
+export function largestDealer(proposal: Proposal): number {
+  return Math.max(proposal.n, ...(proposal.reshare?.dealers ?? []));
+}
 
 function reshareTerms(value: unknown): ReshareTerms | undefined {
   if (value === undefined) return undefined;
@@ -131,7 +250,12 @@ function reshareTerms(value: unknown): ReshareTerms | undefined {
     dealers.some((d, k) => !Number.isInteger(d) || d < 1 || d > MAX_REPLICAS || (k > 0 && d <= dealers[k - 1]))
   )
     bad(`"reshare.dealers" expected old replica indices 1..${MAX_REPLICAS}, ascending, distinct`, 'reshare.dealers');
-  return { oldClusterId, oldMembershipVersion: version, dealers: dealers as number[] };
+  return {
+    oldClusterId,
+    oldMembershipVersion: version,
+    dealers: dealers as number[],
+    outsideDealers: outsideDealers(r.outsideDealers, dealers as number[]),
+  };
 }
 
 function bad(message: string, field?: string): never {
@@ -189,6 +313,18 @@ export function parseProposal(json: unknown): Proposal {
       seen.add(key);
     }
   }
+  const reshare = reshareTerms(p.reshare);
+  // An outside dealer is a party of its own: its node key and ceremony endpoint are no member's.
+  for (const o of reshare?.outsideDealers ?? []) {
+    for (const key of [toHex(o.nodeKey), `ceremony ${o.ceremonyEndpoint}`]) {
+      if (seen.has(key))
+        bad(
+          `outside dealer ${o.oldIndex} repeats a key or endpoint of a member or another dealer (${key.slice(0, 24)})`,
+          'reshare.outsideDealers',
+        );
+      seen.add(key);
+    }
+  }
   const core = {
     ceremonyId,
     n,
@@ -197,9 +333,14 @@ export function parseProposal(json: unknown): Proposal {
     acceptTimeoutMs: timeout(p.acceptTimeoutMs, 'acceptTimeoutMs'),
     phaseTimeoutMs: timeout(p.phaseTimeoutMs, 'phaseTimeoutMs'),
     members,
-    reshare: reshareTerms(p.reshare),
+    reshare,
   };
-  return { ...core, digest: digestOf(core), json: json as ProposalJson };
+  return {
+    ...core,
+    participants: participantsOf(n, members, reshare),
+    digest: digestOf(core),
+    json: json as ProposalJson,
+  };
 }
 
 /**
@@ -251,4 +392,14 @@ export function memberIndexOf(proposal: Proposal, nodeKey: Uint8Array, encryptio
     bad(`member ${member.index}'s encryption key is not this replica's; was the card made from another node key?`);
   }
   return member.index;
+}
+
+/**
+ * The sender number of the participant whose node key this is: a member's index, or n+k for the k-th outside
+ * dealer of a reshare (which has no encryption key in the proposal: it receives nothing).
+ * @throws QuorumFenceError BAD_PROPOSAL when the proposal names it nowhere
+ */
+export function participantOf(proposal: Proposal, nodeKey: Uint8Array, encryptionKey?: Uint8Array): number {
+  const outside = proposal.participants.find((p) => !p.receives && bytesEqual(p.nodeKey, nodeKey));
+  return outside ? outside.sender : memberIndexOf(proposal, nodeKey, encryptionKey);
 }

@@ -15,11 +15,27 @@
  *   justification  each accused dealer reveals the disputed shares in the clear
  *   confirm        each member signs the resulting cluster id; t matching
  *                  signatures are needed, so honest members never keep two keys
+ *
+ * Roles. A member receives shares and keeps a result; in a fresh key every
+ * member also deals. A reshare that removes replicas has outside dealers
+ * (participants n+1..): old members not in the new set. They accept, deal,
+ * and answer complaints against them like any dealer, send no echo,
+ * complaint or confirmation, receive no share, and finish by counting the
+ * members' confirmations (`dealt`), so their operator learns whether the new
+ * set took the deal. Dealer numbers (old indices in a reshare) name deals,
+ * complaints and the qualified set; sender numbers name packets.
  */
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesEqual } from '../common/bytes.js';
+import { bytesEqual, toHex } from '../common/bytes.js';
 import type { ClusterDescriptionJson } from '../cluster/description.js';
-import type { CeremonyPhase, CeremonyResult, Outgoing, OutgoingRewrite, ProgressEvent } from './events.js';
+import type {
+  CeremonyPhase,
+  CeremonyResult,
+  DealerOnlyResult,
+  Outgoing,
+  OutgoingRewrite,
+  ProgressEvent,
+} from './events.js';
 import type { RandomSource } from '../crypto/random.js';
 import type { DealingRule } from './dealing.js';
 import { describeCeremonyKey } from './describe.js';
@@ -34,7 +50,7 @@ import {
   type Packet,
   type PacketPhase,
 } from './packets.js';
-import type { Proposal } from './proposal.js';
+import { senderOfDealer, type Proposal } from './proposal.js';
 import { ephemeralKey, openShare } from './share-box.js';
 import {
   commit,
@@ -51,6 +67,7 @@ import {
 export interface MemberOptions {
   readonly proposal: Proposal;
   readonly nodeKey: NodeKey;
+  /** This participant's sender number: a member's index, or n+k for a reshare's k-th outside dealer. */
   readonly self: number;
   readonly rule: DealingRule;
   readonly random: RandomSource;
@@ -66,19 +83,24 @@ export class CeremonyMember {
   #phaseStartedAt = 0;
   #started = false;
   readonly #options: MemberOptions;
+  /** The dealer number this participant deals under; undefined when it does not deal. */
+  readonly #myDealer: number | undefined;
+  /** A member receives shares and a result; an outside dealer only deals. */
+  readonly #receives: boolean;
   readonly #polynomial: Polynomial;
   readonly #ephemeral = ephemeralKey();
   /** packets[phase][from] — the first valid packet of each member in each phase. */
   readonly #packets = new Map<PacketPhase, Map<number, Packet>>(PHASES.map((p) => [p, new Map()]));
   /** Distinct signed versions of each dealer's deal, by body digest. */
   readonly #dealVersions = new Map<number, Packet<'deal'>[]>();
-  /** Deals in force after the echo round, with their decoded commitments. */
+  /** Deals in force after the echo round, with their decoded commitments, by dealer number. */
   readonly #deals = new Map<number, { body: DealBody; commitments: G1Point[] }>();
   readonly #excluded = new Map<number, string>();
   /** The share each dealer gave this member (after justifications replace disputed ones). */
   readonly #myShares = new Map<number, bigint>();
   #myComplaints: number[] = [];
   #result: CeremonyResult | undefined;
+  #dealt: DealerOnlyResult | undefined;
   #resultDraft:
     { cluster: ClusterDescriptionJson; qualified: number[]; clusterId: Uint8Array; share: Uint8Array } | undefined;
   #abortReason: { reason: string; members: number[] } | undefined;
@@ -87,9 +109,19 @@ export class CeremonyMember {
     this.#options = options;
     this.proposal = options.proposal;
     this.self = options.self;
-    this.#polynomial = options.rule.dealers.includes(options.self)
-      ? options.rule.polynomial(options.self, options.proposal.t, options.random)
-      : [];
+    const me = options.proposal.participants[options.self - 1];
+    if (!me) throw new QuorumFenceError('INVALID_ARGUMENT', `participant ${options.self} is not in the proposal`);
+    this.#receives = me.receives;
+    this.#myDealer = me.dealer !== undefined && options.rule.dealers.includes(me.dealer) ? me.dealer : undefined;
+    if (!me.receives && this.#myDealer === undefined)
+      throw new QuorumFenceError('INVALID_ARGUMENT', `outside dealer ${options.self} is not among the rule's dealers`);
+    this.#polynomial =
+      this.#myDealer !== undefined ? options.rule.polynomial(this.#myDealer, options.proposal.t, options.random) : [];
+  }
+
+  /** "member" receives a share; "dealer-only" is a reshare's outside dealer, which deals and receives nothing. */
+  get role(): 'member' | 'dealer-only' {
+    return this.#receives ? 'member' : 'dealer-only';
   }
 
   get phase(): CeremonyPhase {
@@ -97,6 +129,10 @@ export class CeremonyMember {
   }
   get result(): CeremonyResult | undefined {
     return this.#result;
+  }
+  /** A dealer-only participant's outcome once t members confirmed one result. */
+  get dealt(): DealerOnlyResult | undefined {
+    return this.#dealt;
   }
   get abort(): { reason: string; members: number[] } | undefined {
     return this.#abortReason;
@@ -107,11 +143,11 @@ export class CeremonyMember {
     return this.#deals.get(dealer)?.body.commitments;
   }
 
-  /** Members whose packet for the current phase has not arrived. */
+  /** Participants (sender numbers) whose packet for the current phase has not arrived. */
   missing(): number[] {
     if (this.#phase === 'done' || this.#phase === 'aborted') return [];
     const got = this.#packets.get(this.#phase)!;
-    return this.#everyone().filter((i) => !got.has(i));
+    return this.#expected(this.#phase).filter((i) => !got.has(i));
   }
 
   /** Starts the accept phase. */
@@ -149,8 +185,33 @@ export class CeremonyMember {
     return step;
   }
 
+  /** Every participant: packets go to all of them (outside dealers read the complaints they must answer). */
   #everyone(): number[] {
+    return this.proposal.participants.map((p) => p.sender);
+  }
+
+  /** The members: they receive shares, echo, complain and confirm. */
+  #receivers(): number[] {
     return this.proposal.members.map((m) => m.index);
+  }
+
+  #senderOf(dealer: number): number | undefined {
+    return senderOfDealer(this.proposal, dealer);
+  }
+
+  /** Whose packet closes a phase early: everyone accepts and answers complaints; dealers deal; members do the rest. */
+  #expected(phase: PacketPhase): number[] {
+    switch (phase) {
+      case 'accept':
+      case 'justification':
+        return this.#everyone();
+      case 'deal':
+        return this.#options.rule.dealers.flatMap((d) => this.#senderOf(d) ?? []);
+      case 'echo':
+      case 'complaint':
+      case 'confirm':
+        return this.#receivers();
+    }
   }
 
   #store(packet: Packet, step: Step): void {
@@ -212,9 +273,11 @@ export class CeremonyMember {
     }
   }
 
+  /** Sealed under the dealer number (a member's index in a fresh key), so a share opens only as that dealer's. */
   #seal(recipient: number, share: bigint): Uint8Array {
     const member = this.proposal.members[recipient - 1]!;
-    return this.#ephemeral.seal(member.encryptionKey, this.proposal.digest, this.self, recipient, scalarToBytes(share));
+    const dealer = this.#myDealer ?? this.self;
+    return this.#ephemeral.seal(member.encryptionKey, this.proposal.digest, dealer, recipient, scalarToBytes(share));
   }
 
   #bodyFor(phase: PacketPhase): BodyByPhase[PacketPhase] | null {
@@ -226,20 +289,24 @@ export class CeremonyMember {
         return {
           commitments: commit(this.#polynomial),
           ephemeral: this.#ephemeral.publicKey,
-          shares: this.#everyone().map((j) => this.#seal(j, evaluate(this.#polynomial, j))),
+          shares: this.#receivers().map((j) => this.#seal(j, evaluate(this.#polynomial, j))),
         };
       case 'echo':
+        if (!this.#receives) return null;
         return { deals: [...this.#dealVersions.values()].flat().map((p) => p.bytes) };
       case 'complaint':
+        if (!this.#receives) return null;
         return { against: this.#myComplaints };
       case 'justification': {
+        const mine = this.#myDealer;
+        if (this.#polynomial.length === 0 || mine === undefined || !this.#deals.has(mine)) return { reveals: [] };
         const accusers = [...this.#packets.get('complaint')!.values()]
-          .filter((p) => (p as Packet<'complaint'>).body.against.includes(this.self))
+          .filter((p) => (p as Packet<'complaint'>).body.against.includes(mine))
           .map((p) => p.from);
-        if (this.#polynomial.length === 0 || !this.#deals.has(this.self)) return { reveals: [] };
         return { reveals: accusers.map((to) => ({ to, share: scalarToBytes(evaluate(this.#polynomial, to)) })) };
       }
       case 'confirm': {
+        if (!this.#receives) return null;
         const draft = this.#resultDraft!;
         return {
           clusterId: draft.clusterId,
@@ -261,7 +328,7 @@ export class CeremonyMember {
     for (let guard = 0; guard < PHASES.length + 1; guard++) {
       if (this.#phase === 'done' || this.#phase === 'aborted') return;
       const phase = this.#phase;
-      const expected = phase === 'deal' ? this.#options.rule.dealers : this.#everyone();
+      const expected = this.#expected(phase);
       const got = this.#packets.get(phase)!;
       const missing = expected.filter((i) => !got.has(i));
       const byDeadline = now >= this.#deadline();
@@ -307,10 +374,11 @@ export class CeremonyMember {
         return this.#enter('justification', now, step);
       case 'justification':
         this.#settleJustifications(step);
-        if (!this.#draftResult(step)) return;
+        // An outside dealer has no result of its own; it waits for the members' confirmations.
+        if (this.#receives && !this.#draftResult(step)) return;
         return this.#enter('confirm', now, step);
       case 'confirm':
-        return this.#finish(step);
+        return this.#receives ? this.#finish(step) : this.#finishDealing(step);
     }
   }
 
@@ -319,7 +387,8 @@ export class CeremonyMember {
     const { rule } = this.#options;
     const nodeKey = this.#options.nodeKey;
     for (const dealer of rule.dealers) {
-      const versions = this.#dealVersions.get(dealer) ?? [];
+      const sender = this.#senderOf(dealer);
+      const versions = sender === undefined ? [] : (this.#dealVersions.get(sender) ?? []);
       if (versions.length === 0) {
         this.#exclude(dealer, 'sent no deal', step);
         continue;
@@ -341,6 +410,7 @@ export class CeremonyMember {
         continue;
       }
       this.#deals.set(dealer, { body, commitments });
+      if (!this.#receives) continue;
       const opened = openShare(
         (peer) => nodeKey.sharedSecret(peer),
         body.ephemeral,
@@ -364,7 +434,10 @@ export class CeremonyMember {
       const accusers = [...complaints.values()]
         .filter((p) => (p as Packet<'complaint'>).body.against.includes(dealer))
         .map((p) => p.from);
-      const reveals = (justifications.get(dealer) as Packet<'justification'> | undefined)?.body.reveals;
+      const sender = this.#senderOf(dealer);
+      const reveals = (
+        (sender === undefined ? undefined : justifications.get(sender)) as Packet<'justification'> | undefined
+      )?.body.reveals;
       for (const accuser of accusers) {
         const reveal = reveals?.find((r) => r.to === accuser);
         if (!reveal) {
@@ -415,7 +488,7 @@ export class CeremonyMember {
     const draft = this.#resultDraft!;
     const confirms = [...this.#packets.get('confirm')!.values()] as Packet<'confirm'>[];
     const agreeing = confirms.filter((p) => bytesEqual(p.body.clusterId, draft.clusterId));
-    const others = this.#everyone().filter((i) => !agreeing.some((p) => p.from === i));
+    const others = this.#receivers().filter((i) => !agreeing.some((p) => p.from === i));
     if (agreeing.length < this.proposal.t) {
       this.#fail(
         `only ${agreeing.length} members confirmed this result, ${this.proposal.t} needed; not confirming: ${others.join(', ')}`,
@@ -436,6 +509,36 @@ export class CeremonyMember {
     };
     this.#resultDraft = undefined;
     step.events.push({ kind: 'done', clusterId: draft.cluster.clusterId, qualified: draft.qualified });
+  }
+
+  /** An outside dealer's end: done once t members confirmed one cluster id; it cannot check more than that. */
+  #finishDealing(step: Step): void {
+    const confirms = [...this.#packets.get('confirm')!.values()] as Packet<'confirm'>[];
+    const byId = new Map<string, Packet<'confirm'>[]>();
+    for (const p of confirms) {
+      const id = toHex(p.body.clusterId);
+      byId.set(id, [...(byId.get(id) ?? []), p]);
+    }
+    const [clusterId, agreeing] = [...byId].sort((a, b) => b[1].length - a[1].length)[0] ?? ['', []];
+    if (agreeing.length < this.proposal.t) {
+      const others = this.#receivers().filter((i) => !agreeing.some((p) => p.from === i));
+      this.#fail(
+        `only ${agreeing.length} members confirmed one result, ${this.proposal.t} needed; not confirming: ${others.join(', ')}`,
+        others,
+        step,
+      );
+      return;
+    }
+    const qualified = agreeing[0]!.body.qualified.slice().sort((a, b) => a - b);
+    this.#phase = 'done';
+    this.#dealt = {
+      clusterId,
+      qualified,
+      dealer: this.#myDealer!,
+      confirmedBy: agreeing.map((p) => p.from).sort((a, b) => a - b),
+      excluded: [...this.#excluded].map(([dealer, reason]) => ({ dealer, reason })).sort((a, b) => a.dealer - b.dealer),
+    };
+    step.events.push({ kind: 'done', clusterId, qualified });
   }
 }
 

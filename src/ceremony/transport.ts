@@ -54,7 +54,7 @@ export async function openWebSocketTransport(options: {
   listen?: { host: string; port: number };
 }): Promise<CeremonyTransport> {
   const { proposal, self } = options;
-  const listen = options.listen ?? listenAddressOf(proposal.members[self - 1]!.ceremonyEndpoint);
+  const listen = options.listen ?? listenAddressOf(proposal.participants[self - 1]!.ceremonyEndpoint);
   let handler: (bytes: Uint8Array) => void = () => undefined;
   let closed = false;
   const server = new WebSocketServer({
@@ -73,7 +73,7 @@ export async function openWebSocketTransport(options: {
   });
   server.on('error', () => undefined);
   server.on('connection', (socket) => {
-    if (server.clients.size > 4 * proposal.n) {
+    if (server.clients.size > 4 * proposal.participants.length) {
       socket.close(1013, 'too many connections');
       return;
     }
@@ -108,17 +108,18 @@ export async function openWebSocketTransport(options: {
       if (!closed) peer.timer = setTimeout(() => dial(peer), REDIAL_MS);
     });
   };
-  for (const member of proposal.members) {
-    if (member.index === self) continue;
+  // Every participant, outside dealers of a reshare included: they deal and justify, and read the complaints.
+  for (const member of proposal.participants) {
+    if (member.sender === self) continue;
     const peer: Peer = {
-      index: member.index,
+      index: member.sender,
       url: member.ceremonyEndpoint,
       socket: undefined,
       open: false,
       queue: [],
       timer: undefined,
     };
-    peers.set(member.index, peer);
+    peers.set(member.sender, peer);
     dial(peer);
   }
 

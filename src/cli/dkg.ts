@@ -18,6 +18,7 @@ import {
   makeProposal,
   memberIndexOf,
   parseProposal,
+  type OutsideDealerJson,
   type Proposal,
 } from '../ceremony/proposal.js';
 import { runCeremony } from '../ceremony/runner.js';
@@ -35,7 +36,8 @@ import {
 } from '../command/args.js';
 
 const usage = `usage: quorumfence dkg propose --member CARD --member CARD ... --f F [--out FILE] [options]
-       quorumfence dkg propose --member CARD ... --f F --old-cluster FILE --dealers LIST [--out FILE] [options]
+       quorumfence dkg propose --member CARD ... --f F --old-cluster FILE --dealers LIST
+                               [--outside-dealer INDEX=CARD ...] [--out FILE] [options]
        quorumfence dkg run --data DIR --proposal FILE [--listen HOST:PORT] [--publish FILE] [--json]
 
 A key ceremony among the N = 3f+1 replicas, with no dealer: each replica
@@ -50,11 +52,15 @@ init"), in replica index order, with a fresh ceremony id.
   --out FILE               write the proposal here (default: stdout)
   --if-missing             keep FILE if it already exists (default: refuse)
   --accept-timeout D       how long members wait for every member to accept   (default ${DEFAULT_ACCEPT_TIMEOUT_MS / 1000}s)
-    --phase-timeout D        deadline of each later phase                         (default ${DEFAULT_PHASE_TIMEOUT_MS / 1000}s)
+  --phase-timeout D        deadline of each later phase                         (default ${DEFAULT_PHASE_TIMEOUT_MS / 1000}s)
   --old-cluster FILE       a RESHARE proposal ("quorumfence reshare run"): the cluster being reshared;
                            its id and membership version go into the proposal's digest
   --dealers LIST           with --old-cluster: the old replica indices that deal, e.g. 1,2,3 (>= t_old)
-
+  --outside-dealer INDEX=CARD
+                           with --old-cluster: old replica INDEX deals from OUTSIDE the new set (it is
+                           leaving, e.g. 5, 6 and 7 of a 7 -> 4 removal), with the node key and ceremony
+                           endpoint of CARD ("replica init"); it deals and receives nothing. INDEX must be
+                           among --dealers; every dealer above the new n needs one. Repeat per dealer.
 
 run: take part for the replica whose node key is in DIR. Every member runs
 this with the same proposal; it finishes when all have. Progress on stderr.
@@ -92,6 +98,33 @@ export function parseDealers(text: string, old: Cluster): number[] {
   return distinct;
 }
 
+/**
+ * `--outside-dealer INDEX=CARD` entries: old replicas that deal from outside the new set, ascending by index.
+ * @throws QuorumFenceError INVALID_OPTION (malformed, repeated), RESHARE_REFUSED (not a replica of the old
+ *   cluster), BAD_PROPOSAL (the card)
+ */
+export function parseOutsideDealers(entries: readonly string[], old: Cluster): OutsideDealerJson[] {
+  const parsed = entries.map((entry) => {
+    const match = /^(\d+)=(.+)$/.exec(entry);
+    if (!match) throw new QuorumFenceError('INVALID_OPTION', `--outside-dealer: expected INDEX=CARD, got "${entry}"`);
+    const oldIndex = Number(match[1]);
+    if (oldIndex < 1 || oldIndex > old.n)
+      throw new QuorumFenceError(
+        'RESHARE_REFUSED',
+        `--outside-dealer: old replica ${oldIndex} is not a replica of the old cluster (1..${old.n}); only its members can deal`,
+      );
+    const card = parseMemberCard(
+      readJsonFile(resolve(match[2]!), 'member card', 'BAD_PROPOSAL'),
+      `--outside-dealer ${entry}`,
+    );
+    return { oldIndex, nodeKey: toHex(card.nodeKey), ceremonyEndpoint: card.ceremonyEndpoint };
+  });
+  parsed.sort((a, b) => a.oldIndex - b.oldIndex);
+  if (parsed.some((d, k) => k > 0 && d.oldIndex === parsed[k - 1]!.oldIndex))
+    throw new QuorumFenceError('INVALID_OPTION', '--outside-dealer: an old replica is named twice');
+  return parsed;
+}
+
 function propose(argv: string[]): number {
   const { values } = parseFlags(argv, {
     member: { type: 'string', multiple: true },
@@ -102,14 +135,19 @@ function propose(argv: string[]): number {
     'phase-timeout': { type: 'string' },
     'old-cluster': { type: 'string' },
     dealers: { type: 'string' },
+    'outside-dealer': { type: 'string', multiple: true },
   });
   if ((values['old-cluster'] === undefined) !== (values.dealers === undefined))
     throw new QuorumFenceError('INVALID_OPTION', '--old-cluster and --dealers go together (a reshare proposal)');
   const old = values['old-cluster'] ? loadClusterFile(resolve(values['old-cluster'])) : undefined;
+  if (!old && values['outside-dealer'])
+    throw new QuorumFenceError('INVALID_OPTION', '--outside-dealer goes with --old-cluster and --dealers');
+  const outsideDealers = old ? parseOutsideDealers(values['outside-dealer'] ?? [], old) : [];
   const reshare = old && {
     oldClusterId: old.idHex,
     oldMembershipVersion: old.membershipVersion,
     dealers: parseDealers(values.dealers!, old),
+    ...(outsideDealers.length > 0 ? { outsideDealers } : {}),
   };
   const f = integerFlag(required(values.f, 'f'), 'f', 1, 1, 10);
   const cards = (values.member ?? []).map((path, k) =>

@@ -2,7 +2,6 @@
  * `quorumfence replica`: run a replica (the default when only flags are
  * given), or `export` / `import` its signing record.
  */
-import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
@@ -13,6 +12,7 @@ import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
 import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js';
 import { parseFlags, required, runSubcommand, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
+import { readPem } from '../command/pem.js';
 import { INIT_USAGE, initNode } from './replica-init.js';
 import { loadReplicaRunSettings, REPLICA_RUN_FLAGS } from '../command/replica-settings.js';
 
@@ -65,14 +65,6 @@ export const command: Command = {
   run: (argv) =>
     runSubcommand(argv, { run: runReplica, export: exportRecord, import: importRecord, init: initNode }, runReplica),
 };
-
-function readPem(path: string, flag: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (error) {
-    throw new QuorumFenceError('IO_ERROR', `--${flag}: cannot read ${path}: ${(error as Error).message}`, { path });
-  }
-}
 
 async function runReplica(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, {

@@ -69,6 +69,8 @@ export type ErrorCode =
   | 'MEMBERSHIP_NOT_NEWER'
   /** A membership description has no endorsement by the group key, or one that does not verify over its contents. */
   | 'MEMBERSHIP_NOT_ENDORSED'
+  /** This member's share already endorsed another description at the same membership version (its endorsement record); nothing was signed. */
+  | 'MEMBERSHIP_ALREADY_ENDORSED'
 
   // --- storage ---
   /** The on-disk store is unreadable, inconsistent, or from another cluster or replica. */

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { clusterToJson, loadClusterFile, type Cluster } from '../../src/cluster/description.js';
-import { dealLocalCluster, startLocalCluster } from '../../src/cluster/launcher.js';
+import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
 import { isQuorumFenceError } from '../../src/common/errors.js';
 import { loadBackend } from '../../src/crypto/load.js';
@@ -23,13 +23,14 @@ import { PostgresGuard } from '../../src/guard/postgres-guard.js';
 import {
   checkToken,
   encodeToken,
+  decodeTokenText,
   tokenToText,
   verifyToken,
   type AdmissionToken,
 } from '../../src/token/admission-token.js';
 import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
-import { initMemberCards } from '../support/ceremony-net.js';
+import { freePorts, initMemberCards } from '../support/ceremony-net.js';
 import { createTestDatabase } from '../support/postgres.js';
 
 const backend = loadBackend('blst');
@@ -238,6 +239,43 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       ]);
       expect(signed.code, signed.stderr).toBe(0);
     }
+    // The endorsement record: member 3 signs the same description again (the same partial); another description
+    // at membership 1 (one endpoint changed) is refused, nothing signed; the record sits beside its key.
+    const signedAgain = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      fresh,
+      '--key',
+      join(base, 'new-3', 'replica.key'),
+    ]);
+    expect(signedAgain.code, signedAgain.stderr).toBe(0);
+    expect(signedAgain.stderr).toMatch(/again: the same description/);
+    expect(JSON.parse(signedAgain.stdout)).toEqual(JSON.parse(readFileSync(partials[0]!, 'utf8')));
+    expect(JSON.parse(readFileSync(join(base, 'new-3', 'replica.key.endorsed-v1.json'), 'utf8'))).toMatchObject({
+      format: 'quorumfence/endorsement-record/v1',
+      membershipVersion: 1,
+      index: 3,
+    });
+    const forged = JSON.parse(readFileSync(fresh, 'utf8'));
+    forged.replicas[6].endpoint = 'ws://127.0.0.1:1';
+    const forgedPath = join(base, 'public', 'cluster-other-endpoint.json');
+    writeFileSync(forgedPath, JSON.stringify(forged));
+    const other = await cli([
+      'reshare',
+      'endorse',
+      '--cluster',
+      forgedPath,
+      '--key',
+      join(base, 'new-3', 'replica.key'),
+      '--out',
+      join(base, 'public', 'partial-other.json'),
+    ]);
+    expect([other.code, other.stderr]).toEqual([
+      1,
+      expect.stringMatching(/already endorsed another description at membership 1.*\(MEMBERSHIP_ALREADY_ENDORSED\)/),
+    ]);
+    expect(existsSync(join(base, 'public', 'partial-other.json'))).toBe(false);
     const endorsed = join(base, 'public', 'cluster-endorsed.json');
     const combined = await cli([
       'reshare',
@@ -299,7 +337,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     expect(retired.code, retired.stderr).toBe(0);
     expect(existsSync(oldKey)).toBe(false);
     expect(existsSync(join(base, 'new-1', 'replica.key'))).toBe(true);
-  });
+  }, 180_000);
 
   it('refuses with codes: too few dealers (RESHARE_REFUSED at propose), a dealer without its old key, a proposal without reshare terms or of another cluster (RESHARE_REFUSED), a reshare proposal given to dkg run (BAD_PROPOSAL), no subcommand (INVALID_OPTION)', async () => {
     const base = join(root, 'refuse');
@@ -373,6 +411,125 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     const bare = await cli(['reshare']);
     expect(bare.stderr).toMatch(/\(INVALID_OPTION\)/);
   });
+  it("remove 7 -> 4 refusals with codes: an outside dealer not in the old set, fewer than t_old dealers, a dealer above the new n without an outside entry, malformed outside-dealer lists, an outside dealer without its old key or with another replica's", async () => {
+    const base = join(root, 'remove-refuse');
+    await oldCluster(base, 7);
+    const oldPath = join(base, 'old', 'cluster.json');
+    const cards = await initMemberCards(base, 4, (i) => `new-${i}`);
+    const members = cards.flatMap((c) => ['--member', c]);
+    // Old members 5..8's node keys and cards (8 is no replica of the 7-member cluster).
+    const leaving = await initMemberCards(join(base, 'leaving'), 8, (i) => `old-${i}`);
+    const outside = (indices: number[]) => indices.flatMap((i) => ['--outside-dealer', `${i}=${leaving[i - 1]}`]);
+    const propose = (dealers: string, extra: string[], out?: string) =>
+      cli([
+        'dkg',
+        'propose',
+        ...members,
+        '--f',
+        '1',
+        '--old-cluster',
+        oldPath,
+        '--dealers',
+        dealers,
+        ...extra,
+        ...(out ? ['--out', out] : []),
+      ]);
+    const stranger = await propose('1,2,3,5,6', outside([5, 6, 8]));
+    expect([stranger.code, stranger.stderr]).toEqual([
+      1,
+      expect.stringMatching(/old replica 8 is not a replica of the old cluster .*\(RESHARE_REFUSED\)/),
+    ]);
+    const few = await propose('1,2,5,6', outside([5, 6]));
+    expect([few.code, few.stderr]).toEqual([1, expect.stringMatching(/t_old = 5 .*\(RESHARE_REFUSED\)/)]);
+    const unnamed = await propose('1,2,3,5,6', outside([5]));
+    expect([unnamed.code, unnamed.stderr]).toEqual([
+      1,
+      expect.stringMatching(/dealer 6 is not a new member .*\(BAD_PROPOSAL\)/),
+    ]);
+    const notDealing = await propose('1,2,3,4,5', outside([5, 6]));
+    expect([notDealing.code, notDealing.stderr]).toEqual([1, expect.stringMatching(/oldIndex.*\(BAD_PROPOSAL\)/)]);
+    const twice = await propose('1,2,3,5,6', [...outside([5, 6]), ...outside([5])]);
+    expect([twice.code, twice.stderr]).toEqual([2, expect.stringMatching(/named twice \(INVALID_OPTION\)/)]);
+    const garbled = await propose('1,2,3,5,6', ['--outside-dealer', 'five']);
+    expect([garbled.code, garbled.stderr]).toEqual([2, expect.stringMatching(/INDEX=CARD.*\(INVALID_OPTION\)/)]);
+
+    // A good proposal; then hand-edited copies that reshare run refuses before anything is dealt.
+    const good = join(base, 'public', 'proposal.json');
+    const made = await propose('1,2,3,5,6', outside([5, 6]), good);
+    expect(made.code, made.stderr).toBe(0);
+    const json = JSON.parse(readFileSync(good, 'utf8'));
+    let edits = 0;
+    const runAs = (proposal: object | string, dataDir: string, oldKey?: number) => {
+      const path = typeof proposal === 'string' ? proposal : join(base, 'public', `edited-${++edits}.json`);
+      if (typeof proposal !== 'string') writeFileSync(path, JSON.stringify(proposal));
+      return cli([
+        'reshare',
+        'run',
+        '--data',
+        dataDir,
+        '--proposal',
+        path,
+        '--old-cluster',
+        oldPath,
+        ...(oldKey ? ['--old-key', join(base, 'old', `replica-${oldKey}.key`)] : []),
+      ]);
+    };
+    const dealer5 = join(base, 'leaving', 'old-5');
+    const terms = json.reshare;
+    const outsideOf = (i: number) => ({
+      oldIndex: i,
+      nodeKey: JSON.parse(readFileSync(leaving[i - 1]!, 'utf8')).nodeKey,
+      ceremonyEndpoint: JSON.parse(readFileSync(leaving[i - 1]!, 'utf8')).ceremonyEndpoint,
+    });
+    for (const [reshare, pattern, code] of [
+      // An outside dealer that is no replica of the old cluster.
+      [
+        { ...terms, dealers: [1, 2, 3, 5, 6, 8], outsideDealers: [outsideOf(5), outsideOf(6), outsideOf(8)] },
+        /dealers 8 are not replicas of the old cluster/,
+        'RESHARE_REFUSED',
+      ],
+      // Fewer than t_old = 5 dealers.
+      [{ ...terms, dealers: [1, 2, 5, 6] }, /not at least t_old = 5/, 'RESHARE_REFUSED'],
+      // Malformed outside-dealer lists.
+      [{ ...terms, outsideDealers: [] }, /outsideDealers/, 'BAD_PROPOSAL'],
+      [{ ...terms, outsideDealers: [outsideOf(6), outsideOf(5)] }, /ascending/, 'BAD_PROPOSAL'],
+      [{ ...terms, outsideDealers: [outsideOf(5), { ...outsideOf(6), nodeKey: 'zz' }] }, /nodeKey/, 'BAD_PROPOSAL'],
+      [
+        { ...terms, outsideDealers: [outsideOf(5), { ...outsideOf(6), ceremonyEndpoint: 'http://x' }] },
+        /ceremonyEndpoint/,
+        'BAD_PROPOSAL',
+      ],
+      [
+        { ...terms, outsideDealers: [outsideOf(5), { ...outsideOf(6), nodeKey: json.members[0].nodeKey }] },
+        /repeats a key or endpoint/,
+        'BAD_PROPOSAL',
+      ],
+      [{ ...terms, outsideDealers: [outsideOf(5)] }, /dealer 6 is not a new member/, 'BAD_PROPOSAL'],
+    ] as const) {
+      const r = await runAs({ ...json, reshare }, dealer5, 5);
+      expect([r.code, r.stderr]).toEqual([1, expect.stringMatching(new RegExp(`${pattern.source}.*\\(${code}\\)`))]);
+    }
+    // The outside dealer needs its own old share: none, or another replica's, is refused.
+    const noKey = await runAs(good, dealer5);
+    expect([noKey.code, noKey.stderr]).toEqual([
+      1,
+      expect.stringMatching(/outside dealer for old replica 5: it deals, so give its --old-key \(RESHARE_REFUSED\)/),
+    ]);
+    const otherKey = await runAs(good, dealer5, 6);
+    expect([otherKey.code, otherKey.stderr]).toEqual([
+      1,
+      expect.stringMatching(/--old-key is replica 6's.*\(RESHARE_REFUSED\)/),
+    ]);
+    // A node key the proposal names nowhere (old member 7 was left out).
+    const outsider = await runAs(good, join(base, 'leaving', 'old-7'), 7);
+    expect([outsider.code, outsider.stderr]).toEqual([
+      1,
+      expect.stringMatching(/not among the members \(BAD_PROPOSAL\)/),
+    ]);
+    // Nothing was written for the refused outside dealer.
+    expect(existsSync(join(dealer5, 'replica.key'))).toBe(false);
+  }, 120_000);
+
   it('live replicas across a replace: no epoch granted twice (the new replicas, having inherited, hold the old lease at its epoch and grant the next one above it); tokens of both sides verify under both descriptions', async () => {
     const base = join(root, 'live');
     dealLocalCluster(join(base, 'old'), 4);
@@ -462,4 +619,315 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       await newRun.close();
     }
   });
+
+  it('4 -> 7 -> 4 on live replicas, keeping the group key: old members 5..7 leave as outside dealers; after each step the new replicas inherit and serve, a guard configured before the first step accepts the new tokens and refuses the stale ones, and epochs continue above the old ones; membership 2 is endorsed and followed from membership 0, and a member that left retires its old share (refused before the endorsement)', async () => {
+    const base = join(root, 'grow-shrink');
+    dealLocalCluster(join(base, 'old'), 4);
+    const old = loadClusterFile(join(base, 'old', 'cluster.json'));
+    const identities = { alice: join(base, 'alice.key'), bob: join(base, 'bob.key') };
+    for (const path of Object.values(identities)) expect((await cli(['identity', 'new', path])).code).toBe(0);
+    /** An acquire through the CLI against a running cluster; waits out an inherited lease (new replicas: ttl <= 3 s). */
+    const acquire = async (live: LocalCluster, name: keyof typeof identities) => {
+      const file = join(base, `live-${live.cluster.membershipVersion}.json`);
+      writeFileSync(file, JSON.stringify(clusterToJson(live.cluster)));
+      const r = await cli([
+        'acquire',
+        'orders',
+        '--cluster',
+        file,
+        '--identity',
+        identities[name],
+        '--json',
+        '--wait',
+        '20s',
+        '--ttl',
+        '1s',
+      ]);
+      expect(r.code, r.stderr + r.stdout).toBe(0);
+      const outcome = JSON.parse(r.stdout) as { epoch: string; token: string };
+      return { epoch: BigInt(outcome.epoch), token: decodeTokenText(outcome.token, backend) };
+    };
+    /** Freezes and exports the stopped replicas of one generation. */
+    const freezeAll = async (dataRoot: string, n: number, prefix: string) => {
+      for (let i = 1; i <= n; i++) {
+        const r = await cli([
+          'reshare',
+          'freeze',
+          '--data',
+          join(dataRoot, `replica-${i}`),
+          '--out',
+          join(base, `${prefix}-frozen-${i}.json`),
+        ]);
+        expect(r.code, r.stderr).toBe(0);
+      }
+    };
+    /** Each new replica's key into dir (as the launcher wants it), inheriting from 2f_old+1 frozen records. */
+    const inheritAll = async (gen: string, n: number, oldCluster: string, frozen: string[]) => {
+      const dir = join(base, gen, 'keys');
+      mkdirSync(dir, { recursive: true });
+      copyFileSync(join(base, gen, 'm-1', 'cluster.json'), join(dir, 'cluster.json'));
+      for (let i = 1; i <= n; i++) {
+        copyFileSync(join(base, gen, `m-${i}`, 'replica.key'), join(dir, `replica-${i}.key`));
+        const r = await cli([
+          'reshare',
+          'inherit',
+          '--data',
+          join(base, `${gen}-data`, `replica-${i}`),
+          '--key',
+          join(dir, `replica-${i}.key`),
+          '--cluster',
+          join(dir, 'cluster.json'),
+          '--old-cluster',
+          oldCluster,
+          ...frozen.flatMap((f) => ['--in', f]),
+        ]);
+        expect(r.code, r.stderr).toBe(0);
+      }
+      return dir;
+    };
+    const start = (dir: string, gen: string) =>
+      startLocalCluster({
+        dir,
+        dataRoot: join(base, `${gen}-data`),
+        extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
+      });
+    const guard = await LmdbGuard.open(join(base, 'guard'), old);
+    const guardWriteOf = (token: AdmissionToken) =>
+      guard.write({ token: tokenToText(token), resource: 'orders', op: 'put', key: 'k' }, (tx) => {
+        tx.put('k', new TextEncoder().encode('v'));
+      });
+    try {
+      // Generation 0: four replicas; alice holds "orders" and writes through the guard.
+      const run0 = await startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') });
+      let first: { epoch: bigint; token: AdmissionToken };
+      try {
+        first = await acquire(run0, 'alice');
+      } finally {
+        await run0.close();
+      }
+      expect(await guardWriteOf(first.token)).toMatchObject({ ok: true, epoch: first.epoch });
+      await freezeAll(join(base, 'gen0-data'), 4, 'gen0');
+
+      // Step 1: 4 -> 7, the four old members dealing as new members 1..4.
+      const cards1 = await initMemberCards(join(base, 'gen1'), 7, (i) => `m-${i}`);
+      const proposal1 = join(base, 'gen1', 'public', 'proposal.json');
+      const propose1 = await cli([
+        'dkg',
+        'propose',
+        ...cards1.flatMap((c) => ['--member', c]),
+        '--f',
+        '2',
+        '--old-cluster',
+        join(base, 'old', 'cluster.json'),
+        '--dealers',
+        '1,2,3,4',
+        '--out',
+        proposal1,
+      ]);
+      expect(propose1.code, propose1.stderr).toBe(0);
+      const runs1 = await Promise.all(
+        [1, 2, 3, 4, 5, 6, 7].map((i) =>
+          cli([
+            'reshare',
+            'run',
+            '--data',
+            join(base, 'gen1', `m-${i}`),
+            '--proposal',
+            proposal1,
+            '--old-cluster',
+            join(base, 'old', 'cluster.json'),
+            '--json',
+            ...(i <= 4 ? ['--old-key', join(base, 'old', `replica-${i}.key`)] : []),
+          ]),
+        ),
+      );
+      for (const r of runs1) expect(r.code, r.stderr).toBe(0);
+      const gen1Keys = await inheritAll(
+        'gen1',
+        7,
+        join(base, 'old', 'cluster.json'),
+        [1, 2, 3].map((i) => join(base, `gen0-frozen-${i}.json`)),
+      );
+      const gen1 = loadClusterFile(join(gen1Keys, 'cluster.json'));
+      expect([gen1.n, gen1.membershipVersion, gen1.idHex]).toEqual([7, 1, old.idHex]);
+      const run1 = await start(gen1Keys, 'gen1');
+      let second: { epoch: bigint; token: AdmissionToken };
+      try {
+        second = await acquire(run1, 'bob');
+      } finally {
+        await run1.close();
+      }
+      expect(second.epoch).toBeGreaterThan(first.epoch);
+      expect(await guardWriteOf(second.token)).toMatchObject({ ok: true, epoch: second.epoch });
+      expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
+      await freezeAll(join(base, 'gen1-data'), 7, 'gen1');
+
+      // Step 2: 7 -> 4. Members 1..3 continue and deal (4 continues without dealing); old members 5, 6 and 7
+      // leave: they deal from outside the new set under their node keys, with fresh ceremony ports.
+      const cards2 = await initMemberCards(join(base, 'gen2'), 4, (i) => `m-${i}`);
+      // Ports free now and not already on a new member's card (two separate asks may return one port twice).
+      const taken = new Set(cards2.map((c) => new URL(JSON.parse(readFileSync(c, 'utf8')).ceremonyEndpoint).port));
+      const ports = (await freePorts(3 + cards2.length)).filter((port) => !taken.has(String(port))).slice(0, 3);
+      const outside: string[] = [];
+      for (const [k, i] of [5, 6, 7].entries()) {
+        const card = join(base, 'gen2', 'public', `outside-${i}.json`);
+        const r = await cli([
+          'replica',
+          'init',
+          '--data',
+          join(base, 'gen1', `m-${i}`),
+          '--if-missing',
+          '--endpoint',
+          `ws://127.0.0.1:${7100 + i}`,
+          '--ceremony-endpoint',
+          `ws://127.0.0.1:${ports[k]}`,
+          '--card',
+          card,
+        ]);
+        expect(r.code, r.stderr).toBe(0);
+        outside.push('--outside-dealer', `${i}=${card}`);
+      }
+      const gen1Path = join(gen1Keys, 'cluster.json');
+      const proposal2 = join(base, 'gen2', 'public', 'proposal.json');
+      const propose2 = await cli([
+        'dkg',
+        'propose',
+        ...cards2.flatMap((c) => ['--member', c]),
+        '--f',
+        '1',
+        '--old-cluster',
+        gen1Path,
+        '--dealers',
+        '1,2,3,5,6,7',
+        ...outside,
+        '--out',
+        proposal2,
+      ]);
+      expect(propose2.code, propose2.stderr).toBe(0);
+      expect(
+        JSON.parse(readFileSync(proposal2, 'utf8')).reshare.outsideDealers.map((d: { oldIndex: number }) => d.oldIndex),
+      ).toEqual([5, 6, 7]);
+      const runs2 = await Promise.all([
+        ...[1, 2, 3, 4].map((i) =>
+          cli([
+            'reshare',
+            'run',
+            '--data',
+            join(base, 'gen2', `m-${i}`),
+            '--proposal',
+            proposal2,
+            '--old-cluster',
+            gen1Path,
+            '--json',
+            ...(i <= 3 ? ['--old-key', join(gen1Keys, `replica-${i}.key`)] : []),
+          ]),
+        ),
+        ...[5, 6, 7].map((i) =>
+          cli([
+            'reshare',
+            'run',
+            '--data',
+            join(base, 'gen1', `m-${i}`),
+            '--proposal',
+            proposal2,
+            '--old-cluster',
+            gen1Path,
+            '--old-key',
+            join(gen1Keys, `replica-${i}.key`),
+            '--json',
+          ]),
+        ),
+      ]);
+      for (const r of runs2) expect(r.code, r.stderr).toBe(0);
+      // The outside dealers wrote nothing new and know which cluster t_new members confirmed.
+      for (const [k, i] of [5, 6, 7].entries()) {
+        const r = runs2[4 + k]!;
+        expect(r.stderr).toMatch(new RegExp(`reshare dealer ${5 + k} \\(old replica ${i}, deals only\\): phase deal`));
+        expect(JSON.parse(r.stdout)).toMatchObject({
+          ok: true,
+          role: 'dealer-only',
+          oldIndex: i,
+          clusterId: old.idHex,
+          qualified: [1, 2, 3, 5, 6, 7],
+          dealtShareUsed: true,
+        });
+      }
+      expect(JSON.parse(runs2[3]!.stdout)).toMatchObject({ role: 'member', qualified: [1, 2, 3, 5, 6, 7] });
+      const gen2Keys = await inheritAll(
+        'gen2',
+        4,
+        gen1Path,
+        [1, 2, 5, 6, 7].map((i) => join(base, `gen1-frozen-${i}.json`)),
+      );
+      const gen2 = loadClusterFile(join(gen2Keys, 'cluster.json'));
+      expect([gen2.n, gen2.t, gen2.membershipVersion, gen2.idHex]).toEqual([4, 3, 2, old.idHex]);
+      expect(clusterToJson(gen2).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
+      const run2 = await start(gen2Keys, 'gen2');
+      let third: { epoch: bigint; token: AdmissionToken };
+      try {
+        third = await acquire(run2, 'alice');
+      } finally {
+        await run2.close();
+      }
+      expect(third.epoch).toBeGreaterThan(second.epoch);
+      // The guard configured before the first step: the new token in, both older ones stale.
+      expect(await guardWriteOf(third.token)).toMatchObject({ ok: true, epoch: third.epoch });
+      expect(await guardWriteOf(second.token)).toMatchObject({ ok: false });
+      expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
+      expect(verifyToken(third.token, old).ok).toBe(true);
+
+      // Old member 5 left the set: it has no new key, so it retires its old share once membership 2 is endorsed.
+      const gen2Path = join(gen2Keys, 'cluster.json');
+      const leaving = join(gen1Keys, 'replica-5.key');
+      const retireLeaving = (cluster: string) =>
+        cli(['reshare', 'retire', '--old-key', leaving, '--old-cluster', gen1Path, '--cluster', cluster]);
+      const unendorsed = await retireLeaving(gen2Path);
+      expect([unendorsed.code, unendorsed.stderr]).toEqual([
+        1,
+        expect.stringMatching(/must be an endorsed newer membership.*nothing erased \(RESHARE_REFUSED\)/),
+      ]);
+      expect(existsSync(leaving)).toBe(true);
+      const partials2: string[] = [];
+      for (const i of [1, 2, 3]) {
+        partials2.push(join(base, 'gen2', 'public', `partial-${i}.json`));
+        const signed = await cli([
+          'reshare',
+          'endorse',
+          '--cluster',
+          gen2Path,
+          '--key',
+          join(gen2Keys, `replica-${i}.key`),
+          '--out',
+          partials2.at(-1)!,
+        ]);
+        expect(signed.code, signed.stderr).toBe(0);
+      }
+      const endorsed2 = join(base, 'gen2', 'public', 'cluster-endorsed.json');
+      const combined2 = await cli([
+        'reshare',
+        'endorse',
+        '--cluster',
+        gen2Path,
+        ...partials2.flatMap((p) => ['--partial', p]),
+        '--out',
+        endorsed2,
+      ]);
+      expect(combined2.code, combined2.stderr).toBe(0);
+      // A holder of the very first description follows membership 2 directly.
+      const followed = await cli([
+        'reshare',
+        'follow',
+        '--cluster',
+        join(base, 'old', 'cluster.json'),
+        '--candidate',
+        endorsed2,
+      ]);
+      expect(followed.stdout).toMatch(/following membership 2 .*\(was 0\): n = 4, t = 3/);
+      const retired = await retireLeaving(endorsed2);
+      expect(retired.code, retired.stderr).toBe(0);
+      expect(existsSync(leaving)).toBe(false);
+    } finally {
+      await guard.close();
+    }
+  }, 400_000);
 });

@@ -6,7 +6,8 @@
  * still succeed while 2f+1 others can grant, and fail as unavailable, naming it, once they cannot.
  * A request without the operator secret, or with a wrong one, is refused and changes nothing.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -181,4 +182,117 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
     expect(stuck.reason).toBe('unavailable');
     expect(stuck.message).toMatch(/frozen for a reshare: replica 1, 2/);
   }, 90_000);
+});
+
+describe('reshare freeze --url over wss:// with --ca', () => {
+  it('a replica whose self-signed certificate this machine does not trust: refused without --ca (CONNECTION_FAILED, nothing frozen), frozen with it; a bad --ca file is refused (INVALID_OPTION, IO_ERROR), and --ca with ws:// or --data (INVALID_OPTION)', async () => {
+    const tlsDir = join(dir, 'tls');
+    mkdirSync(tlsDir);
+    const made = spawnSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-keyout',
+        join(tlsDir, 'key.pem'),
+        '-out',
+        join(tlsDir, 'cert.pem'),
+        '-days',
+        '1',
+        '-subj',
+        '/CN=127.0.0.1',
+        '-addext',
+        'subjectAltName=IP:127.0.0.1',
+      ],
+      { encoding: 'utf8' },
+    );
+    if (made.status !== 0) {
+      console.warn(`skipping the TLS test: openssl failed: ${made.stderr ?? made.error}`);
+      return;
+    }
+    const tls = await startLocalCluster({
+      dir: join(dir, 'keys'),
+      indices: [1],
+      dataRoot: join(dir, 'data-tls'),
+      extraArgs: [
+        '--tls-cert',
+        join(tlsDir, 'cert.pem'),
+        '--tls-key',
+        join(tlsDir, 'key.pem'),
+        '--operator-secret-file',
+        secretFile,
+      ],
+    });
+    try {
+      const url = tls.replica(1).url;
+      expect(url).toMatch(/^wss:\/\//);
+      const freeze = (...extra: string[]) =>
+        runCli(['reshare', 'freeze', '--url', url, '--secret-file', secretFile, ...extra], { timeoutMs: 30_000 });
+      const untrusted = await freeze();
+      expect([untrusted.code, untrusted.stderr]).toEqual([
+        1,
+        expect.stringMatching(/--ca FILE.*\(CONNECTION_FAILED\)/),
+      ]);
+      writeFileSync(join(tlsDir, 'not-a-cert.pem'), 'hello\n');
+      const notPem = await freeze('--ca', join(tlsDir, 'not-a-cert.pem'));
+      expect([notPem.code, notPem.stderr]).toEqual([2, expect.stringMatching(/no PEM certificate \(INVALID_OPTION\)/)]);
+      writeFileSync(join(tlsDir, 'broken.pem'), '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n');
+      const broken = await freeze('--ca', join(tlsDir, 'broken.pem'));
+      expect([broken.code, broken.stderr]).toEqual([2, expect.stringMatching(/does not parse.*\(INVALID_OPTION\)/)]);
+      const missing = await freeze('--ca', join(tlsDir, 'absent.pem'));
+      expect([missing.code, missing.stderr]).toEqual([1, expect.stringMatching(/cannot read .*\(IO_ERROR\)/)]);
+      const plain = await runCli(
+        [
+          'reshare',
+          'freeze',
+          '--url',
+          url.replace('wss:', 'ws:'),
+          '--secret-file',
+          secretFile,
+          '--ca',
+          join(tlsDir, 'cert.pem'),
+        ],
+        { timeoutMs: 30_000 },
+      );
+      expect([plain.code, plain.stderr]).toEqual([
+        2,
+        expect.stringMatching(/--ca goes with a wss:\/\/ .*\(INVALID_OPTION\)/),
+      ]);
+      const stopped = await runCli([
+        'reshare',
+        'freeze',
+        '--data',
+        join(dir, 'data-tls', 'replica-1'),
+        '--ca',
+        join(tlsDir, 'cert.pem'),
+      ]);
+      expect([stopped.code, stopped.stderr]).toEqual([
+        2,
+        expect.stringMatching(/--ca goes with --url.*\(INVALID_OPTION\)/),
+      ]);
+      // None of the refusals froze it: it still grants.
+      const ca = readFileSync(join(tlsDir, 'cert.pem'));
+      const acquireOnce = async (resource: string) => {
+        const raw = await RawClient.open(url, undefined, { ca });
+        try {
+          const answer = await raw.acquire(resource, 1n, 2_000);
+          return 'error' in answer ? `error ${answer.error.code}` : answer.outcome.status;
+        } finally {
+          raw.socket.terminate();
+        }
+      };
+      expect(await acquireOnce('tls/before')).toBe('granted');
+      const trusted = await freeze('--ca', join(tlsDir, 'cert.pem'), '--reason', 'tls test');
+      expect(trusted.code, trusted.stderr).toBe(0);
+      expect(JSON.parse(trusted.stdout)).toMatchObject({ frozen: true, replica: 1, reason: 'tls test' });
+      expect(await acquireOnce('tls/after')).toBe('error REPLICA_FROZEN');
+    } finally {
+      await tls.close();
+    }
+  }, 120_000);
 });

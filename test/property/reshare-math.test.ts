@@ -18,6 +18,9 @@ import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage, makeGrant } from '../../src/token/grant.js';
 import { commit, decodeCommitments, evaluate, pointBytes, shareMatchesCommitments } from '../../src/ceremony/vss.js';
 import { simulateCeremony } from '../support/ceremony-sim.js';
+import type { Proposal } from '../../src/ceremony/proposal.js';
+import type { OutgoingRewrite } from '../../src/ceremony/events.js';
+import type { DealBody } from '../../src/ceremony/packets.js';
 
 const backend = loadBackend('blst');
 
@@ -147,6 +150,128 @@ describe('reshare: the group key is unchanged and any t_new new shares sign', ()
       ),
       { numRuns: 4 },
     );
+  });
+});
+
+describe('reshare: remove 7 -> 4 through the ceremony, old members 5..7 dealing from outside the new set', () => {
+  /** The rule for participant `self`: it deals its current share under its old index (the proposal maps it). */
+  const ruleFor =
+    (old: DealtKey, dealers: number[], lie?: { dealer: number }) => (self: number, proposal: Proposal) => {
+      const dealer = proposal.participants[self - 1]!.dealer;
+      const share =
+        dealer === undefined || !dealers.includes(dealer)
+          ? undefined
+          : lie?.dealer === dealer
+            ? mod(currentShareOf(old, dealer) + 1n)
+            : currentShareOf(old, dealer);
+      return resharing(oldSharingOf(old), dealers, share);
+    };
+
+  it('any delivery order, any t_old-or-more dealers: the four members keep the group key and sign; the outside dealers end knowing t_new members confirmed that cluster', () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        fc.array(fc.nat(), { minLength: 5, maxLength: 40 }),
+        fc.integer({ min: 5, max: 7 }),
+        (seed, choices, count) => {
+          const old = dealKey(7, 5, seededRandom(seed));
+          // Always some of 5..7 (outside the new set 1..4): count dealers of 7, at least one above 4.
+          const dealers = [...new Set([7, ...subset(7, count, choices)])].sort((a, b) => a - b).slice(-count);
+          const outside = dealers.filter((d) => d > 4);
+          let k = 0;
+          const sim = simulateCeremony(4, {
+            pick: () => choices[k++ % choices.length]!,
+            reshare: { dealers, outside },
+            rule: ruleFor(old, dealers),
+          });
+          const members = sim.members.slice(0, 4);
+          const dealersOnly = sim.members.slice(4);
+          expect(dealersOnly.map((m) => m.role)).toEqual(outside.map(() => 'dealer-only'));
+          expect(sim.members.map((m) => m.phase)).toEqual(sim.members.map(() => 'done'));
+          const first = members[0]!.result!;
+          expect(first.qualified).toEqual(dealers);
+          expect(first.cluster.groupPublicKey).toBe(toHex(old.commitments[0]!));
+          const cluster = parseCluster(first.cluster, { backend });
+          for (const d of dealersOnly) {
+            expect(d.result).toBeUndefined();
+            expect(d.dealt).toMatchObject({ clusterId: cluster.idHex, qualified: dealers });
+            expect(d.dealt!.confirmedBy.length).toBeGreaterThanOrEqual(3);
+            expect(outside).toContain(d.dealt!.dealer);
+          }
+          const newKeys = members.map((m) => backend.secretKeyFromBytes(m.result!.scaledSecretShare));
+          const signers = subset(4, 3, choices);
+          expect(
+            tokenVerifies(
+              cluster,
+              4,
+              signers.map((i) => ({ index: i, key: newKeys[i - 1]! })),
+            ),
+          ).toBe(true);
+        },
+      ),
+      { numRuns: 4 },
+    );
+  });
+
+  it('an outside dealer that sends member 2 a bad share and does not answer the complaint is excluded by every member; with six others dealing the key is unchanged', () => {
+    const old = dealKey(7, 5, seededRandom(new Uint8Array(32).fill(8)));
+    const dealers = [1, 2, 3, 4, 5, 6, 7];
+    // One deal to everyone (a deal that differs by recipient is equivocation), with member 2's share wrong.
+    const rewrite: OutgoingRewrite = (phase, body, _recipient, own) => {
+      if (phase === 'deal') {
+        const deal = body as DealBody;
+        return { ...deal, shares: deal.shares.map((s, j) => (j === 1 ? own.seal(2, 12345n) : s)) } as typeof body;
+      }
+      if (phase === 'justification') return { reveals: [] } as unknown as typeof body;
+      return body;
+    };
+    // Participant 6 is the second outside dealer: old replica 6.
+    const sim = simulateCeremony(4, {
+      reshare: { dealers, outside: [5, 6, 7] },
+      rule: ruleFor(old, dealers),
+      rewrites: new Map([[6, rewrite]]),
+    });
+    for (const m of sim.members.slice(0, 4)) {
+      expect(m.phase).toBe('done');
+      expect(m.result!.excluded).toEqual([{ dealer: 6, reason: 'did not answer the complaint of member 2' }]);
+      expect(m.result!.cluster.groupPublicKey).toBe(toHex(old.commitments[0]!));
+    }
+    expect(sim.members[4]!.dealt!.excluded).toEqual([
+      { dealer: 6, reason: 'did not answer the complaint of member 2' },
+    ]);
+  });
+
+  it('an outside dealer that answers the complaint with the right share stays qualified; one dealing another share than its own is excluded; too few honest dealers abort everywhere', () => {
+    const old = dealKey(7, 5, seededRandom(new Uint8Array(32).fill(9)));
+    const honestAfterComplaint: OutgoingRewrite = (phase, body, _recipient, own) => {
+      if (phase === 'deal') {
+        const deal = body as DealBody;
+        return { ...deal, shares: deal.shares.map((s, j) => (j === 2 ? own.seal(3, 777n) : s)) } as typeof body;
+      }
+      return body;
+    };
+    const all = [1, 2, 3, 4, 5, 6, 7];
+    const justified = simulateCeremony(4, {
+      reshare: { dealers: all, outside: [5, 6, 7] },
+      rule: ruleFor(old, all, { dealer: 7 }),
+      rewrites: new Map([[5, honestAfterComplaint]]),
+    });
+    for (const m of justified.members.slice(0, 4)) {
+      expect(m.phase).toBe('done');
+      expect(m.result!.qualified).toEqual([1, 2, 3, 4, 5, 6]);
+      expect(m.result!.excluded).toEqual([{ dealer: 7, reason: 'commitments refused by the dealing rule' }]);
+      expect(m.result!.cluster.groupPublicKey).toBe(toHex(old.commitments[0]!));
+    }
+    // Exactly t_old = 5 dealers, one of them (outside) lying: 4 qualify, and every participant aborts naming it.
+    const five = [1, 2, 3, 4, 5];
+    const short = simulateCeremony(4, {
+      reshare: { dealers: five, outside: [5] },
+      rule: ruleFor(old, five, { dealer: 5 }),
+    });
+    for (const m of short.members) {
+      expect(m.phase).toBe('aborted');
+      if (m.role === 'member') expect(m.abort!.members).toEqual([5]);
+    }
   });
 });
 

@@ -9,9 +9,11 @@ import { makeProposal, type Proposal } from '../../src/ceremony/proposal.js';
 import type { OutgoingRewrite, ProgressEvent } from '../../src/ceremony/events.js';
 import { CeremonyMember } from '../../src/ceremony/state.js';
 import { systemRandom } from '../../src/crypto/random.js';
+import { toHex } from '../../src/common/bytes.js';
 
 export interface SimulatedCeremony {
   proposal: Proposal;
+  /** Every participant by sender number - 1: the n members, then a reshare's outside dealers. */
   members: CeremonyMember[];
   nodeKeys: NodeKey[];
   events: ProgressEvent[][];
@@ -28,21 +30,48 @@ export function simulateCeremony(
     /** Extra frames injected to each member at start. */
     inject?: Uint8Array[];
     phaseTimeoutMs?: number;
-    /** Each member's dealing rule (default: joint Feldman); a reshare passes its own. */
+    /** Each participant's dealing rule (default: joint Feldman); a reshare passes its own. */
     rule?: (self: number, proposal: Proposal) => DealingRule;
+    /**
+     * A reshare's terms; `outside` names old indices dealing from outside the new set, each a participant
+     * n+1.. after the members, with a node key of its own.
+     */
+    reshare?: { dealers: number[]; outside?: number[] };
   } = {},
 ): SimulatedCeremony {
   const f = (n - 1) / 3;
-  const nodeKeys = Array.from({ length: n }, () => generateNodeKey());
+  const outside = options.reshare?.outside ?? [];
+  const nodeKeys = Array.from({ length: n + outside.length }, () => generateNodeKey());
   const proposal = makeProposal(
-    nodeKeys.map((k, i) => ({
+    nodeKeys.slice(0, n).map((k, i) => ({
       nodeKey: k.nodeKey,
       encryptionKey: k.encryptionKey,
       endpoint: `ws://127.0.0.1:${7101 + i}`,
       ceremonyEndpoint: `ws://127.0.0.1:${7201 + i}`,
     })),
     f,
-    { acceptTimeoutMs: 5000, phaseTimeoutMs: options.phaseTimeoutMs ?? 1000 },
+    {
+      acceptTimeoutMs: 5000,
+      phaseTimeoutMs: options.phaseTimeoutMs ?? 1000,
+      ...(options.reshare
+        ? {
+            reshare: {
+              oldClusterId: '00'.repeat(32),
+              oldMembershipVersion: 0,
+              dealers: options.reshare.dealers,
+              ...(outside.length > 0
+                ? {
+                    outsideDealers: outside.map((oldIndex, k) => ({
+                      oldIndex,
+                      nodeKey: toHex(nodeKeys[n + k]!.nodeKey),
+                      ceremonyEndpoint: `ws://127.0.0.1:${7301 + k}`,
+                    })),
+                  }
+                : {}),
+            },
+          }
+        : {}),
+    },
   );
   const members = nodeKeys.map(
     (nodeKey, k) =>

@@ -10,7 +10,13 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
 import { createNodeKeyFile, generateNodeKey, loadNodeKeyFile, parseMemberCard } from '../../src/ceremony/node-key.js';
 import { decodePacket, encodePacket } from '../../src/ceremony/packets.js';
-import { makeProposal, memberIndexOf, parseProposal, type Proposal } from '../../src/ceremony/proposal.js';
+import {
+  makeProposal,
+  memberIndexOf,
+  parseProposal,
+  participantOf,
+  type Proposal,
+} from '../../src/ceremony/proposal.js';
 import { ephemeralKey, openShare } from '../../src/ceremony/share-box.js';
 import { codeOf } from '../support/error-code.js';
 
@@ -110,6 +116,81 @@ describe('ceremony proposals and cards', () => {
       [],
     ])
       expect(codeOf(() => parseProposal({ ...p.json, reshare: bad }))).toBe('BAD_PROPOSAL');
+  });
+
+  it("a reshare's outside dealers (old index, node key, ceremony endpoint) are bound into the digest, become participants n+1.., and are checked", () => {
+    const p = proposal();
+    const leaving = [generateNodeKey(), generateNodeKey(), generateNodeKey()];
+    const outside = (k: number, oldIndex: number) => ({
+      oldIndex,
+      nodeKey: Buffer.from(leaving[k]!.nodeKey).toString('hex'),
+      ceremonyEndpoint: `ws://127.0.0.1:${7301 + k}`,
+    });
+    const terms = {
+      oldClusterId: 'ab'.repeat(32),
+      oldMembershipVersion: 1,
+      dealers: [1, 2, 3, 5, 6],
+      outsideDealers: [outside(0, 5), outside(1, 6)],
+    };
+    const removal = parseProposal({ ...p.json, reshare: terms });
+    expect(removal.participants.map((q) => [q.sender, q.dealer, q.receives])).toEqual([
+      [1, 1, true],
+      [2, 2, true],
+      [3, 3, true],
+      [4, undefined, true],
+      [5, 5, false],
+      [6, 6, false],
+    ]);
+    expect(participantOf(removal, leaving[1]!.nodeKey)).toBe(6);
+    expect(participantOf(removal, keys[1]!.nodeKey)).toBe(2);
+    // An index moved to a new machine: old replica 2 deals from outside, member 2 does not deal.
+    const moved = parseProposal({
+      ...p.json,
+      reshare: { ...terms, dealers: [1, 2, 3], outsideDealers: [outside(0, 2)] },
+    });
+    expect(moved.participants.map((q) => q.dealer)).toEqual([1, undefined, 3, undefined, 2]);
+    const digests = [
+      removal,
+      parseProposal({
+        ...p.json,
+        reshare: {
+          ...terms,
+          outsideDealers: [outside(0, 5), { ...outside(2, 6), ceremonyEndpoint: 'ws://127.0.0.1:7302' }],
+        },
+      }),
+      parseProposal({
+        ...p.json,
+        reshare: { ...terms, outsideDealers: [outside(0, 5), { ...outside(1, 6), ceremonyEndpoint: 'ws://h:1' }] },
+      }),
+      parseProposal({ ...p.json, reshare: { ...terms, dealers: [1, 2, 3, 4, 5, 6] } }),
+    ].map((q) => Buffer.from(q.digest).toString('hex'));
+    expect(new Set(digests).size).toBe(digests.length);
+    for (const bad of [
+      { ...terms, outsideDealers: [] },
+      { ...terms, outsideDealers: {} },
+      { ...terms, outsideDealers: [outside(1, 6), outside(0, 5)] },
+      { ...terms, outsideDealers: [outside(0, 5), outside(1, 7)] },
+      { ...terms, outsideDealers: [outside(0, 5), { ...outside(1, 6), nodeKey: 'ab' }] },
+      { ...terms, outsideDealers: [outside(0, 5), { ...outside(1, 6), ceremonyEndpoint: 'tcp://h:1' }] },
+      { ...terms, outsideDealers: [outside(0, 5), { ...outside(1, 6), nodeKey: p.json.members[0]!.nodeKey }] },
+      { ...terms, outsideDealers: [outside(0, 5), { ...outside(1, 6), ceremonyEndpoint: 'ws://127.0.0.1:7202' }] },
+      { ...terms, outsideDealers: [outside(0, 5)] },
+      { ...terms, outsideDealers: [outside(0, 5), 'x'] },
+    ])
+      expect(codeOf(() => parseProposal({ ...p.json, reshare: bad }))).toBe('BAD_PROPOSAL');
+    // A packet from an outside dealer verifies under its node key; one from beyond the participants does not decode.
+    const sign = (m: Uint8Array) => leaving[0]!.sign(m);
+    expect(decodePacket(encodePacket(removal, 5, 'complaint', { against: [] }, sign), removal).from).toBe(5);
+    expect(codeOf(() => decodePacket(encodePacket(removal, 6, 'complaint', { against: [] }, sign), removal))).toBe(
+      'UNAUTHENTICATED',
+    );
+    expect(codeOf(() => decodePacket(encodePacket(removal, 7, 'complaint', { against: [] }, sign), removal))).toBe(
+      'PROTOCOL_ERROR',
+    );
+    // Complaints and confirmations name dealers by old index, above n here.
+    expect(decodePacket(encodePacket(removal, 5, 'complaint', { against: [6] }, sign), removal).body).toEqual({
+      against: [6],
+    });
   });
 
   it('refuses bad proposals with BAD_PROPOSAL (or UNKNOWN_VERSION for the format)', () => {

@@ -1,0 +1,50 @@
+/**
+ * `quorumfence reshare inherit`: before a new replica first starts, raise its signing record from the frozen
+ * records of at least 2f_old+1 old replicas (src/replica/inherit.ts keeps the largest epoch per resource).
+ */
+import { resolve } from 'node:path';
+import { QuorumFenceError } from '../../common/errors.js';
+import { readJsonFile } from '../../common/files.js';
+import { clusterToJson, loadClusterFile } from '../../cluster/description.js';
+import { loadReplicaKeyFile } from '../../cluster/replica-key.js';
+import { inheritRecords, type OldRecordReport } from '../../replica/inherit.js';
+import { parseInterchange } from '../../replica/interchange.js';
+import { SigningRecord } from '../../replica/signing-record.js';
+import { parseFlags, required } from '../../command/args.js';
+
+export async function inherit(argv: string[]): Promise<number> {
+  const { values } = parseFlags(argv, {
+    data: { type: 'string' },
+    cluster: { type: 'string' },
+    'old-cluster': { type: 'string' },
+    key: { type: 'string' },
+    in: { type: 'string', multiple: true },
+  });
+  const cluster = loadClusterFile(resolve(required(values.cluster, 'cluster')));
+  const old = loadClusterFile(resolve(required(values['old-cluster'], 'old-cluster')));
+  if (clusterToJson(cluster).groupPublicKey !== clusterToJson(old).groupPublicKey)
+    throw new QuorumFenceError('RESHARE_REFUSED', '--cluster and --old-cluster have different group keys');
+  const reports: OldRecordReport[] = (values.in ?? []).map((path) => {
+    const parsed = parseInterchange(readJsonFile(resolve(path), 'frozen record', 'BAD_INTERCHANGE'), old.id);
+    if (parsed.replica > old.n)
+      throw new QuorumFenceError('BAD_INTERCHANGE', `${path}: replica ${parsed.replica} is not in the old cluster`);
+    return { replica: parsed.replica, floor: parsed.floor, entries: parsed.entries };
+  });
+  const inherited = inheritRecords(reports, old.f, cluster.id);
+  const dataDir = resolve(required(values.data, 'data'));
+  const replicaIndex = loadReplicaKeyFile(resolve(required(values.key, 'key')), cluster).index;
+  const store = SigningRecord.open(dataDir, { clusterId: cluster.id, replicaIndex });
+  try {
+    const summary = await store.raiseFrom(inherited.entries, inherited.floor);
+    process.stderr.write(
+      `reshare: replica ${replicaIndex} inherited the records of old replicas ${inherited.from.join(', ')}: ${summary.raised} resource(s)` +
+        (inherited.contested.length > 0
+          ? `, ${inherited.contested.length} top epoch(s) blocked (holders disagreed)`
+          : '') +
+        '\n',
+    );
+  } finally {
+    await store.close();
+  }
+  return 0;
+}
