@@ -34,21 +34,26 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { QuorumFenceError } from '../common/errors.js';
-import { fromBase64Url, toHex } from '../common/bytes.js';
-import { expectGuardKey, expectInteger, expectResource } from '../common/check.js';
+import { toHex } from '../common/bytes.js';
+import { expectInteger } from '../common/check.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import { withoutTokens } from './log.js';
-import type { GuardResult, PresentedProof } from './core.js';
+import type { GuardResult } from './core.js';
 import { LmdbGuard, type LmdbGuardOptions, type StoredValue } from './lmdb-guard.js';
 import { GuardMetrics } from './metrics.js';
 import { checkOperatorSecret, presentsOperatorSecret } from '../common/operator-secret.js';
-import { MAX_PROOF_COUNTER, PROOF_SIGNATURE_BYTES, bodyDigest } from './proof.js';
 import {
   BadRequest,
   CLIENT_ERROR_STATUS,
   ClientGone,
-  decodeSegment,
+  expectMethod,
+  ifVersionHeader,
+  keySegment,
+  proofHeader,
+  queryInteger,
+  readBody,
+  resourceSegment,
   sendJson,
   sendValue,
   STATUS_BY_REASON,
@@ -83,8 +88,6 @@ export const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 const AUTH_SCHEME = /^QuorumFence\s+(\S+)\s*$/i;
-const DECIMAL = /^(0|[1-9][0-9]{0,18})$/;
-const EMPTY = new Uint8Array(0);
 /** How long a graceful stop waits for requests in flight; a guarded write takes milliseconds. */
 const SHUTDOWN_GRACE_MS = 5000;
 
@@ -226,20 +229,20 @@ export class ResourceServer {
     const route = segments[0];
 
     if (route === 'healthz' && segments.length === 1) {
-      this.#only(method, ['GET', 'HEAD']);
+      expectMethod(method, ['GET', 'HEAD']);
       return sendJson(res, 200, { ok: true });
     }
     if (route === 'metrics' && segments.length === 1) {
-      this.#only(method, ['GET']);
+      expectMethod(method, ['GET']);
       const text = await this.metrics.registry.metrics();
       res.writeHead(200, { 'content-type': this.metrics.registry.contentType });
       res.end(text);
       return;
     }
     if (route === 'log' && segments.length === 1) {
-      this.#only(method, ['GET']);
-      const after = this.#queryInteger(query, 'after', 0);
-      const limit = this.#queryInteger(query, 'limit', 100);
+      expectMethod(method, ['GET']);
+      const after = queryInteger(query, 'after', 0);
+      const limit = queryInteger(query, 'limit', 100);
       if (limit < 1) throw new BadRequest(400, 'bad_request', '"limit" must be at least 1');
       const entries = this.guard.readLog({ after, limit: Math.min(limit, 1000) });
       // Tokens are bearer credentials (without --require-proof): only an operator gets them.
@@ -251,8 +254,8 @@ export class ResourceServer {
       });
     }
     if (route === 'barrier' && segments.length === 2) {
-      this.#only(method, ['GET']);
-      const resource = this.#resource(segments[1]!);
+      expectMethod(method, ['GET']);
+      const resource = resourceSegment(segments[1]!);
       const barrier = this.guard.barrier(resource);
       if (!barrier)
         return sendJson(res, 404, {
@@ -263,8 +266,14 @@ export class ResourceServer {
       return sendJson(res, 200, { resource, epoch: barrier.epoch.toString(), tokenDigest: toHex(barrier.tokenDigest) });
     }
     if (route === 'kv' && segments.length === 3) {
-      this.#only(method, ['GET', 'PUT', 'DELETE']);
-      return this.#kv(req, res, method, this.#resource(segments[1]!), this.#key(segments[2]!));
+      expectMethod(method, ['GET', 'PUT', 'DELETE']);
+      return this.#kv(
+        req,
+        res,
+        method,
+        resourceSegment(segments[1]!),
+        keySegment(segments[2]!, this.guard.core.maxKeyBytes),
+      );
     }
     throw new BadRequest(404, 'not_found', 'no such path');
   }
@@ -276,10 +285,10 @@ export class ResourceServer {
       if (!value) return sendJson(res, 404, { ok: false, code: 'not_found', message: 'no such key' });
       return sendValue(res, value, {});
     }
-    const body = await this.#body(req);
+    const body = await readBody(req, this.#maxBodyBytes);
     const token = authorization === undefined ? undefined : AUTH_SCHEME.exec(authorization)?.[1];
-    const proof = this.#proof(req, method, body);
-    const ifVersion = this.#ifVersion(req, key);
+    const proof = proofHeader(req, method, body);
+    const ifVersion = ifVersionHeader(req, key);
     const request = {
       token,
       resource,
@@ -323,98 +332,6 @@ export class ResourceServer {
     if (method === 'DELETE')
       return sendJson(res, 200, { ...common, deleted: result.result as boolean, version: result.version }, fence);
     return sendJson(res, 200, { ...common, version: result.version }, fence);
-  }
-
-  #only(method: string, allowed: readonly string[]): void {
-    if (!allowed.includes(method)) throw new BadRequest(405, 'method_not_allowed', `use ${allowed.join(' or ')}`);
-  }
-
-  #resource(segment: string): string {
-    const resource = decodeSegment(segment, 'resource');
-    try {
-      expectResource(resource);
-    } catch (error) {
-      if (error instanceof QuorumFenceError)
-        throw new BadRequest(400, 'bad_request', `${error.message} (${error.code})`);
-      throw error;
-    }
-    return resource;
-  }
-
-  #key(segment: string): string {
-    const key = decodeSegment(segment, 'key');
-    try {
-      return expectGuardKey(key, this.guard.core.maxKeyBytes);
-    } catch (error) {
-      if (error instanceof QuorumFenceError)
-        throw new BadRequest(400, 'bad_request', `${error.message} (${error.code})`);
-      throw error;
-    }
-  }
-
-  #queryInteger(query: URLSearchParams, name: string, fallback: number): number {
-    const text = query.get(name);
-    if (text === null) return fallback;
-    if (!DECIMAL.test(text) || !Number.isSafeInteger(Number(text)))
-      throw new BadRequest(400, 'bad_request', `"${name}" must be a non-negative integer`);
-    return Number(text);
-  }
-
-  #proof(req: IncomingMessage, method: string, body: Uint8Array): PresentedProof | undefined {
-    const header = req.headers['quorumfence-proof'];
-    if (header === undefined) return undefined;
-    const match = typeof header === 'string' ? /^(\d{1,19})\.([A-Za-z0-9_-]{86})$/.exec(header.trim()) : null;
-    const counter = match ? BigInt(match[1]!) : 0n;
-    if (!match || counter < 1n || counter > MAX_PROOF_COUNTER) {
-      throw new BadRequest(
-        400,
-        'bad_request',
-        'QuorumFence-Proof must be "<counter 1..2^63-1>.<base64url Ed25519 signature>"',
-      );
-    }
-    let signature: Uint8Array;
-    try {
-      signature = fromBase64Url(match[2]!, 'proof signature');
-    } catch {
-      throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof signature is not canonical base64url');
-    }
-    if (signature.length !== PROOF_SIGNATURE_BYTES)
-      throw new BadRequest(400, 'bad_request', 'QuorumFence-Proof signature must be 64 bytes');
-    // The digest of the body this server received, never one the client claims.
-    return { method, bodyDigest: bodyDigest(body), counter, signature };
-  }
-
-  #ifVersion(req: IncomingMessage, key: string): { key: string; version: number } | undefined {
-    const header = req.headers['quorumfence-if-version'];
-    if (header === undefined) return undefined;
-    if (typeof header !== 'string' || !DECIMAL.test(header.trim()) || !Number.isSafeInteger(Number(header.trim()))) {
-      throw new BadRequest(400, 'bad_request', 'QuorumFence-If-Version must be a non-negative integer');
-    }
-    return { key, version: Number(header.trim()) };
-  }
-
-  /** Reads the body up to the limit; refuses more with 413 without buffering it. */
-  async #body(req: IncomingMessage): Promise<Uint8Array> {
-    const declared = req.headers['content-length'];
-    if (declared !== undefined && Number(declared) > this.#maxBodyBytes) {
-      throw new BadRequest(413, 'body_too_large', `the body limit is ${this.#maxBodyBytes} bytes`);
-    }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    try {
-      for await (const chunk of req as AsyncIterable<Buffer>) {
-        size += chunk.length;
-        if (size > this.#maxBodyBytes)
-          throw new BadRequest(413, 'body_too_large', `the body limit is ${this.#maxBodyBytes} bytes`);
-        chunks.push(chunk);
-      }
-    } catch (error) {
-      // The peer closed or reset mid-body: nothing reached the guard, and nobody is left to answer.
-      if (!(error instanceof BadRequest) && (req.readableAborted || req.socket.destroyed))
-        throw new ClientGone('the client disconnected before sending the whole body', { cause: error });
-      throw error;
-    }
-    return size === 0 ? EMPTY : new Uint8Array(Buffer.concat(chunks, size));
   }
 
   #fail(res: ServerResponse, error: unknown): void {

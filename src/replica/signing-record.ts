@@ -39,33 +39,26 @@
  * which costs a microtask, so that turning overlapping sync back on could
  * never silently weaken S3.
  *
- * The data directory holds, besides LMDB's files, `signing-record.json` (the
- * cluster id and replica index, written at creation) and `replica.lock` (the
- * pid of the process that has the store open for writing).
+ * Opening the data directory (its lock, the child-process probe, the identity
+ * checks, and the files it holds besides LMDB's) is store-open.ts.
  */
 import { FROZEN_KEY, frozenError, readFrozen, type FrozenState } from './freeze-marker.js';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { open, type Database, type RootDatabase } from 'lmdb';
+import type { Database, RootDatabase } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, toHex } from '../common/bytes.js';
 import { decodeResource } from '../common/check.js';
-import { writeFileDurably } from '../common/files.js';
 import { CheckAndRecord, type RecordChange } from './check-and-record.js';
 import type { SignedRecord } from './policy.js';
 import { decodeRecord, decodeStoredRecord, encodeRecord, parseFloor } from './record-codec.js';
 import { storeCorrupt as corrupt } from './store-errors.js';
-import { identityText, parseIdentity, type StoreIdentity } from './store-identity.js';
-import { takeLock } from './store-lock.js';
-import { probeStore } from './store-probe.js';
+import type { StoreIdentity } from './store-identity.js';
+import { openStore } from './store-open.js';
 
 export { probeSigningRecord } from './store-probe.js';
 export type { RecordChange } from './check-and-record.js';
 export { STORE_FORMAT, type StoreIdentity } from './store-identity.js';
 export type { FrozenState } from './freeze-marker.js';
 
-const IDENTITY_FILE = 'signing-record.json';
-const IDENTITY_KEY = 'identity';
 /** Meta key of the replica-wide epoch floor (docs/storage.md). */
 const FLOOR_KEY = 'floor';
 
@@ -175,107 +168,13 @@ export class SigningRecord {
    *   (unreadable, inconsistent, or reset), STORE_LOCKED (another live process has it open), IO_ERROR
    */
   static open(dir: string, expected: StoreIdentity | undefined, options: SigningRecordOptions = {}): SigningRecord {
-    const readOnly = options.readOnly ?? false;
-    if (!readOnly && !expected)
-      throw new QuorumFenceError(
-        'INVALID_ARGUMENT',
-        'a writable signing record needs its cluster id and replica index',
-      );
-    if (readOnly && !existsSync(join(dir, 'data.mdb')))
-      throw corrupt(dir, 'no signing record here (data.mdb is missing)');
-    if (!readOnly) {
-      try {
-        mkdirSync(dir, { recursive: true, mode: 0o700 });
-      } catch (error) {
-        throw new QuorumFenceError(
-          'IO_ERROR',
-          `cannot create data directory ${dir}: ${(error as Error).message}`,
-          { dir },
-          { cause: error },
-        );
-      }
-    }
-    const releaseLock = readOnly ? undefined : takeLock(dir);
-    let env: RootDatabase | undefined;
+    const store = openStore(dir, expected, options);
     try {
-      const fileIdentityPath = join(dir, IDENTITY_FILE);
-      const fileIdentity = existsSync(fileIdentityPath)
-        ? parseIdentity(readFileSync(fileIdentityPath, 'utf8'), dir)
-        : undefined;
-      if (fileIdentity && !existsSync(join(dir, 'data.mdb'))) {
-        throw corrupt(
-          dir,
-          `data.mdb is missing but ${IDENTITY_FILE} says a store was created here; refusing to start from empty watermarks`,
-        );
-      }
-      if ((options.probe ?? true) && existsSync(join(dir, 'data.mdb'))) probeStore(dir);
-      try {
-        env = open({ path: dir, overlappingSync: false, readOnly, maxDbs: 4 });
-      } catch (error) {
-        throw corrupt(dir, `LMDB cannot open it: ${(error as Error).message}`, error);
-      }
-      let records: Database<Buffer, Buffer>;
-      let meta: Database<string, string>;
-      try {
-        records = env.openDB<Buffer, Buffer>('records', { encoding: 'binary', keyEncoding: 'binary' });
-        meta = env.openDB<string, string>('meta', { encoding: 'string' });
-      } catch (error) {
-        throw corrupt(dir, `LMDB cannot open its tables: ${(error as Error).message}`, error);
-      }
-      let storedText: string | undefined;
-      try {
-        storedText = meta.get(IDENTITY_KEY);
-      } catch (error) {
-        throw corrupt(dir, `cannot read its identity: ${(error as Error).message}`, error);
-      }
-      let identity: StoreIdentity;
-      if (storedText === undefined) {
-        if (fileIdentity)
-          throw corrupt(
-            dir,
-            `its LMDB data was reset (${IDENTITY_FILE} exists but the store has no identity); refusing to start from empty watermarks`,
-          );
-        let empty: boolean;
-        try {
-          empty = records.getKeysCount() === 0;
-        } catch (error) {
-          throw corrupt(dir, `cannot read it: ${(error as Error).message}`, error);
-        }
-        if (!empty) throw corrupt(dir, 'it holds records but no identity');
-        if (readOnly || !expected) throw corrupt(dir, 'it was never initialised');
-        // Identity in LMDB first, then the file: a crash in between leaves a store the next open completes.
-        meta.putSync(IDENTITY_KEY, identityText(expected));
-        identity = expected;
-      } else {
-        identity = parseIdentity(storedText, dir);
-        if (
-          fileIdentity &&
-          (!bytesEqual(fileIdentity.clusterId, identity.clusterId) ||
-            fileIdentity.replicaIndex !== identity.replicaIndex)
-        ) {
-          throw corrupt(dir, `${IDENTITY_FILE} and the LMDB identity disagree`);
-        }
-      }
-      if (expected && !bytesEqual(identity.clusterId, expected.clusterId)) {
-        throw new QuorumFenceError(
-          'CLUSTER_MISMATCH',
-          `data directory ${dir} holds the signing record of cluster ${toHex(identity.clusterId).slice(0, 16)}…, not of this cluster ${toHex(expected.clusterId).slice(0, 16)}…`,
-          { dir },
-        );
-      }
-      if (expected && identity.replicaIndex !== expected.replicaIndex) {
-        throw new QuorumFenceError(
-          'CLUSTER_MISMATCH',
-          `data directory ${dir} holds the signing record of replica ${identity.replicaIndex}, not of replica ${expected.replicaIndex}`,
-          { dir },
-        );
-      }
-      if (!readOnly && !fileIdentity)
-        writeFileDurably(fileIdentityPath, identityText(identity) + '\n', { mode: 0o600 });
-      return new SigningRecord(dir, identity, env, records, meta, options, releaseLock);
+      return new SigningRecord(dir, store.identity, store.env, store.records, store.meta, options, store.releaseLock);
     } catch (error) {
-      void env?.close().catch(() => undefined);
-      releaseLock?.();
+      // The constructor reads the floor and the freeze marker: a store it cannot read stays neither open nor locked.
+      void store.env.close().catch(() => undefined);
+      store.releaseLock?.();
       throw error;
     }
   }

@@ -69,6 +69,11 @@ describe('record versions', () => {
     env.openDB<string, string>('meta', { encoding: 'string' }).putSync('floor', '12abc');
     await env.close();
     expect(codeOf(() => openStore())).toBe('STORE_CORRUPT');
+    // The refused open left the store neither open nor locked: once repaired, it opens (not STORE_LOCKED).
+    const repair = openLmdb({ path: dir, maxDbs: 4 });
+    repair.openDB<string, string>('meta', { encoding: 'string' }).putSync('floor', '12');
+    await repair.close();
+    expect(openStore().floor).toBe(12n);
   });
 });
 

@@ -3,9 +3,9 @@
  * replica (`ReplicaServer`, running in the same process on a loopback port).
  * Every client connection gets its own connection to the real replica; the
  * front relays the handshake untouched (so authentication is the replica's
- * own) and applies the chosen behaviours to requests and answers. The real
- * replica keeps its real signing record; what the front adds on top is the
- * lie.
+ * own) and applies the chosen behaviours to requests and answers (what each
+ * does to an answer is in lies.ts). The real replica keeps its real signing
+ * record; what the front adds on top is the lie.
  *
  * With several behaviours, each request is handled by one of them, picked by
  * the seeded PRNG (so one process shows them all, and a seed replays the
@@ -26,19 +26,11 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { pack } from 'msgpackr';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { Cluster } from '../../cluster/description.js';
-import { MAX_EPOCH } from '../../common/limits.js';
 import type { Logger } from '../../common/log.js';
 import { decodeClientMessage, decodeServerMessage, encodeMessage } from '../../protocol/codec.js';
-import {
-  MAX_LEASES_PER_REPLY,
-  PROTOCOL_VERSION,
-  type ServerMessage,
-  type WireRequest,
-} from '../../protocol/messages.js';
-import type { Grant } from '../../token/grant.js';
+import type { ServerMessage } from '../../protocol/messages.js';
 import { seededRandom, type SeededRandom } from '../seeded-random.js';
 import {
   PROCESS_BEHAVIOURS,
@@ -49,6 +41,9 @@ import {
 } from './behaviours.js';
 import type { PartialForger } from './forge.js';
 import type { JumpClock } from './jump-clock.js';
+import { answerWithBehaviour, type Outcome, type Pending } from './lies.js';
+
+export { PHANTOM_LEASE_RESOURCE } from './lies.js';
 
 /** Unanswered requests remembered per connection; the real replica bounds in-flight requests far below this. */
 const MAX_PENDING_PER_CONNECTION = 4096;
@@ -99,13 +94,6 @@ export interface ByzantineControl {
   /** Jump the replica's monotonic clock forward by this many ms now. */
   readonly jumpClockMs?: number;
 }
-
-interface Pending {
-  readonly request: WireRequest;
-  readonly behaviour: ByzantineBehaviour | undefined;
-}
-
-type Outcome = Record<string, unknown>;
 
 export class ByzantineFront {
   readonly url: string;
@@ -356,124 +344,21 @@ export class ByzantineFront {
       if (!entry) return toClient(frame);
       pending.delete(id!);
       if (message.type !== 'reply' || !entry.behaviour || !holder) return toClient(frame);
-      this.#answer(entry, message.outcome as Outcome, holder, frame, { toClient, drop });
+      answerWithBehaviour(
+        entry,
+        message.outcome as Outcome,
+        holder,
+        frame,
+        { toClient, drop },
+        {
+          clusterId: this.#options.cluster.id,
+          forger: this.#options.forger,
+          random: this.#random,
+          params: this.#params,
+          act: (behaviour) => this.#act(behaviour),
+        },
+      );
     });
-  }
-
-  /** Applies the request's behaviour to the real replica's answer and sends what the client should see. */
-  #answer(
-    entry: Pending,
-    outcome: Outcome,
-    holder: Uint8Array,
-    honestFrame: Uint8Array,
-    io: { toClient: (data: Uint8Array | string) => void; drop: () => void },
-  ): void {
-    const { request, behaviour } = entry;
-    const reply = (o: Outcome) => encodeMessage({ type: 'reply', id: request.id, outcome: o });
-    if (request.type === 'leases') {
-      const lied =
-        behaviour === 'lie-epoch-huge' || behaviour === 'lie-epoch-zero'
-          ? lieAboutLeases(outcome, behaviour === 'lie-epoch-huge')
-          : undefined;
-      if (!lied) return io.toClient(honestFrame);
-      this.#act(behaviour!);
-      return io.toClient(reply(lied));
-    }
-    const grant = (): Grant => ({
-      clusterId: this.#options.cluster.id,
-      resource: request.resource,
-      epoch: (request as { epoch: bigint }).epoch,
-      holder,
-    });
-    const granted = request.type === 'acquire' && outcome.status === 'granted';
-    const forger = this.#options.forger;
-    if (granted) forger.remember(grant(), outcome.partial as Uint8Array);
-
-    const withPartial = (partial: Uint8Array | undefined): void => {
-      if (!granted || !partial) return io.toClient(honestFrame);
-      this.#act(behaviour!);
-      io.toClient(reply({ status: 'granted', partial }));
-    };
-
-    switch (behaviour) {
-      case 'equivocate': {
-        const refused =
-          request.type === 'acquire' &&
-          (outcome.status === 'stale' || outcome.status === 'busy' || outcome.status === 'too_far');
-        if (!refused) return io.toClient(honestFrame);
-        this.#act('equivocate');
-        const partial = forger.sign(grant());
-        forger.remember(grant(), partial);
-        return io.toClient(reply({ status: 'granted', partial }));
-      }
-      case 'wrong-share':
-        return withPartial(granted ? forger.wrongShare(grant()) : undefined);
-      case 'garbage':
-        return withPartial(forger.garbage());
-      case 'identity':
-        return withPartial(forger.identity());
-      case 'replay':
-        return withPartial(granted ? forger.replay(grant(), (n) => this.#random.int(0, n - 1)) : undefined);
-      case 'other-replica':
-        return withPartial(
-          granted
-            ? (forger.otherReplica(grant()) ?? forger.replay(grant(), (n) => this.#random.int(0, n - 1)))
-            : undefined,
-        );
-      case 'lie-epoch-huge':
-      case 'lie-epoch-zero': {
-        const lied = lieAboutEpoch(outcome, behaviour === 'lie-epoch-huge');
-        if (!lied) return io.toClient(honestFrame);
-        this.#act(behaviour);
-        return io.toClient(reply(lied));
-      }
-      case 'slow': {
-        this.#act('slow');
-        setTimeout(() => io.toClient(honestFrame), this.#params.slowMs).unref();
-        return;
-      }
-      case 'flood': {
-        this.#act('flood');
-        io.toClient(honestFrame);
-        for (let k = 0; k < this.#params.floodCount; k++) {
-          const kind = k % 3;
-          if (kind === 0) io.toClient(honestFrame);
-          else if (kind === 1)
-            io.toClient(
-              encodeMessage({ type: 'reply', id: (request.id + 1 + this.#random.int(1, 1 << 30)) >>> 0, outcome }),
-            );
-          else io.toClient(encodeMessage({ type: 'error', code: 'INTERNAL', message: 'flood' }));
-        }
-        return;
-      }
-      case 'malformed': {
-        this.#act('malformed');
-        return io.toClient(this.#malformedFrame(request.id));
-      }
-      case 'drop': {
-        this.#act('drop');
-        return io.drop();
-      }
-      default:
-        // silent and ignore-release act on the request; no-record on the process.
-        return io.toClient(honestFrame);
-    }
-  }
-
-  #malformedFrame(id: number): Uint8Array | string {
-    switch (this.#random.int(0, 4)) {
-      case 0:
-        // 0xc1 is the one byte msgpack never uses.
-        return new Uint8Array([0xc1, ...Array.from({ length: 15 }, () => this.#random.int(0, 255))]);
-      case 1:
-        return 'a text frame';
-      case 2:
-        return new Uint8Array(pack({ v: PROTOCOL_VERSION + 1, type: 'reply', id, outcome: { status: 'released' } }));
-      case 3:
-        return encodeMessage({ type: 'reply', id, outcome: { status: 'granted', partial: new Uint8Array(7) } });
-      default:
-        return new Uint8Array(pack({ v: PROTOCOL_VERSION, type: 'surprise', id }));
-    }
   }
 
   async close(): Promise<void> {
@@ -482,46 +367,6 @@ export class ByzantineFront {
     this.#server.closeAllConnections();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
   }
-}
-
-/** The lying version of an outcome, or undefined when it carries no epoch to lie about. */
-function lieAboutEpoch(outcome: Outcome, huge: boolean): Outcome | undefined {
-  const epoch = huge ? MAX_EPOCH : 0n;
-  switch (outcome.status) {
-    case 'ok':
-      return huge
-        ? { status: 'ok', epoch, leased: true, remainingMs: 60_000 }
-        : { status: 'ok', epoch, leased: false, remainingMs: 0 };
-    case 'stale':
-    case 'too_far':
-    case 'not_holder':
-      return { status: outcome.status, epoch };
-    case 'busy':
-      // A busy answer's epoch is at least 1 on the wire.
-      return { status: 'busy', epoch: huge ? epoch : 1n, remainingMs: huge ? 60_000 : 0 };
-    default:
-      return undefined;
-  }
-}
-
-/** A phantom resource the lying `leases` answer adds, so a console sees the lie even on an idle cluster. */
-export const PHANTOM_LEASE_RESOURCE = 'byzantine/phantom';
-
-/**
- * The lying version of a `leases` answer: huge reports every lease at epoch 2^63-1 and adds a phantom lease
- * nobody was granted; zero hides every lease.
- */
-function lieAboutLeases(outcome: Outcome, huge: boolean): Outcome | undefined {
-  if (outcome.status !== 'leases' || !Array.isArray(outcome.leases)) return undefined;
-  if (!huge) return { status: 'leases', leases: [], more: false };
-  const listed = (outcome.leases as Record<string, unknown>[]).map((lease) => ({ ...lease, epoch: MAX_EPOCH }));
-  const phantom = {
-    resource: PHANTOM_LEASE_RESOURCE,
-    epoch: MAX_EPOCH,
-    holder: new Uint8Array(32).fill(7),
-    remainingMs: 60_000,
-  };
-  return { status: 'leases', leases: [phantom, ...listed].slice(0, MAX_LEASES_PER_REPLY), more: outcome.more === true };
 }
 
 function asBuffer(data: RawData): Buffer {

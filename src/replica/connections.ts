@@ -1,0 +1,293 @@
+/**
+ * The replica's WebSocket connections, one frame at a time: admission of an upgrade (maxConnections,
+ * maxUnauthenticatedPerAddress), the challenge and the hello that authenticates a holder key, the strict
+ * decoding of every frame, the per-connection in-flight bound and token bucket, and writing replies (corked,
+ * bounded by maxBufferedBytesPerConnection) and closes. What an admitted request does is the server's
+ * `dispatch` (server.ts).
+ *
+ * Per connection: the replica sends a challenge; the client proves its
+ * Ed25519 key over authTranscript(nonce, clusterId, replica index); then each
+ * request gets a reply or an error frame. Every frame is decoded by the one
+ * strict codec, and anything it refuses closes the connection; nothing a peer
+ * sends can change state except a well-formed, authenticated, permitted
+ * request, or crash the process.
+ *
+ *   text frame                               → close 1003
+ *   frame over maxFrameBytes                 → close 1009 (ws maxPayload)
+ *   undecodable / malformed / unknown type   → close 1002
+ *   request before hello                     → error UNAUTHENTICATED, close 1008
+ *   hello with a bad signature (or replayed),
+ *     or a small-order / non-canonical key  → close 1008
+ *   upgrade over maxConnections, or over maxUnauthenticatedPerAddress
+ *     from the peer's IP address            → HTTP 503, no WebSocket
+ *   second hello                             → close 1002
+ *   over the in-flight bound or rate         → error RATE_LIMITED (closed with 1008 after many in a row)
+ *   no hello within authTimeoutMs            → close 1008
+ */
+import { randomBytes } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { ed25519 } from '@noble/curves/ed25519.js';
+import type { WebSocket, WebSocketServer } from 'ws';
+import { isUsableHolderKey } from '../common/holder-key.js';
+import { QuorumFenceError } from '../common/errors.js';
+import type { Clock, TimerHandle } from '../common/clock.js';
+import type { Logger } from '../common/log.js';
+import type { Cluster } from '../cluster/description.js';
+import { decodeClientMessage, encodeMessage } from '../protocol/codec.js';
+import {
+  CloseCode,
+  NONCE_BYTES,
+  authTranscript,
+  type ServerMessage,
+  type WireErrorCode,
+  type WireRequest,
+} from '../protocol/messages.js';
+import type { ReplicaMetrics } from './metrics.js';
+import type { ReplicaLimits } from './options.js';
+
+export interface Connection {
+  readonly socket: WebSocket;
+  /** The TCP/TLS stream under the WebSocket, for corking (ws keeps it in `_socket`). */
+  readonly stream: Duplex | undefined;
+  /** Replies written this turn are held in the stream until setImmediate uncorks it. */
+  corked: boolean;
+  readonly nonce: Uint8Array;
+  holder: Uint8Array | undefined;
+  inFlight: number;
+  tokens: number;
+  refilledAt: number;
+  consecutiveLimited: number;
+  authTimer: TimerHandle;
+  /** The peer's IP address while it counts against maxUnauthenticatedPerAddress; undefined once authenticated or closed. */
+  unauthenticatedFrom: string | undefined;
+  /** Aborted when the connection closes: its acquires waiting their turn leave the line. */
+  readonly closed: AbortController;
+}
+
+export interface ReplicaConnectionsOptions {
+  readonly wss: WebSocketServer;
+  readonly limits: ReplicaLimits;
+  readonly metrics: ReplicaMetrics;
+  readonly cluster: Cluster;
+  readonly index: number;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  /** False once the server is stopping: no new connections, no new requests. */
+  readonly ready: () => boolean;
+  /** Handles an authenticated request that passed the rate limits. */
+  readonly dispatch: (connection: Connection, request: WireRequest, holder: Uint8Array) => void;
+}
+
+export class ReplicaConnections {
+  readonly #options: ReplicaConnectionsOptions;
+  readonly #limits: ReplicaLimits;
+  readonly #metrics: ReplicaMetrics;
+  readonly #clock: Clock;
+  readonly #connections = new Set<Connection>();
+  /** IP address → connections from it not yet authenticated (see maxUnauthenticatedPerAddress). */
+  readonly #unauthenticatedByAddress = new Map<string, number>();
+
+  constructor(options: ReplicaConnectionsOptions) {
+    this.#options = options;
+    this.#limits = options.limits;
+    this.#metrics = options.metrics;
+    this.#clock = options.clock;
+  }
+
+  onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on('error', () => socket.destroy());
+    const address = req.socket.remoteAddress ?? '';
+    if (
+      !this.#options.ready() ||
+      this.#connections.size >= this.#limits.maxConnections ||
+      (this.#unauthenticatedByAddress.get(address) ?? 0) >= this.#limits.maxUnauthenticatedPerAddress
+    ) {
+      socket.end('HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      return;
+    }
+    this.#options.wss.handleUpgrade(req, socket, head, (ws) => this.#onConnection(ws, address));
+  }
+
+  /** Counts a connection that has not authenticated against its address (add = 1), or stops counting it (add = -1). */
+  #countUnauthenticated(address: string, add: 1 | -1): void {
+    const count = (this.#unauthenticatedByAddress.get(address) ?? 0) + add;
+    if (count > 0) this.#unauthenticatedByAddress.set(address, count);
+    else this.#unauthenticatedByAddress.delete(address);
+  }
+
+  #authenticated(connection: Connection): void {
+    if (connection.unauthenticatedFrom === undefined) return;
+    this.#countUnauthenticated(connection.unauthenticatedFrom, -1);
+    connection.unauthenticatedFrom = undefined;
+  }
+
+  #onConnection(socket: WebSocket, address: string): void {
+    const connection: Connection = {
+      socket,
+      stream: (socket as unknown as { _socket?: Duplex })._socket,
+      corked: false,
+      nonce: new Uint8Array(randomBytes(NONCE_BYTES)),
+      holder: undefined,
+      inFlight: 0,
+      tokens: this.#limits.burstPerConnection,
+      refilledAt: this.#clock.now(),
+      consecutiveLimited: 0,
+      authTimer: undefined,
+      unauthenticatedFrom: address,
+      closed: new AbortController(),
+    };
+    this.#countUnauthenticated(address, 1);
+    this.#connections.add(connection);
+    this.#metrics.connections.inc();
+    connection.authTimer = this.#clock.setTimeout(
+      () => this.close(connection, CloseCode.POLICY_VIOLATION, 'authentication timeout'),
+      this.#limits.authTimeoutMs,
+    );
+    socket.on('message', (data, isBinary) => {
+      try {
+        this.#onFrame(connection, data as Buffer, isBinary);
+      } catch (error) {
+        // A bug, not a peer's fault; never let it take the process down.
+        this.#options.logger.error({ err: error }, 'unexpected error handling a frame');
+        this.close(connection, CloseCode.INTERNAL_ERROR, 'internal error');
+      }
+    });
+    socket.on('error', (error: Error & { code?: string }) => {
+      // ws reports frames over maxPayload here and then closes with 1009; other codes are transport errors.
+      if (error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH')
+        this.#metrics.closes.inc({ code: String(CloseCode.MESSAGE_TOO_BIG) });
+      else if (error.code?.startsWith('WS_ERR_')) this.#metrics.closes.inc({ code: String(CloseCode.PROTOCOL_ERROR) });
+    });
+    socket.on('close', () => {
+      connection.closed.abort();
+      this.#clock.clearTimeout(connection.authTimer);
+      this.#authenticated(connection); // stops counting it either way
+      if (this.#connections.delete(connection)) this.#metrics.connections.dec();
+    });
+    this.send(connection, {
+      type: 'challenge',
+      nonce: connection.nonce,
+      clusterId: this.#options.cluster.id,
+      replica: this.#options.index,
+    });
+  }
+
+  #onFrame(connection: Connection, data: Buffer, isBinary: boolean): void {
+    if (connection.socket.readyState !== connection.socket.OPEN) return;
+    if (!isBinary) return this.close(connection, CloseCode.UNSUPPORTED_DATA, 'binary frames only');
+    let message;
+    try {
+      message = decodeClientMessage(data, this.#limits.maxFrameBytes);
+    } catch (error) {
+      return this.close(
+        connection,
+        CloseCode.PROTOCOL_ERROR,
+        error instanceof QuorumFenceError ? error.message : 'malformed frame',
+      );
+    }
+    if (!connection.holder) {
+      if (message.type !== 'hello') {
+        this.sendError(connection, message.id, 'UNAUTHENTICATED', 'authenticate (hello) before any request');
+        return this.close(connection, CloseCode.POLICY_VIOLATION, 'request before authentication');
+      }
+      let valid: boolean;
+      try {
+        // Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032's strict rules.
+        valid =
+          isUsableHolderKey(message.holder) &&
+          ed25519.verify(
+            message.signature,
+            authTranscript(connection.nonce, this.#options.cluster.id, this.#options.index),
+            message.holder,
+            { zip215: false },
+          );
+      } catch {
+        valid = false; // A malformed key or signature is just a failed proof.
+      }
+      if (!valid) return this.close(connection, CloseCode.POLICY_VIOLATION, 'authentication failed');
+      this.#clock.clearTimeout(connection.authTimer);
+      connection.authTimer = undefined;
+      this.#authenticated(connection);
+      connection.holder = message.holder;
+      this.send(connection, { type: 'welcome', id: message.id, replica: this.#options.index });
+      return;
+    }
+    if (message.type === 'hello') return this.close(connection, CloseCode.PROTOCOL_ERROR, 'already authenticated');
+    if (!this.#options.ready())
+      return this.sendError(connection, message.id, 'INTERNAL', 'the replica is shutting down');
+    if (!this.#admit(connection)) {
+      this.sendError(connection, message.id, 'RATE_LIMITED', 'too many requests; back off');
+      if (++connection.consecutiveLimited > this.#limits.maxConsecutiveRateLimited) {
+        this.close(connection, CloseCode.POLICY_VIOLATION, 'kept exceeding the rate limit');
+      }
+      return;
+    }
+    connection.consecutiveLimited = 0;
+    this.#options.dispatch(connection, message, connection.holder);
+  }
+
+  /** The in-flight bound and the token bucket. */
+  #admit(connection: Connection): boolean {
+    if (connection.inFlight >= this.#limits.maxInFlightPerConnection) return false;
+    const now = this.#clock.now();
+    const rate = this.#limits.requestsPerSecondPerConnection / 1000;
+    connection.tokens = Math.min(
+      this.#limits.burstPerConnection,
+      connection.tokens + (now - connection.refilledAt) * rate,
+    );
+    connection.refilledAt = now;
+    if (connection.tokens < 1) return false;
+    connection.tokens -= 1;
+    return true;
+  }
+
+  send(connection: Connection, message: ServerMessage): void {
+    const socket = connection.socket;
+    if (socket.readyState !== socket.OPEN) return;
+    if (socket.bufferedAmount > this.#limits.maxBufferedBytesPerConnection) {
+      this.#metrics.closes.inc({ code: 'dropped' });
+      socket.terminate();
+      return;
+    }
+    // Signing threads answer in batches, so many replies become ready in one
+    // turn; corking the stream makes them one write instead of one each.
+    const stream = connection.stream;
+    if (stream && !connection.corked) {
+      connection.corked = true;
+      stream.cork();
+      setImmediate(() => {
+        connection.corked = false;
+        stream.uncork();
+      });
+    }
+    socket.send(encodeMessage(message));
+  }
+
+  sendError(connection: Connection, id: number | undefined, code: WireErrorCode, message: string): void {
+    this.#metrics.wireErrors.inc({ code });
+    this.send(connection, id === undefined ? { type: 'error', code, message } : { type: 'error', id, code, message });
+  }
+
+  close(connection: Connection, code: number, reason: string): void {
+    const socket = connection.socket;
+    if (socket.readyState !== socket.OPEN) return;
+    this.#metrics.closes.inc({ code: String(code) });
+    // Close reasons are limited to 123 bytes by RFC 6455.
+    socket.close(code, Buffer.from(reason).subarray(0, 120).toString());
+    // A peer that never answers the close handshake must not hold the socket.
+    setTimeout(() => socket.terminate(), 2_000).unref();
+  }
+
+  /** The shutdown's part: closes every connection with 1001, waits up to 1 s for them, then terminates the rest. */
+  async closeAll(): Promise<void> {
+    for (const connection of this.#connections) {
+      this.#clock.clearTimeout(connection.authTimer);
+      if (connection.socket.readyState === connection.socket.OPEN)
+        connection.socket.close(CloseCode.GOING_AWAY, 'replica shutting down');
+    }
+    const closeDeadline = Date.now() + 1_000;
+    while (this.#connections.size > 0 && Date.now() < closeDeadline) await new Promise((r) => setTimeout(r, 5));
+    for (const connection of this.#connections) connection.socket.terminate();
+  }
+}
