@@ -4,7 +4,8 @@
  * with the other waiting ones. When the lease ends (its holder released it, or it ran out), the oldest waiting
  * request is tried again, and answered once the replica's rules decide anything but `busy`; the next one waits
  * for the lease that grant starts. So a waiter is answered as soon as its turn comes, with no polling, and no
- * later arrival overtakes it here.
+ * later arrival overtakes it here: the service answers `busy` to an acquire that would be granted while others
+ * wait (the lease just ended and the line's turn is on its way), which with `waitMs` takes its place at the back.
  *
  * This changes when a replica answers, never what it may sign: every try goes through the same rules and the
  * same signing record as any acquire. The queue is volatile (a restart answers nobody; clients time out and
@@ -116,6 +117,11 @@ export class HandoffQueue {
       if (current.waiters.length === 1) waiter.onFirst?.(turnEpoch(request, busy.epoch));
       this.#armLeaseTimer(request.resource, current, busy.remainingMs);
     });
+  }
+
+  /** Whether acquires of `resource` are waiting in its line (then a new grant is theirs first). */
+  hasWaiters(resource: string): boolean {
+    return this.#lines.has(resource);
   }
 
   /** The lease on `resource` ended (released): the oldest waiter tries now. */
