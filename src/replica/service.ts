@@ -91,6 +91,7 @@ export class ReplicaService {
       options.timers ?? systemClock,
       (request, holder, queued) => this.#handleOnce(request, holder, queued),
       options.maxWaitersPerResource ?? 256,
+      (how) => this.#metrics?.lineExits.inc({ how }),
     );
   }
 
