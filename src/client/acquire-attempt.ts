@@ -18,10 +18,12 @@ import { Round } from './round.js';
 import { firstSigners } from './signer-choice.js';
 
 export type Attempt =
-  | { readonly kind: 'granted'; readonly grant: AcquiredGrant }
+  /** `waited`: the leader kept the request in its line behind a running lease (it announced our turn). */
+  | { readonly kind: 'granted'; readonly grant: AcquiredGrant; readonly waited: boolean }
   /** `leaderOnly`: only the leader answered (leader-first), so f+1 replicas have not confirmed it. */
   | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number; readonly leaderOnly: boolean }
-  | { readonly kind: 'contended'; readonly message: string }
+  /** `turnCame`: the leader kept the request in its line and granted its turn; the others' answers lost it. */
+  | { readonly kind: 'contended'; readonly message: string; readonly turnCame: boolean }
   | { readonly kind: 'outdated'; readonly leaderOnly: boolean }
   | { readonly kind: 'stop'; readonly reason: Exclude<AcquireRefusalReason, 'busy'>; readonly message: string };
 
@@ -91,6 +93,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     waitTurnMs > 0
       ? ctx.onTurn?.(request.resource, (replica, announced) => {
           if (replica !== leader || !round.narrow || announced < epoch) return;
+          waited = true;
           sentAt = clock.now();
           if (announced !== epoch) moveTo(announced);
           round.widen();
@@ -98,6 +101,9 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       : undefined;
   // The leader's turn came at another epoch than it announced (someone got in first): this attempt is lost.
   let turnMoved = false;
+  // Announced by the leader: we were first in its line behind a running lease. Granted by it: our turn came.
+  let waited = false;
+  let turnCame = false;
   let leaderRefusal: Attempt | undefined;
   const voted = new Set<number>();
   const granted = new Set<number>();
@@ -140,6 +146,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       let usable = false;
       switch (outcome.status) {
         case 'granted': {
+          if (waitTurnMs > 0 && replica === leader) turnCame = true;
           if (waitTurnMs > 0 && replica === leader && round.narrow) {
             // Our turn at the leader, unannounced: the lease view starts now, the others are asked at the epoch it
             // granted, and the leader again, so that its lease too starts after our view does (same partial).
@@ -237,6 +244,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     if (leader === undefined) ctx.grantLatency?.observe(clock.now() - sentAt);
     return {
       kind: 'granted',
+      waited,
       grant: {
         token: encodeToken(grant, signature.signature),
         sentAt,
@@ -247,11 +255,19 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     };
   }
 
-  // No token: hand back what we half-won so that another contender is not kept out by it until the ttl runs out,
-  // and withdraw requests still waiting in replicas' lines, which would otherwise turn into leases later.
-  if (granted.size > 0 || waitTurnMs > 0) {
-    if (granted.size > 0) onReleased(epoch);
-    releasePartialGrants(ctx, request.resource, epoch, (replica) => granted.has(replica) || !voted.has(replica));
+  // No token: hand back what we half-won so that another contender is not kept out by it until the ttl runs out.
+  // Release at every replica asked that has not answered too: the round stops once f+1 say busy or stale, or at
+  // its deadline, and a late answer may be a grant, or the request may wait in that replica's line; either would
+  // become a lease nobody holds, keeping everyone out of that replica for a whole ttl.
+  const unanswered = (asked ?? []).filter((replica) => !voted.has(replica));
+  if (granted.size > 0 || unanswered.length > 0) {
+    onReleased(epoch);
+    releasePartialGrants(
+      ctx,
+      request.resource,
+      epoch,
+      (replica) => granted.has(replica) || unanswered.includes(replica),
+    );
   }
 
   if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
@@ -265,12 +281,16 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       leaderOnly: false,
     };
   if (granted.size === 0 && outdated > 0 && busy.length === 0) return { kind: 'outdated', leaderOnly: false };
-  if (reachable >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}` };
+  if (reachable >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}`, turnCame };
   if (ended === 'deadline') {
     // Replicas that are connected but slow: worth another try while the caller's deadline allows.
     return roundDeadline >= deadline
       ? { kind: 'stop', reason: 'timeout', message: `no grant within ${request.timeoutMs} ms` }
-      : { kind: 'contended', message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms` };
+      : {
+          kind: 'contended',
+          message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms`,
+          turnCame,
+        };
   }
   return {
     kind: 'stop',

@@ -20,12 +20,13 @@
  *   while we were not looking; retry at once with what the answers reported;
  * - contended (split votes): retry after jittered exponential backoff,
  *   releasing whatever partial grants we got so the other contender is not
- *   blocked by our half-won lease;
+ *   blocked by our half-won lease; a turn the leader granted that was lost
+ *   this way is retried in the line once before the call falls back to polling;
  * - forbidden / invalid (f+1 say so, so at least one honest replica): stop;
  * - unavailable (fewer than t replicas could answer): stop at once.
  *
  * Under contention (any retry, or a resource whose last acquire needed
- * retries) an attempt goes leader-first: it asks one replica chosen by the
+ * retries or waited its turn in a line) an attempt goes leader-first: it asks one replica chosen by the
  * resource name, and the others only once that one granted. Contenders then
  * queue at one replica instead of splitting the votes of all of them, and a
  * waiter's poll costs one request instead of N. A replica that refuses
@@ -151,6 +152,10 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   // Set once the leader kept us in its line for the whole wait without our turn coming (a long line, or a leader
   // that serves nobody): the rest of this call polls instead, with the (f+1)-th rules of full attempts.
   let turnMissed = false;
+  // Turns the leader granted us that were lost all the same (the others' answers split the vote): the first is
+  // retried in the line, a second counts as a missed turn, so a leader that grants turns the others refuse costs
+  // at most two turn waits per call.
+  let turnsLost = 0;
   const leaderReady = () => ctx.channels.channels[leader - 1]?.state.phase === 'ready';
 
   for (;;) {
@@ -199,12 +204,18 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       },
     });
     // Kept in the leader's line without our turn coming (busy when the wait ended, or no answer at all).
-    if (waitTurnMs > 0 && (attempt.kind === 'busy' || attempt.kind === 'contended')) turnMissed = true;
+    if (waitTurnMs > 0 && attempt.kind === 'busy') turnMissed = true;
+    if (waitTurnMs > 0 && attempt.kind === 'contended' && (!attempt.turnCame || ++turnsLost > 1)) turnMissed = true;
     // A guess that came back stale is how an unknown resource is learnt, not a sign of contention.
     if (attempt.kind !== 'granted' && !(attempt.kind === 'outdated' && guessed)) contended = retried = true;
     switch (attempt.kind) {
       case 'granted':
-        ctx.epochHints.set(request.resource, { epoch: attempt.grant.token.grant.epoch, contended: retried });
+        // A grant that waited its turn in the leader's line is contention too: the next call goes to the line first
+        // rather than racing the line's next turn at the other replicas with a full attempt.
+        ctx.epochHints.set(request.resource, {
+          epoch: attempt.grant.token.grant.epoch,
+          contended: retried || attempt.waited,
+        });
         return { ok: true, grant: attempt.grant, faults: faults.list() };
       case 'stop':
         return refuse(attempt.reason, attempt.message);

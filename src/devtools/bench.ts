@@ -85,11 +85,17 @@ function cryptoTable(figures: CryptoFigures[]): string {
 const timing = (t: Timing) => `p50 ${ms(t.median)} ms, p99 ${ms(t.p99)} ms`;
 const rate = (r: LoopRate) => `${r.perSecond.toFixed(0)}/s`;
 
-/** The crypto floor of one grant, ms: N signs + combine + client verify + guard verify (docs/protocol.md's pieces, no I/O). */
+/** Partials a grant needs with N replicas (t = 2f+1): what a grant signs when its first t signers all grant. */
+const thresholdOf = (n: number): number => (2 * n + 1) / 3;
+
+/**
+ * The crypto floor of one grant, ms: t signs (an acquire asks t replicas first, docs/protocol.md) + combine +
+ * client verify + guard verify (no I/O).
+ */
 function floorMs(crypto: CryptoFigures, n: number): number {
-  const t = String((2 * n + 1) / 3);
-  const combine = crypto.combineMs[t]?.median ?? crypto.combineMs['3']!.median;
-  return n * crypto.signMs.median + combine + 2 * crypto.verifyTokenMs.median;
+  const t = thresholdOf(n);
+  const combine = crypto.combineMs[String(t)]?.median ?? crypto.combineMs['3']!.median;
+  return t * crypto.signMs.median + combine + 2 * crypto.verifyTokenMs.median;
 }
 
 const LOOP_ROWS = [
@@ -421,7 +427,7 @@ export const command: Command = {
       out.push(
         table([
           ['CPU per grant (all processes, 16 distinct clients, fenced write)', 'figure'],
-          [`crypto floor: ${n} signs + combine + 2 token verifies`, `${ms(floor)} ms`],
+          [`crypto floor: t = ${thresholdOf(n)} signs + combine + 2 token verifies`, `${ms(floor)} ms`],
           [`CPU-bound rate on ${cores} cores`, `${((cores * 1000) / floor).toFixed(0)}/s`],
           [
             `measured: replicas ${ms(b.replicas)} + resource ${ms(b.resource)} + client ${ms(b.client)}`,

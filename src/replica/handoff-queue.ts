@@ -4,7 +4,8 @@
  * with the other waiting ones. When the lease ends (its holder released it, or it ran out), the oldest waiting
  * request is tried again, and answered once the replica's rules decide anything but `busy`; the next one waits
  * for the lease that grant starts. So a waiter is answered as soon as its turn comes, with no polling, and no
- * later arrival overtakes it here.
+ * later arrival overtakes it here: the service answers `busy` to an acquire that would be granted while others
+ * wait (the lease just ended and the line's turn is on its way), which with `waitMs` takes its place at the back.
  *
  * This changes when a replica answers, never what it may sign: every try goes through the same rules and the
  * same signing record as any acquire. The queue is volatile (a restart answers nobody; clients time out and
@@ -14,6 +15,7 @@ import { bytesEqual } from '../common/bytes.js';
 import { isQuorumFenceError } from '../common/errors.js';
 import type { Clock, TimerHandle } from '../common/clock.js';
 import type { AcquireRequest, Outcome } from '../protocol/messages.js';
+import type { LineExit } from './metrics.js';
 
 /** One kept request: tried again with `retry`, answered through `answer`. */
 interface Waiter {
@@ -26,6 +28,8 @@ interface Waiter {
   readonly onAbort: () => void;
   /** Told the epoch its turn will grant once it is first in line (nextEpoch requests only). */
   readonly onFirst: ((epoch: bigint) => void) | undefined;
+  /** The epoch it was told, if any (told once per epoch). */
+  announced: bigint | undefined;
   timer: TimerHandle;
 }
 
@@ -46,11 +50,14 @@ export class HandoffQueue {
   readonly #clock: Clock;
   readonly #tryAcquire: TryAcquire;
   readonly #maxPerResource: number;
+  readonly #onExit: (how: LineExit) => void;
 
-  constructor(clock: Clock, tryAcquire: TryAcquire, maxPerResource: number) {
+  /** `onExit` hears how each waiter left its line (for the replica's metrics). */
+  constructor(clock: Clock, tryAcquire: TryAcquire, maxPerResource: number, onExit?: (how: LineExit) => void) {
     this.#clock = clock;
     this.#tryAcquire = tryAcquire;
     this.#maxPerResource = maxPerResource;
+    this.#onExit = onExit ?? (() => undefined);
   }
 
   /** Requests waiting now, over all resources. */
@@ -90,8 +97,10 @@ export class HandoffQueue {
         answer: resolve,
         fail: reject,
         // The connection is gone: nobody to answer.
-        onAbort: () => this.#leave(request.resource, waiter, { status: 'busy', epoch: request.epoch, remainingMs: 0 }),
+        onAbort: () =>
+          this.#leave(request.resource, waiter, { status: 'busy', epoch: request.epoch, remainingMs: 0 }, 'closed'),
         onFirst: request.nextEpoch ? onFirst : undefined,
+        announced: undefined,
         timer: undefined,
       };
       // Its wait is over. First in line: one last try (the lease may be ending right now), answered whatever it
@@ -99,7 +108,7 @@ export class HandoffQueue {
       const busyEndsAt = this.#clock.now() + busy.remainingMs;
       waiter.timer = this.#clock.setTimeout(() => {
         const first = current.waiters[0] === waiter;
-        if (!this.#remove(request.resource, waiter)) return;
+        if (!this.#remove(request.resource, waiter, 'expired')) return;
         const stillBusy: Outcome = {
           status: 'busy',
           epoch: busy.epoch,
@@ -113,9 +122,17 @@ export class HandoffQueue {
       }, waitMs);
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
       current.waiters.push(waiter);
-      if (current.waiters.length === 1) waiter.onFirst?.(turnEpoch(request, busy.epoch));
       this.#armLeaseTimer(request.resource, current, busy.remainingMs);
+      // First in line: a try now, whose decision (inside the record's critical section) is either its grant or the
+      // `busy` that names the lease in the way, and so the epoch its turn will grant. `busy` above may be stale by
+      // now: a grant may have been decided since (the line's previous head, just leaving it).
+      if (current.waiters.length === 1) this.wake(request.resource);
     });
+  }
+
+  /** Whether acquires of `resource` are waiting in its line (then a new grant is theirs first). */
+  hasWaiters(resource: string): boolean {
+    return this.#lines.has(resource);
   }
 
   /** The lease on `resource` ended (released): the oldest waiter tries now. */
@@ -138,7 +155,7 @@ export class HandoffQueue {
     if (!line) return;
     for (const waiter of [...line.waiters]) {
       if (waiter.request.epoch <= epoch && bytesEqual(waiter.holder, holder))
-        this.#leave(resource, waiter, { status: 'busy', epoch: waiter.request.epoch, remainingMs: 0 });
+        this.#leave(resource, waiter, { status: 'busy', epoch: waiter.request.epoch, remainingMs: 0 }, 'withdrawn');
     }
     // The withdrawn one may have been first in line.
     if (line.waiters.length > 0) this.wake(resource);
@@ -150,7 +167,7 @@ export class HandoffQueue {
    */
   failAll(error: unknown): void {
     for (const [resource, line] of this.#lines) {
-      for (const waiter of [...line.waiters]) if (this.#remove(resource, waiter)) waiter.fail(error);
+      for (const waiter of [...line.waiters]) if (this.#remove(resource, waiter, 'frozen')) waiter.fail(error);
     }
   }
 
@@ -158,7 +175,7 @@ export class HandoffQueue {
   close(): void {
     for (const [resource, line] of this.#lines) {
       for (const waiter of [...line.waiters])
-        this.#leave(resource, waiter, { status: 'busy', epoch: waiter.request.epoch, remainingMs: 0 });
+        this.#leave(resource, waiter, { status: 'busy', epoch: waiter.request.epoch, remainingMs: 0 }, 'closed');
     }
   }
 
@@ -170,6 +187,7 @@ export class HandoffQueue {
         const head = line.waiters[0];
         if (!head) break;
         let outcome: Outcome;
+        let failed = false;
         try {
           outcome = await this.#tryAcquire(head.request, head.holder, true);
         } catch (error) {
@@ -179,20 +197,30 @@ export class HandoffQueue {
           }
           // A store or signer failure: the server would have answered an error; this waiter gets `busy` instead.
           outcome = { status: 'busy', epoch: head.request.epoch, remainingMs: 0 };
+          failed = true;
         }
         if (line.waiters[0] !== head) {
-          line.again = true; // It left meanwhile (wait over, connection closed): the next one tries.
+          // It left meanwhile (wait over, connection closed, withdrawn by its holder, who got its token from the
+          // others first): the next one tries. A grant it leaves behind is the lease the next one's turn follows,
+          // so the next one hears its epoch now, as after any grant: were it granted unannounced, it would ask the
+          // others only then, together with the one after it (announced at that grant), and could lose to it there.
+          const next = line.waiters[0];
+          if (next && outcome.status === 'granted' && outcome.epoch !== undefined)
+            announce(next, turnEpoch(next.request, outcome.epoch));
+          line.again = true;
           continue;
         }
         if (outcome.status === 'busy') {
-          // Still held (or someone else got in first): wait for that lease, unless it ended during the try.
+          // Still held: wait for that lease, unless it ended during the try. No grant but the head's can come before
+          // its turn now (newcomers are sent behind the line), so the lease in the way names the epoch of its turn.
+          if (!failed) announce(head, turnEpoch(head.request, outcome.epoch));
           this.#armLeaseTimer(resource, line, outcome.remainingMs);
           continue;
         }
-        this.#leave(resource, head, outcome);
+        this.#leave(resource, head, outcome, 'turn');
         const next = line.waiters[0];
         if (next && outcome.status === 'granted' && outcome.epoch !== undefined)
-          next.onFirst?.(turnEpoch(next.request, outcome.epoch));
+          announce(next, turnEpoch(next.request, outcome.epoch));
         // The next waiter tries at once: after a grant that says `busy` with the new lease's time, which arms the timer.
         line.again = line.waiters.length > 0;
       } while (line.again);
@@ -213,12 +241,12 @@ export class HandoffQueue {
     );
   }
 
-  #leave(resource: string, waiter: Waiter, outcome: Outcome): void {
-    if (this.#remove(resource, waiter)) waiter.answer(outcome);
+  #leave(resource: string, waiter: Waiter, outcome: Outcome, how: LineExit): void {
+    if (this.#remove(resource, waiter, how)) waiter.answer(outcome);
   }
 
-  /** Takes `waiter` out of its line; false when it already left. */
-  #remove(resource: string, waiter: Waiter): boolean {
+  /** Takes `waiter` out of its line (it left `how`); false when it already left. */
+  #remove(resource: string, waiter: Waiter, how: LineExit): boolean {
     const line = this.#lines.get(resource);
     const at = line ? line.waiters.indexOf(waiter) : -1;
     if (!line || at < 0) return false;
@@ -229,8 +257,16 @@ export class HandoffQueue {
       this.#clock.clearTimeout(line.leaseTimer);
       this.#lines.delete(resource);
     }
+    this.#onExit(how);
     return true;
   }
+}
+
+/** Tells a nextEpoch waiter, first in line now, the epoch its turn will grant (once per epoch). */
+function announce(waiter: Waiter, epoch: bigint): void {
+  if (waiter.announced === epoch) return;
+  waiter.announced = epoch;
+  waiter.onFirst?.(epoch);
 }
 
 /** The epoch a nextEpoch request's turn grants after the lease at `current`: the next one, or its own if higher. */

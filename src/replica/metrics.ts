@@ -9,6 +9,12 @@ const LATENCY_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 
 export type RefusalReason = 'invalid' | 'forbidden' | 'stale' | 'busy' | 'too_far' | 'not_holder';
 
+/**
+ * How an acquire left a resource's line (docs/protocol.md, Hot handoffs): decided at its turn, its wait over
+ * first, withdrawn by its holder's release, its connection closed (or the replica stopping), the replica frozen.
+ */
+export type LineExit = 'turn' | 'expired' | 'withdrawn' | 'closed' | 'frozen';
+
 export class ReplicaMetrics {
   readonly registry = new Registry();
   readonly grantsSigned: Counter<'kind'>;
@@ -20,11 +26,13 @@ export class ReplicaMetrics {
   readonly closes: Counter<'code'>;
   readonly wireErrors: Counter<'code'>;
   readonly compactedRecords: Counter;
+  readonly lineExits: Counter<'how'>;
 
   constructor(
     labels: { replica: number; cluster: string; n: number; t: number },
     activeLeases: () => number,
     store: () => { readonly records: number; readonly floor: bigint } = () => ({ records: 0, floor: 0n }),
+    lineWaiters: () => number = () => 0,
   ) {
     this.registry.setDefaultLabels({ replica: String(labels.replica), cluster: labels.cluster.slice(0, 16) });
     const registers = [this.registry];
@@ -94,6 +102,20 @@ export class ReplicaMetrics {
       registers,
       collect() {
         this.set(store().records);
+      },
+    });
+    this.lineExits = new Counter({
+      name: 'quorumfence_replica_line_exits_total',
+      help: 'Acquires that left a line, by how: turn, expired (the wait was over first), withdrawn, closed, frozen',
+      labelNames: ['how'],
+      registers,
+    });
+    new Gauge({
+      name: 'quorumfence_replica_line_waiters',
+      help: 'Acquires waiting their turn in lines now (hot handoffs)',
+      registers,
+      collect() {
+        this.set(lineWaiters());
       },
     });
     new Gauge({

@@ -200,6 +200,7 @@ export class ReplicaServer {
         { replica: key.index, cluster: cluster.idHex, n: cluster.n, t: cluster.t },
         () => late.service?.leases.activeCount() ?? 0,
         () => ({ records: store?.size ?? 0, floor: store?.floor ?? 0n }),
+        () => late.service?.handoffs.size ?? 0,
       );
       late.metrics = metrics;
       const service = new ReplicaService({

@@ -91,6 +91,7 @@ export class ReplicaService {
       options.timers ?? systemClock,
       (request, holder, queued) => this.#handleOnce(request, holder, queued),
       options.maxWaitersPerResource ?? 256,
+      (how) => this.#metrics?.lineExits.inc({ how }),
     );
   }
 
@@ -115,8 +116,9 @@ export class ReplicaService {
   }
 
   /**
-   * One pass of the rules. `queued`: an acquire that waited its turn, granted at the resource's next epoch if
-   * it asked for `nextEpoch` (the answer then names the epoch).
+   * One pass of the rules. A `nextEpoch` acquire is decided at the resource's next epoch (or its own, if higher;
+   * the answer then names the epoch). `queued`: an acquire that waited its turn in the line; any other new grant
+   * waits behind the line's requests (see handoff-queue.ts).
    */
   async #handleOnce(received: Request, holder: Uint8Array, queued: boolean): Promise<Outcome> {
     const refused = precheck(received, holder, this.#policy);
@@ -133,12 +135,24 @@ export class ReplicaService {
     /** A fresh grant's partial, computed while its record is being flushed; sent only after (S3). */
     let early: Promise<Uint8Array> | undefined;
     const decision = await this.store.checkAndRecord<Decision>(resource, (current) => {
-      if (queued && received.type === 'acquire' && received.nextEpoch)
-        request = nextEpochOf(received, current, this.store.floor);
+      // A waiter asks for the resource's next epoch whatever it knew: on its first decision too, so an epoch that
+      // moved on while the request travelled does not send it back with `stale` instead of into the line.
+      if (received.type === 'acquire' && received.nextEpoch) request = nextEpochOf(received, current, this.store.floor);
       const now = this.#clock.now();
       const leaseEndsAt = this.leases.endsAt(resource, current);
       const record = current && { ...current, leaseEndsAt, released: this.leases.isReleased(resource, current) };
       const d = decide(record, request, holder, now, this.#policy, this.store.floor);
+      // Others wait in this resource's line: the lease in their way just ended (a release, whose wake of the line
+      // is on its way, or its end on this clock) and the next grant is the first waiter's. A newcomer granted now
+      // would overtake the whole line (typically the holder that just released, asking again at once); `busy` sends
+      // it to the back of the line instead (with waitMs), and the line's own try follows.
+      if (d.action === 'grant' && !queued && this.handoffs.hasWaiters(resource))
+        return {
+          result: {
+            action: 'reply',
+            outcome: { status: 'busy', epoch: current?.epoch ?? this.store.floor, remainingMs: 0 },
+          },
+        };
       switch (d.action) {
         case 'grant':
           this.leases.set(resource, current, d.leaseEndsAt);
@@ -253,7 +267,7 @@ export class ReplicaService {
   }
 }
 
-/** A waiting acquire's turn: the resource's next epoch, or the one it asked for if that is higher. */
+/** A nextEpoch acquire's epoch: the resource's next epoch, or the one it asked for if that is higher. */
 function nextEpochOf(
   request: AcquireRequest,
   current: { readonly epoch: bigint } | undefined,

@@ -30,6 +30,32 @@ afterAll(async () => {
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** One sample of replica `index`'s /metrics named `name` (with `labels` among its labels); 0 when absent. */
+async function metric(index: number, name: string, labels = ''): Promise<number> {
+  const text = await (await fetch(local.replica(index).healthUrl.replace('/healthz', '/metrics'))).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+const lineWaiters = (index: number) => metric(index, 'quorumfence_replica_line_waiters');
+
+/** How many acquires left replica `index`'s lines by their turn, and with their wait over first. */
+async function lineExits(index: number): Promise<{ turn: number; expired: number }> {
+  return {
+    turn: await metric(index, 'quorumfence_replica_line_exits_total', 'how="turn"'),
+    expired: await metric(index, 'quorumfence_replica_line_exits_total', 'how="expired"'),
+  };
+}
+
+/** Waits until `condition` holds, checking every 50 ms, at most 20 s. */
+async function until(condition: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 400; i++) {
+    if (await condition()) return;
+    await pause(50);
+  }
+  throw new Error('condition not met within 20 s');
+}
+
 /** Resolves to the order in which `promises` settled (their indices). */
 function settleOrder(promises: readonly Promise<unknown>[]): { order: number[]; all: Promise<unknown[]> } {
   const order: number[] = [];
@@ -200,6 +226,71 @@ describe('SDK waiters on a held resource', () => {
       expect(order).toEqual([0, 1, 2]);
       expect(epochs[0]! < epochs[1]! && epochs[1]! < epochs[2]!).toBe(true);
       expect(epochs[0]! > held.lease.token.grant.epoch).toBe(true);
+    } finally {
+      await Promise.all(clients.map((c) => c.close()));
+    }
+  });
+
+  it('hot clients that acquire and release at once, with no write, are served in rotation by their turns', async () => {
+    // Each client releases the moment it holds the lease and asks again at once: the case that lost the line to
+    // leases nobody held (an attempt's late grants), newcomers granted ahead of the line, waiters sent back
+    // `stale` again and again, and a lost turn sending its waiter to polling (issue 13).
+    const resource = 'line/hot-no-write';
+    const leader = leaderOf(resource, 4);
+    const waiters = 6;
+    const rounds = 5;
+    const clients = await Promise.all(
+      Array.from({ length: waiters + 1 }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
+    );
+    const before = await Promise.all([1, 2, 3, 4].map((i) => lineExits(i)));
+    try {
+      const [holder, ...hot] = clients;
+      const held = await holder!.acquire(resource, { ttlMs: 60_000 });
+      expect(held.ok).toBe(true);
+      if (!held.ok) return;
+      // Long leases and waits: a lost lease or a missed turn is not cured by a lease running out within the test.
+      const options = { ttlMs: 60_000, waitMs: 60_000, timeoutMs: 90_000 } as const;
+      const served: number[] = [];
+      const epochs: bigint[] = [];
+      const failures: string[] = [];
+      const loops: Promise<void>[] = [];
+      for (const [k, client] of hot.entries()) {
+        loops.push(
+          (async () => {
+            for (let round = 0; round < rounds; round++) {
+              const result = await client.acquire(resource, options);
+              if (!result.ok) {
+                failures.push(`client ${k}: ${result.reason} ${result.message}`);
+                return;
+              }
+              served.push(k);
+              epochs.push(result.lease.token.grant.epoch);
+              if (!verifyToken(result.lease.token, local.cluster).ok) failures.push(`client ${k}: token fails`);
+              await result.lease.release();
+            }
+          })(),
+        );
+        // Arrival order: the next client asks only once this one waits in the leader's line.
+        await until(async () => (await lineWaiters(leader)) >= k + 1);
+      }
+      await held.lease.release();
+      await Promise.all(loops);
+      expect(failures).toEqual([]);
+      // Each one that releases goes to the back of the line: 0, 1, ..., 5, 0, 1, ... and nobody overtakes.
+      expect(served).toEqual(Array.from({ length: waiters * rounds }, (_, i) => i % waiters));
+      for (let i = 1; i < epochs.length; i++) expect(epochs[i]! > epochs[i - 1]!).toBe(true);
+      // No waiter, at the leader or in the others' lines, waited out its wait before its turn came.
+      const after = await Promise.all([1, 2, 3, 4].map((i) => lineExits(i)));
+      expect(after.map((exits, i) => exits.expired - before[i]!.expired)).toEqual([0, 0, 0, 0]);
+      expect(after[leader - 1]!.turn).toBeGreaterThan(before[leader - 1]!.turn);
+      // Nothing left behind: no replica keeps a lease on the resource once everyone released.
+      const status = await holder!.status(resource);
+      expect(status.replicas.map((view) => (view.state === 'ok' ? view.leased : view.state))).toEqual([
+        false,
+        false,
+        false,
+        false,
+      ]);
     } finally {
       await Promise.all(clients.map((c) => c.close()));
     }
