@@ -20,7 +20,13 @@ import { simulateCeremony } from '../support/ceremony-sim.js';
 
 const backend = loadBackend('blst');
 
-describe('ceremony core: honest members agree on one key', () => {
+/**
+ * Each run is a whole ceremony of several members: 10-50 s on an idle 2-core machine, and three to six
+ * times that while other test files load the cores. A bound on a hung run, not a timed assertion.
+ */
+const CEREMONY_PROPERTY_TIMEOUT_MS = 300_000;
+
+describe('ceremony core: honest members agree on one key', { timeout: CEREMONY_PROPERTY_TIMEOUT_MS }, () => {
   it('any delivery order: same cluster everywhere, group key = Σ constant commitments, shares match, a token verifies', () => {
     fc.assert(
       fc.property(fc.constantFrom(4, 7), fc.array(fc.nat(), { minLength: 1, maxLength: 50 }), (n, choices) => {
@@ -70,86 +76,94 @@ describe('ceremony core: honest members agree on one key', () => {
   });
 });
 
-describe('ceremony core: f Byzantine members never leave honest members with two keys', () => {
-  const cheating: Record<string, RegExp | null> = {
-    'wrong-share': /did not answer/,
-    'wrong-share-justified': null,
-    'bad-commitments': /complaint/,
-    'two-deals': /equivocated/,
-    'false-complaint': null,
-    'bad-justification': /fails its commitments/,
-    'missing-justification': /did not answer/,
-    'silent-after-accept': /sent no deal/,
-  };
-  it('any behaviour, any delivery order: honest members agree (same qualified set and key) and cheating dealers are excluded and named', () => {
-    fc.assert(
-      fc.property(
-        fc.constantFrom(4, 7),
-        fc.constantFrom(...(Object.keys(cheating) as CeremonyBehaviour[])),
-        fc.array(fc.nat(), { minLength: 1, maxLength: 50 }),
-        (n, behaviour, choices) => {
+describe(
+  'ceremony core: f Byzantine members never leave honest members with two keys',
+  { timeout: CEREMONY_PROPERTY_TIMEOUT_MS },
+  () => {
+    const cheating: Record<string, RegExp | null> = {
+      'wrong-share': /did not answer/,
+      'wrong-share-justified': null,
+      'bad-commitments': /complaint/,
+      'two-deals': /equivocated/,
+      'false-complaint': null,
+      'bad-justification': /fails its commitments/,
+      'missing-justification': /did not answer/,
+      'silent-after-accept': /sent no deal/,
+    };
+    it('any behaviour, any delivery order: honest members agree (same qualified set and key) and cheating dealers are excluded and named', () => {
+      fc.assert(
+        fc.property(
+          fc.constantFrom(4, 7),
+          fc.constantFrom(...(Object.keys(cheating) as CeremonyBehaviour[])),
+          fc.array(fc.nat(), { minLength: 1, maxLength: 50 }),
+          (n, behaviour, choices) => {
+            const f = (n - 1) / 3;
+            const byzantine = Array.from({ length: f }, (_, k) => n - k);
+            let k = 0;
+            const sim = simulateCeremony(n, {
+              rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour(behaviour, b, n)])),
+              pick: () => choices[k++ % choices.length]!,
+            });
+            const honest = sim.members.filter((m) => !byzantine.includes(m.self));
+            // With these behaviours (each sent alike to everyone, or caught by the echo round) all honest members finish.
+            expect(honest.map((m) => m.phase)).toEqual(honest.map(() => 'done'));
+            expect(new Set(honest.map((m) => m.result!.cluster.clusterId)).size).toBe(1);
+            expect(new Set(honest.map((m) => m.result!.qualified.join(','))).size).toBe(1);
+            const reason = cheating[behaviour];
+            for (const m of honest) {
+              for (const b of byzantine) {
+                if (reason) expect(m.result!.excluded.find((e) => e.dealer === b)?.reason).toMatch(reason);
+                else expect(m.result!.qualified).toContain(b);
+              }
+            }
+          },
+        ),
+        { numRuns: 12 },
+      );
+    });
+
+    it('f+1 members silent after accepting: every honest member aborts, naming them, and keeps no result', () => {
+      for (const n of [4, 7]) {
+        const f = (n - 1) / 3;
+        const silent = Array.from({ length: f + 1 }, (_, k) => n - k).sort((a, b) => a - b);
+        const sim = simulateCeremony(n, {
+          rewrites: new Map(silent.map((b) => [b, ceremonyBehaviour('silent-after-accept', b, n)])),
+        });
+        for (const m of sim.members.filter((x) => !silent.includes(x.self))) {
+          expect(m.phase).toBe('aborted');
+          expect(m.result).toBeUndefined();
+          expect(m.abort!.members).toEqual(silent);
+        }
+        // Bounded by the deadlines: accept closes at once, the other phases at most one timeout each.
+        expect(sim.elapsedMs).toBeLessThanOrEqual(5 * sim.proposal.phaseTimeoutMs + 200);
+      }
+    });
+  },
+);
+
+describe(
+  'ceremony core: never two keys (R5), even through the known gap',
+  { timeout: CEREMONY_PROPERTY_TIMEOUT_MS },
+  () => {
+    it('a complaint shown to all but the accused splits the honest view; whoever finishes holds the one confirmed key', () => {
+      fc.assert(
+        fc.property(fc.constantFrom(4, 7), fc.array(fc.nat(), { minLength: 1, maxLength: 50 }), (n, choices) => {
           const f = (n - 1) / 3;
           const byzantine = Array.from({ length: f }, (_, k) => n - k);
           let k = 0;
           const sim = simulateCeremony(n, {
-            rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour(behaviour, b, n)])),
+            rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour('selective-complaint', b, n)])),
             pick: () => choices[k++ % choices.length]!,
           });
           const honest = sim.members.filter((m) => !byzantine.includes(m.self));
-          // With these behaviours (each sent alike to everyone, or caught by the echo round) all honest members finish.
-          expect(honest.map((m) => m.phase)).toEqual(honest.map(() => 'done'));
-          expect(new Set(honest.map((m) => m.result!.cluster.clusterId)).size).toBe(1);
-          expect(new Set(honest.map((m) => m.result!.qualified.join(','))).size).toBe(1);
-          const reason = cheating[behaviour];
-          for (const m of honest) {
-            for (const b of byzantine) {
-              if (reason) expect(m.result!.excluded.find((e) => e.dealer === b)?.reason).toMatch(reason);
-              else expect(m.result!.qualified).toContain(b);
-            }
-          }
-        },
-      ),
-      { numRuns: 12 },
-    );
-  });
-
-  it('f+1 members silent after accepting: every honest member aborts, naming them, and keeps no result', () => {
-    for (const n of [4, 7]) {
-      const f = (n - 1) / 3;
-      const silent = Array.from({ length: f + 1 }, (_, k) => n - k).sort((a, b) => a - b);
-      const sim = simulateCeremony(n, {
-        rewrites: new Map(silent.map((b) => [b, ceremonyBehaviour('silent-after-accept', b, n)])),
-      });
-      for (const m of sim.members.filter((x) => !silent.includes(x.self))) {
-        expect(m.phase).toBe('aborted');
-        expect(m.result).toBeUndefined();
-        expect(m.abort!.members).toEqual(silent);
-      }
-      // Bounded by the deadlines: accept closes at once, the other phases at most one timeout each.
-      expect(sim.elapsedMs).toBeLessThanOrEqual(5 * sim.proposal.phaseTimeoutMs + 200);
-    }
-  });
-});
-
-describe('ceremony core: never two keys (R5), even through the known gap', () => {
-  it('a complaint shown to all but the accused splits the honest view; whoever finishes holds the one confirmed key', () => {
-    fc.assert(
-      fc.property(fc.constantFrom(4, 7), fc.array(fc.nat(), { minLength: 1, maxLength: 50 }), (n, choices) => {
-        const f = (n - 1) / 3;
-        const byzantine = Array.from({ length: f }, (_, k) => n - k);
-        let k = 0;
-        const sim = simulateCeremony(n, {
-          rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour('selective-complaint', b, n)])),
-          pick: () => choices[k++ % choices.length]!,
-        });
-        const honest = sim.members.filter((m) => !byzantine.includes(m.self));
-        const finished = honest.filter((m) => m.phase === 'done');
-        expect(new Set(finished.map((m) => m.result!.cluster.clusterId)).size).toBeLessThanOrEqual(1);
-        // Every finisher's key was confirmed by t members.
-        for (const m of finished) expect(m.result!.signatures.length).toBeGreaterThanOrEqual(sim.proposal.t);
-        for (const m of honest.filter((x) => x.phase !== 'done')) expect(m.phase).toBe('aborted');
-      }),
-      { numRuns: 8 },
-    );
-  });
-});
+          const finished = honest.filter((m) => m.phase === 'done');
+          expect(new Set(finished.map((m) => m.result!.cluster.clusterId)).size).toBeLessThanOrEqual(1);
+          // Every finisher's key was confirmed by t members.
+          for (const m of finished) expect(m.result!.signatures.length).toBeGreaterThanOrEqual(sim.proposal.t);
+          for (const m of honest.filter((x) => x.phase !== 'done')) expect(m.phase).toBe('aborted');
+        }),
+        { numRuns: 8 },
+      );
+    });
+  },
+);
