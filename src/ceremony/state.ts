@@ -24,10 +24,13 @@
  * members' confirmations (`dealt`), so their operator learns whether the new
  * set took the deal. Dealer numbers (old indices in a reshare) name deals,
  * complaints and the qualified set; sender numbers name packets.
+ *
+ * This file keeps the phases, the packets kept and their bounds; which dealers
+ * qualify is decided in qualification.ts, and the result drafted and the
+ * confirmations counted in confirmation.ts.
  */
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesEqual, toHex } from '../common/bytes.js';
-import type { ClusterDescriptionJson } from '../cluster/description.js';
+import { bytesEqual } from '../common/bytes.js';
 import type {
   CeremonyPhase,
   CeremonyResult,
@@ -38,7 +41,6 @@ import type {
 } from './events.js';
 import type { RandomSource } from '../crypto/random.js';
 import type { DealingRule } from './dealing.js';
-import { describeCeremonyKey } from './describe.js';
 import type { NodeKey } from './node-key.js';
 import {
   clusterSignatureMessage,
@@ -46,23 +48,14 @@ import {
   encodePacket,
   PHASES,
   type BodyByPhase,
-  type DealBody,
   type Packet,
   type PacketPhase,
 } from './packets.js';
 import { senderOfDealer, type Proposal } from './proposal.js';
-import { ephemeralKey, openShare } from './share-box.js';
-import {
-  commit,
-  decodeCommitments,
-  evaluate,
-  scalarFromBytes,
-  scalarToBytes,
-  scaledShareBytes,
-  shareMatchesCommitments,
-  type G1Point,
-  type Polynomial,
-} from './vss.js';
+import { settleDeals, settleJustifications, type QualificationLedger, type SettledDeal } from './qualification.js';
+import { confirmDealing, confirmResult, draftResult, type ResultDraft } from './confirmation.js';
+import { ephemeralKey } from './share-box.js';
+import { commit, evaluate, scalarToBytes, type Polynomial } from './vss.js';
 
 export interface MemberOptions {
   readonly proposal: Proposal;
@@ -94,15 +87,14 @@ export class CeremonyMember {
   /** Distinct signed versions of each dealer's deal, by body digest. */
   readonly #dealVersions = new Map<number, Packet<'deal'>[]>();
   /** Deals in force after the echo round, with their decoded commitments, by dealer number. */
-  readonly #deals = new Map<number, { body: DealBody; commitments: G1Point[] }>();
+  readonly #deals = new Map<number, SettledDeal>();
   readonly #excluded = new Map<number, string>();
   /** The share each dealer gave this member (after justifications replace disputed ones). */
   readonly #myShares = new Map<number, bigint>();
   #myComplaints: number[] = [];
   #result: CeremonyResult | undefined;
   #dealt: DealerOnlyResult | undefined;
-  #resultDraft:
-    { cluster: ClusterDescriptionJson; qualified: number[]; clusterId: Uint8Array; share: Uint8Array } | undefined;
+  #resultDraft: ResultDraft | undefined;
   #abortReason: { reason: string; members: number[] } | undefined;
 
   constructor(options: MemberOptions) {
@@ -382,163 +374,58 @@ export class CeremonyMember {
     }
   }
 
-  /** After the echo round: one version per dealer, well-formed, accepted by the rule; open my shares; decide my complaints. */
-  #settleDeals(step: Step): void {
-    const { rule } = this.#options;
-    const nodeKey = this.#options.nodeKey;
-    for (const dealer of rule.dealers) {
-      const sender = this.#senderOf(dealer);
-      const versions = sender === undefined ? [] : (this.#dealVersions.get(sender) ?? []);
-      if (versions.length === 0) {
-        this.#exclude(dealer, 'sent no deal', step);
-        continue;
-      }
-      if (versions.length > 1) {
-        this.#exclude(dealer, 'equivocated: signed two different deals', step);
-        continue;
-      }
-      const body = versions[0]!.body;
-      let commitments: G1Point[];
-      try {
-        commitments = decodeCommitments(body.commitments, this.proposal.t);
-      } catch (error) {
-        this.#exclude(dealer, `malformed commitments: ${(error as Error).message}`, step);
-        continue;
-      }
-      if (!rule.acceptsCommitments(dealer, commitments)) {
-        this.#exclude(dealer, 'commitments refused by the dealing rule', step);
-        continue;
-      }
-      this.#deals.set(dealer, { body, commitments });
-      if (!this.#receives) continue;
-      const opened = openShare(
-        (peer) => nodeKey.sharedSecret(peer),
-        body.ephemeral,
-        this.proposal.digest,
-        dealer,
-        this.self,
-        body.shares[this.self - 1]!,
-      );
-      const share = opened ? scalarFromBytes(opened) : null;
-      if (share !== null && shareMatchesCommitments(share, this.self, commitments)) this.#myShares.set(dealer, share);
-      else this.#myComplaints.push(dealer);
-    }
+  /** What qualification.ts reads and writes of this participant's state. */
+  #ledger(step: Step): QualificationLedger {
+    return {
+      proposal: this.proposal,
+      self: this.self,
+      receives: this.#receives,
+      rule: this.#options.rule,
+      nodeKey: this.#options.nodeKey,
+      deals: this.#deals,
+      excluded: this.#excluded,
+      myShares: this.#myShares,
+      senderOf: (dealer) => this.#senderOf(dealer),
+      exclude: (dealer, reason) => this.#exclude(dealer, reason, step),
+    };
   }
 
-  /** Every complaint against a dealer needs a revealed share that matches its commitments. */
+  #settleDeals(step: Step): void {
+    this.#myComplaints = settleDeals(this.#ledger(step), this.#dealVersions);
+  }
+
   #settleJustifications(step: Step): void {
-    const complaints = this.#packets.get('complaint')!;
-    const justifications = this.#packets.get('justification')!;
-    for (const [dealer, deal] of this.#deals) {
-      if (this.#excluded.has(dealer)) continue;
-      const accusers = [...complaints.values()]
-        .filter((p) => (p as Packet<'complaint'>).body.against.includes(dealer))
-        .map((p) => p.from);
-      const sender = this.#senderOf(dealer);
-      const reveals = (
-        (sender === undefined ? undefined : justifications.get(sender)) as Packet<'justification'> | undefined
-      )?.body.reveals;
-      for (const accuser of accusers) {
-        const reveal = reveals?.find((r) => r.to === accuser);
-        if (!reveal) {
-          this.#exclude(dealer, `did not answer the complaint of member ${accuser}`, step);
-          break;
-        }
-        const share = scalarFromBytes(reveal.share);
-        if (share === null || !shareMatchesCommitments(share, accuser, deal.commitments)) {
-          this.#exclude(
-            dealer,
-            `answered the complaint of member ${accuser} with a share that fails its commitments`,
-            step,
-          );
-          break;
-        }
-        if (accuser === this.self) this.#myShares.set(dealer, share);
-      }
-    }
+    settleJustifications(this.#ledger(step), this.#packets.get('complaint')!, this.#packets.get('justification')!);
   }
 
   #draftResult(step: Step): boolean {
-    const { rule } = this.#options;
-    const qualified = [...this.#deals.keys()].filter((d) => !this.#excluded.has(d)).sort((a, b) => a - b);
-    if (qualified.length < rule.minimumQualified) {
-      const out = rule.dealers.filter((d) => !qualified.includes(d));
-      this.#fail(
-        `only ${qualified.length} qualified dealers, ${rule.minimumQualified} needed; excluded: ${out
-          .map((d) => `${d} (${this.#excluded.get(d) ?? 'no deal'})`)
-          .join(', ')}`,
-        out,
-        step,
-      );
+    const drafted = draftResult(this.proposal, this.#options.rule, this.#deals, this.#excluded, this.#myShares);
+    if (!drafted.ok) {
+      this.#fail(drafted.reason, drafted.members, step);
       return false;
     }
-    const { share, commitments } = rule.combine(
-      qualified.map((dealer) => ({
-        dealer,
-        share: this.#myShares.get(dealer)!,
-        commitments: this.#deals.get(dealer)!.commitments,
-      })),
-    );
-    const { cluster, clusterId } = describeCeremonyKey(this.proposal, commitments);
-    this.#resultDraft = { cluster, qualified, clusterId, share: scaledShareBytes(share, this.proposal.n) };
+    this.#resultDraft = drafted.draft;
     return true;
   }
 
   #finish(step: Step): void {
     const draft = this.#resultDraft!;
     const confirms = [...this.#packets.get('confirm')!.values()] as Packet<'confirm'>[];
-    const agreeing = confirms.filter((p) => bytesEqual(p.body.clusterId, draft.clusterId));
-    const others = this.#receivers().filter((i) => !agreeing.some((p) => p.from === i));
-    if (agreeing.length < this.proposal.t) {
-      this.#fail(
-        `only ${agreeing.length} members confirmed this result, ${this.proposal.t} needed; not confirming: ${others.join(', ')}`,
-        others,
-        step,
-      );
-      return;
-    }
+    const confirmed = confirmResult(this.proposal, draft, confirms, this.#receivers(), this.#excluded);
+    if (!confirmed.ok) return this.#fail(confirmed.reason, confirmed.members, step);
     this.#phase = 'done';
-    this.#result = {
-      cluster: draft.cluster,
-      qualified: draft.qualified,
-      excluded: [...this.#excluded].map(([dealer, reason]) => ({ dealer, reason })).sort((a, b) => a.dealer - b.dealer),
-      signatures: agreeing
-        .map((p) => ({ index: p.from, signature: p.body.signature }))
-        .sort((a, b) => a.index - b.index),
-      scaledSecretShare: draft.share,
-    };
+    this.#result = confirmed.result;
     this.#resultDraft = undefined;
     step.events.push({ kind: 'done', clusterId: draft.cluster.clusterId, qualified: draft.qualified });
   }
 
-  /** An outside dealer's end: done once t members confirmed one cluster id; it cannot check more than that. */
   #finishDealing(step: Step): void {
     const confirms = [...this.#packets.get('confirm')!.values()] as Packet<'confirm'>[];
-    const byId = new Map<string, Packet<'confirm'>[]>();
-    for (const p of confirms) {
-      const id = toHex(p.body.clusterId);
-      byId.set(id, [...(byId.get(id) ?? []), p]);
-    }
-    const [clusterId, agreeing] = [...byId].sort((a, b) => b[1].length - a[1].length)[0] ?? ['', []];
-    if (agreeing.length < this.proposal.t) {
-      const others = this.#receivers().filter((i) => !agreeing.some((p) => p.from === i));
-      this.#fail(
-        `only ${agreeing.length} members confirmed one result, ${this.proposal.t} needed; not confirming: ${others.join(', ')}`,
-        others,
-        step,
-      );
-      return;
-    }
-    const qualified = agreeing[0]!.body.qualified.slice().sort((a, b) => a - b);
+    const confirmed = confirmDealing(this.proposal, this.#myDealer!, confirms, this.#receivers(), this.#excluded);
+    if (!confirmed.ok) return this.#fail(confirmed.reason, confirmed.members, step);
     this.#phase = 'done';
-    this.#dealt = {
-      clusterId,
-      qualified,
-      dealer: this.#myDealer!,
-      confirmedBy: agreeing.map((p) => p.from).sort((a, b) => a - b),
-      excluded: [...this.#excluded].map(([dealer, reason]) => ({ dealer, reason })).sort((a, b) => a.dealer - b.dealer),
-    };
-    step.events.push({ kind: 'done', clusterId, qualified });
+    this.#dealt = confirmed.dealt;
+    step.events.push({ kind: 'done', clusterId: confirmed.dealt.clusterId, qualified: confirmed.dealt.qualified });
   }
 }
 

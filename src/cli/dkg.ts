@@ -197,7 +197,35 @@ export function recordAttempt(dataDir: string, proposal: Proposal): void {
   writeFileDurably(path, JSON.stringify([...(Array.isArray(attempts) ? attempts : []), digest]) + '\n');
 }
 
-export function describeEvent(event: ProgressEvent): string | undefined {
+/**
+ * Progress of a running ceremony on the log, for `dkg run` and `reshare run`: each event as a line
+ * (refused frames only up to a bound) and, every 2 s, who the current phase still waits for. The caller
+ * passes onEvent to the runner and calls stop when the ceremony is over.
+ */
+export function reportCeremonyProgress(log: (line: string) => void): {
+  readonly onEvent: (event: ProgressEvent, member: CeremonyMember) => void;
+  readonly stop: () => void;
+} {
+  let member: CeremonyMember | undefined;
+  let refused = 0;
+  // Every 2 s, who the current phase still waits for.
+  const waiting = setInterval(() => {
+    const missing = member?.missing() ?? [];
+    if (member && missing.length > 0) log(`  ${member.phase}: waiting for ${missing.join(', ')}`);
+  }, 2000);
+  return {
+    onEvent: (event, m) => {
+      member = m;
+      // Bounded: a flood of garbage must not flood the log too.
+      if (event.kind === 'refused' && ++refused > 20) return;
+      const line = describeEvent(event);
+      if (line) log(line);
+    },
+    stop: () => clearInterval(waiting),
+  };
+}
+
+function describeEvent(event: ProgressEvent): string | undefined {
   switch (event.kind) {
     case 'phase':
       return `phase ${event.phase}`;
@@ -257,30 +285,12 @@ async function run(argv: string[]): Promise<number> {
   log(
     `ceremony ${toHex(proposal.ceremonyId).slice(0, 16)}…, n = ${proposal.n}, t = ${proposal.t}, listening for members`,
   );
-  let member: CeremonyMember | undefined;
-  let refused = 0;
-  // Every 2 s, who the current phase still waits for.
-  const waiting = setInterval(() => {
-    const missing = member?.missing() ?? [];
-    if (member && missing.length > 0) log(`  ${member.phase}: waiting for ${missing.join(', ')}`);
-  }, 2000);
+  const progress = reportCeremonyProgress(log);
   let outcome;
   try {
-    outcome = await runCeremony({
-      proposal,
-      nodeKey,
-      self,
-      transport,
-      onEvent: (event, m) => {
-        member = m;
-        // Bounded: a flood of garbage must not flood the log too.
-        if (event.kind === 'refused' && ++refused > 20) return;
-        const line = describeEvent(event);
-        if (line) log(line);
-      },
-    });
+    outcome = await runCeremony({ proposal, nodeKey, self, transport, onEvent: progress.onEvent });
   } finally {
-    clearInterval(waiting);
+    progress.stop();
     await transport.close();
   }
   if (!outcome.ok) {

@@ -132,13 +132,23 @@ async function exportRecord(argv: string[]): Promise<number> {
   const store = SigningRecord.open(resolve(required(values.data, 'data')), undefined, { readOnly: true });
   let text: string;
   try {
-    text = JSON.stringify(exportInterchange(store), null, 2) + '\n';
+    text = interchangeText(store);
   } finally {
     await store.close();
   }
-  if (values.out) writeFileDurably(resolve(values.out), text, { mode: 0o600 });
-  else process.stdout.write(text);
+  writeInterchangeText(text, values.out);
   return 0;
+}
+
+/** The signing record as `replica export` (and `reshare freeze --data`) print it: the interchange document. */
+export function interchangeText(store: SigningRecord): string {
+  return JSON.stringify(exportInterchange(store), null, 2) + '\n';
+}
+
+/** An export to the file `out` (written durably, mode 0600) or, without --out, to stdout. */
+export function writeInterchangeText(text: string, out: string | undefined): void {
+  if (out) writeFileDurably(resolve(out), text, { mode: 0o600 });
+  else process.stdout.write(text);
 }
 
 async function importRecord(argv: string[]): Promise<number> {

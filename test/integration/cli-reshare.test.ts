@@ -48,23 +48,71 @@ async function oldCluster(base: string, n: number): Promise<Cluster> {
   return loadClusterFile(join(base, 'old', 'cluster.json'));
 }
 
-/** The new members' cards and a reshare proposal of base/old/cluster.json dealt by `dealers`. */
-async function newMembers(base: string, n: number, dealers: number[]): Promise<string> {
-  const cards = await initMemberCards(base, n, (i) => `new-${i}`);
-  const proposal = join(base, 'public', 'proposal.json');
-  const r = await cli([
+/** `dkg propose` of a reshare of oldCluster to the new members' cards, dealt by the old members `dealers` (into out when given). */
+function proposeReshare(
+  cards: string[],
+  f: number,
+  oldCluster: string,
+  dealers: string,
+  out?: string,
+  more: string[] = [],
+) {
+  return cli([
     'dkg',
     'propose',
     ...cards.flatMap((c) => ['--member', c]),
     '--f',
-    String((n - 1) / 3),
+    String(f),
     '--old-cluster',
-    join(base, 'old', 'cluster.json'),
+    oldCluster,
     '--dealers',
-    dealers.join(','),
-    '--out',
-    proposal,
+    dealers,
+    ...more,
+    ...(out === undefined ? [] : ['--out', out]),
   ]);
+}
+
+/** One participant's `reshare run --json`; oldKey for a dealer, none for a member that only receives. */
+function reshareRun(data: string, proposal: string, oldCluster: string, oldKey?: string) {
+  return cli([
+    'reshare',
+    'run',
+    '--data',
+    data,
+    '--proposal',
+    proposal,
+    '--old-cluster',
+    oldCluster,
+    '--json',
+    ...(oldKey === undefined ? [] : ['--old-key', oldKey]),
+  ]);
+}
+
+/** Each new member (key file keys[k]) endorses the description at `cluster` on its own, into partials[k]. */
+async function endorseEach(cluster: string, keys: string[], partials: string[]) {
+  for (const [k, key] of keys.entries()) {
+    const signed = await cli(['reshare', 'endorse', '--cluster', cluster, '--key', key, '--out', partials[k]!]);
+    expect(signed.code, signed.stderr).toBe(0);
+  }
+}
+
+/** `reshare endorse` combining partial endorsements of `cluster` (into out when given). */
+function combineEndorsements(cluster: string, partials: string[], out?: string) {
+  return cli([
+    'reshare',
+    'endorse',
+    '--cluster',
+    cluster,
+    ...partials.flatMap((p) => ['--partial', p]),
+    ...(out === undefined ? [] : ['--out', out]),
+  ]);
+}
+
+/** The new members' cards and a reshare proposal of base/old/cluster.json dealt by `dealers`. */
+async function newMembers(base: string, n: number, dealers: number[]): Promise<string> {
+  const cards = await initMemberCards(base, n, (i) => `new-${i}`);
+  const proposal = join(base, 'public', 'proposal.json');
+  const r = await proposeReshare(cards, (n - 1) / 3, join(base, 'old', 'cluster.json'), dealers.join(','), proposal);
   expect(r.code, r.stderr).toBe(0);
   return proposal;
 }
@@ -72,18 +120,12 @@ async function newMembers(base: string, n: number, dealers: number[]): Promise<s
 async function reshare(base: string, newN: number, dealers: number[], proposal: string) {
   const runs = await Promise.all(
     Array.from({ length: newN }, (_, k) => k + 1).map((i) =>
-      cli([
-        'reshare',
-        'run',
-        '--data',
+      reshareRun(
         join(base, `new-${i}`),
-        '--proposal',
         proposal,
-        '--old-cluster',
         join(base, 'old', 'cluster.json'),
-        '--json',
-        ...(dealers.includes(i) ? ['--old-key', join(base, 'old', `replica-${i}.key`)] : []),
-      ]),
+        dealers.includes(i) ? join(base, 'old', `replica-${i}.key`) : undefined,
+      ),
     ),
   );
   for (const r of runs) expect(r.code, r.stderr).toBe(0);
@@ -226,19 +268,11 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     expect(cluster.membershipVersion).toBe(1);
     const fresh = join(base, 'new-1', 'cluster.json');
     const partials = [3, 4, 5, 6, 7].map((i) => join(base, 'public', `partial-${i}.json`));
-    for (const [k, i] of [3, 4, 5, 6, 7].entries()) {
-      const signed = await cli([
-        'reshare',
-        'endorse',
-        '--cluster',
-        fresh,
-        '--key',
-        join(base, `new-${i}`, 'replica.key'),
-        '--out',
-        partials[k]!,
-      ]);
-      expect(signed.code, signed.stderr).toBe(0);
-    }
+    await endorseEach(
+      fresh,
+      [3, 4, 5, 6, 7].map((i) => join(base, `new-${i}`, 'replica.key')),
+      partials,
+    );
     // The endorsement record: member 3 signs the same description again (the same partial); another description
     // at membership 1 (one endpoint changed) is refused, nothing signed; the record sits beside its key.
     const signedAgain = await cli([
@@ -277,15 +311,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     ]);
     expect(existsSync(join(base, 'public', 'partial-other.json'))).toBe(false);
     const endorsed = join(base, 'public', 'cluster-endorsed.json');
-    const combined = await cli([
-      'reshare',
-      'endorse',
-      '--cluster',
-      fresh,
-      ...partials.flatMap((p) => ['--partial', p]),
-      '--out',
-      endorsed,
-    ]);
+    const combined = await combineEndorsements(fresh, partials, endorsed);
     expect(combined.code, combined.stderr).toBe(0);
     // A holder of the old description follows the endorsed one, and only that.
     const followed = join(base, 'public', 'cluster-followed.json');
@@ -300,13 +326,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     expect([unendorsed.code, unendorsed.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_ENDORSED\)/)]);
     const again = await cli(['reshare', 'follow', '--cluster', followed, '--candidate', endorsed]);
     expect([again.code, again.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_NEWER\)/)]);
-    const tooFew = await cli([
-      'reshare',
-      'endorse',
-      '--cluster',
-      fresh,
-      ...partials.slice(1).flatMap((p) => ['--partial', p]),
-    ]);
+    const tooFew = await combineEndorsements(fresh, partials.slice(1));
     expect([tooFew.code, tooFew.stderr]).toEqual([1, expect.stringMatching(/\(MEMBERSHIP_NOT_ENDORSED\)/)]);
     const both = await cli([
       'reshare',
@@ -345,25 +365,13 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     const oldPath = join(base, 'old', 'cluster.json');
     const cards = await initMemberCards(base, 4, (i) => `new-${i}`);
     const members = cards.flatMap((c) => ['--member', c]);
-    const few = await cli(['dkg', 'propose', ...members, '--f', '1', '--old-cluster', oldPath, '--dealers', '1,2,2']);
+    const few = await proposeReshare(cards, 1, oldPath, '1,2,2');
     expect([few.code, few.stderr]).toEqual([1, expect.stringMatching(/t_old = 3 .*\(RESHARE_REFUSED\)/)]);
     const half = await cli(['dkg', 'propose', ...members, '--f', '1', '--dealers', '1,2,3']);
     expect([half.code, half.stderr]).toEqual([2, expect.stringMatching(/\(INVALID_OPTION\)/)]);
 
     const proposal = join(base, 'public', 'proposal.json');
-    const made = await cli([
-      'dkg',
-      'propose',
-      ...members,
-      '--f',
-      '1',
-      '--old-cluster',
-      oldPath,
-      '--dealers',
-      '3,1,2',
-      '--out',
-      proposal,
-    ]);
+    const made = await proposeReshare(cards, 1, oldPath, '3,1,2', proposal);
     expect(made.code, made.stderr).toBe(0);
     expect(JSON.parse(readFileSync(proposal, 'utf8')).reshare).toMatchObject({
       oldMembershipVersion: 0,
@@ -416,24 +424,11 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     await oldCluster(base, 7);
     const oldPath = join(base, 'old', 'cluster.json');
     const cards = await initMemberCards(base, 4, (i) => `new-${i}`);
-    const members = cards.flatMap((c) => ['--member', c]);
     // Old members 5..8's node keys and cards (8 is no replica of the 7-member cluster).
     const leaving = await initMemberCards(join(base, 'leaving'), 8, (i) => `old-${i}`);
     const outside = (indices: number[]) => indices.flatMap((i) => ['--outside-dealer', `${i}=${leaving[i - 1]}`]);
     const propose = (dealers: string, extra: string[], out?: string) =>
-      cli([
-        'dkg',
-        'propose',
-        ...members,
-        '--f',
-        '1',
-        '--old-cluster',
-        oldPath,
-        '--dealers',
-        dealers,
-        ...extra,
-        ...(out ? ['--out', out] : []),
-      ]);
+      proposeReshare(cards, 1, oldPath, dealers, out, extra);
     const stranger = await propose('1,2,3,5,6', outside([5, 6, 8]));
     expect([stranger.code, stranger.stderr]).toEqual([
       1,
@@ -691,6 +686,15 @@ describe('quorumfence reshare (processes over real sockets)', () => {
         dataRoot: join(base, `${gen}-data`),
         extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
       });
+    /** Starts one generation's replicas, acquires "orders" once as `name`, and stops them again. */
+    const acquireOnce = async (starting: Promise<LocalCluster>, name: keyof typeof identities) => {
+      const live = await starting;
+      try {
+        return await acquire(live, name);
+      } finally {
+        await live.close();
+      }
+    };
     const guard = await LmdbGuard.open(join(base, 'guard'), old);
     const guardWriteOf = (token: AdmissionToken) =>
       guard.write({ token: tokenToText(token), resource: 'orders', op: 'put', key: 'k' }, (tx) => {
@@ -698,47 +702,26 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       });
     try {
       // Generation 0: four replicas; alice holds "orders" and writes through the guard.
-      const run0 = await startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') });
-      let first: { epoch: bigint; token: AdmissionToken };
-      try {
-        first = await acquire(run0, 'alice');
-      } finally {
-        await run0.close();
-      }
+      const first = await acquireOnce(
+        startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') }),
+        'alice',
+      );
       expect(await guardWriteOf(first.token)).toMatchObject({ ok: true, epoch: first.epoch });
       await freezeAll(join(base, 'gen0-data'), 4, 'gen0');
 
       // Step 1: 4 -> 7, the four old members dealing as new members 1..4.
       const cards1 = await initMemberCards(join(base, 'gen1'), 7, (i) => `m-${i}`);
       const proposal1 = join(base, 'gen1', 'public', 'proposal.json');
-      const propose1 = await cli([
-        'dkg',
-        'propose',
-        ...cards1.flatMap((c) => ['--member', c]),
-        '--f',
-        '2',
-        '--old-cluster',
-        join(base, 'old', 'cluster.json'),
-        '--dealers',
-        '1,2,3,4',
-        '--out',
-        proposal1,
-      ]);
+      const propose1 = await proposeReshare(cards1, 2, join(base, 'old', 'cluster.json'), '1,2,3,4', proposal1);
       expect(propose1.code, propose1.stderr).toBe(0);
       const runs1 = await Promise.all(
         [1, 2, 3, 4, 5, 6, 7].map((i) =>
-          cli([
-            'reshare',
-            'run',
-            '--data',
+          reshareRun(
             join(base, 'gen1', `m-${i}`),
-            '--proposal',
             proposal1,
-            '--old-cluster',
             join(base, 'old', 'cluster.json'),
-            '--json',
-            ...(i <= 4 ? ['--old-key', join(base, 'old', `replica-${i}.key`)] : []),
-          ]),
+            i <= 4 ? join(base, 'old', `replica-${i}.key`) : undefined,
+          ),
         ),
       );
       for (const r of runs1) expect(r.code, r.stderr).toBe(0);
@@ -750,13 +733,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       );
       const gen1 = loadClusterFile(join(gen1Keys, 'cluster.json'));
       expect([gen1.n, gen1.membershipVersion, gen1.idHex]).toEqual([7, 1, old.idHex]);
-      const run1 = await start(gen1Keys, 'gen1');
-      let second: { epoch: bigint; token: AdmissionToken };
-      try {
-        second = await acquire(run1, 'bob');
-      } finally {
-        await run1.close();
-      }
+      const second = await acquireOnce(start(gen1Keys, 'gen1'), 'bob');
       expect(second.epoch).toBeGreaterThan(first.epoch);
       expect(await guardWriteOf(second.token)).toMatchObject({ ok: true, epoch: second.epoch });
       expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
@@ -789,53 +766,22 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       }
       const gen1Path = join(gen1Keys, 'cluster.json');
       const proposal2 = join(base, 'gen2', 'public', 'proposal.json');
-      const propose2 = await cli([
-        'dkg',
-        'propose',
-        ...cards2.flatMap((c) => ['--member', c]),
-        '--f',
-        '1',
-        '--old-cluster',
-        gen1Path,
-        '--dealers',
-        '1,2,3,5,6,7',
-        ...outside,
-        '--out',
-        proposal2,
-      ]);
+      const propose2 = await proposeReshare(cards2, 1, gen1Path, '1,2,3,5,6,7', proposal2, outside);
       expect(propose2.code, propose2.stderr).toBe(0);
       expect(
         JSON.parse(readFileSync(proposal2, 'utf8')).reshare.outsideDealers.map((d: { oldIndex: number }) => d.oldIndex),
       ).toEqual([5, 6, 7]);
       const runs2 = await Promise.all([
         ...[1, 2, 3, 4].map((i) =>
-          cli([
-            'reshare',
-            'run',
-            '--data',
+          reshareRun(
             join(base, 'gen2', `m-${i}`),
-            '--proposal',
             proposal2,
-            '--old-cluster',
             gen1Path,
-            '--json',
-            ...(i <= 3 ? ['--old-key', join(gen1Keys, `replica-${i}.key`)] : []),
-          ]),
+            i <= 3 ? join(gen1Keys, `replica-${i}.key`) : undefined,
+          ),
         ),
         ...[5, 6, 7].map((i) =>
-          cli([
-            'reshare',
-            'run',
-            '--data',
-            join(base, 'gen1', `m-${i}`),
-            '--proposal',
-            proposal2,
-            '--old-cluster',
-            gen1Path,
-            '--old-key',
-            join(gen1Keys, `replica-${i}.key`),
-            '--json',
-          ]),
+          reshareRun(join(base, 'gen1', `m-${i}`), proposal2, gen1Path, join(gen1Keys, `replica-${i}.key`)),
         ),
       ]);
       for (const r of runs2) expect(r.code, r.stderr).toBe(0);
@@ -862,13 +808,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       const gen2 = loadClusterFile(join(gen2Keys, 'cluster.json'));
       expect([gen2.n, gen2.t, gen2.membershipVersion, gen2.idHex]).toEqual([4, 3, 2, old.idHex]);
       expect(clusterToJson(gen2).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
-      const run2 = await start(gen2Keys, 'gen2');
-      let third: { epoch: bigint; token: AdmissionToken };
-      try {
-        third = await acquire(run2, 'alice');
-      } finally {
-        await run2.close();
-      }
+      const third = await acquireOnce(start(gen2Keys, 'gen2'), 'alice');
       expect(third.epoch).toBeGreaterThan(second.epoch);
       // The guard configured before the first step: the new token in, both older ones stale.
       expect(await guardWriteOf(third.token)).toMatchObject({ ok: true, epoch: third.epoch });
@@ -887,31 +827,14 @@ describe('quorumfence reshare (processes over real sockets)', () => {
         expect.stringMatching(/must be an endorsed newer membership.*nothing erased \(RESHARE_REFUSED\)/),
       ]);
       expect(existsSync(leaving)).toBe(true);
-      const partials2: string[] = [];
-      for (const i of [1, 2, 3]) {
-        partials2.push(join(base, 'gen2', 'public', `partial-${i}.json`));
-        const signed = await cli([
-          'reshare',
-          'endorse',
-          '--cluster',
-          gen2Path,
-          '--key',
-          join(gen2Keys, `replica-${i}.key`),
-          '--out',
-          partials2.at(-1)!,
-        ]);
-        expect(signed.code, signed.stderr).toBe(0);
-      }
-      const endorsed2 = join(base, 'gen2', 'public', 'cluster-endorsed.json');
-      const combined2 = await cli([
-        'reshare',
-        'endorse',
-        '--cluster',
+      const partials2 = [1, 2, 3].map((i) => join(base, 'gen2', 'public', `partial-${i}.json`));
+      await endorseEach(
         gen2Path,
-        ...partials2.flatMap((p) => ['--partial', p]),
-        '--out',
-        endorsed2,
-      ]);
+        [1, 2, 3].map((i) => join(gen2Keys, `replica-${i}.key`)),
+        partials2,
+      );
+      const endorsed2 = join(base, 'gen2', 'public', 'cluster-endorsed.json');
+      const combined2 = await combineEndorsements(gen2Path, partials2, endorsed2);
       expect(combined2.code, combined2.stderr).toBe(0);
       // A holder of the very first description follows membership 2 directly.
       const followed = await cli([

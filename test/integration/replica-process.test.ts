@@ -5,22 +5,14 @@
  * a store in use; graceful SIGTERM; and TLS.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dealLocalCluster, replicaEntryPoint, startLocalCluster } from '../../src/cluster/launcher.js';
 import { CloseCode } from '../../src/protocol/messages.js';
 import { outcomeOf, RawClient } from '../support/raw-client.js';
+import { makeSelfSignedCert } from '../support/self-signed-cert.js';
 
 let root: string;
 let keys: string;
@@ -241,45 +233,19 @@ describe('replica shutdown and transport', () => {
 
   it('serves wss:// and https:// health with --tls-cert and --tls-key', async () => {
     const tlsDir = join(root, 'tls');
-    mkdirSync(tlsDir);
-    const made = spawnSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-keyout',
-        join(tlsDir, 'key.pem'),
-        '-out',
-        join(tlsDir, 'cert.pem'),
-        '-days',
-        '1',
-        '-subj',
-        '/CN=127.0.0.1',
-        '-addext',
-        'subjectAltName=IP:127.0.0.1',
-      ],
-      { encoding: 'utf8' },
-    );
-    if (made.status !== 0) {
-      console.warn(`skipping the TLS test: openssl failed: ${made.stderr ?? made.error}`);
-      return;
-    }
+    const cert = makeSelfSignedCert(tlsDir);
+    if (cert === undefined) return;
     const local = await startLocalCluster({
       dir: keys,
       indices: [1],
       dataRoot: join(root, 'd-tls'),
-      extraArgs: ['--tls-cert', join(tlsDir, 'cert.pem'), '--tls-key', join(tlsDir, 'key.pem')],
+      extraArgs: ['--tls-cert', cert.certFile, '--tls-key', cert.keyFile],
     });
     try {
       const replica = local.replica(1);
       expect(replica.url).toMatch(/^wss:\/\/127\.0\.0\.1:\d+$/);
       expect(local.cluster.replicas[0]!.endpoint).toBe(replica.url);
-      const client = await RawClient.open(replica.url, undefined, { ca: readFileSync(join(tlsDir, 'cert.pem')) });
+      const client = await RawClient.open(replica.url, undefined, { ca: readFileSync(cert.certFile) });
       expect(outcomeOf(await client.acquire('tls/1', 1n)).status).toBe('granted');
       await client.close();
       // Plain ws:// to a TLS port fails.

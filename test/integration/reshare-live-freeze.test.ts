@@ -6,8 +6,7 @@
  * still succeed while 2f+1 others can grant, and fail as unavailable, naming it, once they cannot.
  * A request without the operator secret, or with a wrong one, is refused and changes nothing.
  */
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +19,7 @@ import { SigningRecord } from '../../src/replica/signing-record.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { runCli } from '../support/cli.js';
 import { RawClient } from '../support/raw-client.js';
+import { makeSelfSignedCert } from '../support/self-signed-cert.js';
 
 let dir: string;
 let local: LocalCluster | undefined;
@@ -187,46 +187,13 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
 describe('reshare freeze --url over wss:// with --ca', () => {
   it('a replica whose self-signed certificate this machine does not trust: refused without --ca (CONNECTION_FAILED, nothing frozen), frozen with it; a bad --ca file is refused (INVALID_OPTION, IO_ERROR), and --ca with ws:// or --data (INVALID_OPTION)', async () => {
     const tlsDir = join(dir, 'tls');
-    mkdirSync(tlsDir);
-    const made = spawnSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:prime256v1',
-        '-nodes',
-        '-keyout',
-        join(tlsDir, 'key.pem'),
-        '-out',
-        join(tlsDir, 'cert.pem'),
-        '-days',
-        '1',
-        '-subj',
-        '/CN=127.0.0.1',
-        '-addext',
-        'subjectAltName=IP:127.0.0.1',
-      ],
-      { encoding: 'utf8' },
-    );
-    if (made.status !== 0) {
-      console.warn(`skipping the TLS test: openssl failed: ${made.stderr ?? made.error}`);
-      return;
-    }
+    const cert = makeSelfSignedCert(tlsDir);
+    if (cert === undefined) return;
     const tls = await startLocalCluster({
       dir: join(dir, 'keys'),
       indices: [1],
       dataRoot: join(dir, 'data-tls'),
-      extraArgs: [
-        '--tls-cert',
-        join(tlsDir, 'cert.pem'),
-        '--tls-key',
-        join(tlsDir, 'key.pem'),
-        '--operator-secret-file',
-        secretFile,
-      ],
+      extraArgs: ['--tls-cert', cert.certFile, '--tls-key', cert.keyFile, '--operator-secret-file', secretFile],
     });
     try {
       const url = tls.replica(1).url;
@@ -247,16 +214,7 @@ describe('reshare freeze --url over wss:// with --ca', () => {
       const missing = await freeze('--ca', join(tlsDir, 'absent.pem'));
       expect([missing.code, missing.stderr]).toEqual([1, expect.stringMatching(/cannot read .*\(IO_ERROR\)/)]);
       const plain = await runCli(
-        [
-          'reshare',
-          'freeze',
-          '--url',
-          url.replace('wss:', 'ws:'),
-          '--secret-file',
-          secretFile,
-          '--ca',
-          join(tlsDir, 'cert.pem'),
-        ],
+        ['reshare', 'freeze', '--url', url.replace('wss:', 'ws:'), '--secret-file', secretFile, '--ca', cert.certFile],
         { timeoutMs: 30_000 },
       );
       expect([plain.code, plain.stderr]).toEqual([
@@ -269,14 +227,14 @@ describe('reshare freeze --url over wss:// with --ca', () => {
         '--data',
         join(dir, 'data-tls', 'replica-1'),
         '--ca',
-        join(tlsDir, 'cert.pem'),
+        cert.certFile,
       ]);
       expect([stopped.code, stopped.stderr]).toEqual([
         2,
         expect.stringMatching(/--ca goes with --url.*\(INVALID_OPTION\)/),
       ]);
       // None of the refusals froze it: it still grants.
-      const ca = readFileSync(join(tlsDir, 'cert.pem'));
+      const ca = readFileSync(cert.certFile);
       const acquireOnce = async (resource: string) => {
         const raw = await RawClient.open(url, undefined, { ca });
         try {
@@ -287,7 +245,7 @@ describe('reshare freeze --url over wss:// with --ca', () => {
         }
       };
       expect(await acquireOnce('tls/before')).toBe('granted');
-      const trusted = await freeze('--ca', join(tlsDir, 'cert.pem'), '--reason', 'tls test');
+      const trusted = await freeze('--ca', cert.certFile, '--reason', 'tls test');
       expect(trusted.code, trusted.stderr).toBe(0);
       expect(JSON.parse(trusted.stdout)).toMatchObject({ frozen: true, replica: 1, reason: 'tls test' });
       expect(await acquireOnce('tls/after')).toBe('error REPLICA_FROZEN');

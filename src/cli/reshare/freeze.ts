@@ -7,12 +7,11 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../../common/errors.js';
-import { writeFileDurably } from '../../common/files.js';
 import { OPERATOR_SECRET_ENV, readOperatorSecret } from '../../common/operator-secret.js';
-import { exportInterchange } from '../../replica/interchange.js';
 import { SigningRecord } from '../../replica/signing-record.js';
 import { integerFlag, parseFlags } from '../../command/args.js';
 import { readCertificateAuthority } from '../../command/pem.js';
+import { interchangeText, writeInterchangeText } from '../replica.js';
 
 export async function freeze(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, {
@@ -52,12 +51,11 @@ export async function freeze(argv: string[]): Promise<number> {
   try {
     const state = await store.freeze(values.reason ?? 'reshare');
     process.stderr.write(`reshare: replica ${identity.replicaIndex} frozen at ${state.at}; it signs nothing more\n`);
-    text = JSON.stringify(exportInterchange(store), null, 2) + '\n';
+    text = interchangeText(store);
   } finally {
     await store.close();
   }
-  if (values.out) writeFileDurably(resolve(values.out), text, { mode: 0o600 });
-  else process.stdout.write(text);
+  writeInterchangeText(text, values.out);
   return 0;
 }
 

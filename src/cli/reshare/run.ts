@@ -15,10 +15,9 @@ import { assertNoKeyYet } from '../../ceremony/output.js';
 import { parseProposal, participantOf, type Proposal } from '../../ceremony/proposal.js';
 import { resharing, unscaledShare, type OldSharing } from '../../ceremony/reshare.js';
 import { runCeremony, runDealerOnly, type RunOptions } from '../../ceremony/runner.js';
-import type { CeremonyMember } from '../../ceremony/state.js';
 import { openWebSocketTransport } from '../../ceremony/transport.js';
 import { parseFlags, parseListen, required } from '../../command/args.js';
-import { describeEvent, recordAttempt, saveCeremonyResult } from '../dkg.js';
+import { recordAttempt, reportCeremonyProgress, saveCeremonyResult } from '../dkg.js';
 
 export function oldSharingOf(cluster: Cluster): OldSharing {
   const json = clusterToJson(cluster);
@@ -135,32 +134,13 @@ export async function run(argv: string[]): Promise<number> {
         ? `; participants 1..${proposal.n} are the new members, ${outside.map((p) => `${p.sender} = old replica ${p.dealer}`).join(', ')} deal only`
         : ''),
   );
-  let member: CeremonyMember | undefined;
-  let refused = 0;
-  // Every 2 s, who the current phase still waits for.
-  const waiting = setInterval(() => {
-    const missing = member?.missing() ?? [];
-    if (member && missing.length > 0) log(`  ${member.phase}: waiting for ${missing.join(', ')}`);
-  }, 2000);
-  const options: RunOptions = {
-    proposal,
-    nodeKey,
-    self,
-    transport,
-    rule,
-    onEvent: (event, m) => {
-      member = m;
-      // Bounded: a flood of garbage must not flood the log too.
-      if (event.kind === 'refused' && ++refused > 20) return;
-      const line = describeEvent(event);
-      if (line) log(line);
-    },
-  };
+  const progress = reportCeremonyProgress(log);
+  const options: RunOptions = { proposal, nodeKey, self, transport, rule, onEvent: progress.onEvent };
   try {
     if (!me.receives) return await dealOnly(options, old, me.dealer!, values.json === true);
     return await receive(options, old, dataDir, values.publish, values.json === true);
   } finally {
-    clearInterval(waiting);
+    progress.stop();
     await transport.close();
   }
 }
