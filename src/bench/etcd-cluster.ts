@@ -1,0 +1,147 @@
+/**
+ * The etcd side of the bench, started for each run: a cluster of etcd members
+ * on loopback, with fresh data directories and etcd's default durability
+ * (fsync on every commit), and the one POST every call to its HTTP/JSON
+ * gateway goes through.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createServer } from 'node:net';
+import { QuorumFenceError } from '../common/errors.js';
+// Type-only: undici is a dev dependency, loaded when the etcd section runs.
+import type { Dispatcher } from 'undici';
+
+export interface EtcdCluster {
+  readonly clientUrls: readonly string[];
+  /** The members' process ids (for their CPU time). */
+  readonly pids: readonly number[];
+  close(): Promise<void>;
+}
+
+/** The etcd binary on PATH, or undefined. */
+export function findEtcd(): string | undefined {
+  const result = spawnSync('sh', ['-c', 'command -v etcd'], { encoding: 'utf8' });
+  const path = result.stdout.trim();
+  return result.status === 0 && path ? path : undefined;
+}
+
+async function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, host, () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** The fields of etcd gateway answers the bench reads. */
+export interface EtcdAnswer {
+  error?: unknown;
+  ID?: string;
+  key?: string;
+  kvs?: { create_revision: string }[];
+  succeeded?: boolean;
+}
+
+/** One POST to etcd's HTTP/JSON gateway through a keep-alive pool. */
+export async function post(pool: Dispatcher, path: string, body: unknown, signal?: AbortSignal): Promise<EtcdAnswer> {
+  const response = await pool.request({
+    path,
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json' },
+    ...(signal ? { signal } : {}),
+  });
+  const json = (await response.body.json()) as EtcdAnswer;
+  if (response.statusCode !== 200 || json.error)
+    throw new QuorumFenceError(
+      'INTERNAL',
+      `etcd ${path}: ${response.statusCode} ${JSON.stringify(json).slice(0, 200)}`,
+    );
+  return json;
+}
+
+export const base64 = (text: string) => Buffer.from(text).toString('base64');
+
+/** Starts a 3-member etcd cluster on 127.0.0.1 and waits until it elects a leader. */
+export async function startEtcdCluster(
+  options: { members?: number; startTimeoutMs?: number } = {},
+): Promise<EtcdCluster> {
+  const binary = findEtcd();
+  if (!binary) throw new QuorumFenceError('IO_ERROR', 'etcd is not on PATH (Debian: apt-get install etcd-server)');
+  const members = options.members ?? 3;
+  const dir = mkdtempSync(join(tmpdir(), 'qf-bench-etcd-'));
+  const host = '127.0.0.1';
+  const ports = await Promise.all(Array.from({ length: members * 2 }, () => freePort(host)));
+  const names = Array.from({ length: members }, (_, k) => `etcd-${k + 1}`);
+  const peerUrl = (k: number) => `http://${host}:${ports[2 * k + 1]}`;
+  const clientUrls = names.map((_, k) => `http://${host}:${ports[2 * k]}`);
+  const initialCluster = names.map((name, k) => `${name}=${peerUrl(k)}`).join(',');
+  const children: ChildProcess[] = names.map((name, k) =>
+    spawn(
+      binary,
+      [
+        '--name',
+        name,
+        '--data-dir',
+        join(dir, name),
+        '--listen-client-urls',
+        clientUrls[k]!,
+        '--advertise-client-urls',
+        clientUrls[k]!,
+        '--listen-peer-urls',
+        peerUrl(k),
+        '--initial-advertise-peer-urls',
+        peerUrl(k),
+        '--initial-cluster',
+        initialCluster,
+        '--initial-cluster-state',
+        'new',
+        '--initial-cluster-token',
+        'quorumfence-bench',
+        '--log-level',
+        'error',
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    ),
+  );
+  const close = async () => {
+    await Promise.all(
+      children.map(
+        (child) =>
+          new Promise<void>((resolve) => {
+            if (child.exitCode !== null || child.signalCode !== null) return resolve();
+            child.once('exit', () => resolve());
+            child.kill('SIGTERM');
+            setTimeout(() => child.kill('SIGKILL'), 3000).unref();
+          }),
+      ),
+    );
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + (options.startTimeoutMs ?? 20_000);
+  for (;;) {
+    try {
+      // A write goes through only once a leader exists.
+      const { Pool } = await import('undici');
+      const probe = new Pool(clientUrls[0]!, { connections: 1 });
+      try {
+        await post(probe, '/v3/kv/put', { key: base64('ready'), value: 'AQ==' }, AbortSignal.timeout(1000));
+      } finally {
+        await probe.close();
+      }
+      return { clientUrls, pids: children.map((child) => child.pid ?? 0), close };
+    } catch (error) {
+      if (Date.now() > deadline) {
+        await close();
+        throw new QuorumFenceError('TIMEOUT', `etcd cluster did not become ready: ${(error as Error).message}`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+}
