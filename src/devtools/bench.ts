@@ -10,15 +10,24 @@ import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { loadBackend } from '../crypto/load.js';
 import { benchCrypto, type CryptoFigures } from '../bench/crypto.js';
-import { benchEtcd, type EtcdDriverFigures, type EtcdFigures } from '../bench/etcd.js';
+import { benchEtcd, type EtcdFigures } from '../bench/etcd.js';
 import { findEtcd } from '../bench/etcd-cluster.js';
 import { benchGuard, postgresRows, type GuardBenchFigures } from '../bench/guard.js';
-import type { Timing } from '../bench/measure.js';
 import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
 import { benchCeremony } from '../bench/ceremony.js';
 import { benchGrowth } from '../bench/growth.js';
-import { benchSystem, type LoopRate, type SystemFigures } from '../bench/system.js';
-import { BUCKETS } from '../bench/profile.js';
+import { benchSystem, type SystemFigures } from '../bench/system.js';
+import {
+  comparisonTable,
+  cryptoTable,
+  floorMs,
+  ms,
+  profileTable,
+  table,
+  targetRows,
+  thresholdOf,
+  timing,
+} from '../bench/report.js';
 import { integerFlag, parseFlags, type Command } from '../command/args.js';
 
 const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony', 'growth'] as const;
@@ -60,252 +69,6 @@ options:
 function progress(line: string): void {
   if (process.stderr.isTTY) process.stderr.write(`\r\x1b[2K${line}`);
   else process.stderr.write(`${line}\n`);
-}
-
-function ms(value: number): string {
-  return value >= 100 ? value.toFixed(0) : value >= 10 ? value.toFixed(1) : value.toFixed(2);
-}
-
-function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => (r[c] ?? '').length)));
-  return rows
-    .map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('   '))
-    .join('\n');
-}
-
-function cryptoTable(figures: CryptoFigures[]): string {
-  const rows: string[][] = [['crypto (median ms)', ...figures.map((f) => f.backend)]];
-  rows.push(['sign', ...figures.map((f) => ms(f.signMs.median))]);
-  rows.push(['verify partial', ...figures.map((f) => ms(f.verifyPartialMs.median))]);
-  rows.push(['verify token (decode + pairing)', ...figures.map((f) => ms(f.verifyTokenMs.median))]);
-  for (const t of Object.keys(figures[0]!.combineMs))
-    rows.push([`combine t = ${t}`, ...figures.map((f) => (f.combineMs[t] ? ms(f.combineMs[t]!.median) : '-'))]);
-  return table(rows);
-}
-
-const timing = (t: Timing) => `p50 ${ms(t.median)} ms, p99 ${ms(t.p99)} ms`;
-const rate = (r: LoopRate) => `${r.perSecond.toFixed(0)}/s`;
-
-/** Partials a grant needs with N replicas (t = 2f+1): what a grant signs when its first t signers all grant. */
-const thresholdOf = (n: number): number => (2 * n + 1) / 3;
-
-/**
- * The crypto floor of one grant, ms: t signs (an acquire asks t replicas first, docs/protocol.md) + combine +
- * client verify + guard verify (no I/O).
- */
-function floorMs(crypto: CryptoFigures, n: number): number {
-  const t = thresholdOf(n);
-  const combine = crypto.combineMs[String(t)]?.median ?? crypto.combineMs['3']!.median;
-  return t * crypto.signMs.median + combine + 2 * crypto.verifyTokenMs.median;
-}
-
-const LOOP_ROWS = [
-  ['one', '1 client (cycles/s)'],
-  ['distinct', '16 clients, distinct resources (cycles/s)'],
-  ['hot', '16 clients, one hot resource (handoffs/s)'],
-] as const;
-
-/** quorumfence beside each etcd driver, both loop kinds; ratios against the gateway column. */
-function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFigures | undefined, n: number): string {
-  const drivers = (['gateway', 'grpc'] as const).filter((d) => etcd?.drivers[d]);
-  const header = [
-    'quorumfence: acquire [+ guarded write] + release | etcd: lock [+ fenced txn] + unlock',
-    system ? `quorumfence N=${n}` : '',
-    ...drivers.map((d) => (d === 'gateway' ? 'etcd x3 gateway' : 'etcd x3 etcd3/gRPC')),
-    system && etcd?.drivers.gateway ? 'qf / gateway' : '',
-  ];
-  const rows: string[][] = [header];
-  const gateway = etcd?.drivers.gateway;
-  const line = (label: string, q: string | undefined, e: (d: EtcdDriverFigures) => string, ratio?: number) =>
-    rows.push([
-      label,
-      q ?? '',
-      ...drivers.map((d) => e(etcd!.drivers[d]!)),
-      ratio === undefined || !Number.isFinite(ratio) ? '' : `${ratio.toFixed(2)}x`,
-    ]);
-  line(
-    'uncontended acquire p50 (ms) | lock + revision',
-    system && ms(system.acquireMs.median),
-    (d) => ms(d.acquireMs.median),
-    system && gateway ? system.acquireMs.median / gateway.acquireMs.median : undefined,
-  );
-  line(
-    'uncontended acquire p99 (ms)',
-    system && ms(system.acquireMs.p99),
-    (d) => ms(d.acquireMs.p99),
-    system && gateway ? system.acquireMs.p99 / gateway.acquireMs.p99 : undefined,
-  );
-  for (const kind of ['lockRelease', 'fencedWrite'] as const) {
-    rows.push([
-      kind === 'lockRelease' ? 'acquire + release' : 'acquire + one fenced write + release',
-      '',
-      ...drivers.map(() => ''),
-      '',
-    ]);
-    for (const [key, label] of LOOP_ROWS) {
-      line(
-        `  ${label}`,
-        system && rate(system.loops[kind][key]),
-        (d) => rate(d.loops[kind][key]),
-        system && gateway ? system.loops[kind][key].perSecond / gateway.loops[kind][key].perSecond : undefined,
-      );
-    }
-    line(
-      '  1 client acquire p50 / p99 (ms)',
-      system && `${ms(system.loops[kind].one.acquireMs.median)} / ${ms(system.loops[kind].one.acquireMs.p99)}`,
-      (d) => `${ms(d.loops[kind].one.acquireMs.median)} / ${ms(d.loops[kind].one.acquireMs.p99)}`,
-    );
-    line(
-      '  hot: wait for the lock p50 / p99 (ms)',
-      system && `${ms(system.loops[kind].hot.acquireMs.median)} / ${ms(system.loops[kind].hot.acquireMs.p99)}`,
-      (d) => `${ms(d.loops[kind].hot.acquireMs.median)} / ${ms(d.loops[kind].hot.acquireMs.p99)}`,
-      system && gateway ? system.loops[kind].hot.acquireMs.p99 / gateway.loops[kind].hot.acquireMs.p99 : undefined,
-    );
-  }
-  line(
-    'CPU per cycle, all processes, 16 distinct, fenced write (ms)',
-    system && ms(system.cpuPerGrantMs),
-    (d) => ms(d.cpuPerCycleMs.etcd + d.cpuPerCycleMs.client),
-    system && gateway ? system.cpuPerGrantMs / (gateway.cpuPerCycleMs.etcd + gateway.cpuPerCycleMs.client) : undefined,
-  );
-  line(
-    '  of which servers | client process (ms)',
-    system &&
-      `${ms(system.cpuBreakdownMs.replicas + system.cpuBreakdownMs.resource)} | ${ms(system.cpuBreakdownMs.client)}`,
-    (d) => `${ms(d.cpuPerCycleMs.etcd)} | ${ms(d.cpuPerCycleMs.client)}`,
-  );
-  const notes = drivers.map((d) => {
-    const f = etcd!.drivers[d]!;
-    return `etcd ${d}: ${f.description}; fencing checked before timing: a write with revision ${f.fencing.staleFence} (released) was refused once revision ${f.fencing.currentFence} held the lock`;
-  });
-  return [table(rows), ...notes].join('\n');
-}
-
-/** Each profiled loop: ms per grant per bucket and process kind, then the top functions of each kind. */
-function profileTable(profile: NonNullable<SystemFigures['profile']>): string {
-  const parts: string[] = [];
-  for (const [name, loopProfile] of [
-    ['1 client', profile.one],
-    [`${profile.distinct.loop.clients} clients, distinct resources`, profile.distinct],
-  ] as const) {
-    const kinds = ['replicas', 'resource', 'client'] as const;
-    const rows: string[][] = [
-      [
-        `profile, ${name}, fenced write (${loopProfile.grants} grants, ${loopProfile.loop.perSecond.toFixed(0)}/s under the profiler): CPU ms per grant`,
-        ...kinds,
-        'all',
-      ],
-    ];
-    for (const bucket of [...BUCKETS, 'total', 'sampled'] as const) {
-      const value = (kind: (typeof kinds)[number]) =>
-        bucket === 'total'
-          ? loopProfile.kinds[kind].totalMsPerGrant
-          : bucket === 'sampled'
-            ? loopProfile.kinds[kind].sampledMsPerGrant
-            : loopProfile.kinds[kind].buckets[bucket];
-      rows.push([
-        bucket === 'crypto'
-          ? 'crypto (sign, verify, pairing)'
-          : bucket === 'total'
-            ? 'total: CPU per grant from /proc, same loop without the profiler'
-            : bucket === 'sampled'
-              ? 'samples under the profiler, wall clock, not idle'
-              : bucket,
-        ...kinds.map((k) => ms(value(k))),
-        ms(kinds.reduce((sum, k) => sum + value(k), 0)),
-      ]);
-    }
-    parts.push(table(rows));
-    for (const kind of kinds) {
-      const top = loopProfile.kinds[kind].top;
-      parts.push(
-        table([
-          [`  top self time, ${kind} (${name})`, 'bucket', 'ms/grant'],
-          ...top.map((t) => [`  ${t.fn}`, t.bucket, ms(t.msPerGrant)]),
-        ]),
-      );
-    }
-  }
-  return parts.join('\n\n');
-}
-
-export interface TargetRow {
-  readonly target: string;
-  readonly quorumfence: string;
-  readonly etcd: string;
-  readonly ratio?: number;
-  readonly wanted: string;
-  /** Undefined when a side was not measured. */
-  readonly pass?: boolean;
-}
-
-/** Issue 13's targets, each with both figures, the ratio and pass or miss. */
-export function targetRows(system: SystemFigures, etcd: EtcdDriverFigures | undefined, floorMs: number): TargetRow[] {
-  const loops = system.loops.fencedWrite;
-  const rows: TargetRow[] = [];
-  const compare = (
-    target: string,
-    q: number,
-    e: number | undefined,
-    format: (v: number) => string,
-    bound: number,
-    atMost: boolean,
-  ) => {
-    const ratio = e === undefined ? undefined : q / e;
-    rows.push({
-      target,
-      quorumfence: format(q),
-      etcd: e === undefined ? '' : format(e),
-      ...(ratio === undefined ? {} : { ratio }),
-      wanted: `${atMost ? '<=' : '>='} ${bound.toFixed(1)}x`,
-      ...(ratio === undefined ? {} : { pass: atMost ? ratio <= bound : ratio >= bound }),
-    });
-  };
-  const perSecond = (v: number) => `${v.toFixed(0)}/s`;
-  const msText = (v: number) => `${ms(v)} ms`;
-  compare(
-    '1 client acquire p50 vs etcd lock + read p50',
-    system.acquireMs.median,
-    etcd?.acquireMs.median,
-    msText,
-    1,
-    true,
-  );
-  compare('1 client cycles/s', loops.one.perSecond, etcd?.loops.fencedWrite.one.perSecond, perSecond, 1, false);
-  compare(
-    '16 clients, distinct resources, cycles/s',
-    loops.distinct.perSecond,
-    etcd?.loops.fencedWrite.distinct.perSecond,
-    perSecond,
-    0.8,
-    false,
-  );
-  compare(
-    '16 clients, one hot resource, handoffs/s',
-    loops.hot.perSecond,
-    etcd?.loops.fencedWrite.hot.perSecond,
-    perSecond,
-    2,
-    false,
-  );
-  compare(
-    'hot resource, p99 wait',
-    loops.hot.acquireMs.p99,
-    etcd?.loops.fencedWrite.hot.acquireMs.p99,
-    msText,
-    1,
-    true,
-  );
-  const overFloor = system.cpuPerGrantMs / floorMs;
-  rows.push({
-    target: 'CPU per grant, all processes, vs the crypto floor',
-    quorumfence: msText(system.cpuPerGrantMs),
-    etcd: `floor ${msText(floorMs)}`,
-    ratio: overFloor,
-    wanted: '<= 1.5x',
-    pass: overFloor <= 1.5,
-  });
-  return rows;
 }
 
 export const command: Command = {
