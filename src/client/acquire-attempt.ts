@@ -1,10 +1,11 @@
 /**
  * One acquire attempt at a chosen epoch (src/client/acquire.ts runs the loop around it): ask t replicas to
- * sign (or, under contention, the resource's leader alone), everyone else as soon as one of those answers
- * anything but a usable partial or is late; combine the first t partials that verify, and otherwise classify
+ * sign (or, under contention, the resource's leader alone, then the same t once it granted or announced our
+ * turn), everyone else as soon as one of those answers anything but a usable partial or is late; combine the first t partials that verify, and otherwise classify
  * what the answers say (busy, outdated, contended, a refusal f+1 replicas agree on, unavailable). Partial
  * grants of a failed attempt are released so another contender is not kept out by them.
  */
+import type { TimerHandle } from '../common/clock.js';
 import { encodeToken } from '../token/admission-token.js';
 import { grantMessage, type Grant } from '../token/grant.js';
 import type { AcquiredGrant, AcquireRefusalReason, AcquireRequest } from './acquire.js';
@@ -82,21 +83,37 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     options.stragglerMinMs;
   const widenTimer =
     first === undefined || waitTurnMs > 0 ? undefined : clock.setTimeout(() => round.widen(), widenAfterMs);
+  // Leader-first: true until the leader granted or announced our turn; then the first t signers in ring order from
+  // the leader are asked (the set a plain attempt asks first), not everyone: one signature and flush fewer per grant.
+  let leaderOnly = leader !== undefined;
+  let lateTimer: TimerHandle | undefined;
+  const askSigners = () => {
+    leaderOnly = false;
+    const signers = firstSigners(ctx.channels, request.resource, t);
+    if (signers && leader !== undefined && signers.has(leader)) round.widenTo(signers);
+    else round.widen();
+  };
+  // Once the leader granted, the other signers' leases end with the same release: late answers mean asking the rest.
+  const widenWhenLate = () => {
+    if (lateTimer !== undefined || !round.narrow) return;
+    const lateAfterMs = ctx.grantLatency?.widenAfterMs(options.stragglerMinMs) ?? options.stragglerMinMs;
+    lateTimer = clock.setTimeout(() => round.widen(), lateAfterMs);
+  };
   const moveTo = (next: bigint) => {
     epoch = next;
     grant = { ...grant, epoch };
     collector = new PartialCollector(cluster, ctx.backend, grant, grantMessage(grant), ctx.evidence);
   };
-  // The leader says we are first in its line and names the epoch our turn will grant: ask the others for it now,
-  // so that when the lease in the way ends every replica grants it at once (they keep the request until then).
+  // The leader says we are first in its line and names the epoch our turn will grant: ask the other first signers
+  // for it now, so that when the lease in the way ends they grant it at once (they keep the request until then).
   const stopListening =
     waitTurnMs > 0
       ? ctx.onTurn?.(request.resource, (replica, announced) => {
-          if (replica !== leader || !round.narrow || announced < epoch) return;
+          if (replica !== leader || !leaderOnly || announced < epoch) return;
           waited = true;
           sentAt = clock.now();
           if (announced !== epoch) moveTo(announced);
-          round.widen();
+          askSigners();
         })
       : undefined;
   // The leader's turn came at another epoch than it announced (someone got in first): this attempt is lost.
@@ -147,7 +164,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       switch (outcome.status) {
         case 'granted': {
           if (waitTurnMs > 0 && replica === leader) turnCame = true;
-          if (waitTurnMs > 0 && replica === leader && round.narrow) {
+          if (waitTurnMs > 0 && replica === leader && leaderOnly) {
             // Our turn at the leader, unannounced: the lease view starts now, the others are asked at the epoch it
             // granted, and the leader again, so that its lease too starts after our view does (same partial).
             sentAt = clock.now();
@@ -208,8 +225,9 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           break;
       }
       if (signature?.ok || turnMoved) break;
-      if (round.narrow && leader === undefined && !usable) round.widen();
-      if (round.narrow && replica === leader) {
+      if (round.narrow && !leaderOnly && !usable) round.widen();
+      if (usable && replica === leader && !leaderOnly) widenWhenLate();
+      if (leaderOnly && replica === leader) {
         // Leader-first: a grant opens the attempt to everyone; a refusal that only says "not now" ends it here.
         if (outcome.status === 'busy') {
           leaderRefusal = { kind: 'busy', epoch: outcome.epoch, remainingMs: outcome.remainingMs, leaderOnly: true };
@@ -219,7 +237,8 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           leaderRefusal = { kind: 'outdated', leaderOnly: true };
           break;
         }
-        round.widen();
+        askSigners();
+        if (usable) widenWhenLate();
       }
       if (refusals.confirmed('forbidden', 'invalid') || busy.length > f) break;
       if (!mayStillWin()) round.widen(); // Only learning now: every replica's epoch helps.
@@ -233,6 +252,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
     }
   } finally {
     clock.clearTimeout(widenTimer);
+    clock.clearTimeout(lateTimer);
     stopListening?.();
     reachable = voted.size + round.possible;
     asked = round.asked;

@@ -101,6 +101,13 @@ export class Round<K extends RequestKind> {
     this.#refresh(false);
   }
 
+  /** Asks these replicas too, still holding back the rest (after a `first`-only start; no-op once widened). */
+  widenTo(replicas: ReadonlySet<number>): void {
+    if (this.#first === undefined) return;
+    this.#first = new Set([...this.#first, ...replicas]);
+    this.#refresh(false);
+  }
+
   /** Moves the deadline earlier (never later): used to stop waiting for stragglers. */
   shortenDeadline(deadline: number): void {
     if (deadline >= this.#deadline || this.#ended) return;

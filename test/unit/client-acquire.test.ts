@@ -237,12 +237,37 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
   const contendedBefore = (ctx: QuorumContext, epoch: bigint) =>
     ctx.epochHints.set('orders', { epoch, contended: true });
 
-  it('a contended resource asks its leader first, then the others once the leader granted', async () => {
+  it('a contended resource asks its leader first, then the first t signers from it once the leader granted', async () => {
     const { ctx, channels } = context([honest(3n), honest(3n), honest(3n), honest(3n)]);
+    contendedBefore(ctx, 3n);
+    const signers = firstSigners(ctx.channels, 'orders', 3)!;
+    expect(signers.has(leader)).toBe(true);
+    const result = await acquire(ctx);
+    expect(result.ok && result.grant.token.grant.epoch).toBe(4n);
+    for (const channel of channels)
+      expect(channel.requests.map((r) => r.type)).toEqual(signers.has(channel.index) ? ['acquire'] : []);
+  });
+
+  it('a signer that stays silent after the leader granted is passed over: the last replica is asked', async () => {
+    const signers = firstSigners(
+      {
+        channels: [1, 2, 3, 4].map((index) => ({ index, state: READY })) as unknown as ReplicaChannel[],
+        subscribe: () => () => undefined,
+      },
+      'orders',
+      3,
+    )!;
+    const silent = [...signers].find((index) => index !== leader)!;
+    const scripts: Script[] = [honest(3n), honest(3n), honest(3n), honest(3n)];
+    scripts[silent - 1] = (body, index) =>
+      body.type === 'acquire' ? new Promise(() => undefined) : honest(3n)(body, index);
+    const { ctx, channels } = context(scripts);
     contendedBefore(ctx, 3n);
     const result = await acquire(ctx);
     expect(result.ok && result.grant.token.grant.epoch).toBe(4n);
-    for (const channel of channels) expect(channel.requests.map((r) => r.type)).toEqual(['acquire']);
+    expect(result.ok && [...result.grant.signers].sort()).toEqual([1, 2, 3, 4].filter((i) => i !== silent));
+    const last = [1, 2, 3, 4].find((index) => !signers.has(index))!;
+    expect(channels[last - 1]!.requests.map((r) => r.type)).toContain('acquire');
   });
 
   it('a leader that says busy to everyone costs at most the leader-first window', async () => {
