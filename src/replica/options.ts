@@ -75,9 +75,10 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   maxTtlMs: 60_000,
   // A million acquisitions per resource can never exhaust 2^63 epochs in practice, yet lagging replicas can catch up.
   maxEpochStep: 1_000_000n,
-  // One thread keeps signing off the event loop: measured on 2 cores (src/bench/replica.ts), median durable
-  // grants/s were 1,126 in-thread, 1,446 with one thread, 2,319 with two. More threads pay only on a host whose
-  // cores the replica does not share, so one is the default and --signing-workers raises it.
+  // One thread keeps bursts of signing off the event loop: measured on 2 cores (src/bench/replica.ts), median
+  // durable grants/s were 1,126 in-thread, 1,446 with one thread, 2,319 with two. More threads pay only on a host
+  // whose cores the replica does not share, so one is the default and --signing-workers raises it. A lone grant
+  // while the threads are idle is still signed in the event loop's thread (signer.ts): no hand-off to pay for.
   signingWorkers: 1,
   shutdownTimeoutMs: 10_000,
   // A notice is only a hint (clients still poll), so forgetting waiters costs latency, never correctness:

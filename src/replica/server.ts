@@ -183,6 +183,7 @@ export class ReplicaServer {
             cluster: options.clusterJson,
             key: options.keyJson,
             backend: cluster.backend.name,
+            inline: { backend: cluster.backend, secretKey: key.secretKey },
             onFatal: (error) => fatal?.(error),
           });
     let store: SigningRecord | undefined;
