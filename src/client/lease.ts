@@ -68,14 +68,13 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   readonly signers: readonly number[];
   /** Replicas that misbehaved while this lease was acquired. */
   readonly faults: readonly ReplicaFault[];
-  /** Aborts when the lease ends, for any reason; `signal.reason` is a QuorumFenceError with code LEASE_LOST. */
-  readonly signal: AbortSignal;
 
   readonly #ctx: QuorumContext;
   readonly #options: LeaseOptions;
   /** The replicas the grant was asked of (renewals and the release go only there); undefined: all of them. */
   readonly #asked: readonly number[] | undefined;
-  readonly #controller = new AbortController();
+  /** Made when `signal` is first read: most leases end without anyone listening, and aborting costs an error. */
+  #controller: AbortController | undefined;
   #sentAt: number;
   #end: LeaseEnd | undefined;
   #expiryTimer: TimerHandle;
@@ -106,10 +105,18 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     this.signers = grant.signers;
     this.#asked = grant.asked;
     this.faults = faults;
-    this.signal = this.#controller.signal;
     this.#sentAt = grant.sentAt;
     this.#detach = track(this);
     this.#schedule();
+  }
+
+  /** Aborts when the lease ends, for any reason; `signal.reason` is a QuorumFenceError with code LEASE_LOST. */
+  get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.#end) this.#controller.abort(this.#lostError(this.#end));
+    }
+    return this.#controller.signal;
   }
 
   /** The end of the holder's view, on the client's monotonic clock. */
@@ -283,7 +290,7 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     this.#ctx.options.clock.clearTimeout(this.#expiryTimer);
     this.#ctx.options.clock.clearTimeout(this.#renewTimer);
     this.#detach();
-    this.#controller.abort(this.#lostError(end));
+    this.#controller?.abort(this.#lostError(end));
     if (end.reason !== 'released') {
       try {
         this.#options.onLost?.(end);

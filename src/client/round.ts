@@ -34,6 +34,9 @@ export interface RoundOptions {
   readonly only?: ReadonlySet<number> | undefined;
 }
 
+/** Why a round's open requests are abandoned (their answers are ignored, so nobody reads it). */
+const ROUND_CLOSED = 'round closed';
+
 /** held: not asked yet by choice (see `first`); waiting: connecting, asked once ready; skipped: down. */
 type Slot = 'held' | 'waiting' | 'sent' | 'answered' | 'skipped';
 
@@ -144,7 +147,8 @@ export class Round<K extends RequestKind> {
     this.#clock.clearTimeout(this.#timer);
     this.#unsubscribe();
     this.#signal?.removeEventListener('abort', this.#onAbort);
-    this.#controller.abort();
+    // A reason of our own: abort() without one builds a DOMException (with its stack) for every round.
+    this.#controller.abort(ROUND_CLOSED);
   }
 
   #armTimer(): void {
