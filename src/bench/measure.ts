@@ -54,6 +54,8 @@ export interface LoopRate {
   readonly cycleMs: Timing;
   /** The acquire alone, including any wait for the lock (on a hot resource: the wait for a handoff), ms. */
   readonly acquireMs: Timing;
+  /** quorumfence only: partial signatures all replicas made per grant in this loop (warm-up grants included). */
+  readonly signaturesPerGrant?: number;
 }
 
 /**

@@ -77,6 +77,11 @@ export function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFig
     system && gateway ? system.acquireMs.median / gateway.acquireMs.median : undefined,
   );
   line(
+    '  at the replicas: record write to flush | signing, mean (ms)',
+    system && `${ms(system.acquireReplicaMs.flush)} | ${ms(system.acquireReplicaMs.sign)}`,
+    () => '',
+  );
+  line(
     'uncontended acquire p99 (ms)',
     system && ms(system.acquireMs.p99),
     (d) => ms(d.acquireMs.p99),
@@ -97,6 +102,11 @@ export function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFig
         system && gateway ? system.loops[kind][key].perSecond / gateway.loops[kind][key].perSecond : undefined,
       );
     }
+    line(
+      '  partial signatures per grant, all replicas (1 | distinct | hot)',
+      system && LOOP_ROWS.map(([key]) => system.loops[kind][key].signaturesPerGrant?.toFixed(2) ?? '-').join(' | '),
+      () => '',
+    );
     line(
       '  1 client acquire p50 / p99 (ms)',
       system && `${ms(system.loops[kind].one.acquireMs.median)} / ${ms(system.loops[kind].one.acquireMs.p99)}`,
@@ -120,6 +130,12 @@ export function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFig
     system &&
       `${ms(system.cpuBreakdownMs.replicas + system.cpuBreakdownMs.resource)} | ${ms(system.cpuBreakdownMs.client)}`,
     (d) => `${ms(d.cpuPerCycleMs.etcd)} | ${ms(d.cpuPerCycleMs.client)}`,
+  );
+  const one = system?.cpuOneBreakdownMs;
+  line(
+    'CPU per cycle, 1 client, fenced write: replicas | resource | client (ms)',
+    one && `${ms(one.replicas)} | ${ms(one.resource)} | ${ms(one.client)}`,
+    () => '',
   );
   const notes = drivers.map((d) => {
     const f = etcd!.drivers[d]!;

@@ -37,11 +37,18 @@ export interface SystemFigures {
   readonly signingWorkers: number;
   /** Uncontended acquire, 1 client, resource held before. */
   readonly acquireMs: Timing;
+  /**
+   * The same acquires at the replicas (their metrics, mean over every replica that granted): the record's write
+   * until it is flushed, and the partial's signing, which runs during the flush.
+   */
+  readonly acquireReplicaMs: { readonly flush: number; readonly sign: number };
   readonly loops: LoopKinds;
   /** CPU ms of all processes per grant during the distinct loop with a guarded write. */
   readonly cpuPerGrantMs: number;
   /** CPU ms per grant by process kind, same loop. */
   readonly cpuBreakdownMs: { readonly replicas: number; readonly resource: number; readonly client: number };
+  /** The same for the 1-client write loop: no queueing, so the cost of one grant alone. */
+  readonly cpuOneBreakdownMs: { readonly replicas: number; readonly resource: number; readonly client: number };
   /** With `profile`: where each process kind spends its CPU, per grant, in the 1- and 16-client loops. */
   readonly profile?: { readonly one: LoopProfile; readonly distinct: LoopProfile };
 }
@@ -120,6 +127,51 @@ function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPer
   };
 }
 
+/** Counters every replica exports on /metrics, summed over the replicas: partials signed, record flushes, signing. */
+interface ReplicaCounters {
+  /** Partial signatures made (new grants and resends). */
+  readonly signed: number;
+  /** Seconds and count of record writes, from the put until it is flushed. */
+  readonly flushSeconds: number;
+  readonly flushes: number;
+  /** Seconds and count of partial signatures, from the request to the signer until the partial. */
+  readonly signSeconds: number;
+  readonly signs: number;
+}
+
+const COUNTER_SERIES = {
+  quorumfence_replica_grants_signed_total: 'signed',
+  quorumfence_replica_flush_seconds_sum: 'flushSeconds',
+  quorumfence_replica_flush_seconds_count: 'flushes',
+  quorumfence_replica_sign_seconds_sum: 'signSeconds',
+  quorumfence_replica_sign_seconds_count: 'signs',
+} as const satisfies Record<string, keyof ReplicaCounters>;
+
+function metricsText(url: string): Promise<string> {
+  return new Promise<string>((resolveText, reject) => {
+    const request = httpRequest(url, (response) => {
+      let text = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => (text += chunk));
+      response.once('end', () => resolveText(text));
+    });
+    request.once('error', reject);
+    request.end();
+  });
+}
+
+async function replicaCounters(local: LocalCluster): Promise<ReplicaCounters> {
+  const texts = await Promise.all(local.replicas.map((r) => metricsText(`${r.url.replace(/^ws/, 'http')}/metrics`)));
+  const sums = { signed: 0, flushSeconds: 0, flushes: 0, signSeconds: 0, signs: 0 };
+  for (const text of texts)
+    for (const line of text.split('\n')) {
+      const name = line.split(/[{ ]/, 1)[0]!;
+      const field = COUNTER_SERIES[name as keyof typeof COUNTER_SERIES];
+      if (field) sums[field] += Number(line.slice(line.lastIndexOf(' ') + 1));
+    }
+  return sums;
+}
+
 /** One guarded write through the reference resource over a keep-alive connection of `agent`. */
 async function guardedWrite(
   agent: Agent,
@@ -158,7 +210,8 @@ async function loop(
   // Keep-alive connections to the resource, one per client, as etcd's side gets (global fetch costs the client more CPU).
   const agent = new Agent({ keepAlive: true, maxSockets: clients });
   try {
-    return await closedLoop(clients, seconds, async (k, remainingMs) => {
+    const signedBefore = (await replicaCounters(local)).signed;
+    const rate = await closedLoop(clients, seconds, async (k, remainingMs) => {
       const resource = resourceOf(k);
       const t0 = performance.now();
       const acquired = await connected[k]!.acquire(resource, { ttlMs: 10_000, waitMs: remainingMs, autoRenew: false });
@@ -171,6 +224,8 @@ async function loop(
       await acquired.lease.release();
       return acquireMs;
     });
+    const signed = (await replicaCounters(local)).signed - signedBefore;
+    return { ...rate, signaturesPerGrant: signed / (rate.operations + clients) };
   } finally {
     await Promise.all(connected.map((c) => c.close()));
     agent.destroy();
@@ -287,6 +342,7 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     progress('system: uncontended acquire latency ...');
     const client = await QuorumFenceClient.connect(local.cluster, generateIdentity());
     const samples: number[] = [];
+    let countersBefore: ReplicaCounters | undefined;
     try {
       for (let i = 0; i < (quick ? 150 : 600); i++) {
         const t0 = performance.now();
@@ -295,10 +351,20 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
         if (!acquired.ok) throw new QuorumFenceError('INTERNAL', `benchmark: acquire refused (${acquired.reason})`);
         if (i >= 30) samples.push(elapsed); // the first ones warm the JIT and connections
         await acquired.lease.release();
+        if (i === 29) countersBefore = await replicaCounters(local);
       }
     } finally {
       await client.close();
     }
+    const countersAfter = await replicaCounters(local);
+    const acquireReplicaMs = {
+      flush:
+        (1000 * (countersAfter.flushSeconds - countersBefore!.flushSeconds)) /
+        (countersAfter.flushes - countersBefore!.flushes),
+      sign:
+        (1000 * (countersAfter.signSeconds - countersBefore!.signSeconds)) /
+        (countersAfter.signs - countersBefore!.signs),
+    };
 
     const pids = { replicas: local.replicas.map((r) => r.pid), resource: resource.pid };
     /** A loop with the CPU of every process per grant during it (warm-up grants, one per client, count too). */
@@ -355,9 +421,11 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
       backend,
       signingWorkers: options.signingWorkers ?? -1,
       acquireMs: summarise(samples),
+      acquireReplicaMs,
       loops: { lockRelease: lockRelease.loops, fencedWrite: fencedWrite.loops },
       cpuPerGrantMs: breakdown.replicas + breakdown.resource + breakdown.client,
       cpuBreakdownMs: breakdown,
+      cpuOneBreakdownMs: fencedWrite.cpuOne,
       ...(profile ? { profile } : {}),
     };
   } finally {
