@@ -146,6 +146,7 @@ export const command: Command = {
         `${replica.signing.bestScaling.toFixed(2)}x`,
       ]);
       rows.push(['signing record alone (records/s)', replica.store.recordsPerSecond.toFixed(0), '']);
+      rows.push(['signing record, one write at a time, to flushed (p50 ms)', ms(replica.store.oneWriteMs.median), '']);
       out.push(table(rows));
     }
 
