@@ -1,9 +1,10 @@
 /**
  * One acquire attempt at a chosen epoch (src/client/acquire.ts runs the loop around it): ask t replicas to
  * sign (or, under contention, the resource's leader alone, then the same t once it granted or announced our
- * turn), everyone else as soon as one of those answers anything but a usable partial or is late; combine the first t partials that verify, and otherwise classify
- * what the answers say (busy, outdated, contended, a refusal f+1 replicas agree on, unavailable). Partial
- * grants of a failed attempt are released so another contender is not kept out by them.
+ * turn), everyone else as soon as one of those answers anything but a usable partial or is late; combine the
+ * first t partials that verify, and otherwise classify what the answers say (busy, outdated, contended, a
+ * refusal f+1 replicas agree on, unavailable). Partial grants of a failed attempt are released so another
+ * contender is not kept out by them.
  */
 import type { TimerHandle } from '../common/clock.js';
 import { encodeToken } from '../token/admission-token.js';
@@ -228,7 +229,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       if (round.narrow && !leaderOnly && !usable) round.widen();
       if (usable && replica === leader && !leaderOnly) widenWhenLate();
       if (leaderOnly && replica === leader) {
-        // Leader-first: a grant opens the attempt to everyone; a refusal that only says "not now" ends it here.
+        // Leader-first: a grant opens the attempt to the first t signers; a refusal that only says "not now" ends it.
         if (outcome.status === 'busy') {
           leaderRefusal = { kind: 'busy', epoch: outcome.epoch, remainingMs: outcome.remainingMs, leaderOnly: true };
           break;

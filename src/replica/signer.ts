@@ -1,9 +1,10 @@
 /**
  * Computes partial signatures: in the calling thread (`workers: 0`) or on
  * worker threads, one BLS key handle per thread. BLS signing is pure CPU
- * (about 0.8 ms with blst here), so threads are what lets a replica use more
- * than one core. Requests made in one event-loop turn go to a thread as one
- * batch, which keeps the message overhead per signature small.
+ * (0.3 to 0.8 ms with blst on the machines measured), so threads are what
+ * lets a replica use more than one core. Requests made in one event-loop turn
+ * go to a thread as one batch, which keeps the message overhead per signature
+ * small.
  *
  * With threads, one signature per event-loop turn is made in the calling
  * thread when every thread is idle (`inline`): a lone grant then skips the
