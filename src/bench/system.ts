@@ -27,6 +27,7 @@ import { Session } from 'node:inspector/promises';
 import { breakdown, monotonicUs, readProfiles, type CpuProfile, type KindBreakdown } from './profile.js';
 import { QuorumFenceClient } from '../client/client.js';
 import { generateIdentity } from '../client/identity.js';
+import { fetchBounded, parseMetrics, type MetricsSample } from '../console/replica-health.js';
 import { closedLoop, summarise, type LoopKinds, type LoopRate, type Timing } from './measure.js';
 
 export type { LoopRate } from './measure.js';
@@ -127,49 +128,21 @@ function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPer
   };
 }
 
-/** Counters every replica exports on /metrics, summed over the replicas: partials signed, record flushes, signing. */
-interface ReplicaCounters {
-  /** Partial signatures made (new grants and resends). */
-  readonly signed: number;
-  /** Seconds and count of record writes, from the put until it is flushed. */
-  readonly flushSeconds: number;
-  readonly flushes: number;
-  /** Seconds and count of partial signatures, from the request to the signer until the partial. */
-  readonly signSeconds: number;
-  readonly signs: number;
-}
-
-const COUNTER_SERIES = {
-  quorumfence_replica_grants_signed_total: 'signed',
-  quorumfence_replica_flush_seconds_sum: 'flushSeconds',
-  quorumfence_replica_flush_seconds_count: 'flushes',
-  quorumfence_replica_sign_seconds_sum: 'signSeconds',
-  quorumfence_replica_sign_seconds_count: 'signs',
-} as const satisfies Record<string, keyof ReplicaCounters>;
-
-function metricsText(url: string): Promise<string> {
-  return new Promise<string>((resolveText, reject) => {
-    const request = httpRequest(url, (response) => {
-      let text = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (text += chunk));
-      response.once('end', () => resolveText(text));
-    });
-    request.once('error', reject);
-    request.end();
-  });
-}
-
-async function replicaCounters(local: LocalCluster): Promise<ReplicaCounters> {
-  const texts = await Promise.all(local.replicas.map((r) => metricsText(`${r.url.replace(/^ws/, 'http')}/metrics`)));
-  const sums = { signed: 0, flushSeconds: 0, flushes: 0, signSeconds: 0, signs: 0 };
-  for (const text of texts)
-    for (const line of text.split('\n')) {
-      const name = line.split(/[{ ]/, 1)[0]!;
-      const field = COUNTER_SERIES[name as keyof typeof COUNTER_SERIES];
-      if (field) sums[field] += Number(line.slice(line.lastIndexOf(' ') + 1));
-    }
-  return sums;
+/** Every replica's /metrics, read by the console's parser and summed: partials signed, record flushes, signing. */
+async function replicaCounters(local: LocalCluster): Promise<MetricsSample> {
+  const samples = await Promise.all(
+    local.replicas.map(async (r) =>
+      parseMetrics(await fetchBounded(`${r.url.replace(/^ws/, 'http')}/metrics`, 10_000), 0),
+    ),
+  );
+  return samples.reduce((sum, one) => ({
+    ...sum,
+    grantsSigned: sum.grantsSigned + one.grantsSigned,
+    flushSum: sum.flushSum + one.flushSum,
+    flushCount: sum.flushCount + one.flushCount,
+    signSum: sum.signSum + one.signSum,
+    signCount: sum.signCount + one.signCount,
+  }));
 }
 
 /** One guarded write through the reference resource over a keep-alive connection of `agent`. */
@@ -210,7 +183,7 @@ async function loop(
   // Keep-alive connections to the resource, one per client, as etcd's side gets (global fetch costs the client more CPU).
   const agent = new Agent({ keepAlive: true, maxSockets: clients });
   try {
-    const signedBefore = (await replicaCounters(local)).signed;
+    const signedBefore = (await replicaCounters(local)).grantsSigned;
     const rate = await closedLoop(clients, seconds, async (k, remainingMs) => {
       const resource = resourceOf(k);
       const t0 = performance.now();
@@ -224,7 +197,7 @@ async function loop(
       await acquired.lease.release();
       return acquireMs;
     });
-    const signed = (await replicaCounters(local)).signed - signedBefore;
+    const signed = (await replicaCounters(local)).grantsSigned - signedBefore;
     return { ...rate, signaturesPerGrant: signed / (rate.operations + clients) };
   } finally {
     await Promise.all(connected.map((c) => c.close()));
@@ -342,7 +315,7 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     progress('system: uncontended acquire latency ...');
     const client = await QuorumFenceClient.connect(local.cluster, generateIdentity());
     const samples: number[] = [];
-    let countersBefore: ReplicaCounters | undefined;
+    let countersBefore: MetricsSample | undefined;
     try {
       for (let i = 0; i < (quick ? 150 : 600); i++) {
         const t0 = performance.now();
@@ -359,11 +332,11 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     const countersAfter = await replicaCounters(local);
     const acquireReplicaMs = {
       flush:
-        (1000 * (countersAfter.flushSeconds - countersBefore!.flushSeconds)) /
-        (countersAfter.flushes - countersBefore!.flushes),
+        (1000 * (countersAfter.flushSum - countersBefore!.flushSum)) /
+        (countersAfter.flushCount - countersBefore!.flushCount),
       sign:
-        (1000 * (countersAfter.signSeconds - countersBefore!.signSeconds)) /
-        (countersAfter.signs - countersBefore!.signs),
+        (1000 * (countersAfter.signSum - countersBefore!.signSum)) /
+        (countersAfter.signCount - countersBefore!.signCount),
     };
 
     const pids = { replicas: local.replicas.map((r) => r.pid), resource: resource.pid };

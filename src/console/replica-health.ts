@@ -26,11 +26,16 @@ export interface MetricsSample {
   readonly at: number;
   /** quorumfence_replica_grants_signed_total{kind="new"}. */
   readonly grantsNew: number;
+  /** quorumfence_replica_grants_signed_total, every kind (new grants and resends): partials signed. */
+  readonly grantsSigned: number;
   /** quorumfence_replica_refusals_total by reason. */
   readonly refusals: Readonly<Record<string, number>>;
   /** quorumfence_replica_flush_seconds _sum and _count. */
   readonly flushSum: number;
   readonly flushCount: number;
+  /** quorumfence_replica_sign_seconds _sum and _count. */
+  readonly signSum: number;
+  readonly signCount: number;
 }
 
 /** What the page shows from two consecutive samples. */
@@ -78,8 +83,11 @@ const MAX_REASONS = 16;
 /** Reads the console's figures from Prometheus text. Unknown lines are skipped; nothing here throws. */
 export function parseMetrics(body: string, at: number): MetricsSample {
   let grantsNew = 0;
+  let grantsSigned = 0;
   let flushSum = 0;
   let flushCount = 0;
+  let signSum = 0;
+  let signCount = 0;
   const refusals: Record<string, number> = {};
   for (const line of body.split('\n')) {
     if (!line.startsWith('quorumfence_replica_')) continue;
@@ -92,6 +100,7 @@ export function parseMetrics(body: string, at: number): MetricsSample {
     switch (match[1]) {
       case 'quorumfence_replica_grants_signed_total':
         if (labels.get('kind') === 'new') grantsNew += value;
+        grantsSigned += value;
         break;
       case 'quorumfence_replica_refusals_total': {
         const reason = (labels.get('reason') ?? '').slice(0, 32);
@@ -105,11 +114,17 @@ export function parseMetrics(body: string, at: number): MetricsSample {
       case 'quorumfence_replica_flush_seconds_count':
         flushCount += value;
         break;
+      case 'quorumfence_replica_sign_seconds_sum':
+        signSum += value;
+        break;
+      case 'quorumfence_replica_sign_seconds_count':
+        signCount += value;
+        break;
       default:
         break;
     }
   }
-  return { at, grantsNew, refusals, flushSum, flushCount };
+  return { at, grantsNew, grantsSigned, refusals, flushSum, flushCount, signSum, signCount };
 }
 
 /** The page's figures from the latest sample and the one before it (if any). */

@@ -20,12 +20,22 @@ quorumfence_replica_refusals_total{reason="stale",replica="1",cluster="ab"} 1
 quorumfence_replica_flush_seconds_sum{replica="1",cluster="ab"} 0.02
 quorumfence_replica_flush_seconds_count{replica="1",cluster="ab"} 10
 quorumfence_replica_flush_seconds_bucket{le="0.001",replica="1",cluster="ab"} 2
+quorumfence_replica_sign_seconds_sum{replica="1",cluster="ab"} 0.0042
+quorumfence_replica_sign_seconds_count{replica="1",cluster="ab"} 14
 `;
 
 describe('a replica’s own claims', () => {
   it('reads grants, refusals by reason and flush latency from /metrics, and a rate between two samples', () => {
     const first = parseMetrics(METRICS, 1_000);
-    expect(first).toMatchObject({ grantsNew: 10, refusals: { busy: 3, stale: 1 }, flushSum: 0.02, flushCount: 10 });
+    expect(first).toMatchObject({
+      grantsNew: 10,
+      grantsSigned: 14,
+      refusals: { busy: 3, stale: 1 },
+      flushSum: 0.02,
+      flushCount: 10,
+      signSum: 0.0042,
+      signCount: 14,
+    });
     const later = parseMetrics(
       METRICS.replace('kind="new",replica="1",cluster="ab"} 10', 'kind="new",replica="1",cluster="ab"} 30')
         .replace('_sum{replica="1",cluster="ab"} 0.02', '_sum{replica="1",cluster="ab"} 0.08')
@@ -42,7 +52,16 @@ describe('a replica’s own claims', () => {
   it('shrugs off garbage: no throw, no rate across a restart, a bounded set of refusal reasons (negative case)', () => {
     expect(
       parseMetrics('<html>not metrics</html>\nquorumfence_replica_grants_signed_total{kind="new"} NaN', 0),
-    ).toEqual({ at: 0, grantsNew: 0, refusals: {}, flushSum: 0, flushCount: 0 });
+    ).toEqual({
+      at: 0,
+      grantsNew: 0,
+      grantsSigned: 0,
+      refusals: {},
+      flushSum: 0,
+      flushCount: 0,
+      signSum: 0,
+      signCount: 0,
+    });
     const many = Array.from({ length: 100 }, (_, k) => `quorumfence_replica_refusals_total{reason="r${k}"} 1`).join(
       '\n',
     );
