@@ -270,6 +270,60 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
     expect(channels[last - 1]!.requests.map((r) => r.type)).toContain('acquire');
   });
 
+  it('a turn asks the leader and its t-1 next signers; one that stays silent after the leader granted is passed over', async () => {
+    const signers = firstSigners(
+      {
+        channels: [1, 2, 3, 4].map((index) => ({ index, state: READY })) as unknown as ReplicaChannel[],
+        subscribe: () => () => undefined,
+      },
+      'orders',
+      3,
+    )!;
+    const silent = [...signers].find((index) => index !== leader)!;
+    const last = [1, 2, 3, 4].find((index) => !signers.has(index))!;
+    let turnListener: ((replica: number, epoch: bigint) => void) | undefined;
+    // Each replica other than the leader and the silent one: whether the leader had granted when it was asked.
+    const askedAfterGrant = new Map<number, boolean>();
+    let leaderGranted = false;
+    const scripts: Script[] = [honest(3n), honest(3n), honest(3n), honest(3n)];
+    // The leader keeps the request in its line, announces the turn at epoch 4, and grants it 30 ms later.
+    scripts[leader - 1] = (body, index) => {
+      if (body.type !== 'acquire' || !body.nextEpoch) return honest(3n)(body, index);
+      setTimeout(() => turnListener?.(leader, 4n), 5);
+      return new Promise((resolve) =>
+        setTimeout(() => {
+          leaderGranted = true;
+          resolve(granted({ ...body, epoch: 4n }, index));
+        }, 30),
+      );
+    };
+    scripts[silent - 1] = (body, index) =>
+      body.type === 'acquire' ? new Promise(() => undefined) : honest(3n)(body, index);
+    for (const index of [1, 2, 3, 4].filter((i) => i !== leader && i !== silent)) {
+      const inner = scripts[index - 1]!;
+      scripts[index - 1] = (body, i) => {
+        if (body.type === 'acquire' && !askedAfterGrant.has(i)) askedAfterGrant.set(i, leaderGranted);
+        return inner(body, i);
+      };
+    }
+    const { ctx } = context(scripts);
+    const turnCtx: QuorumContext = {
+      ...ctx,
+      onTurn: (_resource, listener) => {
+        turnListener = listener;
+        return () => (turnListener = undefined);
+      },
+    };
+    contendedBefore(turnCtx, 3n);
+    const result = await acquire(turnCtx, 1500, 3000);
+    expect(result.ok && result.grant.token.grant.epoch).toBe(4n);
+    expect(result.ok && [...result.grant.signers].sort()).toEqual([1, 2, 3, 4].filter((i) => i !== silent));
+    // The other first signer was asked at the announcement, the last replica only once the silent one was late.
+    const other = [...signers].find((index) => index !== leader && index !== silent)!;
+    expect(askedAfterGrant.get(other)).toBe(false);
+    expect(askedAfterGrant.get(last)).toBe(true);
+  });
+
   it('a leader that says busy to everyone costs at most the leader-first window', async () => {
     const liar: Script = (body) =>
       body.type === 'status'
