@@ -19,7 +19,15 @@ export interface CryptoFigures {
   verifyTokenMs: Timing;
   /** Keyed by t. */
   combineMs: Record<string, Timing>;
+  /**
+   * Per token, keyed by batch size k: one `verifyAll` of k tokens (distinct grants) divided by k, the pairings
+   * alone (tokens decoded beforehand). What a client or guard pays per token when k checks arrive together.
+   */
+  verifyTokenBatchMs: Record<string, Timing>;
 }
+
+/** The batch sizes `bench crypto` times; MAX_VERIFY_BATCH (src/crypto/verify-batch.ts) is the largest used. */
+export const VERIFY_BATCH_SIZES = [1, 2, 4, 8, 16] as const;
 
 export function benchCrypto(
   backendName: BackendName,
@@ -30,7 +38,8 @@ export function benchCrypto(
   const budgetMs = (options.quick ? 300 : 1500) * (slow ? 2 : 1);
   const budget = { budgetMs, minIterations: slow ? 3 : 20, warmup: slow ? 1 : 10 };
   const combineMs: Record<string, Timing> = {};
-  let first: Omit<CryptoFigures, 'combineMs' | 'backend'> | undefined;
+  let first: Omit<CryptoFigures, 'combineMs' | 'backend' | 'verifyTokenBatchMs'> | undefined;
+  const verifyTokenBatchMs: Record<string, Timing> = {};
 
   for (const t of options.thresholds ?? [3, 7, 21]) {
     const n = (3 * t - 1) / 2; // t = 2f+1, n = 3f+1
@@ -63,7 +72,23 @@ export function benchCrypto(
         ),
         verifyTokenMs: timeSync(() => checkToken(token.bytes, cluster), budget),
       };
+      const groupKey = cluster.groupPublicKey;
+      const tokenSets = Array.from({ length: Math.max(...VERIFY_BATCH_SIZES) }, (_, k) => {
+        const other = makeGrant({ ...grant, epoch: BigInt(100 + k) });
+        const otherMessage = grantMessage(other);
+        const shares = partials
+          .slice(0, t)
+          .map((p, i) => ({ index: p.index, signature: backend.sign(secretKeys[i]!, otherMessage) }));
+        return { publicKey: groupKey, message: otherMessage, signature: combinePartials(backend, n, shares)! };
+      });
+      for (const k of VERIFY_BATCH_SIZES) {
+        const batch = tokenSets.slice(0, k);
+        const whole = timeSync(() => {
+          if (!backend.verifyAll(batch)) throw new Error('bench: a batch of valid tokens did not verify');
+        }, budget);
+        verifyTokenBatchMs[k] = { ...whole, median: whole.median / k, p99: whole.p99 / k, mean: whole.mean / k };
+      }
     }
   }
-  return { backend: backendName, ...first!, combineMs };
+  return { backend: backendName, ...first!, combineMs, verifyTokenBatchMs };
 }

@@ -56,6 +56,8 @@ export interface LoopRate {
   readonly acquireMs: Timing;
   /** quorumfence only: partial signatures all replicas made per grant in this loop (warm-up grants included). */
   readonly signaturesPerGrant?: number;
+  /** quorumfence only: the clients' token checks per batch of pairing checks (src/crypto/verify-batch.ts). */
+  readonly clientChecksPerBatch?: number;
 }
 
 /**

@@ -27,6 +27,11 @@ export function cryptoTable(figures: CryptoFigures[]): string {
   rows.push(['verify token (decode + pairing)', ...figures.map((f) => ms(f.verifyTokenMs.median))]);
   for (const t of Object.keys(figures[0]!.combineMs))
     rows.push([`combine t = ${t}`, ...figures.map((f) => (f.combineMs[t] ? ms(f.combineMs[t]!.median) : '-'))]);
+  for (const k of Object.keys(figures[0]!.verifyTokenBatchMs))
+    rows.push([
+      `verify token, batches of ${k} (per token)`,
+      ...figures.map((f) => (f.verifyTokenBatchMs[k] ? ms(f.verifyTokenBatchMs[k]!.median) : '-')),
+    ]);
   return table(rows);
 }
 
@@ -105,6 +110,11 @@ export function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFig
     line(
       '  partial signatures per grant, all replicas (1 | distinct | hot)',
       system && LOOP_ROWS.map(([key]) => system.loops[kind][key].signaturesPerGrant?.toFixed(2) ?? '-').join(' | '),
+      () => '',
+    );
+    line(
+      "  clients' token checks per pairing batch (1 | distinct | hot)",
+      system && LOOP_ROWS.map(([key]) => system.loops[kind][key].clientChecksPerBatch?.toFixed(2) ?? '-').join(' | '),
       () => '',
     );
     line(

@@ -26,6 +26,7 @@ import type { LocalProcess } from '../cluster/local-process.js';
 import { Session } from 'node:inspector/promises';
 import { breakdown, monotonicUs, readProfiles, type CpuProfile, type KindBreakdown } from './profile.js';
 import { QuorumFenceClient } from '../client/client.js';
+import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import { generateIdentity } from '../client/identity.js';
 import { fetchBounded, parseMetrics, type MetricsSample } from '../console/replica-health.js';
 import { closedLoop, summarise, type LoopKinds, type LoopRate, type Timing } from './measure.js';
@@ -184,6 +185,8 @@ async function loop(
   const agent = new Agent({ keepAlive: true, maxSockets: clients });
   try {
     const signedBefore = (await replicaCounters(local)).grantsSigned;
+    const batcher = verifyBatcherFor(local.cluster.backend);
+    const batchesBefore = { batches: batcher.batches, checks: batcher.checks };
     const rate = await closedLoop(clients, seconds, async (k, remainingMs) => {
       const resource = resourceOf(k);
       const t0 = performance.now();
@@ -198,7 +201,11 @@ async function loop(
       return acquireMs;
     });
     const signed = (await replicaCounters(local)).grantsSigned - signedBefore;
-    return { ...rate, signaturesPerGrant: signed / (rate.operations + clients) };
+    return {
+      ...rate,
+      signaturesPerGrant: signed / (rate.operations + clients),
+      clientChecksPerBatch: (batcher.checks - batchesBefore.checks) / (batcher.batches - batchesBefore.batches),
+    };
   } finally {
     await Promise.all(connected.map((c) => c.close()));
     agent.destroy();

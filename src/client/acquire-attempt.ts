@@ -137,7 +137,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
   // Replicas that answered or still could when the round stopped: below t, no epoch could have won.
   let reachable: number;
-  let signature: ReturnType<PartialCollector['tryCombine']> | undefined;
+  let signature: Awaited<ReturnType<PartialCollector['tryCombine']>> | undefined;
   let asked: readonly number[] | undefined;
 
   try {
@@ -199,7 +199,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           }
           usable = true;
           if (collector.count >= t) {
-            signature = collector.tryCombine();
+            signature = await collector.tryCombine();
             if (!signature.ok) {
               usable = false;
               for (const bad of signature.bad)

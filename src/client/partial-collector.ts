@@ -11,6 +11,7 @@ import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual } from '../common/bytes.js';
 import type { BlsBackend, Signature } from '../crypto/backend.js';
 import { combinePartials } from '../crypto/threshold.js';
+import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import type { Cluster } from '../cluster/description.js';
 import { grantMessage, type Grant } from '../token/grant.js';
 import type { EvidenceLog } from './evidence.js';
@@ -126,12 +127,12 @@ export class PartialCollector {
    * With at least t partials held, tries to produce the group signature.
    * @throws QuorumFenceError INTERNAL if t individually valid partials do not combine (a backend bug).
    */
-  tryCombine(): CombineOutcome {
+  async tryCombine(): Promise<CombineOutcome> {
     const t = this.#cluster.t;
     if (this.#held.length < t) return { ok: false, bad: [] };
     // Prefer partials already verified alone: after one failure, the known-good ones go first.
     const candidates = [...this.#held].sort((a, b) => Number(b.verified) - Number(a.verified)).slice(0, t);
-    const combined = this.#combineAndVerify(candidates);
+    const combined = await this.#combineAndVerify(candidates);
     if (combined) return this.#succeed(candidates, combined);
 
     const bad: number[] = [];
@@ -144,7 +145,7 @@ export class PartialCollector {
     const valid = this.#held.filter((h) => h.verified);
     if (valid.length >= t) {
       const chosen = valid.slice(0, t);
-      const again = this.#combineAndVerify(chosen);
+      const again = await this.#combineAndVerify(chosen);
       if (!again)
         throw new QuorumFenceError('INTERNAL', 'valid partial signatures did not combine to a valid signature');
       return this.#succeed(chosen, again);
@@ -152,14 +153,16 @@ export class PartialCollector {
     return { ok: false, bad };
   }
 
-  #combineAndVerify(candidates: readonly Held[]): Signature | null {
+  /** The token's pairing check goes through the process's batcher: concurrent acquires share Miller loops. */
+  async #combineAndVerify(candidates: readonly Held[]): Promise<Signature | null> {
     const signature = combinePartials(
       this.#backend,
       this.#cluster.n,
       candidates.map((h) => ({ index: h.replica, signature: h.signature })),
     );
     if (!signature) return null;
-    return this.#backend.verify(this.#cluster.groupPublicKey, this.#message, signature) ? signature : null;
+    const valid = await verifyBatcherFor(this.#backend).verify(this.#cluster.groupPublicKey, this.#message, signature);
+    return valid ? signature : null;
   }
 
   #succeed(used: readonly Held[], signature: Signature): CombineOutcome {

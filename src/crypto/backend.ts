@@ -33,6 +33,12 @@ export interface SecretKey {
   readonly backend: BackendName;
 }
 
+export interface VerificationSet {
+  readonly publicKey: PublicKey;
+  readonly message: Uint8Array;
+  readonly signature: Signature;
+}
+
 export interface CombineTerm {
   readonly signature: Signature;
   /** A signed integer coefficient (Δ·λ, see threshold.ts), not reduced modulo r. */
@@ -61,6 +67,13 @@ export interface BlsBackend {
   sign(secretKey: SecretKey, message: Uint8Array): Signature;
   /** One pairing check; false for any mismatch. */
   verify(publicKey: PublicKey, message: Uint8Array, signature: Signature): boolean;
+  /**
+   * True only if every set verifies. The native backend checks them together
+   * (each set weighted by a fresh random 64-bit scalar, so invalid signatures
+   * cannot cancel out; one Miller loop per set and one final exponentiation);
+   * false says at least one fails, not which. An empty list is false.
+   */
+  verifyAll(sets: readonly VerificationSet[]): boolean;
   /**
    * Σ coefficientᵢ · signatureᵢ with small signed integer coefficients.
    * Returns null when the sum is the identity (only adversarial partials get there).

@@ -134,6 +134,21 @@ export function createBlstBackend(native: BlstModule): BlsBackend {
       }
     },
 
+    verifyAll(sets) {
+      if (sets.length === 0) return false;
+      const nativeSets = sets.map(({ publicKey, message, signature }) => ({
+        msg: message,
+        pk: own(publicKey, BlstPublicKey, 'public key').inner,
+        sig: own(signature, BlstSignature, 'signature').inner,
+      }));
+      try {
+        // Points were validated when decoded; blst draws a random scalar per set.
+        return native.verifyMultipleAggregateSignatures(nativeSets, false, false);
+      } catch {
+        return false;
+      }
+    },
+
     linearCombination(terms: readonly CombineTerm[]) {
       const points: blst.Signature[] = [];
       const magnitudes: bigint[] = [];

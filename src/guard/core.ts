@@ -2,7 +2,8 @@
  * The guard's decision logic, shared by every store adapter. Two steps:
  *
  *   admit(request)          outside the transaction: decode and verify the
- *                           token (cached), check the resource, check the
+ *                           token (cached; a miss's pairing batched with
+ *                           other writes'), check the resource, check the
  *                           proof-of-possession signature. Pure but for the
  *                           verification cache.
  *   decide(admitted, b)     inside the transaction, on the barrier read
@@ -161,8 +162,9 @@ export class GuardCore {
    * Everything that needs no store: the token (cached verification), the
    * resource, the proof signature. Cheapest checks first.
    */
-  admit(request: GuardRequest): Admission {
-    const verified = this.verifier.verify(request.token);
+  async admit(request: GuardRequest): Promise<Admission> {
+    // Batched: concurrent writes that bring fresh tokens share their pairings (src/crypto/verify-batch.ts).
+    const verified = await this.verifier.verifyBatched(request.token);
     if (!verified.ok) {
       return {
         ok: false,

@@ -213,8 +213,8 @@ export class LmdbGuard extends GuardAdapter {
       expectInteger(request.ifVersion.version, 0, Number.MAX_SAFE_INTEGER, 'ifVersion.version');
       expectGuardKey(request.ifVersion.key, this.core.maxKeyBytes, 'ifVersion.key');
     }
-    const admission = this.core.admit(request);
     return this.tracked(async () => {
+      const admission = await this.core.admit(request);
       const outcome = await this.#root.transaction(() => this.#decideAndApply(request, admission, mutation));
       // The durable point (see the header): committed is not yet flushed under overlappingSync.
       await this.#root.flushed;

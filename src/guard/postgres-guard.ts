@@ -148,7 +148,7 @@ export class PostgresGuard extends GuardAdapter {
    * @throws QuorumFenceError INVALID_ARGUMENT (request shape), CLOSED; pg errors; whatever `mutation` throws
    */
   async write<T = undefined>(request: GuardRequest, mutation?: PostgresMutation<T>): Promise<GuardResult<T>> {
-    const admission = this.#admit(request);
+    const admission = await this.#admit(request);
     return this.tracked(() => this.#transaction(request, admission, mutation));
   }
 
@@ -163,7 +163,7 @@ export class PostgresGuard extends GuardAdapter {
     statement: FencedStatement,
   ): Promise<GuardResult<StatementResult<R>>> {
     const text = checkStatement(statement);
-    const admission = this.#admit(request);
+    const admission = await this.#admit(request);
     const values = [...(statement.values ?? [])];
     const returning = statement.returning ?? false;
     const requireRow = statement.requireRow ?? false;
@@ -240,11 +240,11 @@ export class PostgresGuard extends GuardAdapter {
     });
   }
 
-  #admit(request: GuardRequest): Admission {
+  async #admit(request: GuardRequest): Promise<Admission> {
     this.checkOpen();
     checkGuardRequest(request, this.core.maxKeyBytes);
     checkNoNul(request);
-    return this.core.admit(request);
+    return await this.core.admit(request);
   }
 
   #remember(resource: string, barrier: Barrier): void {

@@ -10,6 +10,7 @@ import { bytesEqual, concatBytes, copyBytes, fromBase64Url, toBase64Url, toHex }
 import { decodeResource } from '../common/check.js';
 import { MAX_EPOCH, MAX_RESOURCE_BYTES, MIN_EPOCH } from '../common/limits.js';
 import { SIGNATURE_BYTES, type BlsBackend, type Signature } from '../crypto/backend.js';
+import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import type { Cluster } from '../cluster/description.js';
 import { CLUSTER_ID_BYTES, HOLDER_BYTES, encodeGrantBody, grantMessage, type Grant } from './grant.js';
 
@@ -102,19 +103,40 @@ export type TokenVerification =
  */
 export type TokenTrust = Pick<Cluster, 'id' | 'idHex' | 'groupPublicKey' | 'backend'>;
 
+/** The cluster-id rule: a token of another cluster is refused before any pairing. */
+function clusterMismatch(token: AdmissionToken, cluster: TokenTrust): TokenVerification | undefined {
+  if (bytesEqual(token.grant.clusterId, cluster.id)) return undefined;
+  return {
+    ok: false,
+    reason: 'wrong_cluster',
+    message: `token is for cluster ${toHex(token.grant.clusterId).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`,
+  };
+}
+
+const BAD_SIGNATURE: TokenVerification = {
+  ok: false,
+  reason: 'bad_signature',
+  message: 'signature does not verify against the group public key',
+};
+
 /** Checks the token is for this cluster and its signature verifies against the group key. One pairing. */
 export function verifyToken(token: AdmissionToken, cluster: TokenTrust): TokenVerification {
-  if (!bytesEqual(token.grant.clusterId, cluster.id)) {
-    return {
-      ok: false,
-      reason: 'wrong_cluster',
-      message: `token is for cluster ${toHex(token.grant.clusterId).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`,
-    };
-  }
-  if (!cluster.backend.verify(cluster.groupPublicKey, grantMessage(token.grant), token.signature)) {
-    return { ok: false, reason: 'bad_signature', message: 'signature does not verify against the group public key' };
-  }
+  const mismatch = clusterMismatch(token, cluster);
+  if (mismatch) return mismatch;
+  if (!cluster.backend.verify(cluster.groupPublicKey, grantMessage(token.grant), token.signature)) return BAD_SIGNATURE;
   return { ok: true, token };
+}
+
+/** `verifyToken`, with the pairing run in the process's batch of checks (src/crypto/verify-batch.ts). */
+export async function verifyTokenBatched(token: AdmissionToken, cluster: TokenTrust): Promise<TokenVerification> {
+  const mismatch = clusterMismatch(token, cluster);
+  if (mismatch) return mismatch;
+  const valid = await verifyBatcherFor(cluster.backend).verify(
+    cluster.groupPublicKey,
+    grantMessage(token.grant),
+    token.signature,
+  );
+  return valid ? { ok: true, token } : BAD_SIGNATURE;
 }
 
 export type TokenCheck =

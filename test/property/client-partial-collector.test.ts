@@ -20,9 +20,9 @@ const clusters = { 1: dealCluster(4, backend), 2: dealCluster(7, backend) } as c
 type Lie = 'garbage' | 'other_share' | 'other_grant';
 
 describe('Liveness: up to f bad partials never stop a token, and only liars are named', () => {
-  it('produces a verifying token from the honest partials, in any arrival order', () => {
-    fc.assert(
-      fc.property(
+  it('produces a verifying token from the honest partials, in any arrival order', async () => {
+    await fc.assert(
+      fc.asyncProperty(
         fc.constantFrom(1 as const, 2 as const).chain((f) => {
           const n = 3 * f + 1;
           return fc.record({
@@ -39,7 +39,7 @@ describe('Liveness: up to f bad partials never stop a token, and only liars are 
             epoch: fc.bigInt({ min: 1n, max: 1000n }),
           });
         }),
-        ({ f, liars, lies, order, epoch }) => {
+        async ({ f, liars, lies, order, epoch }) => {
           const dealt = clusters[f];
           const { cluster } = dealt;
           const grant: Grant = { clusterId: cluster.id, resource: 'r', epoch, holder: new Uint8Array(32).fill(1) };
@@ -57,7 +57,7 @@ describe('Liveness: up to f bad partials never stop a token, and only liars are 
             const added = collector.add(replica, bytes);
             if (!added.ok) named.add(replica);
             if (collector.count >= cluster.t) {
-              const combined = collector.tryCombine();
+              const combined = await collector.tryCombine();
               if (combined.ok) {
                 token = encodeToken(grant, combined.signature);
                 expect(combined.signers.every((s) => !liars.includes(s))).toBe(true);

@@ -32,11 +32,11 @@ function collectorFor(grant: Grant, evidence = new EvidenceLog()) {
 }
 
 describe('partial collection: combine optimistically, verify once', () => {
-  it('t honest partials make a token that verifies', () => {
+  it('t honest partials make a token that verifies', async () => {
     const grant = grantFor(holderA);
     const { collector, evidence } = collectorFor(grant);
     for (const i of [4, 2, 1]) expect(collector.add(i, dealt.partial(i, grant).bytes)).toEqual({ ok: true });
-    const combined = collector.tryCombine();
+    const combined = await collector.tryCombine();
     expect(combined.ok).toBe(true);
     if (!combined.ok) return;
     expect(combined.signers).toEqual([1, 2, 4]);
@@ -44,23 +44,23 @@ describe('partial collection: combine optimistically, verify once', () => {
     expect(evidence.list()).toEqual([]);
   });
 
-  it("names a replica that sent another replica's partial, and succeeds once an honest one arrives", () => {
+  it("names a replica that sent another replica's partial, and succeeds once an honest one arrives", async () => {
     const grant = grantFor(holderA);
     const { collector, evidence } = collectorFor(grant);
     collector.add(1, dealt.partial(1, grant).bytes);
     collector.add(2, dealt.partial(3, grant).bytes); // replica 2 replays replica 3's partial
     collector.add(4, dealt.partial(4, grant).bytes);
-    const first = collector.tryCombine();
+    const first = await collector.tryCombine();
     expect(first).toEqual({ ok: false, bad: [2] });
     expect(collector.count).toBe(2);
     expect(collector.add(3, dealt.partial(3, grant).bytes)).toEqual({ ok: true });
-    const second = collector.tryCombine();
+    const second = await collector.tryCombine();
     expect(second.ok && second.signers).toEqual([1, 3, 4]);
     expect(evidence.list().map((e) => [e.kind, e.replica])).toEqual([['invalid_partial', 2]]);
     expect(evidence.list()[0]!.grantMessage).toEqual(grantMessage(grant));
   });
 
-  it('rejects bytes that are not a point at once, with evidence, and no second answer from that replica', () => {
+  it('rejects bytes that are not a point at once, with evidence, and no second answer from that replica', async () => {
     const grant = grantFor(holderA);
     const { collector, evidence } = collectorFor(grant);
     const garbage = new Uint8Array(randomBytes(96));
@@ -72,24 +72,24 @@ describe('partial collection: combine optimistically, verify once', () => {
     expect(evidence.list()[0]!.partial).toEqual(garbage);
   });
 
-  it('a valid point signed for another message is caught by verification', () => {
+  it('a valid point signed for another message is caught by verification', async () => {
     const grant = grantFor(holderA);
     const { collector } = collectorFor(grant);
     collector.add(1, dealt.partial(1, grant).bytes);
     collector.add(2, dealt.partial(2, grantFor(holderA, 8n)).bytes); // right key, wrong epoch
     collector.add(3, dealt.partial(3, grant).bytes);
-    expect(collector.tryCombine()).toEqual({ ok: false, bad: [2] });
+    expect(await collector.tryCombine()).toEqual({ ok: false, bad: [2] });
   });
 });
 
 describe('evidence of equivocation', () => {
-  it('a replica that signs two holders at one (resource, epoch) is caught, and the proof verifies independently', () => {
+  it('a replica that signs two holders at one (resource, epoch) is caught, and the proof verifies independently', async () => {
     const shared = new EvidenceLog();
     const grantA = grantFor(holderA, 3n);
     const grantB = grantFor(holderB, 3n);
     const a = collectorFor(grantA, shared).collector;
     for (const i of [1, 2, 3]) a.add(i, dealt.partial(i, grantA).bytes);
-    expect(a.tryCombine().ok).toBe(true);
+    expect((await a.tryCombine()).ok).toBe(true);
     // Replica 3 now signs holder B at the same epoch: S1 says an honest replica never would.
     const b = collectorFor(grantB, shared).collector;
     expect(b.add(3, dealt.partial(3, grantB).bytes)).toEqual({ ok: true });
@@ -111,19 +111,19 @@ describe('evidence of equivocation', () => {
     expect(verifyEquivocation({ ...proof, replica: 2 }, cluster)).toBe(false);
   });
 
-  it('a second, different partial from one replica for the same grant is invalid, and recorded', () => {
+  it('a second, different partial from one replica for the same grant is invalid, and recorded', async () => {
     const shared = new EvidenceLog();
     const grant = grantFor(holderA, 5n);
     const first = collectorFor(grant, shared).collector;
     for (const i of [1, 2, 3]) first.add(i, dealt.partial(i, grant).bytes);
-    expect(first.tryCombine().ok).toBe(true);
+    expect((await first.tryCombine()).ok).toBe(true);
     const retry = collectorFor(grant, shared).collector;
     const added = retry.add(2, dealt.partial(2, grantFor(holderA, 6n)).bytes);
     expect(added.ok === false && added.reason).toBe('invalid');
     expect(shared.list()).toMatchObject([{ kind: 'invalid_partial', replica: 2 }]);
   });
 
-  it('keeps a bounded number of items, oldest dropped first', () => {
+  it('keeps a bounded number of items, oldest dropped first', async () => {
     const log = new EvidenceLog({ maxEvidence: 2 });
     const grant = grantFor(holderA);
     for (const replica of [1, 2, 3])
@@ -145,7 +145,7 @@ describe('share generations: partials of one generation only are combined', () =
   const nextPartial = (index: number, grant: Grant) =>
     backend.sign(backend.secretKeyFromBytes(reshared.shares[index - 1]!.scaledSecretShare), grantMessage(grant));
 
-  it('a partial of another generation is not held (other_generation, no evidence), and t of the cluster generation combine', () => {
+  it('a partial of another generation is not held (other_generation, no evidence), and t of the cluster generation combine', async () => {
     const grant: Grant = { clusterId: next.id, resource: 'orders', epoch: 9n, holder: holderA };
     const evidence = new EvidenceLog();
     const collector = new PartialCollector(next, backend, grant, grantMessage(grant), evidence);
@@ -155,15 +155,15 @@ describe('share generations: partials of one generation only are combined', () =
     const old = collector.add(3, dealt.partial(3, grant).bytes, 0);
     expect(old.ok ? 'held' : old.reason).toBe('other_generation');
     expect(collector.count).toBe(2);
-    expect(collector.tryCombine()).toEqual({ ok: false, bad: [] });
+    expect(await collector.tryCombine()).toEqual({ ok: false, bad: [] });
     expect(collector.add(4, nextPartial(4, grant).bytes, 1)).toEqual({ ok: true });
-    const combined = collector.tryCombine();
+    const combined = await collector.tryCombine();
     expect(combined.ok && combined.signers).toEqual([1, 2, 4]);
     if (combined.ok) expect(verifyToken(encodeToken(grant, combined.signature), next).ok).toBe(true);
     expect(evidence.list()).toEqual([]);
   });
 
-  it('a client on generation 0 holds no partial that names generation 1, whatever its bytes', () => {
+  it('a client on generation 0 holds no partial that names generation 1, whatever its bytes', async () => {
     const grant = grantFor(holderA);
     const { collector } = collectorFor(grant);
     const added = collector.add(1, dealt.partial(1, grant).bytes, 1);
@@ -171,7 +171,7 @@ describe('share generations: partials of one generation only are combined', () =
     expect(collector.add(1, dealt.partial(1, grant).bytes, 0).ok).toBe(false); // no second say
   });
 
-  it('mixed generations, had they been combined, would not make a valid token (why the rule exists)', () => {
+  it('mixed generations, had they been combined, would not make a valid token (why the rule exists)', async () => {
     const grant: Grant = { clusterId: next.id, resource: 'orders', epoch: 9n, holder: holderA };
     const mixed = combinePartials(backend, 4, [
       { index: 1, signature: nextPartial(1, grant) },

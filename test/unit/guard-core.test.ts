@@ -227,7 +227,7 @@ describe('token verifier cache', () => {
 describe('S6 no clocks at the guard', () => {
   afterEach(() => vi.restoreAllMocks());
 
-  test('admitting and deciding read no clock', () => {
+  test('admitting and deciding read no clock', async () => {
     const core = new GuardCore(factory.cluster);
     const holder = makeHolder();
     const token = factory.issue({ resource: 'r', epoch: 8, holder });
@@ -247,7 +247,7 @@ describe('S6 no clocks at the guard', () => {
     vi.spyOn(Date, 'now').mockImplementation(trap);
     vi.spyOn(performance, 'now').mockImplementation(trap);
     vi.spyOn(process, 'hrtime').mockImplementation(trap as never);
-    const admission = core.admit({
+    const admission = await core.admit({
       token: token.bytes,
       resource: 'r',
       key: 'k',
