@@ -98,6 +98,16 @@ describe('VerifyBatcher', () => {
     expect(batcher.batches).toBe(Math.ceil(sets.length / MAX_VERIFY_BATCH));
   });
 
+  test('a long queue is worked off one batch per turn of the event loop', async () => {
+    const batcher = new VerifyBatcher(blst);
+    const answers = sets.map((set) => batcher.verify(set.publicKey, set.message, set.signature));
+    await answers[0];
+    // The first batch has answered; the rest waits for the next turns, so I/O can be served in between.
+    expect([batcher.batches, batcher.checks]).toEqual([1, MAX_VERIFY_BATCH]);
+    expect(await Promise.all(answers)).toEqual(sets.map(() => true));
+    expect(batcher.batches).toBe(Math.ceil(sets.length / MAX_VERIFY_BATCH));
+  });
+
   test('a check asked alone is answered alone, in the same turn of the event loop', async () => {
     const batcher = new VerifyBatcher(blst);
     expect(await batcher.verify(sets[0]!.publicKey, sets[0]!.message, sets[0]!.signature)).toBe(true);
