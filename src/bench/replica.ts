@@ -11,16 +11,20 @@
  *                 signatures per second with 1 and 2 threads, and the ratio
  *   store         the signing record alone (this process): durable
  *                 check-and-record operations per second, distinct resources
+ *   together      three signing records in three processes (store-child.ts),
+ *                 one write each at the same moment: the disk's share of an
+ *                 acquire that needs t = 3 flushes
  *
  * The load generator shares the machine with the replica, so `grants` is a
  * floor for what a replica on its own cores would do.
  *
  * Run: npx tsc -p tsconfig.json && node dist/src/bench/replica.js [--quick]
  */
+import { fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { WebSocket } from 'ws';
 import { dealLocalCluster, startLocalCluster } from '../cluster/launcher.js';
@@ -93,6 +97,12 @@ export interface ReplicaBenchFigures {
    * from the put until it is flushed (what an idle replica's grant waits for).
    */
   readonly store: { readonly recordsPerSecond: number; readonly oneWriteMs: Timing };
+  /**
+   * Three signing records in three processes (an acquire's `t` = 3 signers), one write each at the same
+   * moment, 3 ms apart as in a closed acquire loop: each write from the put until flushed, and the time until
+   * all three were (the parent's view, the IPC round trip included). The disk's share of an acquire here.
+   */
+  readonly storesTogether: { readonly stores: number; readonly eachMs: Timing; readonly allMs: Timing };
 }
 
 function median(values: readonly number[]): number {
@@ -285,6 +295,60 @@ async function measureStore(
   }
 }
 
+/** `stores` signing records in child processes, written at the same moment, `rounds` times. */
+async function measureStoresTogether(
+  dir: string,
+  stores: number,
+  rounds: number,
+): Promise<{ stores: number; eachMs: Timing; allMs: Timing }> {
+  const children = Array.from({ length: stores }, (_, k) =>
+    fork(fileURLToPath(new URL('./store-child.js', import.meta.url)), [join(dir, `store-${k}`)], {
+      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+    }),
+  );
+  const answer = (child: ChildProcess) =>
+    new Promise<unknown>((resolve, reject) => {
+      const onMessage = (message: unknown) => {
+        child.off('exit', onExit);
+        resolve(message);
+      };
+      const onExit = (code: number | null) => {
+        child.off('message', onMessage);
+        reject(new QuorumFenceError('INTERNAL', `a store process exited (${code})`));
+      };
+      child.once('message', onMessage);
+      child.once('exit', onExit);
+    });
+  try {
+    await Promise.all(children.map(answer));
+    const each: number[] = [];
+    const all: number[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const started = performance.now();
+      const answers = await Promise.all(
+        children.map((child) => {
+          const answered = answer(child);
+          child.send('write');
+          return answered;
+        }),
+      );
+      all.push(performance.now() - started);
+      for (const a of answers) {
+        if (typeof a !== 'number')
+          throw new QuorumFenceError('INTERNAL', `a store process failed: ${JSON.stringify(a)}`);
+        each.push(a);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 3));
+    }
+    return { stores, eachMs: summarise(each), allMs: summarise(all) };
+  } finally {
+    for (const child of children) {
+      child.removeAllListeners();
+      child.kill();
+    }
+  }
+}
+
 /** Runs the replica benchmark; takes about 90 s (quick: about 15 s). */
 export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<ReplicaBenchFigures> {
   const progress = options.progress ?? (() => undefined);
@@ -362,6 +426,8 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
 
     progress('replica: signing record alone ...');
     const store = await measureStore(join(root, 'store'), quick ? 20_000 : 100_000, quick ? 100 : 300);
+    progress('replica: three signing records in three processes, flushing at once ...');
+    const storesTogether = await measureStoresTogether(join(root, 'together'), 3, quick ? 100 : 300);
 
     const cpuAfter = cpuTimes();
     const stealPercent =
@@ -377,6 +443,7 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
       grants,
       signing: { runs: signingRuns, medianScaling: median(scalings), bestScaling: Math.max(...scalings) },
       store,
+      storesTogether,
     };
   } finally {
     rmSync(root, { recursive: true, force: true });

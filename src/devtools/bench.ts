@@ -39,8 +39,9 @@ Measures quorumfence on this machine, every process on this one box, and
 writes every figure as JSON. It never fails on speed.
 
 sections (default: all):
-  crypto    sign, verify partial, combine (t = 3, 7, 21), verify token; both backends
-  replica   one replica: durable grants/s with 0, 1, 2 signing threads; signer scaling
+  crypto    sign, verify partial, combine (t = 3, 7, 21), verify token, batches of tokens; both backends
+  replica   one replica: durable grants/s with 0, 1, 2 signing threads; signer scaling;
+            the signing record alone (one write at a time, and three processes at once)
   guard     guarded writes/s with a cached token; first use of a new token
   system    N replicas + the reference resource: uncontended acquire p50/p99;
             acquire + release, and acquire + guarded write + release, with 1 client,
@@ -147,6 +148,12 @@ export const command: Command = {
       ]);
       rows.push(['signing record alone (records/s)', replica.store.recordsPerSecond.toFixed(0), '']);
       rows.push(['signing record, one write at a time, to flushed (p50 ms)', ms(replica.store.oneWriteMs.median), '']);
+      const together = replica.storesTogether;
+      rows.push([
+        `${together.stores} signing records in ${together.stores} processes, one write each at once: each, all (p50 ms)`,
+        `${ms(together.eachMs.median)}, ${ms(together.allMs.median)}`,
+        '',
+      ]);
       out.push(table(rows));
     }
 
