@@ -20,11 +20,10 @@
  *
  * Run: npx tsc -p tsconfig.json && node dist/src/bench/replica.js [--quick]
  */
-import { fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { WebSocket } from 'ws';
 import { dealLocalCluster, startLocalCluster } from '../cluster/launcher.js';
@@ -32,10 +31,10 @@ import { loadClusterFile } from '../cluster/description.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { decodeServerMessage, encodeMessage } from '../protocol/codec.js';
 import { authTranscript } from '../protocol/messages.js';
-import { grantDigest, grantMessage } from '../token/grant.js';
+import { grantMessage } from '../token/grant.js';
 import { startWorkerSigner } from '../replica/signer.js';
-import { SigningRecord } from '../replica/signing-record.js';
 import { summarise, type Timing } from './measure.js';
+import { measureStore, measureStoresTogether } from './store.js';
 
 export interface ReplicaBenchOptions {
   /** Shorter runs. */
@@ -257,95 +256,6 @@ async function measureSigning(dir: string, workers: number, signatures: number):
     return signatures / ((performance.now() - start) / 1000);
   } finally {
     await signer.close();
-  }
-}
-
-async function measureStore(
-  dir: string,
-  records: number,
-  alone: number,
-): Promise<{ recordsPerSecond: number; oneWriteMs: Timing }> {
-  const clusterId = new Uint8Array(32).fill(2);
-  const store = SigningRecord.open(dir, { clusterId, replicaIndex: 1 });
-  try {
-    const holder = new Uint8Array(32).fill(3);
-    let next = 0;
-    const write = (resource: string) =>
-      store.checkAndRecord(resource, () => ({
-        record: { epoch: 1n, holder, grantDigest: grantDigest({ clusterId, resource, epoch: 1n, holder }) },
-        result: undefined,
-      }));
-    const start = performance.now();
-    // As many concurrent grants as the replica would have in flight: they share transactions and syncs.
-    await Promise.all(
-      Array.from({ length: 512 }, async () => {
-        while (next < records) await write(`store/${next++}`);
-      }),
-    );
-    const recordsPerSecond = records / ((performance.now() - start) / 1000);
-    const samples: number[] = [];
-    for (let k = 0; k < alone; k++) {
-      const t0 = performance.now();
-      await write(`alone/${k}`);
-      samples.push(performance.now() - t0);
-    }
-    return { recordsPerSecond, oneWriteMs: summarise(samples) };
-  } finally {
-    await store.close();
-  }
-}
-
-/** `stores` signing records in child processes, written at the same moment, `rounds` times. */
-async function measureStoresTogether(
-  dir: string,
-  stores: number,
-  rounds: number,
-): Promise<{ stores: number; eachMs: Timing; allMs: Timing }> {
-  const children = Array.from({ length: stores }, (_, k) =>
-    fork(fileURLToPath(new URL('./store-child.js', import.meta.url)), [join(dir, `store-${k}`)], {
-      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-    }),
-  );
-  const answer = (child: ChildProcess) =>
-    new Promise<unknown>((resolve, reject) => {
-      const onMessage = (message: unknown) => {
-        child.off('exit', onExit);
-        resolve(message);
-      };
-      const onExit = (code: number | null) => {
-        child.off('message', onMessage);
-        reject(new QuorumFenceError('INTERNAL', `a store process exited (${code})`));
-      };
-      child.once('message', onMessage);
-      child.once('exit', onExit);
-    });
-  try {
-    await Promise.all(children.map(answer));
-    const each: number[] = [];
-    const all: number[] = [];
-    for (let round = 0; round < rounds; round++) {
-      const started = performance.now();
-      const answers = await Promise.all(
-        children.map((child) => {
-          const answered = answer(child);
-          child.send('write');
-          return answered;
-        }),
-      );
-      all.push(performance.now() - started);
-      for (const a of answers) {
-        if (typeof a !== 'number')
-          throw new QuorumFenceError('INTERNAL', `a store process failed: ${JSON.stringify(a)}`);
-        each.push(a);
-      }
-      await new Promise((resolve) => setTimeout(resolve, 3));
-    }
-    return { stores, eachMs: summarise(each), allMs: summarise(all) };
-  } finally {
-    for (const child of children) {
-      child.removeAllListeners();
-      child.kill();
-    }
   }
 }
 

@@ -237,6 +237,19 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
   const contendedBefore = (ctx: QuorumContext, epoch: bigint) =>
     ctx.epochHints.set('orders', { epoch, contended: true });
 
+  /** The first t signers of 'orders' with four ready replicas, and the one of them (not the leader) a test silences. */
+  const firstSignersOfOrders = () => {
+    const signers = firstSigners(
+      {
+        channels: [1, 2, 3, 4].map((index) => ({ index, state: READY })) as unknown as ReplicaChannel[],
+        subscribe: () => () => undefined,
+      },
+      'orders',
+      3,
+    )!;
+    return { signers, silent: [...signers].find((index) => index !== leader)! };
+  };
+
   it('a contended resource asks its leader first, then the first t signers from it once the leader granted', async () => {
     const { ctx, channels } = context([honest(3n), honest(3n), honest(3n), honest(3n)]);
     contendedBefore(ctx, 3n);
@@ -249,15 +262,7 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
   });
 
   it('a signer that stays silent after the leader granted is passed over: the last replica is asked', async () => {
-    const signers = firstSigners(
-      {
-        channels: [1, 2, 3, 4].map((index) => ({ index, state: READY })) as unknown as ReplicaChannel[],
-        subscribe: () => () => undefined,
-      },
-      'orders',
-      3,
-    )!;
-    const silent = [...signers].find((index) => index !== leader)!;
+    const { signers, silent } = firstSignersOfOrders();
     const scripts: Script[] = [honest(3n), honest(3n), honest(3n), honest(3n)];
     scripts[silent - 1] = (body, index) =>
       body.type === 'acquire' ? new Promise(() => undefined) : honest(3n)(body, index);
@@ -271,15 +276,7 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
   });
 
   it('a turn asks the leader and its t-1 next signers; one that stays silent after the leader granted is passed over', async () => {
-    const signers = firstSigners(
-      {
-        channels: [1, 2, 3, 4].map((index) => ({ index, state: READY })) as unknown as ReplicaChannel[],
-        subscribe: () => () => undefined,
-      },
-      'orders',
-      3,
-    )!;
-    const silent = [...signers].find((index) => index !== leader)!;
+    const { signers, silent } = firstSignersOfOrders();
     const last = [1, 2, 3, 4].find((index) => !signers.has(index))!;
     let turnListener: ((replica: number, epoch: bigint) => void) | undefined;
     // Each replica other than the leader and the silent one: whether the leader had granted when it was asked.
