@@ -49,7 +49,6 @@ import {
   type MutationRefusal,
 } from './adapter.js';
 import {
-  BARRIER_COLUMNS,
   FENCE_MOVED,
   MutationFailure,
   NO_ROW,
@@ -76,6 +75,7 @@ import {
   type BarrierRow,
   type Tables,
 } from './postgres-sql.js';
+import { readBarrier, readLogPage, readRetention } from './postgres-read.js';
 
 export {
   POSTGRES_GUARD_FORMAT,
@@ -408,26 +408,12 @@ export class PostgresGuard extends GuardAdapter {
    */
   async barrier(resource: string): Promise<Barrier | undefined> {
     expectResource(resource);
-    const result = await this.#pool.query<BarrierRow>(
-      `SELECT ${BARRIER_COLUMNS} FROM ${this.#t.barrier} WHERE resource = $1`,
-      [resource],
-    );
-    return result.rows[0] && toBarrier(result.rows[0]);
+    return readBarrier(this.#pool, this.#t, resource);
   }
 
   /** How the log's retention stands: refused entries kept (conflicts excepted) and dropped so far. */
   async logRetention(): Promise<LogRetention> {
-    const rows = (
-      await this.#pool.query<{ key: string; value: string }>(
-        `SELECT key, value FROM ${this.#t.meta} WHERE key IN ('refusedKept', 'refusedDropped')`,
-      )
-    ).rows;
-    const meta = new Map(rows.map((r) => [r.key, Number(r.value)]));
-    return {
-      refusedKept: meta.get('refusedKept') ?? 0,
-      refusedDropped: meta.get('refusedDropped') ?? 0,
-      maxRefused: this.maxRefusedLogEntries,
-    };
+    return { ...(await readRetention(this.#pool, this.#t)), maxRefused: this.maxRefusedLogEntries };
   }
 
   /**
@@ -441,11 +427,7 @@ export class PostgresGuard extends GuardAdapter {
    */
   async readLog(query: GuardLogQuery = {}): Promise<GuardLogEntry[]> {
     const { after, limit } = this.logPage(query);
-    const result = await this.#pool.query<{ entry: unknown }>(
-      `SELECT entry FROM ${this.#t.log} WHERE seq > $1 ORDER BY seq LIMIT $2`,
-      [after, limit],
-    );
-    return result.rows.map((row) => parseGuardLogEntry(row.entry));
+    return readLogPage(this.#pool, this.#t, after, limit);
   }
 
   /** Nothing beyond the writes in flight (GuardAdapter.close): the pool is the caller's to end. */
