@@ -6,10 +6,10 @@
  * and one final exponentiation instead of 2k and k. A lone check waits for
  * nothing but the rest of the current I/O phase; a longer queue is worked
  * off one batch per turn, so a burst of honest checks never holds the event
- * loop for more than one batch's pairings (about 2 ms for 8). When a batch fails, each of
- * its checks is run alone, so one bad signature never fails another's check;
- * that costs one batch more than checking alone would, which bounds what a
- * peer sending bad signatures can make a batch cost.
+ * loop for more than one batch's pairings (about 2 ms for 8). When a batch
+ * fails, each of its checks is run alone, so one bad signature never fails
+ * another's check; that costs one batch more than checking alone would,
+ * which bounds what a peer sending bad signatures can make a batch cost.
  *
  * Meant for checks on a latency path with concurrency around them: the
  * client's token check (many acquires in one process) and a guard's check of
@@ -37,13 +37,22 @@ export class VerifyBatcher {
   readonly #maxBatch: number;
   #queue: Pending[] = [];
   #scheduled = false;
-  /** Batches run (of any size) and checks answered: for tests and the bench. */
-  batches = 0;
-  checks = 0;
+  #batches = 0;
+  #checks = 0;
 
   constructor(backend: BlsBackend, maxBatch = MAX_VERIFY_BATCH) {
     this.#backend = backend;
     this.#maxBatch = Math.max(1, Math.floor(maxBatch));
+  }
+
+  /** Batches run so far, of any size (for tests and the bench). */
+  get batches(): number {
+    return this.#batches;
+  }
+
+  /** Checks answered so far. */
+  get checks(): number {
+    return this.#checks;
   }
 
   /** Resolves to what `backend.verify` would return; never rejects. */
@@ -66,8 +75,8 @@ export class VerifyBatcher {
   }
 
   #settle(batch: readonly Pending[]): void {
-    this.batches++;
-    this.checks += batch.length;
+    this.#batches++;
+    this.#checks += batch.length;
     if (batch.length === 1) {
       const only = batch[0]!;
       only.settle(this.#verifyOne(only));

@@ -117,7 +117,10 @@ export class TokenVerifier {
   verify(input: string | Uint8Array | undefined): VerifiedToken {
     const miss = this.#lookupOrRefuse(input);
     if (!('bytes' in miss)) return miss;
-    const check = () => this.#decodeAnd(miss.bytes, (token) => verifyToken(token, this.#cluster));
+    const check = (): Checked => {
+      const decoded = this.#decode(miss.bytes);
+      return decoded.ok ? this.#judge(decoded.token, verifyToken(decoded.token, this.#cluster)) : decoded;
+    };
     return this.#remember(miss, this.#observer ? this.#observer.timeVerify(check) : check());
   }
 
@@ -131,9 +134,8 @@ export class TokenVerifier {
     const miss = this.#lookupOrRefuse(input);
     if (!('bytes' in miss)) return miss;
     const check = async (): Promise<Checked> => {
-      const decoded = this.#decodeAnd(miss.bytes, () => undefined);
-      if (!decoded.ok) return decoded;
-      return this.#judge(decoded.token, await verifyTokenBatched(decoded.token, this.#cluster));
+      const decoded = this.#decode(miss.bytes);
+      return decoded.ok ? this.#judge(decoded.token, await verifyTokenBatched(decoded.token, this.#cluster)) : decoded;
     };
     return this.#remember(miss, await (this.#observer ? this.#observer.timeVerify(check) : check()));
   }
@@ -202,20 +204,18 @@ export class TokenVerifier {
     return { ok: true, cached: false, ...info };
   }
 
-  /** Decoding (point checks), then `check` on the decoded token (undefined: nothing more to check here). */
-  #decodeAnd(bytes: Uint8Array, check: (token: AdmissionToken) => TokenVerification | undefined): Checked {
-    let token: AdmissionToken;
+  /** Decoding with the point checks: the part of a miss before its pairing. */
+  #decode(bytes: Uint8Array): Extract<Checked, { ok: true } | { reason: 'malformed' }> {
     try {
-      token = decodeToken(bytes, this.#cluster.backend);
+      return { ok: true, token: decodeToken(bytes, this.#cluster.backend) };
     } catch (error) {
       if (error instanceof QuorumFenceError)
         return { ok: false, reason: 'malformed', code: error.code, message: error.message };
       throw error;
     }
-    const verdict = check(token);
-    return verdict ? this.#judge(token, verdict) : { ok: true, token };
   }
 
+  /** The pairing's verdict on a decoded token, in the guard's terms. */
   #judge(token: AdmissionToken, verdict: TokenVerification): Checked {
     if (verdict.ok) return { ok: true, token };
     return {
