@@ -16,7 +16,15 @@ import type { Etcd3, Lease } from 'etcd3';
 import type { Dispatcher } from 'undici';
 import { processCpuMs } from './system.js';
 import { base64, post, startEtcdCluster } from './etcd-cluster.js';
-import { closedLoop, summarise, type LoopKinds, type LoopRate, type LoopSet, type Timing } from './measure.js';
+import {
+  closedLoop,
+  summarise,
+  type CycleWindow,
+  type LoopKinds,
+  type LoopRate,
+  type LoopSet,
+  type Timing,
+} from './measure.js';
 
 /**
  * One etcd lock user as a fencing user drives it: its own session lease (like
@@ -265,20 +273,26 @@ async function etcdLoop(
   seconds: number,
   nameOf: (k: number) => string,
   write: boolean,
+  window?: CycleWindow,
 ): Promise<LoopRate> {
   const made = await lockers(driver, urls, clients);
   try {
     await Promise.all(made.lockers.map((l) => l.open()));
-    return await closedLoop(clients, seconds, async (k) => {
-      const locker = made.lockers[k]!;
-      const t0 = performance.now();
-      const { key, fence } = await locker.acquire(nameOf(k));
-      const acquireMs = performance.now() - t0;
-      if (write && !(await locker.fencedWrite(key, fence, `data/${nameOf(k)}`, 'x')))
-        throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${nameOf(k)}`);
-      await locker.release(key);
-      return acquireMs;
-    });
+    return await closedLoop(
+      clients,
+      seconds,
+      async (k) => {
+        const locker = made.lockers[k]!;
+        const t0 = performance.now();
+        const { key, fence } = await locker.acquire(nameOf(k));
+        const acquireMs = performance.now() - t0;
+        if (write && !(await locker.fencedWrite(key, fence, `data/${nameOf(k)}`, 'x')))
+          throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${nameOf(k)}`);
+        await locker.release(key);
+        return acquireMs;
+      },
+      window,
+    );
   } finally {
     await made.close();
   }
@@ -324,9 +338,12 @@ async function benchDriver(
     progress(`${tag}: 1 client, ${write ? 'lock + fenced write + unlock' : 'lock + unlock'} ...`);
     const one = await etcdLoop(driver, urls, 1, seconds, () => `bench/${driver}/${kind}/one`, write);
     progress(`${tag}: ${clients} clients on distinct locks ...`);
-    const before = cpuNow();
-    const distinct = await etcdLoop(driver, urls, clients, seconds, (k) => `bench/${driver}/${kind}/d/${k}`, write);
-    const after = cpuNow();
+    let before = cpuNow();
+    let after = before;
+    const distinct = await etcdLoop(driver, urls, clients, seconds, (k) => `bench/${driver}/${kind}/d/${k}`, write, {
+      opened: () => (before = cpuNow()),
+      done: () => (after = cpuNow()),
+    });
     // The warm-up cycles (one per client) count too, as on quorumfence's side.
     const cycles = distinct.operations + clients;
     progress(`${tag}: ${clients} clients on one hot lock ...`);

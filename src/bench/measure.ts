@@ -61,15 +61,29 @@ export interface LoopRate {
 }
 
 /**
+ * Told when a loop's cycles begin (its connections are open) and when they
+ * end (before they close): a CPU or profile window around the cycles alone,
+ * so connection set-up (quorumfence's Ed25519 handshakes, etcd's TCP and
+ * HTTP) counts on neither side.
+ */
+export interface CycleWindow {
+  opened(): void;
+  done(): void;
+}
+
+/**
  * Runs `clients` closed loops for `seconds` after one warm-up cycle each.
  * `cycle(k, remainingMs)` runs one cycle of client k and returns how long its
  * acquire took, or undefined when it was not granted (a wait that ran out).
+ * `window` hears the start of the warm-up cycles and the end of the last one.
  */
 export async function closedLoop(
   clients: number,
   seconds: number,
   cycle: (client: number, remainingMs: number) => Promise<number | undefined>,
+  window?: CycleWindow,
 ): Promise<LoopRate> {
+  window?.opened();
   await Promise.all(Array.from({ length: clients }, (_, k) => cycle(k, 10_000)));
   const cycles: number[] = [];
   const acquires: number[] = [];
@@ -87,6 +101,7 @@ export async function closedLoop(
     }),
   );
   const elapsed = (performance.now() - start) / 1000;
+  window?.done();
   return {
     clients,
     operations: cycles.length,

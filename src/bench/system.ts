@@ -29,7 +29,7 @@ import { QuorumFenceClient } from '../client/client.js';
 import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import { generateIdentity } from '../client/identity.js';
 import { fetchBounded, parseMetrics, type MetricsSample } from '../console/replica-health.js';
-import { closedLoop, summarise, type LoopKinds, type LoopRate, type Timing } from './measure.js';
+import { closedLoop, summarise, type CycleWindow, type LoopKinds, type LoopRate, type Timing } from './measure.js';
 
 export type { LoopRate } from './measure.js';
 
@@ -176,6 +176,7 @@ async function loop(
   seconds: number,
   resourceOf: (k: number) => string,
   write: boolean,
+  window?: CycleWindow,
 ): Promise<LoopRate> {
   // Default client options throughout: waiters on a hot resource hear of each release from the replicas.
   const connected = await Promise.all(
@@ -187,19 +188,31 @@ async function loop(
     const signedBefore = (await replicaCounters(local)).grantsSigned;
     const batcher = verifyBatcherFor(local.cluster.backend);
     const batchesBefore = { batches: batcher.batches, checks: batcher.checks };
-    const rate = await closedLoop(clients, seconds, async (k, remainingMs) => {
-      const resource = resourceOf(k);
-      const t0 = performance.now();
-      const acquired = await connected[k]!.acquire(resource, { ttlMs: 10_000, waitMs: remainingMs, autoRenew: false });
-      const acquireMs = performance.now() - t0;
-      if (!acquired.ok) {
-        if (acquired.reason === 'busy' || acquired.reason === 'timeout') return undefined;
-        throw new QuorumFenceError('INTERNAL', `benchmark: acquire refused (${acquired.reason}): ${acquired.message}`);
-      }
-      if (write) await guardedWrite(agent, resourceUrl, resource, acquired.lease.tokenText, 'x');
-      await acquired.lease.release();
-      return acquireMs;
-    });
+    const rate = await closedLoop(
+      clients,
+      seconds,
+      async (k, remainingMs) => {
+        const resource = resourceOf(k);
+        const t0 = performance.now();
+        const acquired = await connected[k]!.acquire(resource, {
+          ttlMs: 10_000,
+          waitMs: remainingMs,
+          autoRenew: false,
+        });
+        const acquireMs = performance.now() - t0;
+        if (!acquired.ok) {
+          if (acquired.reason === 'busy' || acquired.reason === 'timeout') return undefined;
+          throw new QuorumFenceError(
+            'INTERNAL',
+            `benchmark: acquire refused (${acquired.reason}): ${acquired.message}`,
+          );
+        }
+        if (write) await guardedWrite(agent, resourceUrl, resource, acquired.lease.tokenText, 'x');
+        await acquired.lease.release();
+        return acquireMs;
+      },
+      window,
+    );
     const signed = (await replicaCounters(local)).grantsSigned - signedBefore;
     return {
       ...rate,
@@ -277,11 +290,21 @@ async function profileLoop(
     await session.post('Profiler.setSamplingInterval', { interval: 250 });
     await session.post('Profiler.start');
     const pids = { replicas: local.replicas.map((r) => r.pid), resource: resource.pid };
-    const fromUs = monotonicUs();
-    const before = cpuNow(pids);
-    loopRate = await loop(local, resource.url, clients, seconds, (k) => `bench/profile/${k}`, true);
-    const after = cpuNow(pids);
-    window = { fromUs, toUs: monotonicUs() };
+    let fromUs = monotonicUs();
+    let toUs = fromUs;
+    let before = cpuNow(pids);
+    let after = before;
+    loopRate = await loop(local, resource.url, clients, seconds, (k) => `bench/profile/${k}`, true, {
+      opened: () => {
+        fromUs = monotonicUs();
+        before = cpuNow(pids);
+      },
+      done: () => {
+        after = cpuNow(pids);
+        toUs = monotonicUs();
+      },
+    });
+    window = { fromUs, toUs };
     // The loop's warm-up grants (one per client) fall inside the window too.
     cpu = cpuPerGrant(before, after, loopRate.operations + clients);
     clientProfile = (await session.post('Profiler.stop')).profile as unknown as CpuProfile;
@@ -349,9 +372,13 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     const pids = { replicas: local.replicas.map((r) => r.pid), resource: resource.pid };
     /** A loop with the CPU of every process per grant during it (warm-up grants, one per client, count too). */
     const measured = async (loopClients: number, resourceOf: (k: number) => string, write: boolean) => {
-      const before = cpuNow(pids);
-      const rate = await loop(local!, resource!.url, loopClients, seconds, resourceOf, write);
-      return { rate, cpu: cpuPerGrant(before, cpuNow(pids), rate.operations + loopClients) };
+      let before = cpuNow(pids);
+      let after = before;
+      const rate = await loop(local!, resource!.url, loopClients, seconds, resourceOf, write, {
+        opened: () => (before = cpuNow(pids)),
+        done: () => (after = cpuNow(pids)),
+      });
+      return { rate, cpu: cpuPerGrant(before, after, rate.operations + loopClients) };
     };
     const set = async (write: boolean) => {
       const kind = write ? 'write' : 'plain';
