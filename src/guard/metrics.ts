@@ -20,7 +20,12 @@ export class GuardMetrics implements GuardObserver {
 
   constructor(
     labels: { cluster: string },
-    options: { tokenCacheEntries?: () => number; processMetrics?: boolean } = {},
+    options: {
+      tokenCacheEntries?: () => number;
+      /** The process's batcher of pairing checks (src/crypto/verify-batch.ts), read at each scrape. */
+      verifyBatches?: { readonly batches: number; readonly checks: number };
+      processMetrics?: boolean;
+    } = {},
   ) {
     this.registry.setDefaultLabels({ cluster: labels.cluster.slice(0, 16) });
     const registers = [this.registry];
@@ -58,6 +63,33 @@ export class GuardMetrics implements GuardObserver {
           this.set(cacheEntries());
         },
       });
+    }
+    const batcher = options.verifyBatches;
+    if (batcher) {
+      // Counters that follow the batcher's own: checks / batches is the mean batch size.
+      const following = (name: string, help: string, read: () => number) => {
+        let seen = read();
+        new Counter({
+          name,
+          help,
+          registers,
+          collect() {
+            const now = read();
+            if (now > seen) this.inc(now - seen);
+            seen = now;
+          },
+        });
+      };
+      following(
+        'quorumfence_guard_verify_batches_total',
+        'Batches of pairing checks this process ran (tokens not in the cache; a lone check is a batch of one)',
+        () => batcher.batches,
+      );
+      following(
+        'quorumfence_guard_verify_batched_checks_total',
+        'Pairing checks those batches answered (checks / batches = mean batch size)',
+        () => batcher.checks,
+      );
     }
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'quorumfence_guard_' });
   }

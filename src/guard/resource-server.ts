@@ -42,6 +42,7 @@ import { withoutTokens } from './log.js';
 import type { GuardResult } from './core.js';
 import { LmdbGuard, type LmdbGuardOptions, type StoredValue } from './lmdb-guard.js';
 import { GuardMetrics } from './metrics.js';
+import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import { checkOperatorSecret, presentsOperatorSecret } from '../common/operator-secret.js';
 import {
   BadRequest,
@@ -181,7 +182,11 @@ export class ResourceServer {
     const guardRef: { current?: LmdbGuard } = {};
     const metrics = new GuardMetrics(
       { cluster: cluster.idHex },
-      { tokenCacheEntries: () => guardRef.current?.core.verifier.cacheEntries ?? 0, processMetrics: true },
+      {
+        tokenCacheEntries: () => guardRef.current?.core.verifier.cacheEntries ?? 0,
+        verifyBatches: verifyBatcherFor(cluster.backend),
+        processMetrics: true,
+      },
     );
     const guard = await LmdbGuard.open(dataDir, cluster, {
       ...options,

@@ -291,6 +291,36 @@ describe('observability', () => {
     expect(text).toMatch(/quorumfence_guard_verify_seconds_count\{cluster="[0-9a-f]+"\} \d+/);
   });
 
+  test('/metrics counts the batches of pairing checks and the checks they answered', async () => {
+    const counter = (text: string, name: string) => {
+      const found = new RegExp(`^${name}\\{cluster="[0-9a-f]+"\\} (\\d+)$`, 'm').exec(text);
+      expect(found, name).not.toBeNull();
+      return Number(found![1]);
+    };
+    const read = async () => {
+      const { text } = await call('GET', '/metrics');
+      return {
+        batches: counter(text, 'quorumfence_guard_verify_batches_total'),
+        checks: counter(text, 'quorumfence_guard_verify_batched_checks_total'),
+      };
+    };
+    const before = await read();
+    // Six writers, each with a token the guard has not seen: six pairing checks, in one batch or several.
+    const statuses = await Promise.all(
+      Array.from({ length: 6 }, (_, k) =>
+        call('PUT', kvPath(`batches/${k}`, 'k'), {
+          token: factory.issueText({ resource: `batches/${k}`, epoch: 1 }),
+          body: 'x',
+        }).then((r) => r.status),
+      ),
+    );
+    expect(statuses).toEqual(Array.from({ length: 6 }, () => 200));
+    const after = await read();
+    expect(after.checks - before.checks).toBe(6);
+    expect(after.batches - before.batches).toBeGreaterThanOrEqual(1);
+    expect(after.batches - before.batches).toBeLessThanOrEqual(6);
+  });
+
   test('/log pages the guard log in order', async () => {
     const first = await call('GET', '/log?after=0&limit=5');
     expect((first.json.entries as { seq: number }[]).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
