@@ -58,6 +58,8 @@ export interface LoopRate {
   readonly signaturesPerGrant?: number;
   /** quorumfence only: the clients' token checks per batch of pairing checks (src/crypto/verify-batch.ts). */
   readonly clientChecksPerBatch?: number;
+  /** quorumfence fenced loops only: the guard's token checks per batch, from the resource's /metrics. */
+  readonly guardChecksPerBatch?: number;
 }
 
 /**

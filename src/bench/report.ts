@@ -117,6 +117,12 @@ export function comparisonTable(system: SystemFigures | undefined, etcd: EtcdFig
       system && LOOP_ROWS.map(([key]) => system.loops[kind][key].clientChecksPerBatch?.toFixed(2) ?? '-').join(' | '),
       () => '',
     );
+    if (kind === 'fencedWrite')
+      line(
+        "  guard's token checks per pairing batch (1 | distinct | hot)",
+        system && LOOP_ROWS.map(([key]) => system.loops[kind][key].guardChecksPerBatch?.toFixed(2) ?? '-').join(' | '),
+        () => '',
+      );
     line(
       '  1 client acquire p50 / p99 (ms)',
       system && `${ms(system.loops[kind].one.acquireMs.median)} / ${ms(system.loops[kind].one.acquireMs.p99)}`,

@@ -146,6 +146,16 @@ async function replicaCounters(local: LocalCluster): Promise<MetricsSample> {
   }));
 }
 
+/** The reference resource's batches of pairing checks and the checks they answered, from its /metrics. */
+async function guardBatches(resourceUrl: string): Promise<{ batches: number; checks: number }> {
+  const text = await fetchBounded(`${resourceUrl}/metrics`, 10_000);
+  const value = (name: string) => Number(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  return {
+    batches: value('quorumfence_guard_verify_batches_total'),
+    checks: value('quorumfence_guard_verify_batched_checks_total'),
+  };
+}
+
 /** One guarded write through the reference resource over a keep-alive connection of `agent`. */
 async function guardedWrite(
   agent: Agent,
@@ -188,6 +198,7 @@ async function loop(
     const signedBefore = (await replicaCounters(local)).grantsSigned;
     const batcher = verifyBatcherFor(local.cluster.backend);
     const batchesBefore = { batches: batcher.batches, checks: batcher.checks };
+    const guardBefore = await guardBatches(resourceUrl);
     const rate = await closedLoop(
       clients,
       seconds,
@@ -214,10 +225,16 @@ async function loop(
       window,
     );
     const signed = (await replicaCounters(local)).grantsSigned - signedBefore;
+    const guardAfter = await guardBatches(resourceUrl);
     return {
       ...rate,
       signaturesPerGrant: signed / (rate.operations + clients),
       clientChecksPerBatch: (batcher.checks - batchesBefore.checks) / (batcher.batches - batchesBefore.batches),
+      ...(write
+        ? {
+            guardChecksPerBatch: (guardAfter.checks - guardBefore.checks) / (guardAfter.batches - guardBefore.batches),
+          }
+        : {}),
     };
   } finally {
     await Promise.all(connected.map((c) => c.close()));
