@@ -14,7 +14,7 @@ import { QuorumFenceError } from '../common/errors.js';
 // other sections run where only the package's own dependencies are installed.
 import type { Etcd3, Lease } from 'etcd3';
 import type { Dispatcher } from 'undici';
-import { processCpuMs } from './system.js';
+import { processCpuMs } from './counters.js';
 import { base64, post, startEtcdCluster } from './etcd-cluster.js';
 import {
   closedLoop,

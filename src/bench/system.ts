@@ -14,9 +14,8 @@
  * CPU is read from /proc for the children and process.cpuUsage() for this
  * process, so it includes everything a grant costs: sockets, JSON, fsync, crypto.
  */
-import { spawnSync } from 'node:child_process';
 import { Agent, request as httpRequest } from 'node:http';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
@@ -28,7 +27,8 @@ import { breakdown, monotonicUs, readProfiles, type CpuProfile, type KindBreakdo
 import { QuorumFenceClient } from '../client/client.js';
 import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import { generateIdentity } from '../client/identity.js';
-import { fetchBounded, parseMetrics, type MetricsSample } from '../console/replica-health.js';
+import { cpuNow, cpuPerGrant, guardBatches, replicaCounters, type CpuPerGrant } from './counters.js';
+import type { MetricsSample } from '../console/replica-health.js';
 import { closedLoop, summarise, type CycleWindow, type LoopKinds, type LoopRate, type Timing } from './measure.js';
 
 export type { LoopRate } from './measure.js';
@@ -82,78 +82,6 @@ export interface SystemBenchOptions {
   readonly progress?: (line: string) => void;
   /** Also profile the 1- and 16-client fenced-write loops (fresh processes under --cpu-prof). */
   readonly profile?: boolean;
-}
-
-const CLOCK_TICKS_PER_SECOND = (() => {
-  const result = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
-  const ticks = Number(result.stdout?.trim());
-  return Number.isFinite(ticks) && ticks > 0 ? ticks : 100;
-})();
-
-/** User + system CPU ms of a process (0 when it cannot be read: not Linux, or gone). */
-export function processCpuMs(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
-  } catch {
-    return 0;
-  }
-}
-
-function ownCpuMs(): number {
-  const usage = process.cpuUsage();
-  return (usage.user + usage.system) / 1000;
-}
-
-export interface CpuPerGrant {
-  readonly replicas: number;
-  readonly resource: number;
-  readonly client: number;
-}
-
-function cpuPerGrant(before: CpuPerGrant, after: CpuPerGrant, grants: number): CpuPerGrant {
-  return {
-    replicas: (after.replicas - before.replicas) / grants,
-    resource: (after.resource - before.resource) / grants,
-    client: (after.client - before.client) / grants,
-  };
-}
-
-function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPerGrant {
-  return {
-    replicas: pids.replicas.reduce((sum, pid) => sum + processCpuMs(pid), 0),
-    resource: processCpuMs(pids.resource),
-    client: ownCpuMs(),
-  };
-}
-
-/** Every replica's /metrics, read by the console's parser and summed: partials signed, record flushes, signing. */
-async function replicaCounters(local: LocalCluster): Promise<MetricsSample> {
-  const samples = await Promise.all(
-    local.replicas.map(async (r) =>
-      parseMetrics(await fetchBounded(`${r.url.replace(/^ws/, 'http')}/metrics`, 10_000), 0),
-    ),
-  );
-  return samples.reduce((sum, one) => ({
-    ...sum,
-    grantsSigned: sum.grantsSigned + one.grantsSigned,
-    flushSum: sum.flushSum + one.flushSum,
-    flushCount: sum.flushCount + one.flushCount,
-    signSum: sum.signSum + one.signSum,
-    signCount: sum.signCount + one.signCount,
-  }));
-}
-
-/** The reference resource's batches of pairing checks and the checks they answered, from its /metrics. */
-async function guardBatches(resourceUrl: string): Promise<{ batches: number; checks: number }> {
-  const text = await fetchBounded(`${resourceUrl}/metrics`, 10_000);
-  const value = (name: string) => Number(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
-  return {
-    batches: value('quorumfence_guard_verify_batches_total'),
-    checks: value('quorumfence_guard_verify_batched_checks_total'),
-  };
 }
 
 /** One guarded write through the reference resource over a keep-alive connection of `agent`. */

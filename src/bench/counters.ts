@@ -1,0 +1,81 @@
+/**
+ * What the system bench reads from the processes it runs: CPU time from
+ * /proc (the children) and process.cpuUsage() (this process), and counters
+ * from the replicas' and the reference resource's /metrics.
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import type { LocalCluster } from '../cluster/launcher.js';
+import { fetchBounded, parseMetrics, type MetricsSample } from '../console/replica-health.js';
+
+const CLOCK_TICKS_PER_SECOND = (() => {
+  const result = spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' });
+  const ticks = Number(result.stdout?.trim());
+  return Number.isFinite(ticks) && ticks > 0 ? ticks : 100;
+})();
+
+/** User + system CPU ms of a process (0 when it cannot be read: not Linux, or gone). */
+export function processCpuMs(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
+  } catch {
+    return 0;
+  }
+}
+
+function ownCpuMs(): number {
+  const usage = process.cpuUsage();
+  return (usage.user + usage.system) / 1000;
+}
+
+export interface CpuPerGrant {
+  readonly replicas: number;
+  readonly resource: number;
+  readonly client: number;
+}
+
+export function cpuPerGrant(before: CpuPerGrant, after: CpuPerGrant, grants: number): CpuPerGrant {
+  return {
+    replicas: (after.replicas - before.replicas) / grants,
+    resource: (after.resource - before.resource) / grants,
+    client: (after.client - before.client) / grants,
+  };
+}
+
+export function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPerGrant {
+  return {
+    replicas: pids.replicas.reduce((sum, pid) => sum + processCpuMs(pid), 0),
+    resource: processCpuMs(pids.resource),
+    client: ownCpuMs(),
+  };
+}
+
+/** Every replica's /metrics, read by the console's parser and summed: partials signed, record flushes, signing. */
+export async function replicaCounters(local: LocalCluster): Promise<MetricsSample> {
+  const samples = await Promise.all(
+    local.replicas.map(async (r) =>
+      parseMetrics(await fetchBounded(`${r.url.replace(/^ws/, 'http')}/metrics`, 10_000), 0),
+    ),
+  );
+  return samples.reduce((sum, one) => ({
+    ...sum,
+    grantsSigned: sum.grantsSigned + one.grantsSigned,
+    flushSum: sum.flushSum + one.flushSum,
+    flushCount: sum.flushCount + one.flushCount,
+    signSum: sum.signSum + one.signSum,
+    signCount: sum.signCount + one.signCount,
+  }));
+}
+
+/** The reference resource's batches of pairing checks and the checks they answered, from its /metrics. */
+export async function guardBatches(resourceUrl: string): Promise<{ batches: number; checks: number }> {
+  const text = await fetchBounded(`${resourceUrl}/metrics`, 10_000);
+  const value = (name: string) => Number(new RegExp(`^${name}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+  return {
+    batches: value('quorumfence_guard_verify_batches_total'),
+    checks: value('quorumfence_guard_verify_batched_checks_total'),
+  };
+}
