@@ -14,6 +14,9 @@
  *   together      three signing records in three processes (store-child.ts),
  *                 one write each at the same moment: the disk's share of an
  *                 acquire that needs t = 3 flushes
+ *   handshakes    hundreds of connections authenticating at the same moment
+ *                 (handshakes.ts): the replica's CPU per connection, what a
+ *                 reconnect storm after a restart costs it
  *
  * The load generator shares the machine with the replica, so `grants` is a
  * floor for what a replica on its own cores would do.
@@ -24,16 +27,14 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { ed25519 } from '@noble/curves/ed25519.js';
-import { WebSocket } from 'ws';
 import { dealLocalCluster, startLocalCluster } from '../cluster/launcher.js';
 import { loadClusterFile } from '../cluster/description.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { decodeServerMessage, encodeMessage } from '../protocol/codec.js';
-import { authTranscript } from '../protocol/messages.js';
 import { grantMessage } from '../token/grant.js';
 import { startWorkerSigner } from '../replica/signer.js';
 import { summarise, type Timing } from './measure.js';
+import { connectLoad, measureHandshakes, type HandshakeFigures } from './handshakes.js';
 import { measureStore, measureStoresTogether } from './store.js';
 
 export interface ReplicaBenchOptions {
@@ -102,6 +103,8 @@ export interface ReplicaBenchFigures {
    * all three were (the parent's view, the IPC round trip included). The disk's share of an acquire here.
    */
   readonly storesTogether: { readonly stores: number; readonly eachMs: Timing; readonly allMs: Timing };
+  /** Connections authenticating at the same moment (a reconnect storm), one entry per run. */
+  readonly handshakes: HandshakeFigures[];
 }
 
 function median(values: readonly number[]): number {
@@ -119,43 +122,13 @@ function cpuTimes(): { total: number; steal: number } | undefined {
   }
 }
 
-interface LoadConnection {
-  readonly socket: WebSocket;
-  readonly sent: Map<number, number>;
-}
-
-/** Opens an authenticated raw connection (the same handshake a client does). */
-function connect(url: string, index: number): Promise<LoadConnection> {
-  const { secretKey, publicKey } = ed25519.keygen();
-  return new Promise((resolve, reject) => {
-    const socket = new WebSocket(url, { perMessageDeflate: false });
-    socket.binaryType = 'nodebuffer';
-    socket.once('error', reject);
-    let state: 'challenge' | 'welcome' = 'challenge';
-    const onMessage = (data: Buffer): void => {
-      const message = decodeServerMessage(new Uint8Array(data));
-      if (state === 'challenge' && message.type === 'challenge') {
-        const signature = ed25519.sign(authTranscript(message.nonce, message.clusterId, message.replica), secretKey);
-        socket.send(encodeMessage({ type: 'hello', id: 0, holder: publicKey, signature }));
-        state = 'welcome';
-      } else if (state === 'welcome' && message.type === 'welcome') {
-        socket.off('message', onMessage);
-        resolve({ socket, sent: new Map() });
-      } else {
-        reject(new QuorumFenceError('CONNECTION_FAILED', `load connection ${index}: unexpected ${message.type}`));
-      }
-    };
-    socket.on('message', onMessage);
-  });
-}
-
 async function measureGrants(
   url: string,
   signingWorkers: number,
   run: number,
   options: { connections: number; depth: number; seconds: number },
 ): Promise<GrantRate> {
-  const connections = await Promise.all(Array.from({ length: options.connections }, (_, k) => connect(url, k)));
+  const connections = await Promise.all(Array.from({ length: options.connections }, (_, k) => connectLoad(url, k)));
   const warmupEnds = performance.now() + 1_000;
   const ends = warmupEnds + options.seconds * 1_000;
   let grants = 0;
@@ -325,6 +298,24 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
       await Promise.all(replicas.map((r) => r.close()));
     }
 
+    const handshakeCount = quick ? 200 : 500;
+    const handshakes: HandshakeFigures[] = [];
+    const storm = await startLocalCluster({
+      dir: keys,
+      indices: [1],
+      dataRoot: join(root, 'data-handshakes'),
+      // One address opens them all here; the default per-address cap (64) is for a fleet behind one NAT address.
+      extraArgs: ['--max-unauthenticated-per-address', String(handshakeCount)],
+    });
+    try {
+      for (let run = 1; run <= repeats; run++) {
+        progress(`replica: ${handshakeCount} connections authenticating at once, run ${run}/${repeats} ...`);
+        handshakes.push(await measureHandshakes(storm.replica(1).url, storm.replica(1).pid, handshakeCount));
+      }
+    } finally {
+      await storm.close();
+    }
+
     const count = quick ? 2_000 : 4_000;
     const signingRuns: SigningFigures['runs'][number][] = [];
     for (let run = 1; run <= repeats + 2; run++) {
@@ -354,6 +345,7 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
       signing: { runs: signingRuns, medianScaling: median(scalings), bestScaling: Math.max(...scalings) },
       store,
       storesTogether,
+      handshakes,
     };
   } finally {
     rmSync(root, { recursive: true, force: true });

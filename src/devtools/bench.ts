@@ -154,6 +154,13 @@ export const command: Command = {
         `${ms(together.eachMs.median)}, ${ms(together.allMs.median)}`,
         '',
       ]);
+      const storm = replica.handshakes;
+      if (storm.length > 0)
+        rows.push([
+          `${storm[0]!.connections} connections authenticating at once: replica CPU per connection (ms), runs`,
+          storm.map((h) => ms(h.replicaCpuMsEach)).join(', '),
+          '',
+        ]);
       out.push(table(rows));
     }
 
@@ -193,7 +200,7 @@ export const command: Command = {
     if (system || etcd) out.push(comparisonTable(system, etcd, n));
     if (system && crypto[0]) {
       const floor = floorMs(crypto[0], n);
-      const targets = targetRows(system, etcd?.drivers.gateway, floor);
+      const targets = targetRows(system, etcd?.drivers, floor);
       report.targets = { floorMs: floor, rows: targets };
       const b = system.cpuBreakdownMs;
       out.push(
@@ -210,7 +217,7 @@ export const command: Command = {
       out.push(
         table([
           [
-            'target (issue 13; fenced-write loops, etcd = gateway column)',
+            'target (issue 13; fenced-write loops, etcd = its stronger driver per row)',
             'quorumfence',
             'etcd',
             'ratio',

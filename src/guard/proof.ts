@@ -21,19 +21,17 @@
  * few bytes. Older tokens need no replay state: they are below the barrier and
  * refused as stale anyway.
  */
-import { BoundedMap } from '../common/bounded-map.js';
-import { createPublicKey, verify as verifySignature, type KeyObject } from 'node:crypto';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { concatBytes, u16be, u64be } from '../common/bytes.js';
-import { isUsableHolderKey } from '../common/holder-key.js';
+import { HOLDER_SIGNATURE_BYTES, verifyHolderSignature } from '../common/holder-signature.js';
 import { expectBytes } from '../common/check.js';
 import { MAX_EPOCH } from '../common/limits.js';
 
 const TRANSCRIPT_TAG = new TextEncoder().encode('quorumfence/guard-request/v1');
 const utf8 = new TextEncoder();
 
-export const PROOF_SIGNATURE_BYTES = 64;
+export const PROOF_SIGNATURE_BYTES = HOLDER_SIGNATURE_BYTES;
 /** Counters share the epoch's range so every store can hold them as signed 64-bit integers. */
 export const MAX_PROOF_COUNTER = MAX_EPOCH;
 /** How far below the highest counter a request may still arrive: one 64-bit bitmap. */
@@ -102,53 +100,19 @@ export function signRequest(signer: RequestSigner, fields: RequestFields): Reque
   return { counter: fields.counter, signature: signer.sign(requestTranscript(fields)) };
 }
 
-// SubjectPublicKeyInfo header for a raw Ed25519 key (RFC 8410): node's crypto takes keys only wrapped.
-const ED25519_SPKI_PREFIX = Uint8Array.from([0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00]);
-
-/** Imported holder keys, bounded: a key import costs about as much as the verification itself. */
-const HOLDER_KEY_CACHE_LIMIT = 1024;
-const holderKeys = new BoundedMap<string, KeyObject>(HOLDER_KEY_CACHE_LIMIT);
-
-function holderKeyObject(holder: Uint8Array): KeyObject | undefined {
-  const id = Buffer.from(holder).toString('hex');
-  let key = holderKeys.get(id);
-  if (!key) {
-    // A small-order key verifies forged signatures (see common/holder-key.ts); a non-canonical one is no honest key.
-    if (!isUsableHolderKey(holder)) return undefined;
-    try {
-      key = createPublicKey({
-        key: Buffer.from(concatBytes(ED25519_SPKI_PREFIX, holder)),
-        format: 'der',
-        type: 'spki',
-      });
-    } catch {
-      return undefined; // not a point on the curve: no signature can verify under it
-    }
-    holderKeys.set(id, key);
-  }
-  return key;
-}
-
 /**
- * True when `signature` is the holder's Ed25519 signature over the request.
- * Uses node's native Ed25519 (the guard's hot path); the result is the same as
- * any RFC 8032 verifier's. Never throws for bad input bytes.
+ * True when `signature` is the holder's Ed25519 signature over the request
+ * (common/holder-signature.ts: the key checks, then node's native Ed25519).
+ * Never throws for bad input bytes.
  */
 export function verifyRequestProof(holder: Uint8Array, fields: RequestFields, signature: Uint8Array): boolean {
-  if (holder.length !== 32 || signature.length !== PROOF_SIGNATURE_BYTES) return false;
-  const key = holderKeyObject(holder);
-  if (!key) return false;
   let transcript: Uint8Array;
   try {
     transcript = requestTranscript(fields);
   } catch {
     return false;
   }
-  try {
-    return verifySignature(null, transcript, key, signature);
-  } catch {
-    return false;
-  }
+  return verifyHolderSignature(holder, transcript, signature);
 }
 
 /**

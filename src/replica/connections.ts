@@ -27,9 +27,8 @@
 import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { ed25519 } from '@noble/curves/ed25519.js';
 import type { WebSocket, WebSocketServer } from 'ws';
-import { isUsableHolderKey } from '../common/holder-key.js';
+import { verifyHolderSignature } from '../common/holder-signature.js';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Clock, TimerHandle } from '../common/clock.js';
 import type { Logger } from '../common/log.js';
@@ -191,20 +190,12 @@ export class ReplicaConnections {
         this.sendError(connection, message.id, 'UNAUTHENTICATED', 'authenticate (hello) before any request');
         return this.close(connection, CloseCode.POLICY_VIOLATION, 'request before authentication');
       }
-      let valid: boolean;
-      try {
-        // Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032's strict rules.
-        valid =
-          isUsableHolderKey(message.holder) &&
-          ed25519.verify(
-            message.signature,
-            authTranscript(connection.nonce, this.#options.cluster.id, this.#options.index),
-            message.holder,
-            { zip215: false },
-          );
-      } catch {
-        valid = false; // A malformed key or signature is just a failed proof.
-      }
+      // Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032 (holder-signature.ts).
+      const valid = verifyHolderSignature(
+        message.holder,
+        authTranscript(connection.nonce, this.#options.cluster.id, this.#options.index),
+        message.signature,
+      );
       if (!valid) return this.close(connection, CloseCode.POLICY_VIOLATION, 'authentication failed');
       this.#clock.clearTimeout(connection.authTimer);
       connection.authTimer = undefined;
