@@ -14,6 +14,7 @@ import { benchEtcd, type EtcdFigures } from '../bench/etcd.js';
 import { findEtcd } from '../bench/etcd-cluster.js';
 import { benchGuard, postgresRows, type GuardBenchFigures } from '../bench/guard.js';
 import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
+import { measureTransportFloor, type TransportFloor } from '../bench/transport.js';
 import { benchCeremony } from '../bench/ceremony.js';
 import { benchGrowth } from '../bench/growth.js';
 import { benchSystem, type SystemFigures } from '../bench/system.js';
@@ -46,7 +47,8 @@ sections (default: all):
   system    N replicas + the reference resource: uncontended acquire p50/p99;
             acquire + release, and acquire + guarded write + release, with 1 client,
             16 on distinct resources and 16 on one hot resource; CPU per grant of
-            all processes against the crypto floor
+            all processes against the crypto floor; the bare wire (a WebSocket request
+            and reply with the codec, nothing behind it): its CPU per round trip
   etcd      a 3-member etcd cluster on loopback, the same loops (lock [+ a txn
             conditional on the lock key's create revision] + unlock), driven by
             etcd's lock API over an undici keep-alive pool and by the etcd3 gRPC
@@ -182,9 +184,13 @@ export const command: Command = {
     }
 
     let system: SystemFigures | undefined;
+    let transport: TransportFloor[] = [];
     if (sections.has('system')) {
       system = await benchSystem({ replicas: n, quick, progress, profile: values.profile ?? false });
       report.system = system;
+      progress('system: the bare wire (WebSocket + codec, nothing behind it), 1 and 16 connections ...');
+      transport = [await measureTransportFloor(1, quick ? 1 : 3), await measureTransportFloor(16, quick ? 1 : 3)];
+      report.transport = transport;
       if (system.profile) out.push(profileTable(system.profile));
     }
     let etcd: EtcdFigures | undefined;
@@ -212,6 +218,10 @@ export const command: Command = {
             `measured: replicas ${ms(b.replicas)} + resource ${ms(b.resource)} + client ${ms(b.client)}`,
             `${ms(system.cpuPerGrantMs)} ms`,
           ],
+          ...transport.map((t) => [
+            `bare wire, one request + reply, ${t.connections} connection(s), both ends (x 6 per cycle)`,
+            `${ms(t.totalCpuMs)} ms (${ms(6 * t.totalCpuMs)} ms)`,
+          ]),
         ]),
       );
       out.push(
