@@ -14,10 +14,19 @@ const CLOCK_TICKS_PER_SECOND = (() => {
   return Number.isFinite(ticks) && ticks > 0 ? ticks : 100;
 })();
 
-/** User + system CPU ms of a process (0 when it cannot be read: not Linux, or gone). */
+/** User + system CPU ms of a process, all its threads (0 when it cannot be read: not Linux, or gone). */
 export function processCpuMs(pid: number): number {
+  return statCpuMs(`/proc/${pid}/stat`);
+}
+
+/** The same for a process's main thread alone (its event loop: the thread whose id is the process's). */
+export function mainThreadCpuMs(pid: number): number {
+  return statCpuMs(`/proc/${pid}/task/${pid}/stat`);
+}
+
+function statCpuMs(path: string): number {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const stat = readFileSync(path, 'utf8');
     // Fields after the command name (which may contain spaces) start after the last ')'.
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
@@ -33,6 +42,8 @@ function ownCpuMs(): number {
 
 export interface CpuPerGrant {
   readonly replicas: number;
+  /** Of `replicas`, their main threads (the rest: the signing thread, V8's GC helpers, libuv's pool with LMDB's commits). */
+  readonly replicasMainThread: number;
   readonly resource: number;
   readonly client: number;
 }
@@ -40,6 +51,7 @@ export interface CpuPerGrant {
 export function cpuPerGrant(before: CpuPerGrant, after: CpuPerGrant, grants: number): CpuPerGrant {
   return {
     replicas: (after.replicas - before.replicas) / grants,
+    replicasMainThread: (after.replicasMainThread - before.replicasMainThread) / grants,
     resource: (after.resource - before.resource) / grants,
     client: (after.client - before.client) / grants,
   };
@@ -48,6 +60,7 @@ export function cpuPerGrant(before: CpuPerGrant, after: CpuPerGrant, grants: num
 export function cpuNow(pids: { replicas: readonly number[]; resource: number }): CpuPerGrant {
   return {
     replicas: pids.replicas.reduce((sum, pid) => sum + processCpuMs(pid), 0),
+    replicasMainThread: pids.replicas.reduce((sum, pid) => sum + mainThreadCpuMs(pid), 0),
     resource: processCpuMs(pids.resource),
     client: ownCpuMs(),
   };

@@ -48,7 +48,7 @@ export interface SystemFigures {
   /** CPU ms of all processes per grant during the distinct loop with a guarded write. */
   readonly cpuPerGrantMs: number;
   /** CPU ms per grant by process kind, same loop. */
-  readonly cpuBreakdownMs: { readonly replicas: number; readonly resource: number; readonly client: number };
+  readonly cpuBreakdownMs: CpuPerGrant;
   /** The same for the 1-client write loop: no queueing, so the cost of one grant alone. */
   readonly cpuOneBreakdownMs: { readonly replicas: number; readonly resource: number; readonly client: number };
   /** With `profile`: where each process kind spends its CPU, per grant, in the 1- and 16-client loops. */

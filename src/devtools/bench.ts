@@ -215,7 +215,7 @@ export const command: Command = {
           [`crypto floor: t = ${thresholdOf(n)} signs + combine + 2 token verifies`, `${ms(floor)} ms`],
           [`CPU-bound rate on ${cores} cores`, `${((cores * 1000) / floor).toFixed(0)}/s`],
           [
-            `measured: replicas ${ms(b.replicas)} + resource ${ms(b.resource)} + client ${ms(b.client)}`,
+            `measured: replicas ${ms(b.replicas)} (main threads ${ms(b.replicasMainThread)}) + resource ${ms(b.resource)} + client ${ms(b.client)}`,
             `${ms(system.cpuPerGrantMs)} ms`,
           ],
           ...transport.map((t) => [
