@@ -35,7 +35,8 @@ function statCpuMs(path: string): number {
   }
 }
 
-function ownCpuMs(): number {
+/** User + system CPU ms of this process. */
+export function ownCpuMs(): number {
   const usage = process.cpuUsage();
   return (usage.user + usage.system) / 1000;
 }

@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { WebSocket } from 'ws';
 import { QuorumFenceError } from '../common/errors.js';
 import { decodeServerMessage, encodeMessage } from '../protocol/codec.js';
-import { processCpuMs } from './counters.js';
+import { ownCpuMs, processCpuMs } from './counters.js';
 
 export interface TransportFloor {
   readonly connections: number;
@@ -22,11 +22,6 @@ export interface TransportFloor {
   readonly clientCpuMs: number;
   readonly serverCpuMs: number;
   readonly totalCpuMs: number;
-}
-
-function ownCpuMs(): number {
-  const usage = process.cpuUsage();
-  return (usage.user + usage.system) / 1000;
 }
 
 /** `connections` closed loops of one acquire-sized request each, for `seconds` after a half-second warm-up. */
