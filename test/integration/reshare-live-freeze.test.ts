@@ -109,9 +109,15 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
 
   it('grant before, freeze live, every request after refused with REPLICA_FROZEN (also after a restart); the cluster still grants with the other three, and names the frozen ones when it cannot', async () => {
     const client = await newClient();
+    // connect() returns once t replicas are ready; the acquire asks t of the connected ones, and this test
+    // needs replica 1 among the signers of 'orders' (its ring order), so all four must be ready first.
+    for (let k = 0; k < 200 && client.replicas().some((r) => r.state.phase !== 'ready'); k++)
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    expect(client.replicas().map((r) => r.state.phase)).toEqual(['ready', 'ready', 'ready', 'ready']);
     const before = await client.acquire('orders', { ttlMs: 1_000 });
     expect(before.ok, JSON.stringify(!before.ok && before)).toBe(true);
     if (!before.ok) return;
+    expect(before.lease.signers).toContain(1);
     await before.lease.release();
 
     // Bob waits in replica 1's line for a resource Alice holds for 30 s: the freeze answers him at once.
