@@ -15,6 +15,7 @@ import { leaderOf } from '../../src/client/signer-choice.js';
 import { decodeServerMessage, encodeMessage } from '../../src/protocol/codec.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { outcomeOf, RawClient } from '../support/raw-client.js';
+import { untilAllReady } from '../support/connected.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-handoff-'));
 let local: LocalCluster;
@@ -198,6 +199,8 @@ describe('SDK waiters on a held resource', () => {
     const clients = await Promise.all(
       Array.from({ length: 4 }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
     );
+    // The leader's line is the point: every client connected to every replica before it asks (see untilAllReady).
+    for (const client of clients) expect(await untilAllReady(client)).toEqual(['ready', 'ready', 'ready', 'ready']);
     try {
       const [holder, ...waiting] = clients;
       // Contention is what sends a client to the leader's line: the first acquire of each waiter finds it held.
@@ -242,6 +245,8 @@ describe('SDK waiters on a held resource', () => {
     const clients = await Promise.all(
       Array.from({ length: waiters + 1 }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
     );
+    // The leader's line is the point: every client connected to every replica before it asks (see untilAllReady).
+    for (const client of clients) expect(await untilAllReady(client)).toEqual(['ready', 'ready', 'ready', 'ready']);
     const before = await Promise.all([1, 2, 3, 4].map((i) => lineExits(i)));
     try {
       const [holder, ...hot] = clients;
@@ -302,6 +307,8 @@ describe('SDK waiters on a held resource', () => {
     const clients = await Promise.all(
       Array.from({ length: 2 }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
     );
+    // The leader's line is the point: every client connected to every replica before it asks (see untilAllReady).
+    for (const client of clients) expect(await untilAllReady(client)).toEqual(['ready', 'ready', 'ready', 'ready']);
     try {
       const [holder, waiter] = clients;
       const held = await holder!.acquire(resource, { ttlMs: 60_000 });

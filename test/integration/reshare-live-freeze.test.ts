@@ -18,6 +18,7 @@ import { exportInterchange } from '../../src/replica/interchange.js';
 import { SigningRecord } from '../../src/replica/signing-record.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { runCli } from '../support/cli.js';
+import { untilAllReady } from '../support/connected.js';
 import { RawClient } from '../support/raw-client.js';
 import { makeSelfSignedCert } from '../support/self-signed-cert.js';
 
@@ -109,11 +110,8 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
 
   it('grant before, freeze live, every request after refused with REPLICA_FROZEN (also after a restart); the cluster still grants with the other three, and names the frozen ones when it cannot', async () => {
     const client = await newClient();
-    // connect() returns once t replicas are ready; the acquire asks t of the connected ones, and this test
-    // needs replica 1 among the signers of 'orders' (its ring order), so all four must be ready first.
-    for (let k = 0; k < 200 && client.replicas().some((r) => r.state.phase !== 'ready'); k++)
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    expect(client.replicas().map((r) => r.state.phase)).toEqual(['ready', 'ready', 'ready', 'ready']);
+    // Replica 1 must be among the signers of 'orders' (its ring order): all four connections ready first.
+    expect(await untilAllReady(client)).toEqual(['ready', 'ready', 'ready', 'ready']);
     const before = await client.acquire('orders', { ttlMs: 1_000 });
     expect(before.ok, JSON.stringify(!before.ok && before)).toBe(true);
     if (!before.ok) return;
@@ -179,9 +177,7 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
     const second = await runCli(['reshare', 'freeze', '--url', local!.replica(2).url, '--secret-file', secretFile]);
     expect(second.code, second.stderr).toBe(0);
     // Wait (bounded) until the client is connected to every replica again, replica 1 after its restart included.
-    for (let k = 0; k < 200 && client.replicas().some((r) => r.state.phase !== 'ready'); k++)
-      await new Promise((r) => setTimeout(r, 50));
-    expect(client.replicas().map((r) => r.state.phase)).toEqual(['ready', 'ready', 'ready', 'ready']);
+    expect(await untilAllReady(client)).toEqual(['ready', 'ready', 'ready', 'ready']);
     const stuck = await client.acquire('orders', { ttlMs: 1_000, timeoutMs: 3_000 });
     expect(stuck.ok).toBe(false);
     if (stuck.ok) return;
