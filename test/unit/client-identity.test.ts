@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ed25519 } from '@noble/curves/ed25519.js';
+import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   createIdentityFile,
@@ -24,6 +25,21 @@ describe('client identity', () => {
     expect(identity.publicKey).toHaveLength(32);
     expect(identity.publicKeyHex).toMatch(/^[0-9a-f]{64}$/);
     expect(ed25519.verify(identity.sign(message), message, identity.publicKey)).toBe(true);
+  });
+
+  it('signs the same bytes as the RFC 8032 reference, under the same public key (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        fc.uint8Array({ minLength: 0, maxLength: 300 }),
+        (seed, message) => {
+          const identity = identityFromSecretKey(seed);
+          expect(identity.publicKey).toEqual(ed25519.getPublicKey(seed));
+          expect(identity.sign(message)).toEqual(ed25519.sign(message, seed));
+        },
+      ),
+      { numRuns: 100 },
+    );
   });
 
   it('is determined by its secret key, and copies it', () => {
