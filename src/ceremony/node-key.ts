@@ -14,8 +14,9 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ed25519, x25519 } from '@noble/curves/ed25519.js';
+import { x25519 } from '@noble/curves/ed25519.js';
 import { QuorumFenceError } from '../common/errors.js';
+import { ed25519Signer, isUsableEd25519Key, newEd25519Seed } from '../common/ed25519.js';
 import { fromHex, toHex } from '../common/bytes.js';
 import { readJsonFile, writeFileDurably } from '../common/files.js';
 import { checkEndpoint } from '../cluster/description.js';
@@ -53,19 +54,19 @@ export interface MemberCardJson {
 }
 
 function makeNodeKey(signingSecret: Uint8Array, encryptionSecret: Uint8Array): NodeKey {
-  const signing = signingSecret.slice();
+  const signer = ed25519Signer(signingSecret); // keeps its own copy of the seed
   const encryption = encryptionSecret.slice();
   return {
-    nodeKey: ed25519.getPublicKey(signing),
+    nodeKey: signer.publicKey,
     encryptionKey: x25519.getPublicKey(encryption),
-    sign: (message) => ed25519.sign(message, signing),
+    sign: signer.sign,
     sharedSecret: (peer) => x25519.getSharedSecret(encryption, peer),
   };
 }
 
 /** A fresh node key from the OS CSPRNG, not written anywhere (tests and benchmarks). */
 export function generateNodeKey(): NodeKey {
-  return makeNodeKey(ed25519.utils.randomSecretKey(), x25519.utils.randomSecretKey());
+  return makeNodeKey(newEd25519Seed(), x25519.utils.randomSecretKey());
 }
 
 /**
@@ -73,7 +74,7 @@ export function generateNodeKey(): NodeKey {
  * @throws QuorumFenceError FILE_EXISTS, IO_ERROR
  */
 export function createNodeKeyFile(dataDir: string): NodeKey {
-  const signing = ed25519.utils.randomSecretKey();
+  const signing = newEd25519Seed();
   const encryption = x25519.utils.randomSecretKey();
   try {
     writeFileDurably(
@@ -136,6 +137,23 @@ export function memberCardJson(key: NodeKey, endpoint: string, ceremonyEndpoint 
 }
 
 /**
+ * A node key read from a card or a proposal: one of small order or not canonically encoded would let anyone sign
+ * that member's packets (common/ed25519.ts), and no honest key is either.
+ * @throws QuorumFenceError BAD_ENCODING naming the field
+ */
+export function usableNodeKey(key: Uint8Array, field: string): Uint8Array {
+  if (!isUsableEd25519Key(key))
+    throw new QuorumFenceError(
+      'BAD_ENCODING',
+      `"${field}" is not a usable Ed25519 public key (small order or not canonical)`,
+      {
+        field,
+      },
+    );
+  return key;
+}
+
+/**
  * Checks a member card (from a file or inside a proposal).
  * @throws QuorumFenceError BAD_PROPOSAL naming the field
  */
@@ -149,7 +167,7 @@ export function parseMemberCard(json: unknown, field: string): MemberCard {
     fail(`"format" expected "${MEMBER_CARD_FORMAT}", got ${JSON.stringify(c.format)}`);
   try {
     return {
-      nodeKey: fromHex(c.nodeKey, 32, 'nodeKey'),
+      nodeKey: usableNodeKey(fromHex(c.nodeKey, 32, 'nodeKey'), 'nodeKey'),
       encryptionKey: fromHex(c.encryptionKey, 32, 'encryptionKey'),
       endpoint: checkEndpoint(c.endpoint, 'endpoint'),
       ceremonyEndpoint: checkEndpoint(c.ceremonyEndpoint, 'ceremonyEndpoint'),

@@ -10,9 +10,9 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ed25519 } from '@noble/curves/ed25519.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { fromHex, toHex } from '../common/bytes.js';
+import { verifyEd25519 } from '../common/ed25519.js';
 import { writeFileDurably } from '../common/files.js';
 import type { ClusterDescriptionJson } from '../cluster/description.js';
 import { REPLICA_KEY_FORMAT, type ReplicaKeyJson } from '../cluster/replica-key.js';
@@ -62,7 +62,7 @@ export function verifiedSigners(json: CeremonyClusterJson): number[] {
       const member = c.members.find((m) => m.index === s.index);
       if (!member) return false;
       try {
-        return ed25519.verify(fromHex(s.signature, 64, 'signature'), message, fromHex(member.nodeKey, 32, 'nodeKey'));
+        return verifyEd25519(fromHex(member.nodeKey, 32, 'nodeKey'), message, fromHex(s.signature, 64, 'signature'));
       } catch {
         return false;
       }

@@ -8,12 +8,12 @@
  * SHA-256(body) is what the echo round compares, and the dealer's signature
  * over it makes two versions of one deal a proof of equivocation.
  */
-import { ed25519 } from '@noble/curves/ed25519.js';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { Packr } from 'msgpackr';
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, concatBytes, u16be } from '../common/bytes.js';
 import { describe } from '../common/check.js';
+import { verifyEd25519 } from '../common/ed25519.js';
 import { largestDealer, type Proposal } from './proposal.js';
 import { SEALED_SHARE_BYTES } from './share-box.js';
 
@@ -215,16 +215,11 @@ export function decodePacket(bytes: Uint8Array, proposal: Proposal): Packet {
   const body = bytesField(e.body, null, 'body');
   const sig = bytesField(e.sig, 64, 'sig');
   const bodyDigest = sha256(body);
-  let valid: boolean;
-  try {
-    valid = ed25519.verify(
-      sig,
-      signedMessage(ceremony, e.p, e.from, bodyDigest),
-      proposal.participants[e.from - 1]!.nodeKey,
-    );
-  } catch {
-    valid = false;
-  }
+  const valid = verifyEd25519(
+    proposal.participants[e.from - 1]!.nodeKey,
+    signedMessage(ceremony, e.p, e.from, bodyDigest),
+    sig,
+  );
   if (!valid) throw new QuorumFenceError('UNAUTHENTICATED', `ceremony packet: bad signature for member ${e.from}`);
   return { phase, from: e.from, body: decodeBody(phase, body, proposal), bodyDigest, bytes };
 }

@@ -11,7 +11,7 @@ import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, concatBytes, fromHex, toHex, u16be } from '../common/bytes.js';
 import { MAX_MEMBERSHIP_VERSION, MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
 import { checkEndpoint } from '../cluster/description.js';
-import { parseMemberCard, type MemberCard, type MemberCardJson } from './node-key.js';
+import { parseMemberCard, usableNodeKey, type MemberCard, type MemberCardJson } from './node-key.js';
 
 export const PROPOSAL_FORMAT = 'quorumfence/dkg-proposal/v1';
 
@@ -178,7 +178,7 @@ function outsideDealers(value: unknown, dealers: readonly number[]): OutsideDeal
     try {
       return {
         oldIndex,
-        nodeKey: fromHex(e.nodeKey, 32, `${at}.nodeKey`),
+        nodeKey: usableNodeKey(fromHex(e.nodeKey, 32, `${at}.nodeKey`), `${at}.nodeKey`),
         ceremonyEndpoint: checkEndpoint(e.ceremonyEndpoint, `${at}.ceremonyEndpoint`),
       };
     } catch (error) {

@@ -6,15 +6,15 @@
  * Key file (JSON, mode 0600, never overwritten):
  *   { "format": "quorumfence/identity/v1", "publicKey": hex(32), "secretKey": hex(32) }
  */
-import { createPrivateKey, createPublicKey, randomFillSync, sign as signNative } from 'node:crypto';
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesEqual, concatBytes, fromHex, toHex } from '../common/bytes.js';
+import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
+import { ED25519_SEED_BYTES, ed25519Signer, newEd25519Seed } from '../common/ed25519.js';
 import { expectBytes } from '../common/check.js';
 import { readJsonFile, writeFileDurably } from '../common/files.js';
 import { HOLDER_KEY_BYTES } from '../protocol/messages.js';
 
 export const IDENTITY_FORMAT = 'quorumfence/identity/v1';
-const SECRET_KEY_BYTES = 32;
+const SECRET_KEY_BYTES = ED25519_SEED_BYTES;
 
 export interface IdentityJson {
   format: typeof IDENTITY_FORMAT;
@@ -32,33 +32,15 @@ export interface Identity {
   sign(message: Uint8Array): Uint8Array;
 }
 
-// PKCS #8 header for a raw Ed25519 seed (RFC 8410): node's crypto takes keys only wrapped.
-const ED25519_PKCS8_PREFIX = Uint8Array.from([
-  0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
-]);
-
-/**
- * Signs with node's native Ed25519 (RFC 8032, deterministic: the same bytes as any implementation). Natively
- * because the client signs on hot paths: one transcript per replica connection, and with a proof-of-possession
- * guard every guarded request (0.4 ms each in pure JavaScript on the bench machine, a tenth of that natively).
- */
+/** Signs with node's native Ed25519 (common/ed25519.ts): once per replica connection, and per guarded request with a proof-of-possession guard. */
 function makeIdentity(secretKey: Uint8Array): Identity {
-  // The key object holds its own copy: a caller wiping or reusing its buffer cannot change the key under us.
-  const wrapped = concatBytes(ED25519_PKCS8_PREFIX, secretKey);
-  const key = createPrivateKey({ key: Buffer.from(wrapped), format: 'der', type: 'pkcs8' });
-  wrapped.fill(0);
-  const jwk = createPublicKey(key).export({ format: 'jwk' });
-  const publicKey = new Uint8Array(Buffer.from(jwk.x!, 'base64url'));
-  return {
-    publicKey,
-    publicKeyHex: toHex(publicKey),
-    sign: (message) => new Uint8Array(signNative(null, message, key)),
-  };
+  const signer = ed25519Signer(secretKey);
+  return { publicKey: signer.publicKey, publicKeyHex: toHex(signer.publicKey), sign: signer.sign };
 }
 
 /** A fresh identity from the OS CSPRNG. */
 export function generateIdentity(): Identity {
-  const secretKey = randomFillSync(new Uint8Array(SECRET_KEY_BYTES));
+  const secretKey = newEd25519Seed();
   try {
     return makeIdentity(secretKey);
   } finally {
@@ -126,7 +108,7 @@ export function loadIdentityFile(path: string): Identity {
  * @throws QuorumFenceError FILE_EXISTS, IO_ERROR
  */
 export function createIdentityFile(path: string): Identity {
-  const secretKey = randomFillSync(new Uint8Array(SECRET_KEY_BYTES));
+  const secretKey = newEd25519Seed();
   try {
     const identity = makeIdentity(secretKey);
     const json: IdentityJson = {

@@ -24,14 +24,14 @@
 import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { concatBytes, u16be, u64be } from '../common/bytes.js';
-import { HOLDER_SIGNATURE_BYTES, verifyHolderSignature } from '../common/holder-signature.js';
+import { ED25519_SIGNATURE_BYTES, verifyEd25519 } from '../common/ed25519.js';
 import { expectBytes } from '../common/check.js';
 import { MAX_EPOCH } from '../common/limits.js';
 
 const TRANSCRIPT_TAG = new TextEncoder().encode('quorumfence/guard-request/v1');
 const utf8 = new TextEncoder();
 
-export const PROOF_SIGNATURE_BYTES = HOLDER_SIGNATURE_BYTES;
+export const PROOF_SIGNATURE_BYTES = ED25519_SIGNATURE_BYTES;
 /** Counters share the epoch's range so every store can hold them as signed 64-bit integers. */
 export const MAX_PROOF_COUNTER = MAX_EPOCH;
 /** How far below the highest counter a request may still arrive: one 64-bit bitmap. */
@@ -102,7 +102,7 @@ export function signRequest(signer: RequestSigner, fields: RequestFields): Reque
 
 /**
  * True when `signature` is the holder's Ed25519 signature over the request
- * (common/holder-signature.ts: the key checks, then node's native Ed25519).
+ * (common/ed25519.ts: the key checks, then node's native Ed25519).
  * Never throws for bad input bytes.
  */
 export function verifyRequestProof(holder: Uint8Array, fields: RequestFields, signature: Uint8Array): boolean {
@@ -112,7 +112,7 @@ export function verifyRequestProof(holder: Uint8Array, fields: RequestFields, si
   } catch {
     return false;
   }
-  return verifyHolderSignature(holder, transcript, signature);
+  return verifyEd25519(holder, transcript, signature);
 }
 
 /**

@@ -28,7 +28,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { WebSocket, WebSocketServer } from 'ws';
-import { verifyHolderSignature } from '../common/holder-signature.js';
+import { verifyEd25519 } from '../common/ed25519.js';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Clock, TimerHandle } from '../common/clock.js';
 import type { Logger } from '../common/log.js';
@@ -190,8 +190,8 @@ export class ReplicaConnections {
         this.sendError(connection, message.id, 'UNAUTHENTICATED', 'authenticate (hello) before any request');
         return this.close(connection, CloseCode.POLICY_VIOLATION, 'request before authentication');
       }
-      // Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032 (holder-signature.ts).
-      const valid = verifyHolderSignature(
+      // Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032 (common/ed25519.ts).
+      const valid = verifyEd25519(
         message.holder,
         authTranscript(connection.nonce, this.#options.cluster.id, this.#options.index),
         message.signature,

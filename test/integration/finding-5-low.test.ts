@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { ed25519 } from '@noble/curves/ed25519.js';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { WebSocket } from 'ws';
-import { isUsableHolderKey } from '../../src/common/holder-key.js';
+import { isUsableEd25519Key } from '../../src/common/ed25519.js';
 import {
   dealLocalCluster,
   startLocalCluster,
@@ -65,13 +65,13 @@ async function settledDescriptors(pid: number): Promise<number> {
 }
 
 describe('finding 5: small-order and non-canonical Ed25519 holder keys', () => {
-  test('the forged pair verifies under lenient rules, and isUsableHolderKey refuses both keys', () => {
+  test('the forged pair verifies under lenient rules, and isUsableEd25519Key refuses both keys', () => {
     // What made the attack work: a cofactored / ZIP-215 verifier accepts the pair for any message.
     expect(ed25519.verify(FORGED_SIGNATURE, Uint8Array.of(1, 2, 3), SMALL_ORDER_KEY)).toBe(true);
     expect(() => ed25519.Point.fromBytes(NON_CANONICAL_KEY, true)).not.toThrow();
-    expect(isUsableHolderKey(SMALL_ORDER_KEY)).toBe(false);
-    expect(isUsableHolderKey(NON_CANONICAL_KEY)).toBe(false);
-    expect(isUsableHolderKey(ed25519.getPublicKey(ed25519.utils.randomSecretKey()))).toBe(true);
+    expect(isUsableEd25519Key(SMALL_ORDER_KEY)).toBe(false);
+    expect(isUsableEd25519Key(NON_CANONICAL_KEY)).toBe(false);
+    expect(isUsableEd25519Key(ed25519.getPublicKey(ed25519.utils.randomSecretKey()))).toBe(true);
   });
 
   test('the proof-of-possession guard refuses the forged proof (bad_proof) and changes nothing', async () => {

@@ -8,7 +8,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Packr } from 'msgpackr';
-import { createNodeKeyFile, generateNodeKey, loadNodeKeyFile, parseMemberCard } from '../../src/ceremony/node-key.js';
+import {
+  createNodeKeyFile,
+  generateNodeKey,
+  loadNodeKeyFile,
+  memberCardJson,
+  parseMemberCard,
+} from '../../src/ceremony/node-key.js';
 import { decodePacket, encodePacket } from '../../src/ceremony/packets.js';
 import {
   makeProposal,
@@ -210,6 +216,29 @@ describe('ceremony proposals and cards', () => {
   it('refuses bad member cards with BAD_PROPOSAL', () => {
     expect(codeOf(() => parseMemberCard({ nodeKey: 'ab' }, 'card'))).toBe('BAD_PROPOSAL');
     expect(codeOf(() => parseMemberCard(null, 'card'))).toBe('BAD_PROPOSAL');
+  });
+
+  it('refuses a node key of small order or not canonically encoded, in a card and as an outside dealer', () => {
+    const good = memberCardJson(generateNodeKey(), 'ws://127.0.0.1:7401');
+    expect(parseMemberCard(good, 'card').endpoint).toBe('ws://127.0.0.1:7401');
+    // The identity point (its signature 01 00.. verifies every message under lenient rules), and y = p + 1.
+    const smallOrder = '01' + '00'.repeat(31);
+    const nonCanonical = 'ee' + 'ff'.repeat(30) + '7f';
+    for (const nodeKey of [smallOrder, nonCanonical]) {
+      expect(() => parseMemberCard({ ...good, nodeKey }, 'members[2]')).toThrow(/members\[2\].*nodeKey.*not a usable/);
+      expect(codeOf(() => parseMemberCard({ ...good, nodeKey }, 'card'))).toBe('BAD_PROPOSAL');
+    }
+    const p = proposal();
+    const terms = {
+      oldClusterId: 'ab'.repeat(32),
+      oldMembershipVersion: 1,
+      dealers: [1, 2, 3, 5],
+      outsideDealers: [{ oldIndex: 5, nodeKey: smallOrder, ceremonyEndpoint: 'ws://127.0.0.1:7402' }],
+    };
+    expect(codeOf(() => parseProposal({ ...p.json, reshare: terms }))).toBe('BAD_PROPOSAL');
+    expect(() => parseProposal({ ...p.json, reshare: terms })).toThrow(/outsideDealers\[0\]\.nodeKey.*not a usable/);
+    const honest = { ...terms.outsideDealers[0]!, nodeKey: Buffer.from(generateNodeKey().nodeKey).toString('hex') };
+    expect(parseProposal({ ...p.json, reshare: { ...terms, outsideDealers: [honest] } }).participants).toHaveLength(5);
   });
 
   it('node key files: 0600, never replaced, corrupt ones refused with BAD_KEY_FILE', () => {

@@ -1,13 +1,13 @@
 /**
- * The one check of a holder's Ed25519 signature (common/holder-signature.ts), used by the replica's `hello` and
- * the guard's proof of possession: node's native verification must agree with the reference (noble, RFC 8032
- * strict) on honest and tampered signatures, and refuse the keys and encodings the reference refuses or that
- * verify forgeries.
+ * The project's one Ed25519 (common/ed25519.ts): used by the replica's `hello`, the guard's proof of possession,
+ * client identities and the key ceremony's node keys. Node's native verification must agree with the reference
+ * (noble, RFC 8032 strict) on honest and tampered signatures and refuse the keys and encodings that verify
+ * forgeries; native signing must give the reference's bytes.
  */
 import { ed25519 } from '@noble/curves/ed25519.js';
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
-import { verifyHolderSignature } from '../../src/common/holder-signature.js';
+import { ed25519Signer, isUsableEd25519Key, newEd25519Seed, verifyEd25519 } from '../../src/common/ed25519.js';
 
 /** The identity point's encoding, and a signature that verifies under it for any message (cofactored rules). */
 const SMALL_ORDER_KEY = Uint8Array.from({ length: 32 }, (_, i) => (i === 0 ? 1 : 0));
@@ -29,7 +29,29 @@ function addOrderToS(signature: Uint8Array): Uint8Array {
   return out;
 }
 
-describe('verifyHolderSignature', () => {
+describe('ed25519Signer', () => {
+  test('signs the bytes of the reference under its public key, and keeps its own copy of the seed', () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        fc.uint8Array({ maxLength: 200 }),
+        (seed, message) => {
+          const copy = Uint8Array.from(seed);
+          const signer = ed25519Signer(seed);
+          seed.fill(0);
+          expect(signer.publicKey).toEqual(ed25519.getPublicKey(copy));
+          expect(signer.sign(message)).toEqual(ed25519.sign(message, copy));
+          expect(verifyEd25519(signer.publicKey, message, signer.sign(message))).toBe(true);
+        },
+      ),
+      { numRuns: 100 },
+    );
+    expect(newEd25519Seed()).toHaveLength(32);
+    expect(newEd25519Seed()).not.toEqual(newEd25519Seed());
+  });
+});
+
+describe('verifyEd25519', () => {
   test('agrees with the RFC 8032 reference on honest signatures and on any one byte changed', () => {
     fc.assert(
       fc.property(
@@ -41,7 +63,7 @@ describe('verifyHolderSignature', () => {
         (seed, message, position, flip, what) => {
           const key = ed25519.getPublicKey(seed);
           const signature = ed25519.sign(message, seed);
-          expect(verifyHolderSignature(key, message, signature)).toBe(true);
+          expect(verifyEd25519(key, message, signature)).toBe(true);
           const tampered = {
             key: Uint8Array.from(key),
             message: Uint8Array.from(message),
@@ -58,7 +80,7 @@ describe('verifyHolderSignature', () => {
             }
           })();
           expect(reference).toBe(false);
-          expect(verifyHolderSignature(tampered.key, tampered.message, tampered.signature)).toBe(false);
+          expect(verifyEd25519(tampered.key, tampered.message, tampered.signature)).toBe(false);
         },
       ),
       { numRuns: 200 },
@@ -68,8 +90,9 @@ describe('verifyHolderSignature', () => {
   test('refuses a small-order key whose forged signature passes cofactored rules, and a non-canonical key', () => {
     const message = new TextEncoder().encode('any message at all');
     expect(ed25519.verify(FORGED_SIGNATURE, message, SMALL_ORDER_KEY, { zip215: true })).toBe(true);
-    expect(verifyHolderSignature(SMALL_ORDER_KEY, message, FORGED_SIGNATURE)).toBe(false);
-    expect(verifyHolderSignature(NON_CANONICAL_KEY, message, FORGED_SIGNATURE)).toBe(false);
+    expect(verifyEd25519(SMALL_ORDER_KEY, message, FORGED_SIGNATURE)).toBe(false);
+    expect(verifyEd25519(NON_CANONICAL_KEY, message, FORGED_SIGNATURE)).toBe(false);
+    expect([isUsableEd25519Key(SMALL_ORDER_KEY), isUsableEd25519Key(NON_CANONICAL_KEY)]).toEqual([false, false]);
   });
 
   test('refuses a malleated signature (S + L), as the reference does', () => {
@@ -79,7 +102,7 @@ describe('verifyHolderSignature', () => {
     const key = ed25519.getPublicKey(seed);
     expect(() => ed25519.verify(malleated, message, key, { zip215: false })).not.toThrow();
     expect(ed25519.verify(malleated, message, key, { zip215: false })).toBe(false);
-    expect(verifyHolderSignature(key, message, malleated)).toBe(false);
+    expect(verifyEd25519(key, message, malleated)).toBe(false);
   });
 
   test('is false, never a throw, for wrong lengths and wrong types', () => {
@@ -87,11 +110,11 @@ describe('verifyHolderSignature', () => {
     const key = ed25519.getPublicKey(seed);
     const message = Uint8Array.of(1, 2, 3);
     const signature = ed25519.sign(message, seed);
-    expect(verifyHolderSignature(key.subarray(1), message, signature)).toBe(false);
-    expect(verifyHolderSignature(key, message, signature.subarray(1))).toBe(false);
-    expect(verifyHolderSignature(new Uint8Array(32), message, signature)).toBe(false);
-    expect(verifyHolderSignature('key' as unknown as Uint8Array, message, signature)).toBe(false);
-    expect(verifyHolderSignature(key, null as unknown as Uint8Array, signature)).toBe(false);
-    expect(verifyHolderSignature(key, message, [...signature] as unknown as Uint8Array)).toBe(false);
+    expect(verifyEd25519(key.subarray(1), message, signature)).toBe(false);
+    expect(verifyEd25519(key, message, signature.subarray(1))).toBe(false);
+    expect(verifyEd25519(new Uint8Array(32), message, signature)).toBe(false);
+    expect(verifyEd25519('key' as unknown as Uint8Array, message, signature)).toBe(false);
+    expect(verifyEd25519(key, null as unknown as Uint8Array, signature)).toBe(false);
+    expect(verifyEd25519(key, message, [...signature] as unknown as Uint8Array)).toBe(false);
   });
 });
