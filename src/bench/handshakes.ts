@@ -4,9 +4,9 @@
  * storm: many connections authenticating at the same moment, as when every
  * client of a replica that restarted comes back at once.
  */
-import { ed25519 } from '@noble/curves/ed25519.js';
 import { WebSocket } from 'ws';
 import { QuorumFenceError } from '../common/errors.js';
+import { ed25519Signer, newEd25519Seed } from '../common/ed25519.js';
 import { decodeServerMessage, encodeMessage } from '../protocol/codec.js';
 import { authTranscript } from '../protocol/messages.js';
 import { processCpuMs } from './counters.js';
@@ -18,7 +18,7 @@ export interface LoadConnection {
 
 /** Opens an authenticated raw connection (the same handshake a client does) with a fresh holder key. */
 export function connectLoad(url: string, index: number): Promise<LoadConnection> {
-  const { secretKey, publicKey } = ed25519.keygen();
+  const signer = ed25519Signer(newEd25519Seed());
   return new Promise((resolve, reject) => {
     const socket = new WebSocket(url, { perMessageDeflate: false });
     socket.binaryType = 'nodebuffer';
@@ -27,8 +27,8 @@ export function connectLoad(url: string, index: number): Promise<LoadConnection>
     const onMessage = (data: Buffer): void => {
       const message = decodeServerMessage(new Uint8Array(data));
       if (state === 'challenge' && message.type === 'challenge') {
-        const signature = ed25519.sign(authTranscript(message.nonce, message.clusterId, message.replica), secretKey);
-        socket.send(encodeMessage({ type: 'hello', id: 0, holder: publicKey, signature }));
+        const signature = signer.sign(authTranscript(message.nonce, message.clusterId, message.replica));
+        socket.send(encodeMessage({ type: 'hello', id: 0, holder: signer.publicKey, signature }));
         state = 'welcome';
       } else if (state === 'welcome' && message.type === 'welcome') {
         socket.off('message', onMessage);
