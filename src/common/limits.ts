@@ -9,6 +9,12 @@ export const MAX_RESOURCE_BYTES = 256;
 /** Epochs are u64 on the wire but capped at 2^63-1 so that signed 64-bit stores can hold them. */
 export const MIN_EPOCH = 1n;
 export const MAX_EPOCH = (1n << 63n) - 1n;
+/**
+ * No honest replica reports an epoch at or above this: an honest record rises by at most maxEpochStep (10^6) per
+ * grant, so reaching 2^62 takes over 4·10^12 grants. A claim this high is a lie (the console convicts on it, a
+ * reshare refuses it), and a lie below it still leaves at least 2^62 epochs per resource.
+ */
+export const HONEST_EPOCH_CEILING = 1n << 62n;
 
 /** A replica, at N = 3f+1, needs N! to stay small enough for fast combining; 31 replicas (f = 10) is the supported top. */
 export const MIN_REPLICAS = 4;
