@@ -12,6 +12,7 @@ import { grantMessage, type Grant } from '../token/grant.js';
 import type { AcquiredGrant, AcquireRefusalReason, AcquireRequest } from './acquire.js';
 import { confirmedRefusal, unavailableMessage } from './acquire-status.js';
 import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
+import { catchUpStep, type HeldPartial } from './catch-up.js';
 import { PartialCollector } from './partial-collector.js';
 import type { CallFaults, QuorumContext } from './quorum-context.js';
 import { QuorumTally } from './quorum-tally.js';
@@ -24,10 +25,39 @@ export type Attempt =
   | { readonly kind: 'granted'; readonly grant: AcquiredGrant; readonly waited: boolean }
   /** `leaderOnly`: only the leader answered (leader-first), so f+1 replicas have not confirmed it. */
   | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number; readonly leaderOnly: boolean }
-  /** `turnCame`: the leader kept the request in its line and granted its turn; the others' answers lost it. */
-  | { readonly kind: 'contended'; readonly message: string; readonly turnCame: boolean }
+  /**
+   * `turnCame`: the leader kept the request in its line and granted its turn; the others' answers lost it.
+   * `blockers`: replicas that said `stale` at or above the attempt's epoch (their records are ahead of it).
+   */
+  | {
+      readonly kind: 'contended';
+      readonly message: string;
+      readonly turnCame: boolean;
+      readonly blockers: readonly Blocker[];
+    }
   | { readonly kind: 'outdated'; readonly leaderOnly: boolean }
   | { readonly kind: 'stop'; readonly reason: Exclude<AcquireRefusalReason, 'busy'>; readonly message: string };
+
+/** A replica whose record is at or above the attempt's epoch, as it said. */
+export interface Blocker {
+  readonly replica: number;
+  readonly epoch: bigint;
+}
+
+/** A replica that said `too_far` and is being brought up with evidence (catch-up.ts). */
+interface Lagging {
+  /** Its record (or floor) as it last said, or the last catch-up step it granted us. */
+  current: bigint;
+  /** The epoch of the catch-up request in flight, if any. */
+  asking: bigint | undefined;
+  steps: number;
+}
+
+/**
+ * Catch-up requests one lagging replica gets in an attempt: 8 steps of maxEpochStep cover a lag of 8·10^6, and a
+ * replica further behind is asked again by the next attempt (its record keeps the steps it granted).
+ */
+const MAX_CATCH_UP_STEPS = 8;
 
 /** What one attempt needs besides the context. */
 export interface EpochAttempt {
@@ -130,6 +160,30 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   // Only the refusals that end the call; grants, busy and outdated answers have rules of their own below.
   const refusals = new QuorumTally<'forbidden' | 'invalid'>(f, t);
   let outdated = 0;
+  const blockers: Blocker[] = [];
+  // Partials usable at this attempt's epoch, kept as evidence for replicas that lag (catch-up.ts).
+  const held: HeldPartial[] = [];
+  const lagging = new Map<number, Lagging>();
+  // Catch-up steps granted below the attempt's epoch (each a lease of ours to release if the attempt fails).
+  const steppedTo = new Map<number, bigint>();
+  const catchUp = (replica: number) => {
+    const entry = lagging.get(replica);
+    if (!entry || entry.asking !== undefined) return;
+    const step = catchUpStep(replica, entry.current, epoch, held, f, options.maxEpochStep);
+    if (!step) return;
+    const body = { ...acquireBody(request, epoch, 0, false), epoch: step.epoch, evidence: step.evidence };
+    if (entry.steps >= MAX_CATCH_UP_STEPS || !round.ask(replica, body)) {
+      lagging.delete(replica);
+      return;
+    }
+    entry.asking = step.epoch;
+    entry.steps++;
+  };
+  // Lagging replicas not asked yet count as answers still possible while a partial can still come to make evidence.
+  const waitingForEvidence = () =>
+    collector.count + round.possible > 0
+      ? [...lagging.values()].filter((entry) => entry.asking === undefined).length
+      : 0;
   const frozen: number[] = [];
   /** Replicas that granted with another share generation than the cluster description's (not combined). */
   const otherGeneration: number[] = [];
@@ -141,7 +195,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   let asked: readonly number[] | undefined;
 
   try {
-    const mayStillWin = () => collector.count + round.possible >= t;
+    const mayStillWin = () => collector.count + round.possible + waitingForEvidence() >= t;
     const stillLearning = () => learnEpochs && voted.size < 2 * f + 1 && round.possible > 0;
     while (mayStillWin() || stillLearning()) {
       const event = await round.next();
@@ -160,6 +214,21 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       }
       voted.add(replica);
       const outcome = answer.outcome;
+      const lag = lagging.get(replica);
+      if (lag?.asking !== undefined) {
+        // The answer to a catch-up request: a step below the attempt's epoch moves the replica on; anything else
+        // ends its catch-up, and an answer at the attempt's epoch counts like any other below.
+        const stepped = lag.asking;
+        lag.asking = undefined;
+        if (outcome.status === 'granted' && stepped !== epoch) {
+          lag.current = stepped;
+          steppedTo.set(replica, stepped);
+          catchUp(replica);
+          continue;
+        }
+        lagging.delete(replica);
+        if (outcome.status === 'too_far') continue; // Refused its evidence (or over its budget): not asked again.
+      }
       // A partial that counts toward the token; anything else from a first replica means asking the others.
       let usable = false;
       switch (outcome.status) {
@@ -198,6 +267,8 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
             break;
           }
           usable = true;
+          held.push({ replica, epoch, partial: outcome.partial });
+          for (const behind of lagging.keys()) catchUp(behind);
           if (collector.count >= t) {
             signature = await collector.tryCombine();
             if (!signature.ok) {
@@ -209,9 +280,18 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           break;
         }
         case 'stale':
+          report(replica, outcome.epoch);
+          outdated++;
+          if (outcome.epoch >= epoch) blockers.push({ replica, epoch: outcome.epoch });
+          break;
         case 'too_far':
           report(replica, outcome.epoch);
           outdated++;
+          // Behind this attempt's epoch by more than its free step: bring it up with the partials others send.
+          if (outcome.epoch < epoch) {
+            lagging.set(replica, { current: outcome.epoch, asking: undefined, steps: 0 });
+            catchUp(replica);
+          }
           break;
         case 'busy':
           report(replica, outcome.epoch);
@@ -234,10 +314,11 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           leaderRefusal = { kind: 'busy', epoch: outcome.epoch, remainingMs: outcome.remainingMs, leaderOnly: true };
           break;
         }
-        if (outcome.status === 'stale' || outcome.status === 'too_far') {
+        if (outcome.status === 'stale') {
           leaderRefusal = { kind: 'outdated', leaderOnly: true };
           break;
         }
+        // A leader behind the epoch (too_far) is caught up once the others' partials come: ask them now.
         askSigners();
         if (usable) widenWhenLate();
       }
@@ -281,14 +362,23 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
   // its deadline, and a late answer may be a grant, or the request may wait in that replica's line; either would
   // become a lease nobody holds, keeping everyone out of that replica for a whole ttl.
   const unanswered = (asked ?? []).filter((replica) => !voted.has(replica));
-  if (granted.size > 0 || unanswered.length > 0) {
+  const catchingUp = [...lagging].filter(([, entry]) => entry.asking !== undefined).map(([replica]) => replica);
+  if (granted.size > 0 || unanswered.length > 0 || catchingUp.length > 0) {
     onReleased(epoch);
     releasePartialGrants(
       ctx,
       request.resource,
       epoch,
-      (replica) => granted.has(replica) || unanswered.includes(replica),
+      (replica) => granted.has(replica) || unanswered.includes(replica) || catchingUp.includes(replica),
     );
+  }
+  // Catch-up steps this attempt got below its epoch are leases of ours too.
+  for (const [replica, stepped] of steppedTo)
+    if (!granted.has(replica)) releasePartialGrants(ctx, request.resource, stepped, (r) => r === replica);
+  for (const replica of catchingUp) {
+    const stepped = lagging.get(replica)?.asking;
+    if (stepped !== undefined && stepped !== epoch)
+      releasePartialGrants(ctx, request.resource, stepped, (r) => r === replica);
   }
 
   if (ended === 'aborted') return { kind: 'stop', reason: 'aborted', message: 'the caller aborted the acquire' };
@@ -302,7 +392,8 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
       leaderOnly: false,
     };
   if (granted.size === 0 && outdated > 0 && busy.length === 0) return { kind: 'outdated', leaderOnly: false };
-  if (reachable >= t || straggling) return { kind: 'contended', message: `split vote at epoch ${epoch}`, turnCame };
+  if (reachable >= t || straggling)
+    return { kind: 'contended', message: `split vote at epoch ${epoch}`, turnCame, blockers };
   if (ended === 'deadline') {
     // Replicas that are connected but slow: worth another try while the caller's deadline allows.
     return roundDeadline >= deadline
@@ -311,6 +402,7 @@ export async function attemptEpoch(ctx: QuorumContext, attempt: EpochAttempt): P
           kind: 'contended',
           message: `too few answers at epoch ${epoch} within ${options.requestTimeoutMs} ms`,
           turnCame,
+          blockers,
         };
   }
   return {

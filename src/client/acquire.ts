@@ -45,6 +45,7 @@ import type { ReplicaFault } from './evidence.js';
 import { CallFaults, type QuorumContext } from './quorum-context.js';
 import { attemptEpoch } from './acquire-attempt.js';
 import { waitWhileBusy } from './acquire-status.js';
+import { escalationEpoch } from './catch-up.js';
 import { leaderOf } from './signer-choice.js';
 
 export interface AcquireRequest {
@@ -156,6 +157,10 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   // retried in the line, a second counts as a missed turn, so a leader that grants turns the others refuse costs
   // at most two turn waits per call.
   let turnsLost = 0;
+  // Blockers whose claim an attempt has gone above in this call, and the epoch the next attempt goes to for one
+  // (escalationEpoch in catch-up.ts): the (f+1)-th rule alone would never pass a lone replica ahead of the rest.
+  const escalationTried = new Set<number>();
+  let escalateTo: bigint | undefined;
   const leaderReady = () => ctx.channels.channels[leader - 1]?.state.phase === 'ready';
 
   for (;;) {
@@ -180,6 +185,8 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
     const leaderEpoch = known.get(leader);
     if (leaderFirst && leaderEpoch !== undefined && leaderEpoch + 1n > epoch && leaderEpoch < MAX_EPOCH)
       epoch = leaderEpoch + 1n;
+    if (escalateTo !== undefined && escalateTo > epoch && escalateTo <= MAX_EPOCH) epoch = escalateTo;
+    escalateTo = undefined;
     if (retryAtOnce && epoch <= lastEpoch) {
       // The answers did not move the epoch (liars, or a lagging quorum): back off as for a split vote.
       if (!(await pauseBeforeRetry())) return refuse('aborted', 'the caller aborted the acquire');
@@ -234,6 +241,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
         retryAtOnce = true;
         continue;
       case 'contended': {
+        escalateTo = escalationEpoch(attempt.blockers, escalationTried);
         if (!(await pauseBeforeRetry())) return refuse('aborted', 'the caller aborted the acquire');
         continue;
       }

@@ -6,6 +6,7 @@
 import { QuorumFenceError } from '../common/errors.js';
 import { systemClock, type Clock } from '../common/clock.js';
 import { silentLogger, type Logger } from '../common/log.js';
+import { DEFAULT_MAX_EPOCH_STEP } from '../common/limits.js';
 
 export interface ClientOptions {
   /** Time source and timers (lease renewal and expiry, request deadlines, retries); injectable so tests run on fake time. Default: performance.now() and node's timers. */
@@ -42,6 +43,12 @@ export interface ClientOptions {
    * cannot stall contended acquires.
    */
   stragglerMinMs: number;
+  /**
+   * The replicas' maxEpochStep (docs/protocol.md, "Epoch steps"): how far a lagging replica is asked to move in one
+   * catch-up step when fewer than f+1 others' partials vouch for the epoch. Set it to the replicas' value if they
+   * were started with another.
+   */
+  maxEpochStep: bigint;
   /** While a resource is busy, poll at least this often. Replicas push a notice when the holder releases; polling covers a lease that simply runs out, and a replica that never sends the notice. */
   busyPollMs: number;
 
@@ -81,6 +88,7 @@ export const DEFAULT_CLIENT_OPTIONS: Readonly<ClientOptions> = Object.freeze({
   retryBaseMs: 2,
   retryMaxMs: 250,
   stragglerMinMs: 20,
+  maxEpochStep: DEFAULT_MAX_EPOCH_STEP,
   busyPollMs: 50,
   // 1% of the ttl is ~100x the worst rate error of an NTP-slewed clock (500 ppm).
   expiryMarginFraction: 0.01,
@@ -148,6 +156,8 @@ export function resolveClientOptions(options: Partial<ClientOptions> = {}): Clie
         : 0,
     );
   }
+  if (typeof o.maxEpochStep !== 'bigint' || o.maxEpochStep < 1n)
+    throw new QuorumFenceError('INVALID_ARGUMENT', '"maxEpochStep" expected a bigint >= 1', { field: 'maxEpochStep' });
   positive(o.expiryMarginFraction, 'expiryMarginFraction', 0, false);
   positive(o.renewAtFraction, 'renewAtFraction', 0, false);
   if (o.expiryMarginFraction >= 0.5)

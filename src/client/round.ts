@@ -111,6 +111,17 @@ export class Round<K extends RequestKind> {
     this.#refresh(false);
   }
 
+  /**
+   * Asks one replica again, with another request (a catch-up with evidence, docs/protocol.md "Epoch steps"), once
+   * it has answered and while its connection is ready; its answer comes as any other. False when it cannot be asked.
+   */
+  ask(replica: number, body: RequestBody<K>): boolean {
+    const channel = this.#set.channels.find((c) => c.index === replica);
+    if (this.#ended || !channel || this.#slots.get(replica) !== 'answered' || !isReady(channel.state)) return false;
+    this.#send(channel, body);
+    return true;
+  }
+
   /** Moves the deadline earlier (never later): used to stop waiting for stragglers. */
   shortenDeadline(deadline: number): void {
     if (deadline >= this.#deadline || this.#ended) return;
@@ -199,10 +210,10 @@ export class Round<K extends RequestKind> {
     if (notify && changed) this.#push({ type: 'changed' });
   }
 
-  #send(channel: ReplicaChannel): void {
+  #send(channel: ReplicaChannel, body: RequestBody<K> = this.#body(channel.index)): void {
     this.#slots.set(channel.index, 'sent');
     const timeoutMs = Math.max(0, this.#deadline - this.#clock.now());
-    void channel.request(this.#body(channel.index), timeoutMs, this.#controller.signal).then((answer) => {
+    void channel.request(body, timeoutMs, this.#controller.signal).then((answer) => {
       this.#push({ type: 'answer', replica: channel.index, answer });
     });
   }

@@ -30,6 +30,8 @@ export const REPLICA_RUN_FLAGS = {
   'max-unauthenticated-per-address': { type: 'string' },
   retention: { type: 'string' },
   'compaction-interval': { type: 'string' },
+  'free-epoch-step': { type: 'string' },
+  'max-epoch-step': { type: 'string' },
   'operator-secret-file': { type: 'string' },
 } as const;
 
@@ -63,6 +65,8 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
       ),
       retentionMs: parseDuration(values.retention, 'retention', d.retentionMs),
       compactionIntervalMs: parseDuration(values['compaction-interval'], 'compaction-interval', d.compactionIntervalMs),
+      freeEpochStep: epochStepFlag(values['free-epoch-step'], 'free-epoch-step', d.freeEpochStep),
+      maxEpochStep: epochStepFlag(values['max-epoch-step'], 'max-epoch-step', d.maxEpochStep),
     },
     access: values.config ? loadAccessRules(resolve(values.config)) : undefined,
     operatorSecret: readOperatorSecret(values['operator-secret-file']),
@@ -78,4 +82,9 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
   }
   const keyJson = readJsonFile(keyPath, 'replica key', 'BAD_KEY_FILE');
   return { ...settings, clusterJson, cluster, keyJson, key: parseReplicaKey(keyJson, cluster, keyPath) };
+}
+
+/** An epoch step flag: a whole number of epochs, 1 .. 2^53-1 (far more than any step worth taking). */
+function epochStepFlag(value: string | undefined, name: string, fallback: bigint): bigint {
+  return BigInt(integerFlag(value, name, Number(fallback), 1, Number.MAX_SAFE_INTEGER));
 }

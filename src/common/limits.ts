@@ -10,6 +10,14 @@ export const MAX_RESOURCE_BYTES = 256;
 export const MIN_EPOCH = 1n;
 export const MAX_EPOCH = (1n << 63n) - 1n;
 /**
+ * Epoch steps (docs/protocol.md): a replica grants up to DEFAULT_FREE_EPOCH_STEP above its record without catch-up
+ * evidence, and up to DEFAULT_MAX_EPOCH_STEP with evidence from fewer than f+1 replicas (or above its floor for a
+ * resource it has no record of). Replicas may be configured otherwise; clients assume these.
+ */
+export const DEFAULT_FREE_EPOCH_STEP = 64n;
+export const DEFAULT_MAX_EPOCH_STEP = 1_000_000n;
+
+/**
  * No honest replica reports an epoch at or above this: an honest record rises by at most maxEpochStep (10^6) per
  * grant, so reaching 2^62 takes over 4·10^12 grants. A claim this high is a lie (the console convicts on it, a
  * reshare refuses it), and a lie below it still leaves at least 2^62 epochs per resource.

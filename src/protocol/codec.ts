@@ -12,15 +12,17 @@ import { Packr } from 'msgpackr';
 import { QuorumFenceError } from '../common/errors.js';
 import { describe } from '../common/check.js';
 import { checkStrictMsgpack } from './strict-msgpack.js';
-import { MAX_EPOCH, MAX_MEMBERSHIP_VERSION } from '../common/limits.js';
+import { MAX_EPOCH, MAX_MEMBERSHIP_VERSION, MAX_REPLICAS } from '../common/limits.js';
 import {
   HOLDER_KEY_BYTES,
   HOLDER_SIGNATURE_BYTES,
+  MAX_EVIDENCE_ENTRIES,
   MAX_LEASES_PER_REPLY,
   NONCE_BYTES,
   PARTIAL_BYTES,
   PROTOCOL_VERSION,
   type ClientMessage,
+  type GrantEvidence,
   type OutcomeByRequest,
   type ActiveLease,
   type ServerMessage,
@@ -134,6 +136,25 @@ function bool(fields: Fields, key: string): boolean {
   return value;
 }
 
+/** An acquire's catch-up evidence: at most MAX_EVIDENCE_ENTRIES maps of exactly { replica, epoch, partial }. */
+function grantEvidence(value: unknown): GrantEvidence[] {
+  if (!Array.isArray(value) || value.length > MAX_EVIDENCE_ENTRIES)
+    protocolError(`"evidence" expected an array of at most ${MAX_EVIDENCE_ENTRIES} entries, got ${describe(value)}`);
+  return value.map((entry: unknown) => {
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry) || entry instanceof Uint8Array)
+      protocolError(`"evidence" entries expected maps, got ${describe(entry)}`);
+    const fields = entry as Fields;
+    for (const key of Object.keys(fields))
+      if (key !== 'replica' && key !== 'epoch' && key !== 'partial')
+        protocolError(`unexpected field "${key.slice(0, 40)}" in evidence`);
+    return {
+      replica: int(fields, 'replica', 1, MAX_REPLICAS),
+      epoch: reportedEpoch(fields, 'epoch', 1n),
+      partial: bytes(fields, 'partial', PARTIAL_BYTES),
+    };
+  });
+}
+
 /**
  * Decodes a frame a replica received.
  * @throws QuorumFenceError PROTOCOL_ERROR
@@ -150,7 +171,7 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
         signature: bytes(f, 'signature', HOLDER_SIGNATURE_BYTES),
       };
     case 'acquire': {
-      onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs', 'waitMs', 'nextEpoch']);
+      onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs', 'waitMs', 'nextEpoch', 'evidence']);
       const request = {
         type: f.type,
         id: int(f, 'id', 0, MAX_ID),
@@ -160,7 +181,9 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
       };
       const waitMs = f.waitMs === undefined ? 0 : int(f, 'waitMs', 0, MAX_MS);
       const nextEpoch = f.nextEpoch === undefined ? false : bool(f, 'nextEpoch');
-      return waitMs > 0 ? { ...request, waitMs, nextEpoch } : request;
+      const evidence = f.evidence === undefined ? [] : grantEvidence(f.evidence);
+      const waiting = waitMs > 0 ? { ...request, waitMs, nextEpoch } : request;
+      return evidence.length > 0 ? { ...waiting, evidence } : waiting;
     }
     case 'renew':
       onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs']);

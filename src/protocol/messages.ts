@@ -73,7 +73,25 @@ export interface AcquireRequest {
    * (at least `epoch`), and the `granted` answer carries that epoch.
    */
   readonly nextEpoch?: boolean;
+  /**
+   * Catch-up evidence (docs/protocol.md, "Epoch steps"): other replicas' partial signatures on grants of this
+   * resource to this same holder, each at an epoch at least `epoch`. A replica whose record (or floor) is more than
+   * its free step below `epoch` grants only with such evidence: from f+1 replicas, at any distance (one of them is
+   * honest, so the cluster is there); from fewer, within maxEpochStep. Absent or empty: none.
+   */
+  readonly evidence?: readonly GrantEvidence[];
 }
+
+/** One replica's partial signature on the grant (resource, epoch, holder) of the request it travels with. */
+export interface GrantEvidence {
+  readonly replica: number;
+  readonly epoch: bigint;
+  /** 96 bytes: the replica's partial signature on that grant under its key share. */
+  readonly partial: Uint8Array;
+}
+
+/** At most one piece of evidence per other replica of the largest cluster (N = 31). */
+export const MAX_EVIDENCE_ENTRIES = 30;
 
 export interface RenewRequest {
   readonly type: 'renew';

@@ -42,6 +42,7 @@ import {
   type WireErrorCode,
   type WireRequest,
 } from '../protocol/messages.js';
+import { TokenBucket } from '../common/token-bucket.js';
 import type { ReplicaMetrics } from './metrics.js';
 import type { ReplicaLimits } from './options.js';
 
@@ -54,8 +55,10 @@ export interface Connection {
   readonly nonce: Uint8Array;
   holder: Uint8Array | undefined;
   inFlight: number;
-  tokens: number;
-  refilledAt: number;
+  /** Requests per second (requestsPerSecondPerConnection, burstPerConnection). */
+  readonly requests: TokenBucket;
+  /** Pairing checks of catch-up evidence (evidenceChecksPerSecondPerConnection): each costs about a millisecond. */
+  readonly evidenceChecks: TokenBucket;
   consecutiveLimited: number;
   authTimer: TimerHandle;
   /** The peer's IP address while it counts against maxUnauthenticatedPerAddress; undefined once authenticated or closed. */
@@ -129,8 +132,16 @@ export class ReplicaConnections {
       nonce: new Uint8Array(randomBytes(NONCE_BYTES)),
       holder: undefined,
       inFlight: 0,
-      tokens: this.#limits.burstPerConnection,
-      refilledAt: this.#clock.now(),
+      requests: new TokenBucket(
+        this.#limits.requestsPerSecondPerConnection,
+        this.#limits.burstPerConnection,
+        this.#clock.now(),
+      ),
+      evidenceChecks: new TokenBucket(
+        this.#limits.evidenceChecksPerSecondPerConnection,
+        this.#limits.evidenceChecksPerSecondPerConnection,
+        this.#clock.now(),
+      ),
       consecutiveLimited: 0,
       authTimer: undefined,
       unauthenticatedFrom: address,
@@ -221,16 +232,7 @@ export class ReplicaConnections {
   /** The in-flight bound and the token bucket. */
   #admit(connection: Connection): boolean {
     if (connection.inFlight >= this.#limits.maxInFlightPerConnection) return false;
-    const now = this.#clock.now();
-    const rate = this.#limits.requestsPerSecondPerConnection / 1000;
-    connection.tokens = Math.min(
-      this.#limits.burstPerConnection,
-      connection.tokens + (now - connection.refilledAt) * rate,
-    );
-    connection.refilledAt = now;
-    if (connection.tokens < 1) return false;
-    connection.tokens -= 1;
-    return true;
+    return connection.requests.take(this.#clock.now());
   }
 
   send(connection: Connection, message: ServerMessage): void {

@@ -3,6 +3,7 @@
  * Contradictory settings are refused up front, not discovered under load.
  */
 import { QuorumFenceError } from '../common/errors.js';
+import { DEFAULT_FREE_EPOCH_STEP, DEFAULT_MAX_EPOCH_STEP } from '../common/limits.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../protocol/codec.js';
 
 export interface ReplicaLimits {
@@ -32,8 +33,18 @@ export interface ReplicaLimits {
   readonly minTtlMs: number;
   /** Longest lease a client may ask for; also how long every recorded lease runs after a restart. */
   readonly maxTtlMs: number;
-  /** Largest jump above the recorded epoch an acquire may make (stops epoch exhaustion). */
+  /**
+   * How far above its record for a resource an acquire may go without catch-up evidence (docs/protocol.md,
+   * "Epoch steps"): how far one client can push this replica ahead of the others per grant.
+   */
+  readonly freeEpochStep: bigint;
+  /**
+   * How far above the record an acquire may go with evidence from fewer than f+1 other replicas, and above the
+   * floor without evidence for a resource with no record (stops epoch exhaustion).
+   */
   readonly maxEpochStep: bigint;
+  /** Catch-up evidence partials one connection may have checked per second (and in one burst): each is a pairing. */
+  readonly evidenceChecksPerSecondPerConnection: number;
   /** Signing threads; 0 signs on the main thread. */
   readonly signingWorkers: number;
   /** How long SIGTERM waits for in-flight requests before closing connections anyway. */
@@ -50,6 +61,9 @@ export interface ReplicaLimits {
   /** How often compaction runs. */
   readonly compactionIntervalMs: number;
 }
+
+/** An acquire with a 256-byte resource and evidence from f+1 = 11 replicas (the largest cluster) is about 1.8 KiB. */
+const MIN_FRAME_BYTES = 4096;
 
 export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   maxFrameBytes: DEFAULT_MAX_FRAME_BYTES,
@@ -73,8 +87,15 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   minTtlMs: 100,
   // One minute: a crashed holder blocks a resource at most this long, and so does a replica restart.
   maxTtlMs: 60_000,
+  // Honest replicas drift apart by a few epochs per contended handoff (split votes, released partial grants); 64
+  // absorbs that without evidence, while a client alone pushes one replica ahead by at most 64 per grant, so a
+  // catch-up step of maxEpochStep covers over 15,000 of its grants.
+  freeEpochStep: DEFAULT_FREE_EPOCH_STEP,
   // A million acquisitions per resource can never exhaust 2^63 epochs in practice, yet lagging replicas can catch up.
-  maxEpochStep: 1_000_000n,
+  maxEpochStep: DEFAULT_MAX_EPOCH_STEP,
+  // An honest client sends evidence only after a too_far answer, one partial per other replica: 32 a second is
+  // several catch-ups a second, and bounds what one connection can make the replica verify to ~3% of a core.
+  evidenceChecksPerSecondPerConnection: 32,
   // One thread keeps bursts of signing off the event loop: measured on 2 cores (src/bench/replica.ts), median
   // durable grants/s were 1,126 in-thread, 1,446 with one thread, 2,319 with two. More threads pay only on a host
   // whose cores the replica does not share, so one is the default and --signing-workers raises it. A lone grant
@@ -129,6 +150,7 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'maxWaitersPerResource',
     'retentionMs',
     'compactionIntervalMs',
+    'evidenceChecksPerSecondPerConnection',
   ] as const) {
     positiveInteger(limits, field);
   }
@@ -140,9 +162,16 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     bad('minTtlMs', `(${limits.minTtlMs}) must not exceed maxTtlMs (${limits.maxTtlMs})`);
   // setInterval's delay is a signed 32-bit number of ms.
   if (limits.compactionIntervalMs > 0x7fff_ffff) bad('compactionIntervalMs', 'must fit in 2^31-1 ms');
-  if (limits.maxFrameBytes < 512)
-    bad('maxFrameBytes', 'must be at least 512 bytes: an acquire with a 256-byte resource must fit');
+  if (limits.maxFrameBytes < MIN_FRAME_BYTES)
+    bad(
+      'maxFrameBytes',
+      `must be at least ${MIN_FRAME_BYTES} bytes: an acquire with a 256-byte resource and f+1 pieces of evidence must fit`,
+    );
   if (typeof limits.maxEpochStep !== 'bigint' || limits.maxEpochStep < 1n)
     bad('maxEpochStep', 'expected a bigint >= 1');
+  if (typeof limits.freeEpochStep !== 'bigint' || limits.freeEpochStep < 1n)
+    bad('freeEpochStep', 'expected a bigint >= 1');
+  if (limits.freeEpochStep > limits.maxEpochStep)
+    bad('freeEpochStep', `(${limits.freeEpochStep}) must not exceed maxEpochStep (${limits.maxEpochStep})`);
   return limits;
 }

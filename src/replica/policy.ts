@@ -11,8 +11,15 @@
  *   3 resend    same (R, e, H) as the record, not released: the same partial again (BLS is deterministic)
  *   4 stale     e <= record.epoch (the floor when the resource has no record)
  *   5 busy      another holder's lease is running and not released
- *   6 too_far   e > record.epoch (or the floor) + maxEpochStep
+ *   6 too_far   e too far above the record (or the floor) for the evidence the request carries (epochStep)
  *   7 grant     record (R, e, H) durably, then sign
+ *
+ * Step 6 (docs/protocol.md, "Epoch steps"): an epoch within the free step of the record is granted as is
+ * (freeEpochStep for a resource with a record, maxEpochStep above the floor for one without); beyond it, only
+ * with catch-up evidence: partials by f+1 other replicas on grants to this holder at epochs >= e allow any
+ * distance (one of them is honest, so an honest replica is already there and the cluster's epochs do not grow),
+ * partials by fewer allow up to maxEpochStep. So a client alone can push one replica ahead of the others by at
+ * most the free step per grant, and the others can always follow it.
  *
  * Lease choices (documented in README.md):
  *   - A resend of an unreleased grant renews its lease as a fresh acquire would
@@ -70,8 +77,19 @@ export interface PolicyConfig {
   readonly clusterId: Uint8Array;
   readonly minTtlMs: number;
   readonly maxTtlMs: number;
+  /** How far above a resource's record an acquire may go without evidence (step 6). */
+  readonly freeEpochStep: bigint;
+  /** How far above the record (without one: above the floor, with no evidence) an acquire may go with evidence from fewer than f+1 replicas. */
   readonly maxEpochStep: bigint;
+  /** The cluster's f: evidence from f+1 replicas includes an honest one. */
+  readonly faultTolerance: number;
   readonly access: AccessRules;
+}
+
+/** Another replica's verified partial on a grant of the request's resource to the same holder at `epoch`. */
+export interface EpochSupport {
+  readonly replica: number;
+  readonly epoch: bigint;
 }
 
 export type Decision =
@@ -146,12 +164,13 @@ export function decide(
   now: number,
   config: PolicyConfig,
   floor = 0n,
+  support: readonly EpochSupport[] = [],
 ): Decision {
   const refused = precheck(request, holder, config);
   if (refused) return refused;
   switch (request.type) {
     case 'acquire':
-      return decideAcquire(record, request.resource, request.epoch, request.ttlMs, holder, now, config, floor);
+      return decideAcquire(record, request, holder, now, config, floor, support);
     case 'renew': {
       if (!record || record.released || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
         return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
@@ -177,13 +196,12 @@ export function decide(
 
 function decideAcquire(
   record: PolicyRecord | undefined,
-  resource: string,
-  epoch: bigint,
-  ttlMs: number,
+  { resource, epoch, ttlMs }: { resource: string; epoch: bigint; ttlMs: number },
   holder: Uint8Array,
   now: number,
   config: PolicyConfig,
   floor: bigint,
+  support: readonly EpochSupport[],
 ): Decision {
   const current = record?.epoch ?? floor;
   if (record && !record.released && record.epoch === epoch && bytesEqual(record.holder, holder)) {
@@ -197,7 +215,8 @@ function decideAcquire(
       outcome: { status: 'busy', epoch: record.epoch, remainingMs: remainingMs(record.leaseEndsAt, now) },
     };
   }
-  if (epoch > current + config.maxEpochStep) return { action: 'reply', outcome: { status: 'too_far', epoch: current } };
+  if (!epochStepAllowed(current, record !== undefined, epoch, support, config))
+    return { action: 'reply', outcome: { status: 'too_far', epoch: current } };
   const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder });
   return { action: 'grant', record: { epoch, holder, grantDigest: digest }, leaseEndsAt: now + ttlMs };
 }
@@ -206,4 +225,25 @@ export function statusOf(record: PolicyRecord | undefined, now: number, floor = 
   if (!record) return { status: 'ok', epoch: floor, leased: false, remainingMs: 0 };
   const leased = leaseRunning(record, now);
   return { status: 'ok', epoch: record.epoch, leased, remainingMs: leased ? remainingMs(record.leaseEndsAt, now) : 0 };
+}
+
+/**
+ * Step 6: may a grant at `epoch` follow `current` (the record's epoch, or the floor when `hasRecord` is false)?
+ * `support` is verified evidence from distinct other replicas (the caller checked the partials).
+ */
+export function epochStepAllowed(
+  current: bigint,
+  hasRecord: boolean,
+  epoch: bigint,
+  support: readonly EpochSupport[],
+  config: PolicyConfig,
+): boolean {
+  const distance = epoch - current;
+  // A resource without a record starts from the floor, which honest replicas compact at different times: the
+  // wide step keeps a new resource's first acquire one round trip while their floors differ.
+  if (distance <= (hasRecord ? config.freeEpochStep : config.maxEpochStep)) return true;
+  let supporters = 0;
+  for (const entry of support) if (entry.epoch >= epoch) supporters++;
+  if (supporters > config.faultTolerance) return true;
+  return supporters > 0 && distance <= config.maxEpochStep;
 }

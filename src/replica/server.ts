@@ -26,6 +26,7 @@ import { ReplicaConnections, type Connection } from './connections.js';
 import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
 import { ReplicaMetrics } from './metrics.js';
 import { replicaLimits, type ReplicaLimits } from './options.js';
+import { EvidenceChecker } from './grant-evidence.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
 import { probeSigningRecord, SigningRecord } from './signing-record.js';
@@ -74,6 +75,7 @@ export class ReplicaServer {
   readonly #signer: PartialSigner;
   readonly #index: number;
   readonly #logger: Logger;
+  readonly #clock: Clock;
   readonly #connections: ReplicaConnections;
   readonly #httpContext: ReplicaHttpContext;
   #inFlight = 0;
@@ -110,6 +112,7 @@ export class ReplicaServer {
     this.#waiters = new BoundedMap(this.limits.maxWatchedResources);
     this.#index = fields.index;
     this.#logger = fields.logger;
+    this.#clock = fields.clock;
     this.#connections = new ReplicaConnections({
       wss: fields.wss,
       limits: fields.limits,
@@ -217,9 +220,12 @@ export class ReplicaServer {
           clusterId: cluster.id,
           minTtlMs: limits.minTtlMs,
           maxTtlMs: limits.maxTtlMs,
+          freeEpochStep: limits.freeEpochStep,
           maxEpochStep: limits.maxEpochStep,
+          faultTolerance: cluster.f,
           access: options.access ?? OPEN_ACCESS,
         },
+        evidence: new EvidenceChecker(cluster, key.index),
       });
       late.service = service;
       let http: HttpServer;
@@ -325,6 +331,7 @@ export class ReplicaServer {
     this.service
       .handle(request, holder, {
         signal: connection.closed.signal,
+        evidenceBudget: () => connection.evidenceChecks.take(this.#clock.now()),
         onFirst: (epoch) => this.#connections.send(connection, { type: 'turn', resource: request.resource, epoch }),
       })
       .then(

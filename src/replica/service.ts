@@ -25,7 +25,8 @@ import { HandoffQueue } from './handoff-queue.js';
 import { LeaseTable } from './leases.js';
 import { DEFAULT_REPLICA_LIMITS } from './options.js';
 import type { ReplicaMetrics, RefusalReason } from './metrics.js';
-import { decide, precheck, remainingMs, type Decision, type PolicyConfig } from './policy.js';
+import type { EvidenceBudget, EvidenceChecker } from './grant-evidence.js';
+import { decide, precheck, remainingMs, type Decision, type EpochSupport, type PolicyConfig } from './policy.js';
 import type { PartialSigner } from './signer.js';
 import type { SigningRecord } from './signing-record.js';
 
@@ -50,6 +51,18 @@ export interface ReplicaServiceOptions {
   readonly timers?: Clock;
   /** Acquires that may wait their turn per resource; more are answered `busy` at once (default 256). */
   readonly maxWaitersPerResource?: number;
+  /** Checks acquires' catch-up evidence (docs/protocol.md, "Epoch steps"); without it evidence counts for nothing. */
+  readonly evidence?: EvidenceChecker;
+}
+
+/** What a caller of `handle` may add to a request besides its holder. */
+export interface HandleContext {
+  /** The connection closed: an acquire waiting its turn leaves the line. */
+  readonly signal?: AbortSignal;
+  /** An acquire waiting its turn hears the epoch its turn will grant once it is first in line. */
+  readonly onFirst?: (epoch: bigint) => void;
+  /** The connection's allowance of evidence pairing checks (default: none). */
+  readonly evidenceBudget?: EvidenceBudget;
 }
 
 export interface CompactionSummary {
@@ -73,6 +86,7 @@ export class ReplicaService {
   readonly #retentionMs: number;
   readonly #compactionBatch: number;
   readonly #wallClock: () => number;
+  readonly #evidence: EvidenceChecker | undefined;
   #compacting: Promise<CompactionSummary> | undefined;
   readonly handoffs: HandoffQueue;
 
@@ -86,6 +100,7 @@ export class ReplicaService {
     this.#retentionMs = options.retentionMs ?? DEFAULT_REPLICA_LIMITS.retentionMs;
     this.#compactionBatch = options.compactionBatch ?? DEFAULT_COMPACTION_BATCH;
     this.#wallClock = options.wallClock ?? Date.now;
+    this.#evidence = options.evidence;
     this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
     this.handoffs = new HandoffQueue(
       options.timers ?? systemClock,
@@ -101,14 +116,11 @@ export class ReplicaService {
    * closed) ends that wait, and `waiting.onFirst` hears the epoch its turn will grant once it is first in line.
    * @throws QuorumFenceError INTERNAL (storage or signing failed), CLOSED
    */
-  async handle(
-    request: Request,
-    holder: Uint8Array,
-    waiting?: { readonly signal?: AbortSignal; readonly onFirst?: (epoch: bigint) => void },
-  ): Promise<Outcome> {
+  async handle(request: Request, holder: Uint8Array, waiting?: HandleContext): Promise<Outcome> {
     this.#metrics?.requests.inc({ type: request.type });
     if (request.type === 'release') this.handoffs.withdraw(request.resource, holder, request.epoch);
-    const outcome = await this.#handleOnce(request, holder, false);
+    const support = await this.#support(request, holder, waiting?.evidenceBudget);
+    const outcome = await this.#handleOnce(request, holder, false, support);
     if (request.type === 'acquire' && outcome.status === 'busy' && request.waitMs)
       return this.handoffs.wait(request, holder, outcome, waiting?.signal, waiting?.onFirst) ?? outcome;
     if (request.type === 'release' && outcome.status === 'released') this.handoffs.wake(request.resource);
@@ -120,7 +132,12 @@ export class ReplicaService {
    * the answer then names the epoch). `queued`: an acquire that waited its turn in the line; any other new grant
    * waits behind the line's requests (see handoff-queue.ts).
    */
-  async #handleOnce(received: Request, holder: Uint8Array, queued: boolean): Promise<Outcome> {
+  async #handleOnce(
+    received: Request,
+    holder: Uint8Array,
+    queued: boolean,
+    support: readonly EpochSupport[] = [],
+  ): Promise<Outcome> {
     const refused = precheck(received, holder, this.#policy);
     if (refused) return this.#answer(refused);
     const { resource } = received;
@@ -141,7 +158,7 @@ export class ReplicaService {
       const now = this.#clock.now();
       const leaseEndsAt = this.leases.endsAt(resource, current);
       const record = current && { ...current, leaseEndsAt, released: this.leases.isReleased(resource, current) };
-      const d = decide(record, request, holder, now, this.#policy, this.store.floor);
+      const d = decide(record, request, holder, now, this.#policy, this.store.floor, support);
       // Others wait in this resource's line: the lease in their way just ended (a release, whose wake of the line
       // is on its way, or its end on this clock) and the next grant is the first waiter's. A newcomer granted now
       // would overtake the whole line (typically the holder that just released, asking again at once); `busy` sends
@@ -183,6 +200,19 @@ export class ReplicaService {
       };
     }
     return this.#answer(decision);
+  }
+
+  /**
+   * The verified catch-up evidence of an acquire that needs it: none is checked (no pairing spent) when the
+   * requested epoch is within the free step of what this replica holds now. A record that moves before the decision
+   * only changes whether the evidence was needed, never what it proves.
+   */
+  async #support(request: Request, holder: Uint8Array, budget: EvidenceBudget | undefined): Promise<EpochSupport[]> {
+    if (request.type !== 'acquire' || !request.evidence?.length || !this.#evidence) return [];
+    const record = this.store.get(request.resource);
+    const free = record ? this.#policy.freeEpochStep : this.#policy.maxEpochStep;
+    if (request.epoch - (record?.epoch ?? this.store.floor) <= free) return [];
+    return this.#evidence.support(request, holder, budget ?? (() => false));
   }
 
   /**

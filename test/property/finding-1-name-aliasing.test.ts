@@ -246,7 +246,9 @@ describe('finding 1: cross-resource aliasing in the LMDB guard', () => {
       clusterId: factory.cluster.id,
       minTtlMs: 100,
       maxTtlMs: 60_000,
+      freeEpochStep: 64n,
       maxEpochStep: 1_000_000n,
+      faultTolerance: 1,
       access: { defaultPrefixes: [''], holders: new Map() },
     };
     const decision = precheck(

@@ -32,7 +32,9 @@ const policy: PolicyConfig = {
   clusterId: dealt.cluster.id,
   minTtlMs: 10,
   maxTtlMs: 200,
+  freeEpochStep: 6n,
   maxEpochStep: 6n,
+  faultTolerance: 1,
   access: OPEN_ACCESS,
 };
 const RETENTION_MS = 100;

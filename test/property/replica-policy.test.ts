@@ -21,7 +21,15 @@ import {
 } from '../../src/replica/policy.js';
 
 const clusterId = new Uint8Array(32).fill(7);
-const config: PolicyConfig = { clusterId, minTtlMs: 10, maxTtlMs: 1_000, maxEpochStep: 8n, access: OPEN_ACCESS };
+const config: PolicyConfig = {
+  clusterId,
+  minTtlMs: 10,
+  maxTtlMs: 1_000,
+  freeEpochStep: 8n,
+  maxEpochStep: 8n,
+  faultTolerance: 1,
+  access: OPEN_ACCESS,
+};
 const holders = [1, 2, 3].map((k) => new Uint8Array(32).fill(k));
 const resources = ['a', 'b', 'ü/✓'];
 

@@ -1,0 +1,28 @@
+/**
+ * A token bucket on a caller's clock: `take` spends one token if one is there, refilling at `perSecond` up to
+ * `burst`. Pure arithmetic over the times it is given, so a test drives it with any clock. One implementation for
+ * every per-connection rate the project enforces.
+ */
+export class TokenBucket {
+  readonly #perMs: number;
+  readonly #burst: number;
+  #tokens: number;
+  #refilledAt: number;
+
+  /** Starts full at time `now` (ms). */
+  constructor(perSecond: number, burst: number, now: number) {
+    this.#perMs = perSecond / 1000;
+    this.#burst = burst;
+    this.#tokens = burst;
+    this.#refilledAt = now;
+  }
+
+  /** Spends one token at time `now` (ms, never earlier than the last call's); false when the bucket is empty. */
+  take(now: number): boolean {
+    this.#tokens = Math.min(this.#burst, this.#tokens + Math.max(0, now - this.#refilledAt) * this.#perMs);
+    this.#refilledAt = now;
+    if (this.#tokens < 1) return false;
+    this.#tokens -= 1;
+    return true;
+  }
+}
