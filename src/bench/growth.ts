@@ -3,26 +3,35 @@
  * follow the live resources, not every resource ever granted (issue 18)?
  *
  * For each size (10^3 as the baseline, then 10^4, 10^5 and, unless --quick,
- * 10^6 distinct resources ever granted), it writes one grant per resource
- * straight into a fresh signing record (through `checkAndRecord`, the path
- * every grant takes, on a fake wall clock one millisecond per resource), and
- * compacts every 100 writes with a retention window of 1,000 ms (1,000
+ * 10^6 distinct resources ever granted), it grants each resource once in a
+ * fresh signing record as a replica does, without the signing: the replica's
+ * policy (`decide`) takes the decision inside the store's `checkAndRecord`
+ * (the path every grant takes, with the store's own check), at the epoch a
+ * replica gives a resource without a record (the floor + 1, as for a
+ * `nextEpoch` acquire), on a fake wall clock one millisecond per resource.
+ * It compacts every 100 writes with a retention window of 1,000 ms (1,000
  * grants), so 10^3 records stay live at the end, as an operator's retention
- * would leave them, and the store never holds more than about 1,100.
+ * would leave them, and the store never holds more than about 1,100. Once
+ * compaction has raised the floor, new resources are granted above it, as
+ * on a replica (an epoch at or below it would be refused).
  * Then a real replica process starts on that data directory: the time from
  * spawn to /healthz answering 200 after a SIGKILL (median of three, as a
  * crash would leave it), its resident memory, and data.mdb's size on disk.
  * Figures are compared with the 10^3 baseline measured in the same run.
  * --smoke shrinks it all tenfold (10^2 and 10^3 resources, a window of 100)
- * and restarts once: every step still runs.
+ * and restarts once: every step still runs, the floor still rises.
  */
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadClusterFile } from '../cluster/description.js';
 import { dealLocalCluster, startLocalCluster } from '../cluster/launcher.js';
+import { QuorumFenceError } from '../common/errors.js';
+import type { AcquireRequest } from '../protocol/messages.js';
+import { OPEN_ACCESS } from '../replica/access.js';
+import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
+import { decide, type PolicyConfig } from '../replica/policy.js';
 import { SigningRecord, type CompactionTest } from '../replica/signing-record.js';
-import { grantDigest } from '../token/grant.js';
 import { table } from './report.js';
 import { summarise, type BenchSize } from './measure.js';
 
@@ -48,7 +57,7 @@ const PLANS: Record<BenchSize, GrowthPlan> = {
     restarts: 3,
   },
   quick: { sizes: [1_000, 10_000, 100_000], live: 1_000, compactEvery: 100, concurrentWrites: 512, restarts: 3 },
-  // Ten times the window, in twenty rounds of writes, so compaction runs between them.
+  // Ten times the window, in twenty rounds of writes: compaction raises the floor and most grants go above it.
   smoke: { sizes: [100, 1_000], live: 100, compactEvery: 10, concurrentWrites: 50, restarts: 1 },
 };
 
@@ -81,6 +90,35 @@ function rssBytes(pid: number): number {
   return match ? Number(match[1]) * 1024 : 0;
 }
 
+/**
+ * One grant of a resource the store may not know, decided as a replica decides it: the policy, inside the
+ * store's critical section, at the epoch a replica gives a resource without a record (a `nextEpoch` acquire's:
+ * the record's epoch or the floor, + 1). The store writes it durably, or refuses it whatever the policy said.
+ * @throws QuorumFenceError INTERNAL when the policy does not grant it or the store refuses it
+ */
+function grantAsReplica(
+  store: SigningRecord,
+  policy: PolicyConfig,
+  resource: string,
+  holder: Uint8Array,
+  now: number,
+): Promise<void> {
+  return store.checkAndRecord(resource, (current) => {
+    const request: AcquireRequest = {
+      type: 'acquire',
+      id: 0,
+      resource,
+      epoch: (current?.epoch ?? store.floor) + 1n,
+      ttlMs: policy.minTtlMs,
+    };
+    const record = current && { ...current, leaseEndsAt: 0, released: true };
+    const decision = decide(record, request, holder, now, policy, store.floor);
+    if (decision.action !== 'grant')
+      throw new QuorumFenceError('INTERNAL', `bench growth: the policy answered ${decision.action}, not grant`);
+    return { record: decision.record, result: undefined };
+  });
+}
+
 async function fill(
   dataDir: string,
   clusterId: Uint8Array,
@@ -90,6 +128,14 @@ async function fill(
   let wall = 0;
   const store = SigningRecord.open(dataDir, { clusterId, replicaIndex: 1 }, { wallClock: () => wall });
   const holder = new Uint8Array(32).fill(0x42);
+  // The bench replica's rules: open access, the default lease bounds and epoch step.
+  const policy: PolicyConfig = {
+    clusterId,
+    minTtlMs: DEFAULT_REPLICA_LIMITS.minTtlMs,
+    maxTtlMs: DEFAULT_REPLICA_LIMITS.maxTtlMs,
+    maxEpochStep: DEFAULT_REPLICA_LIMITS.maxEpochStep,
+    access: OPEN_ACCESS,
+  };
   const compact = () => {
     const cutoff = wall - plan.live;
     const test: CompactionTest = (_resource, _record, grantedAtMs) => grantedAtMs <= cutoff;
@@ -106,10 +152,7 @@ async function fill(
         while (next < total) {
           const resource = `orders/${String(next++).padStart(8, '0')}-${'x'.repeat(30)}`;
           wall++;
-          await store.checkAndRecord(resource, () => ({
-            record: { epoch: 1n, holder, grantDigest: grantDigest({ clusterId, resource, epoch: 1n, holder }) },
-            result: undefined,
-          }));
+          await grantAsReplica(store, policy, resource, holder, wall);
           if (++sinceCompaction >= plan.compactEvery) {
             sinceCompaction = 0;
             compact();
