@@ -10,7 +10,8 @@ import { makeProposal } from '../ceremony/proposal.js';
 import { runCeremony } from '../ceremony/runner.js';
 import { openWebSocketTransport, type CeremonyTransport } from '../ceremony/transport.js';
 import { QuorumFenceError } from '../common/errors.js';
-import { summarise, type Timing } from './measure.js';
+import { table } from './report.js';
+import { summarise, type BenchSize, type Timing } from './measure.js';
 
 export interface CeremonyBenchFigures {
   readonly sizes: { n: number; durationMs: Timing; targetMs: number }[];
@@ -66,14 +67,14 @@ async function oneCeremony(n: number): Promise<number> {
 
 /** Runs the section, stores its figures in `report.ceremony`, and returns its table. */
 export async function benchCeremony(options: {
-  quick: boolean;
+  size: BenchSize;
   progress: (line: string) => void;
   report: Record<string, unknown>;
 }): Promise<string> {
   const sizes: CeremonyBenchFigures['sizes'] = [];
   for (const n of [4, 7]) {
     const samples: number[] = [];
-    for (let run = 0; run < (options.quick ? 1 : 3); run++) {
+    for (let run = 0; run < (options.size === 'full' ? 3 : 1); run++) {
       options.progress(`ceremony: N = ${n}, run ${run + 1} ...`);
       samples.push(await oneCeremony(n));
     }
@@ -90,8 +91,5 @@ export async function benchCeremony(options: {
       `< ${s.targetMs} ms (${(s.durationMs.median / s.targetMs).toFixed(2)}x)`,
     ]),
   ];
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
-  return rows
-    .map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('   '))
-    .join('\n');
+  return table(rows);
 }

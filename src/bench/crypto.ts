@@ -9,7 +9,7 @@ import { combinePartials, dealKey } from '../crypto/threshold.js';
 import { describeDealtKey, localEndpoints, parseCluster } from '../cluster/description.js';
 import { checkToken, encodeToken } from '../token/admission-token.js';
 import { grantMessage, makeGrant } from '../token/grant.js';
-import { timeSync, type Timing } from './measure.js';
+import { timeSync, type BenchSize, type Timing } from './measure.js';
 
 export interface CryptoFigures {
   backend: BackendName;
@@ -29,14 +29,27 @@ export interface CryptoFigures {
 /** The batch sizes `bench crypto` times; MAX_VERIFY_BATCH (src/crypto/verify-batch.ts) is the largest used. */
 export const VERIFY_BATCH_SIZES = [1, 2, 4, 8, 16] as const;
 
+/**
+ * Times each operation with `backendName`; `thresholds` are the t to combine for (the first one's cluster also
+ * times sign and verify), `batchSizes` the batches of tokens to verify at once.
+ */
 export function benchCrypto(
   backendName: BackendName,
-  options: { quick?: boolean; thresholds?: number[] } = {},
+  options: { size?: BenchSize; thresholds?: readonly number[]; batchSizes?: readonly number[] } = {},
 ): CryptoFigures {
   const backend: BlsBackend = loadBackend(backendName);
   const slow = backendName === 'noble';
-  const budgetMs = (options.quick ? 300 : 1500) * (slow ? 2 : 1);
-  const budget = { budgetMs, minIterations: slow ? 3 : 20, warmup: slow ? 1 : 10 };
+  const size = options.size ?? 'full';
+  // A smoke run times each operation twice after one warm-up call: enough to run every step.
+  const budget =
+    size === 'smoke'
+      ? { minIterations: 2, maxIterations: 2, warmup: 1 }
+      : {
+          budgetMs: (size === 'quick' ? 300 : 1500) * (slow ? 2 : 1),
+          minIterations: slow ? 3 : 20,
+          warmup: slow ? 1 : 10,
+        };
+  const batchSizes = options.batchSizes ?? VERIFY_BATCH_SIZES;
   const combineMs: Record<string, Timing> = {};
   let first: Omit<CryptoFigures, 'combineMs' | 'backend' | 'verifyTokenBatchMs'> | undefined;
   const verifyTokenBatchMs: Record<string, Timing> = {};
@@ -73,7 +86,7 @@ export function benchCrypto(
         verifyTokenMs: timeSync(() => checkToken(token.bytes, cluster), budget),
       };
       const groupKey = cluster.groupPublicKey;
-      const tokenSets = Array.from({ length: Math.max(...VERIFY_BATCH_SIZES) }, (_, k) => {
+      const tokenSets = Array.from({ length: Math.max(...batchSizes) }, (_, k) => {
         const other = makeGrant({ ...grant, epoch: BigInt(100 + k) });
         const otherMessage = grantMessage(other);
         const shares = partials
@@ -81,7 +94,7 @@ export function benchCrypto(
           .map((p, i) => ({ index: p.index, signature: backend.sign(secretKeys[i]!, otherMessage) }));
         return { publicKey: groupKey, message: otherMessage, signature: combinePartials(backend, n, shares)! };
       });
-      for (const k of VERIFY_BATCH_SIZES) {
+      for (const k of batchSizes) {
         const batch = tokenSets.slice(0, k);
         const whole = timeSync(() => {
           if (!backend.verifyAll(batch)) throw new Error('bench: a batch of valid tokens did not verify');

@@ -18,7 +18,9 @@ import { processCpuMs } from './counters.js';
 import { base64, post, startEtcdCluster } from './etcd-cluster.js';
 import {
   closedLoop,
+  LOOP_PLAN,
   summarise,
+  type BenchSize,
   type CycleWindow,
   type LoopKinds,
   type LoopRate,
@@ -302,14 +304,14 @@ async function benchDriver(
   driver: EtcdDriver,
   urls: readonly string[],
   options: {
-    quick: boolean;
+    plan: (typeof LOOP_PLAN)[BenchSize];
     clients: number;
-    seconds: number;
     pids: readonly number[];
     progress: (line: string) => void;
   },
 ): Promise<EtcdDriverFigures> {
-  const { quick, clients, seconds, pids, progress } = options;
+  const { plan, clients, pids, progress } = options;
+  const seconds = plan.seconds;
   const tag = `etcd (${driver})`;
   const single = await lockers(driver, urls, 1);
   const locker = single.lockers[0]!;
@@ -320,10 +322,10 @@ async function benchDriver(
     progress(`${tag}: fencing check (a stale revision's write is refused) ...`);
     fencing = await checkFencing(locker, `bench/${driver}/fencing`);
     progress(`${tag}: uncontended lock + revision latency ...`);
-    for (let i = 0; i < (quick ? 150 : 600); i++) {
+    for (let i = 0; i < plan.acquires; i++) {
       const t0 = performance.now();
       const { key } = await locker.acquire(`bench/${driver}/latency`);
-      if (i >= 30) samples.push(performance.now() - t0);
+      if (i >= plan.warmupAcquires) samples.push(performance.now() - t0);
       await locker.release(key);
     }
   } finally {
@@ -368,15 +370,15 @@ async function benchDriver(
 /** The same workloads as benchSystem, against a 3-member etcd cluster, with each driver. */
 export async function benchEtcd(
   options: {
-    quick?: boolean;
+    /** How long to run (default full; see LOOP_PLAN). */
+    size?: BenchSize;
     clients?: number;
     drivers?: readonly EtcdDriver[];
     progress?: (line: string) => void;
   } = {},
 ): Promise<EtcdFigures> {
-  const quick = options.quick ?? false;
+  const plan = LOOP_PLAN[options.size ?? 'full'];
   const clients = options.clients ?? 16;
-  const seconds = quick ? 2 : 6;
   const progress = options.progress ?? (() => undefined);
   progress('etcd: starting a 3-member cluster ...');
   const cluster = await startEtcdCluster();
@@ -384,9 +386,8 @@ export async function benchEtcd(
     const drivers: Partial<Record<EtcdDriver, EtcdDriverFigures>> = {};
     for (const driver of options.drivers ?? (['gateway', 'grpc'] as const))
       drivers[driver] = await benchDriver(driver, cluster.clientUrls, {
-        quick,
+        plan,
         clients,
-        seconds,
         pids: cluster.pids,
         progress,
       });

@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import type { PoolConfig } from 'pg';
 import { describeDealtKey, localEndpoints, parseCluster, type Cluster } from '../cluster/description.js';
 import type { BackendName } from '../crypto/backend.js';
+import { QuorumFenceError } from '../common/errors.js';
 import { loadBackend } from '../crypto/load.js';
 import { systemRandom } from '../crypto/random.js';
 import { combinePartials, dealKey, type DealtKey } from '../crypto/threshold.js';
@@ -27,12 +28,12 @@ import { grantMessage } from '../token/grant.js';
 import { LmdbGuard } from '../guard/lmdb-guard.js';
 import { PostgresGuard } from '../guard/postgres-guard.js';
 import { TokenVerifier } from '../guard/verifier.js';
-import { summarise, type Timing } from './measure.js';
+import { summarise, type BenchSize, type Skipped, type Timing } from './measure.js';
 
 export interface GuardBenchOptions {
   readonly backend?: BackendName;
-  /** Shorter runs. */
-  readonly quick?: boolean;
+  /** How long to run (default full). */
+  readonly size?: BenchSize;
   /** Writers in flight for the throughput runs. Default 256 (LMDB), 16 (PostgreSQL). */
   readonly concurrency?: number;
   readonly postgresConcurrency?: number;
@@ -58,8 +59,14 @@ export interface GuardBenchFigures {
     /** A whole guarded write with a token never seen (raising the barrier), durable, in ms. */
     readonly writeMs: Timing;
   };
-  readonly postgres?: PostgresFigures;
+  /** Skipped (and why) when no database was given. */
+  readonly postgres: PostgresFigures | Skipped;
 }
+
+/** Why the PostgreSQL figures are missing when no database is given. */
+export const POSTGRES_SKIPPED: Skipped = {
+  skipped: 'no database given (--postgres postgres://user:pass@host/db)',
+};
 
 export interface PostgresFigures {
   /** The UPDATE alone, autocommit, through pg. */
@@ -157,7 +164,8 @@ async function measureInTurns(
 
 export async function benchGuard(options: GuardBenchOptions = {}): Promise<GuardBenchFigures> {
   const issuer = makeIssuer(options.backend);
-  const seconds = options.quick ? 2 : 5;
+  const size = options.size ?? 'full';
+  const seconds = { full: 5, quick: 2, smoke: 0.25 }[size];
   const dir = mkdtempSync(join(options.dir ?? tmpdir(), 'quorumfence-bench-guard-'));
   const value = new TextEncoder().encode('a sixteen-byte v');
   try {
@@ -169,7 +177,7 @@ export async function benchGuard(options: GuardBenchOptions = {}): Promise<Guard
       const token = issuer.issue('bench/cached', 1n);
       const concurrency = options.concurrency ?? 256;
       const keys = Array.from({ length: concurrency }, (_, k) => `key-${k}`);
-      for (let warm = 0; warm < 200; warm++)
+      for (let warm = 0; warm < (size === 'smoke' ? 20 : 200); warm++)
         await guard.write({ token, resource: 'bench/cached', key: keys[0]! }, (tx) => tx.put(keys[0]!, value));
       lmdbCachedToken = await measureThroughput(concurrency, seconds, async (writer) => {
         const key = keys[writer]!;
@@ -177,7 +185,7 @@ export async function benchGuard(options: GuardBenchOptions = {}): Promise<Guard
       });
 
       // First use: each write brings a token the guard has never seen, one after another.
-      const count = options.quick ? 50 : 200;
+      const count = { full: 200, quick: 50, smoke: 5 }[size];
       const fresh = Array.from({ length: count }, (_, i) => issuer.issue('bench/first-use', BigInt(i + 1)));
       const samples: number[] = [];
       for (const t of fresh) {
@@ -193,7 +201,7 @@ export async function benchGuard(options: GuardBenchOptions = {}): Promise<Guard
       await guard.close();
     }
 
-    const verifyTokens = Array.from({ length: options.quick ? 100 : 400 }, (_, i) =>
+    const verifyTokens = Array.from({ length: { full: 400, quick: 100, smoke: 5 }[size] }, (_, i) =>
       issuer.issue('bench/verify', BigInt(i + 1)),
     );
     const verifier = new TokenVerifier(issuer.cluster, { cacheSize: 0 });
@@ -203,15 +211,13 @@ export async function benchGuard(options: GuardBenchOptions = {}): Promise<Guard
       return performance.now() - start;
     });
 
-    const figures: GuardBenchFigures = {
+    return {
       backend: issuer.cluster.backend.name,
       lmdbCachedToken,
       firstUse: { verifyMs: summarise(verifySamples), writeMs },
-    };
-    if (!options.postgres) return figures;
-    return {
-      ...figures,
-      postgres: await benchPostgres(issuer, options.postgres, options.postgresConcurrency ?? 16, seconds, value),
+      postgres: options.postgres
+        ? await benchPostgres(issuer, options.postgres, options.postgresConcurrency ?? 16, seconds, value)
+        : POSTGRES_SKIPPED,
     };
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -231,6 +237,17 @@ async function benchPostgres(
   const table = `${prefix}kv`;
   const text = new TextDecoder().decode(value);
   try {
+    try {
+      await pool.query('SELECT 1');
+    } catch (error) {
+      // pg's message names the host and port or the user, never the password.
+      throw new QuorumFenceError(
+        'CONNECTION_FAILED',
+        `bench guard: cannot use the --postgres database: ${(error as Error).message}`,
+        undefined,
+        { cause: error },
+      );
+    }
     await pool.query(
       `CREATE TABLE ${table} (resource text NOT NULL, key text NOT NULL, value text NOT NULL, PRIMARY KEY (resource, key))`,
     );
@@ -324,7 +341,8 @@ async function plainUpdateThroughPostgresDriver(
 }
 
 /** The PostgreSQL figures as table rows (the bench command's table). */
-export function postgresRows(p: PostgresFigures): [string, string][] {
+export function postgresRows(p: PostgresFigures | Skipped): [string, string][] {
+  if ('skipped' in p) return [['PostgreSQL fenced writes', `skipped: ${p.skipped}`]];
   const rate = (t: Throughput) =>
     `${t.perSecond.toFixed(0)} writes/s (${t.concurrency} connections, ${t.writes} writes)`;
   return [

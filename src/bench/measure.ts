@@ -3,6 +3,18 @@
  * over repeated runs, bounded by both an iteration count and a time budget so
  * the slow reference backend cannot stretch a run.
  */
+/**
+ * How long a bench run takes: `full` (the figures the docs quote), `quick` (about a tenth), `smoke` (the
+ * least that still runs every step of a section, for the test suite: it checks a section completes and prints
+ * its table; its figures mean nothing).
+ */
+export type BenchSize = 'full' | 'quick' | 'smoke';
+
+/** A part of the bench that did not run, and why (its server is missing); in the JSON in place of its figures. */
+export interface Skipped {
+  readonly skipped: string;
+}
+
 export interface Timing {
   /** Milliseconds. */
   readonly median: number;
@@ -113,6 +125,17 @@ export async function closedLoop(
     acquireMs: summarise(acquires),
   };
 }
+
+/**
+ * What quorumfence's and etcd's sides both run, by size: each closed loop's measured seconds, and the
+ * uncontended acquires timed one after another, after `warmupAcquires` untimed ones (the first ones warm the
+ * JIT and the connections).
+ */
+export const LOOP_PLAN: Record<BenchSize, { seconds: number; acquires: number; warmupAcquires: number }> = {
+  full: { seconds: 6, acquires: 600, warmupAcquires: 30 },
+  quick: { seconds: 2, acquires: 150, warmupAcquires: 30 },
+  smoke: { seconds: 0.25, acquires: 15, warmupAcquires: 5 },
+};
 
 /** The three loops each side runs, for one kind of cycle. */
 export interface LoopSet {

@@ -21,7 +21,7 @@
  * The load generator shares the machine with the replica, so `grants` is a
  * floor for what a replica on its own cores would do.
  *
- * Run: npx tsc -p tsconfig.json && node dist/src/bench/replica.js [--quick]
+ * Run: npx tsc -p tsconfig.json && node dist/src/bench/replica.js [--quick | --smoke]
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -33,23 +33,23 @@ import { QuorumFenceError } from '../common/errors.js';
 import { decodeServerMessage, encodeMessage } from '../protocol/codec.js';
 import { grantMessage } from '../token/grant.js';
 import { startWorkerSigner } from '../replica/signer.js';
-import { summarise, type Timing } from './measure.js';
+import { summarise, type BenchSize, type Timing } from './measure.js';
 import { connectLoad, measureHandshakes, type HandshakeFigures } from './handshakes.js';
 import { measureStore, measureStoresTogether } from './store.js';
 
 export interface ReplicaBenchOptions {
-  /** Shorter runs. */
-  readonly quick?: boolean;
+  /** How long to run (default full). */
+  readonly size?: BenchSize;
   /** Signing-thread counts to measure end to end (default 0, 1, 2). */
   readonly workerCounts?: readonly number[];
   /** Connections from the load generator (default 8). */
   readonly connections?: number;
   /** Acquires kept in flight per connection (default 64). */
   readonly depth?: number;
-  /** Measured seconds per run, after a warm-up second (default 5, quick 2). */
+  /** Measured seconds per run, after a warm-up second (default 5, quick 2, smoke a quarter, after a quarter). */
   readonly seconds?: number;
   /**
-   * Runs per configuration (default 3, quick 1). Figures are reported per
+   * Runs per configuration (default 3, quick and smoke 1). Figures are reported per
    * run, with the median and the best: on a shared machine other processes
    * steal cores, and the best run is the one closest to an idle machine.
    */
@@ -126,10 +126,10 @@ async function measureGrants(
   url: string,
   signingWorkers: number,
   run: number,
-  options: { connections: number; depth: number; seconds: number },
+  options: { connections: number; depth: number; seconds: number; warmupSeconds: number },
 ): Promise<GrantRate> {
   const connections = await Promise.all(Array.from({ length: options.connections }, (_, k) => connectLoad(url, k)));
-  const warmupEnds = performance.now() + 1_000;
+  const warmupEnds = performance.now() + options.warmupSeconds * 1_000;
   const ends = warmupEnds + options.seconds * 1_000;
   let grants = 0;
   let refused = 0;
@@ -232,12 +232,14 @@ async function measureSigning(dir: string, workers: number, signatures: number):
   }
 }
 
-/** Runs the replica benchmark; takes about 90 s (quick: about 15 s). */
+/** Runs the replica benchmark; takes about 90 s (quick: about 15 s; smoke: a few). */
 export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<ReplicaBenchFigures> {
   const progress = options.progress ?? (() => undefined);
-  const quick = options.quick ?? false;
-  const seconds = options.seconds ?? (quick ? 2 : 5);
-  const repeats = options.repeats ?? (quick ? 1 : 3);
+  const size = options.size ?? 'full';
+  const smoke = size === 'smoke';
+  const seconds = options.seconds ?? { full: 5, quick: 2, smoke: 0.25 }[size];
+  const warmupSeconds = smoke ? 0.25 : 1;
+  const repeats = options.repeats ?? (size === 'full' ? 3 : 1);
   const loadAverageBefore = loadavg()[0]!;
   const cpuBefore = cpuTimes();
   const connections = options.connections ?? 8;
@@ -281,7 +283,12 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
             `replica: ${workers} signing thread(s), ${connections} connections x ${depth} in flight, ${seconds} s, run ${run}/${repeats} ...`,
           );
           runs[k]!.push(
-            await measureGrants(replicas[k]!.replica(1).url, workers, run, { connections, depth, seconds }),
+            await measureGrants(replicas[k]!.replica(1).url, workers, run, {
+              connections,
+              depth,
+              seconds,
+              warmupSeconds,
+            }),
           );
         }
       }
@@ -298,7 +305,7 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
       await Promise.all(replicas.map((r) => r.close()));
     }
 
-    const handshakeCount = quick ? 200 : 500;
+    const handshakeCount = { full: 500, quick: 200, smoke: 20 }[size];
     const handshakes: HandshakeFigures[] = [];
     const storm = await startLocalCluster({
       dir: keys,
@@ -316,19 +323,28 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
       await storm.close();
     }
 
-    const count = quick ? 2_000 : 4_000;
+    const count = { full: 4_000, quick: 2_000, smoke: 200 }[size];
     const signingRuns: SigningFigures['runs'][number][] = [];
-    for (let run = 1; run <= repeats + 2; run++) {
-      progress(`replica: signer threads alone, run ${run}/${repeats + 2} ...`);
+    const signingRepeats = smoke ? 1 : repeats + 2;
+    for (let run = 1; run <= signingRepeats; run++) {
+      progress(`replica: signer threads alone, run ${run}/${signingRepeats} ...`);
       const oneThread = await measureSigning(keys, 1, count);
       const twoThreads = await measureSigning(keys, 2, count);
       signingRuns.push({ oneThread, twoThreads, scaling: twoThreads / oneThread });
     }
 
     progress('replica: signing record alone ...');
-    const store = await measureStore(join(root, 'store'), quick ? 20_000 : 100_000, quick ? 100 : 300);
+    const store = await measureStore(
+      join(root, 'store'),
+      { full: 100_000, quick: 20_000, smoke: 500 }[size],
+      { full: 300, quick: 100, smoke: 10 }[size],
+    );
     progress('replica: three signing records in three processes, flushing at once ...');
-    const storesTogether = await measureStoresTogether(join(root, 'together'), 3, quick ? 100 : 300);
+    const storesTogether = await measureStoresTogether(
+      join(root, 'together'),
+      3,
+      { full: 300, quick: 100, smoke: 5 }[size],
+    );
 
     const cpuAfter = cpuTimes();
     const stealPercent =
@@ -352,10 +368,10 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
   }
 }
 
-// `node dist/src/bench/replica.js [--quick]`: run it and print the figures as JSON.
+// `node dist/src/bench/replica.js [--quick | --smoke]`: run it and print the figures as JSON.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const figures = await benchReplica({
-    quick: process.argv.includes('--quick'),
+    size: process.argv.includes('--smoke') ? 'smoke' : process.argv.includes('--quick') ? 'quick' : 'full',
     progress: (line) => process.stderr.write(`${line}\n`),
   });
   process.stdout.write(

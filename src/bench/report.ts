@@ -5,8 +5,11 @@
  */
 import type { CryptoFigures } from './crypto.js';
 import type { EtcdDriver, EtcdDriverFigures, EtcdFigures } from './etcd.js';
+import { postgresRows, type GuardBenchFigures } from './guard.js';
 import type { Timing } from './measure.js';
+import type { ReplicaBenchFigures } from './replica.js';
 import type { LoopRate, SystemFigures } from './system.js';
+import type { TransportFloor } from './transport.js';
 import { BUCKETS } from './profile.js';
 
 export function ms(value: number): string {
@@ -36,6 +39,43 @@ export function cryptoTable(figures: CryptoFigures[]): string {
 }
 
 export const timing = (t: Timing) => `p50 ${ms(t.median)} ms, p99 ${ms(t.p99)} ms`;
+
+export function replicaTable(replica: ReplicaBenchFigures): string {
+  const rows = [['one replica, durable grants', 'median/s', 'best/s']];
+  for (const g of replica.grants)
+    rows.push([`${g.signingWorkers} signing thread(s)`, g.medianPerSecond.toFixed(0), g.bestPerSecond.toFixed(0)]);
+  rows.push([
+    'signer alone, 2 threads / 1 thread',
+    `${replica.signing.medianScaling.toFixed(2)}x`,
+    `${replica.signing.bestScaling.toFixed(2)}x`,
+  ]);
+  rows.push(['signing record alone (records/s)', replica.store.recordsPerSecond.toFixed(0), '']);
+  rows.push(['signing record, one write at a time, to flushed (p50 ms)', ms(replica.store.oneWriteMs.median), '']);
+  const together = replica.storesTogether;
+  rows.push([
+    `${together.stores} signing records in ${together.stores} processes, one write each at once: each, all (p50 ms)`,
+    `${ms(together.eachMs.median)}, ${ms(together.allMs.median)}`,
+    '',
+  ]);
+  const storm = replica.handshakes;
+  if (storm.length > 0)
+    rows.push([
+      `${storm[0]!.connections} connections authenticating at once: replica CPU per connection (ms), runs`,
+      storm.map((h) => ms(h.replicaCpuMsEach)).join(', '),
+      '',
+    ]);
+  return table(rows);
+}
+
+export function guardTable(guard: GuardBenchFigures): string {
+  return table([
+    ['guard', 'figure'],
+    ['LMDB, cached token, durable writes/s', guard.lmdbCachedToken.perSecond.toFixed(0)],
+    ['first use of a new token: verify', timing(guard.firstUse.verifyMs)],
+    ['first use of a new token: whole durable write', timing(guard.firstUse.writeMs)],
+    ...postgresRows(guard.postgres),
+  ]);
+}
 const rate = (r: LoopRate) => `${r.perSecond.toFixed(0)}/s`;
 
 /** Partials a grant needs with N replicas (t = 2f+1): what a grant signs when its first t signers all grant. */
@@ -206,6 +246,51 @@ export function profileTable(profile: NonNullable<SystemFigures['profile']>): st
     }
   }
   return parts.join('\n\n');
+}
+
+/** The CPU of a grant in the 16-distinct fenced-write loop, beside the crypto floor and the bare wire. */
+export function cpuTable(
+  system: SystemFigures,
+  transport: readonly TransportFloor[],
+  floor: number,
+  n: number,
+  cores: number,
+): string {
+  const b = system.cpuBreakdownMs;
+  return table([
+    ['CPU per grant (all processes, 16 distinct clients, fenced write)', 'figure'],
+    [`crypto floor: t = ${thresholdOf(n)} signs + combine + 2 token verifies`, `${ms(floor)} ms`],
+    [`CPU-bound rate on ${cores} cores`, `${((cores * 1000) / floor).toFixed(0)}/s`],
+    [
+      `measured: replicas ${ms(b.replicas)} (main threads ${ms(b.replicasMainThread)}) + resource ${ms(b.resource)} + client ${ms(b.client)}`,
+      `${ms(system.cpuPerGrantMs)} ms`,
+    ],
+    ...transport.map((t) => [
+      `bare wire, one request + reply, ${t.connections} connection(s), both ends (x 6 per cycle)`,
+      `${ms(t.totalCpuMs)} ms (${ms(6 * t.totalCpuMs)} ms)`,
+    ]),
+  ]);
+}
+
+export function targetTable(targets: readonly TargetRow[]): string {
+  return table([
+    [
+      'target (issue 13; fenced-write loops, etcd = its stronger driver per row)',
+      'quorumfence',
+      'etcd',
+      'ratio',
+      'target',
+      '',
+    ],
+    ...targets.map((t) => [
+      t.target,
+      t.quorumfence,
+      t.etcd,
+      t.ratio === undefined ? '' : `${t.ratio.toFixed(2)}x`,
+      t.wanted,
+      t.pass === undefined ? 'n/a' : t.pass ? 'pass' : 'MISS',
+    ]),
+  ]);
 }
 
 export interface TargetRow {

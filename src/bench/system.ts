@@ -29,7 +29,16 @@ import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import { generateIdentity } from '../client/identity.js';
 import { cpuNow, cpuPerGrant, guardBatches, replicaCounters, type CpuPerGrant } from './counters.js';
 import type { MetricsSample } from '../console/replica-health.js';
-import { closedLoop, summarise, type CycleWindow, type LoopKinds, type LoopRate, type Timing } from './measure.js';
+import {
+  closedLoop,
+  LOOP_PLAN,
+  summarise,
+  type BenchSize,
+  type CycleWindow,
+  type LoopKinds,
+  type LoopRate,
+  type Timing,
+} from './measure.js';
 
 export type { LoopRate } from './measure.js';
 
@@ -74,7 +83,8 @@ export interface LoopProfile {
 
 export interface SystemBenchOptions {
   readonly replicas?: number;
-  readonly quick?: boolean;
+  /** How long to run (default full; see LOOP_PLAN). */
+  readonly size?: BenchSize;
   /** Clients in the parallel loops (default 16). */
   readonly clients?: number;
   /** Signing threads per replica (default: the replica's own default). */
@@ -278,9 +288,9 @@ async function profileLoop(
 
 export async function benchSystem(options: SystemBenchOptions = {}): Promise<SystemFigures> {
   const n = options.replicas ?? 4;
-  const quick = options.quick ?? false;
+  const plan = LOOP_PLAN[options.size ?? 'full'];
   const clients = options.clients ?? 16;
-  const seconds = quick ? 2 : 6;
+  const seconds = plan.seconds;
   const progress = options.progress ?? (() => undefined);
   const dir = mkdtempSync(join(tmpdir(), 'qf-bench-system-'));
   let local: LocalCluster | undefined;
@@ -292,14 +302,14 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     const samples: number[] = [];
     let countersBefore: MetricsSample | undefined;
     try {
-      for (let i = 0; i < (quick ? 150 : 600); i++) {
+      for (let i = 0; i < plan.acquires; i++) {
         const t0 = performance.now();
         const acquired = await client.acquire('bench/latency', { ttlMs: 10_000, autoRenew: false });
         const elapsed = performance.now() - t0;
         if (!acquired.ok) throw new QuorumFenceError('INTERNAL', `benchmark: acquire refused (${acquired.reason})`);
-        if (i >= 30) samples.push(elapsed); // the first ones warm the JIT and connections
+        if (i >= plan.warmupAcquires) samples.push(elapsed);
         await acquired.lease.release();
-        if (i === 29) countersBefore = await replicaCounters(local);
+        if (i === plan.warmupAcquires - 1) countersBefore = await replicaCounters(local);
       }
     } finally {
       await client.close();

@@ -24,8 +24,12 @@ export interface TransportFloor {
   readonly totalCpuMs: number;
 }
 
-/** `connections` closed loops of one acquire-sized request each, for `seconds` after a half-second warm-up. */
-export async function measureTransportFloor(connections: number, seconds: number): Promise<TransportFloor> {
+/** `connections` closed loops of one acquire-sized request each, for `seconds` after `warmupSeconds`. */
+export async function measureTransportFloor(
+  connections: number,
+  seconds: number,
+  warmupSeconds = 0.5,
+): Promise<TransportFloor> {
   const child = fork(fileURLToPath(new URL('./echo-child.js', import.meta.url)), [], {
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
   });
@@ -46,7 +50,7 @@ export async function measureTransportFloor(connections: number, seconds: number
           }),
       ),
     );
-    const warmupEnds = performance.now() + 500;
+    const warmupEnds = performance.now() + warmupSeconds * 1000;
     const ends = warmupEnds + seconds * 1000;
     let counted = 0;
     let cpu: { client: number; server: number } | undefined;

@@ -2,7 +2,10 @@
  * `quorumfence-dev bench [SECTION...]`: the benchmark. Prints a table with a
  * progress line while it runs and writes every figure, the machine and the
  * exact command as JSON. It never fails on speed: targets are printed as
- * ratios beside the figures, all measured in the same run.
+ * ratios beside the figures, all measured in the same run. A section whose
+ * server is missing (etcd not on PATH, no --postgres URL) is skipped and says
+ * why; a section that throws is reported as failed, in the table and the
+ * JSON, the others still run, and the command exits 1.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
@@ -12,38 +15,42 @@ import { loadBackend } from '../crypto/load.js';
 import { benchCrypto, type CryptoFigures } from '../bench/crypto.js';
 import { benchEtcd, type EtcdFigures } from '../bench/etcd.js';
 import { findEtcd } from '../bench/etcd-cluster.js';
-import { benchGuard, postgresRows, type GuardBenchFigures } from '../bench/guard.js';
-import { benchReplica, type ReplicaBenchFigures } from '../bench/replica.js';
+import { benchGuard } from '../bench/guard.js';
+import { benchReplica } from '../bench/replica.js';
 import { measureTransportFloor, type TransportFloor } from '../bench/transport.js';
 import { benchCeremony } from '../bench/ceremony.js';
 import { benchGrowth } from '../bench/growth.js';
+import type { BenchSize, Skipped } from '../bench/measure.js';
 import { benchSystem, type SystemFigures } from '../bench/system.js';
 import {
   comparisonTable,
+  cpuTable,
   cryptoTable,
   floorMs,
-  ms,
+  guardTable,
   profileTable,
-  table,
+  replicaTable,
   targetRows,
-  thresholdOf,
-  timing,
+  targetTable,
 } from '../bench/report.js';
 import { integerFlag, parseFlags, type Command } from '../command/args.js';
 
 const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony', 'growth'] as const;
 type Section = (typeof SECTIONS)[number];
 
-const usage = `usage: quorumfence-dev bench [SECTION...] [--quick] [--replicas 4|7] [--postgres URL] [--out FILE] [--json] [--profile]
+const usage = `usage: quorumfence-dev bench [SECTION...] [--quick | --smoke] [--replicas 4|7] [--postgres URL] [--out FILE] [--json] [--profile]
 
 Measures quorumfence on this machine, every process on this one box, and
-writes every figure as JSON. It never fails on speed.
+writes every figure as JSON. It never fails on speed. A section whose server
+is missing is skipped and says why; a section that fails is reported, the
+others still run, and the command exits 1.
 
 sections (default: all):
   crypto    sign, verify partial, combine (t = 3, 7, 21), verify token, batches of tokens; both backends
-  replica   one replica: durable grants/s with 0, 1, 2 signing threads; signer scaling;
+  replica   one replica: durable grants/s with 1 and 2 signing threads; signer scaling;
             the signing record alone (one write at a time, and three processes at once)
-  guard     guarded writes/s with a cached token; first use of a new token
+  guard     guarded writes/s with a cached token; first use of a new token; with
+            --postgres, the PostgreSQL guard's two forms beside a plain UPDATE (skipped without)
   system    N replicas + the reference resource: uncontended acquire p50/p99;
             acquire + release, and acquire + guarded write + release, with 1 client,
             16 on distinct resources and 16 on one hot resource; CPU per grant of
@@ -59,7 +66,10 @@ sections (default: all):
             resources ever granted, compacted to 10^3 live (--quick stops at 10^5)
 
 options:
-  --quick          short runs (about a minute in all)
+  --quick          short runs (a few minutes in all)
+  --smoke          the smallest runs that still take every step of each section, to check
+                   that it completes and prints its table (the test suite runs each section
+                   so); its figures mean nothing
   --replicas N     cluster size for the system section: 4 or 7   (default 4)
   --postgres URL   also measure the PostgreSQL guard (postgres://user:pass@host/db)
   --out FILE       where to write the JSON   (default bench-results/bench-<time>.json)
@@ -74,6 +84,11 @@ function progress(line: string): void {
   else process.stderr.write(`${line}\n`);
 }
 
+/** What a failed section leaves in the JSON in place of its figures. */
+interface Failed {
+  readonly failed: { readonly code: string; readonly message: string };
+}
+
 export const command: Command = {
   summary: 'measure crypto, replicas, guards and the whole system (and etcd beside it)',
   usage,
@@ -82,6 +97,7 @@ export const command: Command = {
       argv,
       {
         quick: { type: 'boolean' },
+        smoke: { type: 'boolean' },
         out: { type: 'string' },
         json: { type: 'boolean' },
         replicas: { type: 'string' },
@@ -94,8 +110,9 @@ export const command: Command = {
       if (!(SECTIONS as readonly string[]).includes(p))
         throw new QuorumFenceError('INVALID_OPTION', `unknown section "${p}"; sections are ${SECTIONS.join(', ')}`);
     }
+    if (values.quick && values.smoke) throw new QuorumFenceError('INVALID_OPTION', '--quick and --smoke: pick one');
     const sections = new Set((positionals.length > 0 ? positionals : [...SECTIONS]) as Section[]);
-    const quick = values.quick ?? false;
+    const size: BenchSize = values.smoke ? 'smoke' : values.quick ? 'quick' : 'full';
     const n = integerFlag(values.replicas, 'replicas', 4, 4, 7);
     if (n !== 4 && n !== 7) throw new QuorumFenceError('INVALID_OPTION', `--replicas is 4 or 7, got ${n}`);
     const cores = availableParallelism();
@@ -111,145 +128,113 @@ export const command: Command = {
         backend: loadBackend().name,
         loadAverageAtStart: loadavg()[0],
       },
-      quick,
+      quick: size !== 'full',
+      size,
     };
     const out: string[] = [];
+    const failed: string[] = [];
+    /** Runs one section (its figures into report[name]); one that throws is reported and the next one runs. */
+    const attempt = async (name: string, run: () => Promise<void>): Promise<void> => {
+      try {
+        await run();
+      } catch (error) {
+        const code = error instanceof QuorumFenceError ? error.code : 'INTERNAL';
+        const message = error instanceof Error ? error.message : String(error);
+        report[name] = { failed: { code, message } } satisfies Failed;
+        out.push(`${name}: FAILED (${code}): ${message}`);
+        failed.push(name);
+        progress(`${name}: FAILED (${code}): ${message}`);
+        // Anything but the project's own error is a bug: its stack says where.
+        if (!(error instanceof QuorumFenceError) && error instanceof Error) process.stderr.write(`${error.stack}\n`);
+      }
+    };
 
-    let crypto: CryptoFigures[] = [];
+    const crypto: CryptoFigures[] = [];
     // The system section's floor needs the native crypto figures from this same run.
     if (sections.has('crypto') || sections.has('system')) {
-      for (const backend of sections.has('crypto') ? (['blst', 'noble'] as const) : (['blst'] as const)) {
-        progress(`crypto: ${backend} ...`);
-        try {
-          crypto.push(benchCrypto(backend, { quick, thresholds: quick && backend === 'noble' ? [3, 7] : [3, 7, 21] }));
-        } catch (error) {
-          if (!(error instanceof QuorumFenceError && error.code === 'BACKEND_UNAVAILABLE')) throw error;
-          progress(`crypto: ${backend} unavailable, skipped`);
+      await attempt('crypto', async () => {
+        for (const backend of sections.has('crypto') ? (['blst', 'noble'] as const) : (['blst'] as const)) {
+          progress(`crypto: ${backend} ...`);
+          // The reference backend is 30-50x slower: fewer thresholds unless the run is full.
+          const thresholds = size === 'smoke' ? [3] : size === 'quick' && backend === 'noble' ? [3, 7] : [3, 7, 21];
+          try {
+            crypto.push(
+              benchCrypto(backend, { size, thresholds, ...(size === 'smoke' ? { batchSizes: [1, 2] } : {}) }),
+            );
+          } catch (error) {
+            if (!(error instanceof QuorumFenceError && error.code === 'BACKEND_UNAVAILABLE')) throw error;
+            progress(`crypto: ${backend} unavailable, skipped`);
+          }
         }
-      }
-      crypto = crypto.filter(Boolean);
-      report.crypto = crypto;
-      if (sections.has('crypto')) out.push(cryptoTable(crypto));
-    }
-
-    if (sections.has('replica')) {
-      const replica: ReplicaBenchFigures = await benchReplica({
-        quick,
-        workerCounts: [1, 2],
-        repeats: quick ? 1 : 3,
-        progress,
+        report.crypto = crypto;
+        if (sections.has('crypto')) out.push(cryptoTable(crypto));
       });
-      report.replica = replica;
-      const rows = [['one replica, durable grants', 'median/s', 'best/s']];
-      for (const g of replica.grants)
-        rows.push([`${g.signingWorkers} signing thread(s)`, g.medianPerSecond.toFixed(0), g.bestPerSecond.toFixed(0)]);
-      rows.push([
-        'signer alone, 2 threads / 1 thread',
-        `${replica.signing.medianScaling.toFixed(2)}x`,
-        `${replica.signing.bestScaling.toFixed(2)}x`,
-      ]);
-      rows.push(['signing record alone (records/s)', replica.store.recordsPerSecond.toFixed(0), '']);
-      rows.push(['signing record, one write at a time, to flushed (p50 ms)', ms(replica.store.oneWriteMs.median), '']);
-      const together = replica.storesTogether;
-      rows.push([
-        `${together.stores} signing records in ${together.stores} processes, one write each at once: each, all (p50 ms)`,
-        `${ms(together.eachMs.median)}, ${ms(together.allMs.median)}`,
-        '',
-      ]);
-      const storm = replica.handshakes;
-      if (storm.length > 0)
-        rows.push([
-          `${storm[0]!.connections} connections authenticating at once: replica CPU per connection (ms), runs`,
-          storm.map((h) => ms(h.replicaCpuMsEach)).join(', '),
-          '',
-        ]);
-      out.push(table(rows));
     }
 
-    if (sections.has('guard')) {
-      progress('guard: LMDB cached token, first use ...');
-      const postgres = values.postgres ? { connectionString: values.postgres } : undefined;
-      const guard: GuardBenchFigures = await benchGuard({ quick, ...(postgres ? { postgres } : {}) });
-      report.guard = guard;
-      const rows = [
-        ['guard', 'figure'],
-        ['LMDB, cached token, durable writes/s', guard.lmdbCachedToken.perSecond.toFixed(0)],
-        ['first use of a new token: verify', timing(guard.firstUse.verifyMs)],
-        ['first use of a new token: whole durable write', timing(guard.firstUse.writeMs)],
-      ];
-      if (guard.postgres) {
-        rows.push(...postgresRows(guard.postgres));
-      }
-      out.push(table(rows));
-    }
+    if (sections.has('replica'))
+      await attempt('replica', async () => {
+        const replica = await benchReplica({ size, workerCounts: [1, 2], progress });
+        report.replica = replica;
+        out.push(replicaTable(replica));
+      });
+
+    if (sections.has('guard'))
+      await attempt('guard', async () => {
+        progress('guard: LMDB cached token, first use ...');
+        const postgres = values.postgres ? { connectionString: values.postgres } : undefined;
+        const guard = await benchGuard({ size, ...(postgres ? { postgres } : {}) });
+        report.guard = guard;
+        out.push(guardTable(guard));
+      });
 
     let system: SystemFigures | undefined;
     let transport: TransportFloor[] = [];
-    if (sections.has('system')) {
-      system = await benchSystem({ replicas: n, quick, progress, profile: values.profile ?? false });
-      report.system = system;
-      progress('system: the bare wire (WebSocket + codec, nothing behind it), 1 and 16 connections ...');
-      transport = [await measureTransportFloor(1, quick ? 1 : 3), await measureTransportFloor(16, quick ? 1 : 3)];
-      report.transport = transport;
-      if (system.profile) out.push(profileTable(system.profile));
-    }
+    if (sections.has('system'))
+      await attempt('system', async () => {
+        const figures = await benchSystem({ replicas: n, size, progress, profile: values.profile ?? false });
+        progress('system: the bare wire (WebSocket + codec, nothing behind it), 1 and 16 connections ...');
+        const wire = {
+          full: { seconds: 3, warmup: 0.5 },
+          quick: { seconds: 1, warmup: 0.5 },
+          smoke: { seconds: 0.1, warmup: 0.1 },
+        }[size];
+        transport = [
+          await measureTransportFloor(1, wire.seconds, wire.warmup),
+          await measureTransportFloor(16, wire.seconds, wire.warmup),
+        ];
+        system = figures;
+        report.system = system;
+        report.transport = transport;
+        if (system.profile) out.push(profileTable(system.profile));
+      });
     let etcd: EtcdFigures | undefined;
-    if (sections.has('etcd')) {
-      if (findEtcd()) {
-        etcd = await benchEtcd({ quick, progress });
-        report.etcd = etcd;
-      } else {
-        report.etcd = { skipped: 'etcd is not on PATH (Debian: apt-get install etcd-server)' };
-        out.push('etcd: skipped; install it to compare (Debian: apt-get install etcd-server)');
-      }
-    }
+    if (sections.has('etcd'))
+      await attempt('etcd', async () => {
+        if (findEtcd()) {
+          etcd = await benchEtcd({ size, progress });
+          report.etcd = etcd;
+        } else {
+          const skipped: Skipped = { skipped: 'etcd is not on PATH (Debian: apt-get install etcd-server)' };
+          report.etcd = skipped;
+          out.push(`etcd: skipped, ${skipped.skipped}`);
+        }
+      });
     if (system || etcd) out.push(comparisonTable(system, etcd, n));
     if (system && crypto[0]) {
       const floor = floorMs(crypto[0], n);
       const targets = targetRows(system, etcd?.drivers, floor);
       report.targets = { floorMs: floor, rows: targets };
-      const b = system.cpuBreakdownMs;
-      out.push(
-        table([
-          ['CPU per grant (all processes, 16 distinct clients, fenced write)', 'figure'],
-          [`crypto floor: t = ${thresholdOf(n)} signs + combine + 2 token verifies`, `${ms(floor)} ms`],
-          [`CPU-bound rate on ${cores} cores`, `${((cores * 1000) / floor).toFixed(0)}/s`],
-          [
-            `measured: replicas ${ms(b.replicas)} (main threads ${ms(b.replicasMainThread)}) + resource ${ms(b.resource)} + client ${ms(b.client)}`,
-            `${ms(system.cpuPerGrantMs)} ms`,
-          ],
-          ...transport.map((t) => [
-            `bare wire, one request + reply, ${t.connections} connection(s), both ends (x 6 per cycle)`,
-            `${ms(t.totalCpuMs)} ms (${ms(6 * t.totalCpuMs)} ms)`,
-          ]),
-        ]),
-      );
-      out.push(
-        table([
-          [
-            'target (issue 13; fenced-write loops, etcd = its stronger driver per row)',
-            'quorumfence',
-            'etcd',
-            'ratio',
-            'target',
-            '',
-          ],
-          ...targets.map((t) => [
-            t.target,
-            t.quorumfence,
-            t.etcd,
-            t.ratio === undefined ? '' : `${t.ratio.toFixed(2)}x`,
-            t.wanted,
-            t.pass === undefined ? 'n/a' : t.pass ? 'pass' : 'MISS',
-          ]),
-        ]),
-      );
+      out.push(cpuTable(system, transport, floor, n, cores));
+      out.push(targetTable(targets));
     }
-    if (sections.has('ceremony')) out.push(await benchCeremony({ quick, progress, report }));
-    if (sections.has('growth')) out.push(await benchGrowth({ quick, progress, report }));
-    progress('done');
+    if (sections.has('ceremony'))
+      await attempt('ceremony', async () => void out.push(await benchCeremony({ size, progress, report })));
+    if (sections.has('growth'))
+      await attempt('growth', async () => void out.push(await benchGrowth({ size, progress, report })));
+    progress(failed.length > 0 ? `done; failed: ${failed.join(', ')}` : 'done');
     if (process.stderr.isTTY) process.stderr.write('\n');
     (report.machine as Record<string, unknown>).loadAverageAtEnd = loadavg()[0];
+    report.failedSections = failed;
 
     const file = resolve(values.out ?? `bench-results/bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
     mkdirSync(dirname(file), { recursive: true });
@@ -260,6 +245,6 @@ export const command: Command = {
       process.stdout.write(
         `${out.join('\n\n')}\n\nmachine: ${cores} cores, ${report.machine && (report.machine as { cpu: string }).cpu}, node ${process.version}\nfigures written to ${file}\n`,
       );
-    return 0;
+    return failed.length > 0 ? 1 : 0;
   },
 };

@@ -1,0 +1,316 @@
+/**
+ * Every `quorumfence-dev bench` section runs, through the real command, at its smallest size (`--smoke`):
+ * it exits 0, its JSON holds the section with the fields its table prints, and the table prints. It checks
+ * completion and shape, never a figure (speed is the bench's business, not the tests'), so a change to the
+ * store, the protocol or the CLI that breaks a section fails here.
+ *
+ * The guard section's PostgreSQL part runs against the real server test/support/postgres.ts gives every
+ * PostgreSQL test (it fails, as they do, when PostgreSQL is missing). The etcd section needs etcd on PATH:
+ * without it its test is skipped (its name says so), unless QUORUMFENCE_TEST_REQUIRE_ETCD=1 (CI sets it,
+ * after installing etcd-server), where it runs and fails. Missing servers and a failing section are
+ * checked too: the first are skipped with their reason and the run exits 0; the second is reported, the
+ * next section still runs, and the run exits 1.
+ */
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, test } from 'vitest';
+import { findEtcd } from '../../src/bench/etcd-cluster.js';
+import { runDevCli } from '../support/cli.js';
+import { freePorts } from '../support/ceremony-net.js';
+import { createTestDatabase } from '../support/postgres.js';
+
+const root = mkdtempSync(join(tmpdir(), 'qf-bench-sections-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const ETCD_ON_PATH = findEtcd() !== undefined;
+const ETCD_REQUIRED = process.env.QUORUMFENCE_TEST_REQUIRE_ETCD === '1';
+/** A smoke run takes seconds; the bound is for a CI machine busy with the other test files. */
+const RUN_TIMEOUT_MS = 150_000;
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the report's JSON, read field by field below
+type Json = Record<string, any>;
+
+let runs = 0;
+/** Runs `bench ARGS --smoke` with the table on stdout and the JSON in a file of its own. */
+async function bench(args: string[], env?: NodeJS.ProcessEnv) {
+  const out = join(root, `report-${++runs}.json`);
+  const result = await runDevCli(['bench', ...args, '--smoke', '--out', out], {
+    timeoutMs: RUN_TIMEOUT_MS,
+    ...(env ? { env } : {}),
+  });
+  const context = `exit ${result.code}\n${result.stdout}\n${result.stderr}`;
+  let text: string;
+  try {
+    text = readFileSync(out, 'utf8');
+  } catch {
+    throw new Error(`bench ${args.join(' ')} wrote no JSON\n${context}`);
+  }
+  return { ...result, report: JSON.parse(text) as Json, context };
+}
+
+/** A run that completed: exit 0, no section failed, the table and where the JSON went printed. */
+function expectCompleted(run: Awaited<ReturnType<typeof bench>>): void {
+  expect(run.code, run.context).toBe(0);
+  expect(run.report.failedSections, run.context).toEqual([]);
+  expect(run.report.size).toBe('smoke');
+  expect(run.stdout).toMatch(/^machine: \d+ cores/m);
+  expect(run.stdout).toMatch(/^figures written to /m);
+  expect(run.stdout).not.toContain('FAILED');
+}
+
+const isNumber = (value: unknown) => typeof value === 'number' && Number.isFinite(value);
+
+function expectNumbers(figures: Json, fields: readonly string[]): void {
+  for (const field of fields) expect(isNumber(figures[field]), `${field}: ${JSON.stringify(figures)}`).toBe(true);
+}
+
+/** A timing of `samples` samples: its figures are numbers whenever it has any. */
+function expectTiming(timing: Json, samples?: number): void {
+  expect(Number.isInteger(timing.samples), JSON.stringify(timing)).toBe(true);
+  if (samples !== undefined) expect(timing.samples).toBe(samples);
+  if (timing.samples > 0) expectNumbers(timing, ['median', 'p99', 'mean']);
+}
+
+/** A closed loop: its cycles counted, and each cycle's and acquire's timing over exactly those cycles. */
+function expectLoop(loop: Json, clients: number): void {
+  expect(loop.clients).toBe(clients);
+  expect(Number.isInteger(loop.operations)).toBe(true);
+  expectNumbers(loop, ['seconds', 'perSecond']);
+  expectTiming(loop.cycleMs, loop.operations);
+  expectTiming(loop.acquireMs, loop.operations);
+}
+
+function expectLoopKinds(loops: Json): void {
+  for (const kind of ['lockRelease', 'fencedWrite']) {
+    expectLoop(loops[kind].one, 1);
+    expectLoop(loops[kind].distinct, 16);
+    expectLoop(loops[kind].hot, 16);
+  }
+}
+
+function expectLines(stdout: string, lines: readonly (string | RegExp)[]): void {
+  for (const line of lines)
+    expect(stdout).toMatch(typeof line === 'string' ? new RegExp(`^${literal(line)}`, 'm') : line);
+}
+
+/** `text` as a regular expression that matches it literally. */
+const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+describe('bench sections (--smoke, through the real command)', { timeout: RUN_TIMEOUT_MS + 10_000 }, () => {
+  test('crypto: both backends, each operation, combine and batches', async () => {
+    const run = await bench(['crypto']);
+    expectCompleted(run);
+    expect(run.report.crypto.map((c: Json) => c.backend)).toEqual(['blst', 'noble']);
+    for (const backend of run.report.crypto as Json[]) {
+      for (const op of ['signMs', 'verifyPartialMs', 'verifyTokenMs']) expectTiming(backend[op], 2);
+      expectTiming(backend.combineMs['3'], 2);
+      expectTiming(backend.verifyTokenBatchMs['1'], 2);
+      expectTiming(backend.verifyTokenBatchMs['2'], 2);
+    }
+    expectLines(run.stdout, [
+      /^crypto \(median ms\) +blst +noble$/m,
+      'sign ',
+      'verify partial ',
+      'verify token (decode + pairing) ',
+      'combine t = 3 ',
+      'verify token, batches of 2 (per token) ',
+    ]);
+  });
+
+  test('replica: grants with 1 and 2 signing threads, the signer, the store, a handshake storm', async () => {
+    const run = await bench(['replica']);
+    expectCompleted(run);
+    const replica = run.report.replica as Json;
+    expect(replica.grants.map((g: Json) => g.signingWorkers)).toEqual([1, 2]);
+    for (const grants of replica.grants as Json[]) {
+      expectNumbers(grants, ['medianPerSecond', 'bestPerSecond']);
+      expect(grants.runs).toHaveLength(1);
+    }
+    expectNumbers(replica.signing, ['medianScaling', 'bestScaling']);
+    expectNumbers(replica.store, ['recordsPerSecond']);
+    expectTiming(replica.store.oneWriteMs, 10);
+    expect(replica.storesTogether.stores).toBe(3);
+    expectTiming(replica.storesTogether.eachMs, 15);
+    expectTiming(replica.storesTogether.allMs, 5);
+    expect(replica.handshakes).toHaveLength(1);
+    expect(replica.handshakes[0].connections).toBe(20);
+    expectNumbers(replica.handshakes[0], ['wallMs', 'replicaCpuMsEach']);
+    expectLines(run.stdout, [
+      'one replica, durable grants ',
+      '1 signing thread(s) ',
+      '2 signing thread(s) ',
+      'signer alone, 2 threads / 1 thread ',
+      'signing record alone (records/s) ',
+      'signing record, one write at a time, to flushed (p50 ms) ',
+      '3 signing records in 3 processes, one write each at once',
+      '20 connections authenticating at once',
+    ]);
+  });
+
+  test('guard: LMDB, first use, and the PostgreSQL forms against a real server', async () => {
+    const db = createTestDatabase('bench');
+    try {
+      const { user, password, host, port, database } = db.config;
+      const url = `postgres://${user}:${String(password)}@${host}:${port}/${database}`;
+      const run = await bench(['guard', '--postgres', url]);
+      expectCompleted(run);
+      const guard = run.report.guard as Json;
+      expectNumbers(guard.lmdbCachedToken, ['perSecond', 'writes']);
+      expectTiming(guard.firstUse.verifyMs, 5);
+      expectTiming(guard.firstUse.writeMs, 5);
+      for (const form of ['plainUpdate', 'statement', 'transaction', 'plainUpdatePostgresDriver'])
+        expectNumbers(guard.postgres[form], ['perSecond', 'writes', 'concurrency']);
+      expectNumbers(guard.postgres, ['statementRatio', 'transactionRatio', 'statementShare']);
+      expect(run.report.command).toContain(`postgres://${user}:***@`);
+      expectLines(run.stdout, [
+        'LMDB, cached token, durable writes/s ',
+        'first use of a new token: verify ',
+        'first use of a new token: whole durable write ',
+        'PostgreSQL plain UPDATE (pg) ',
+        'PostgreSQL fenced, single statement ',
+        'PostgreSQL fenced, transaction ',
+        'single-statement writes that held in one statement ',
+        /^PostgreSQL plain UPDATE \(postgres driver\) +\d+ writes\/s/m,
+      ]);
+    } finally {
+      await db.drop();
+    }
+  });
+
+  test('system with --profile: latency, the loops, CPU per grant, the bare wire, the targets, the profile', async () => {
+    const run = await bench(['system', '--profile']);
+    expectCompleted(run);
+    const system = run.report.system as Json;
+    expect(system.replicas).toBe(4);
+    expectTiming(system.acquireMs, 10);
+    expectNumbers(system.acquireReplicaMs, ['flush', 'sign']);
+    expectLoopKinds(system.loops);
+    for (const size of ['one', 'distinct', 'hot'])
+      expectNumbers(system.loops.fencedWrite[size], [
+        'signaturesPerGrant',
+        'clientChecksPerBatch',
+        'guardChecksPerBatch',
+      ]);
+    expectNumbers(system, ['cpuPerGrantMs']);
+    expectNumbers(system.cpuBreakdownMs, ['replicas', 'replicasMainThread', 'resource', 'client']);
+    expectNumbers(system.cpuOneBreakdownMs, ['replicas', 'resource', 'client']);
+    for (const loop of ['one', 'distinct']) {
+      for (const kind of ['replicas', 'resource', 'client']) {
+        expectNumbers(system.profile[loop].kinds[kind], ['totalMsPerGrant', 'sampledMsPerGrant']);
+        expect(system.profile[loop].kinds[kind].top.length).toBeGreaterThan(0);
+      }
+    }
+    expect(run.report.transport.map((t: Json) => t.connections)).toEqual([1, 16]);
+    for (const wire of run.report.transport as Json[]) expect(Number.isInteger(wire.roundTrips)).toBe(true);
+    expectNumbers(run.report.targets, ['floorMs']);
+    expect(run.report.targets.rows).toHaveLength(6);
+    expect(run.report.etcd).toBeUndefined();
+    expectLines(run.stdout, [
+      /^quorumfence: acquire \[\+ guarded write\] \+ release \| etcd: lock .* +quorumfence N=4/m,
+      'uncontended acquire p50 (ms) ',
+      '  16 clients, one hot resource (handoffs/s) ',
+      "  guard's token checks per pairing batch ",
+      'CPU per grant (all processes, 16 distinct clients, fenced write) ',
+      'bare wire, one request + reply, 16 connection(s)',
+      'target (issue 13; ',
+      /^CPU per grant, all processes, vs the crypto floor .* (pass|MISS)$/m,
+      'profile, 1 client, fenced write ',
+      'profile, 16 clients, distinct resources, fenced write ',
+      '  top self time, replicas (1 client) ',
+    ]);
+  });
+
+  test.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)(
+    'etcd (needs etcd on PATH: apt-get install etcd-server): a 3-member cluster, both drivers, fencing checked',
+    async () => {
+      const run = await bench(['etcd']);
+      expectCompleted(run);
+      const etcd = run.report.etcd as Json;
+      expect(etcd.skipped, 'etcd must run here (QUORUMFENCE_TEST_REQUIRE_ETCD=1)').toBeUndefined();
+      expect(etcd.members).toBe(3);
+      for (const driver of ['gateway', 'grpc']) {
+        const figures = etcd.drivers[driver] as Json;
+        expect(figures.fencing).toMatchObject({ staleRefused: true, currentAccepted: true });
+        expectTiming(figures.acquireMs, 10);
+        expectLoopKinds(figures.loops);
+        expectNumbers(figures.cpuPerCycleMs, ['etcd', 'client']);
+      }
+      expectLines(run.stdout, [
+        /^quorumfence: acquire .* +etcd x3 gateway +etcd x3 etcd3\/gRPC/m,
+        '  16 clients, one hot resource (handoffs/s) ',
+        /^etcd gateway: .*fencing checked before timing/m,
+        /^etcd grpc: .*fencing checked before timing/m,
+      ]);
+    },
+  );
+
+  test('ceremony: N = 4 and 7 on loopback', async () => {
+    const run = await bench(['ceremony']);
+    expectCompleted(run);
+    const sizes = run.report.ceremony.sizes as Json[];
+    expect(sizes.map((s) => [s.n, s.targetMs])).toEqual([
+      [4, 2000],
+      [7, 5000],
+    ]);
+    for (const size of sizes) expectTiming(size.durationMs, 1);
+    expectLines(run.stdout, ['key ceremony on loopback (all members in one process) ', 'N = 4 ', 'N = 7 ']);
+  });
+
+  test('growth: grants past compactions land above the floor; the retention window is left; a replica restarts on it', async () => {
+    const run = await bench(['growth']);
+    expectCompleted(run);
+    const growth = run.report.growth as Json;
+    expect(growth.liveResources).toBe(100);
+    expect(growth.points.map((p: Json) => p.resourcesEverGranted)).toEqual([100, 1000]);
+    for (const point of growth.points as Json[]) {
+      // Exactly the grants of the last retention window stay; the rest are folded into the floor.
+      expect(point.recordsLeft).toBe(100);
+      expectNumbers(point, ['storeBytes', 'replicaRssBytes', 'restartMs', 'writesPerSecond']);
+    }
+    // Nine hundred resources were compacted away, and every later grant went above the floor they raised.
+    expect(BigInt(growth.points[1].floor)).toBeGreaterThan(0n);
+    expect(growth.ratios).toHaveLength(2);
+    expectLines(run.stdout, [
+      /^growth \(100 live, retention 100 grants\) +records left +store +replica RSS +restart +writes\/s$/m,
+      /^1,000 ever granted +100 /m,
+      'target ',
+    ]);
+  });
+
+  test('missing servers: no --postgres URL and no etcd on PATH are skipped, say why, and the run exits 0', async () => {
+    // A PATH with a shell and nothing else: the bench looks for etcd through it.
+    const bin = mkdtempSync(join(root, 'bin-'));
+    symlinkSync('/bin/sh', join(bin, 'sh'));
+    const run = await bench(['guard', 'etcd'], { PATH: bin });
+    expectCompleted(run);
+    expect(run.report.guard.postgres).toEqual({ skipped: expect.stringContaining('--postgres') });
+    expect(run.report.etcd).toEqual({ skipped: expect.stringContaining('etcd is not on PATH') });
+    expectLines(run.stdout, [
+      /^PostgreSQL fenced writes +skipped: no database given \(--postgres /m,
+      /^etcd: skipped, etcd is not on PATH \(Debian: apt-get install etcd-server\)$/m,
+    ]);
+  });
+
+  test('a section that fails is reported with its code, the next one still runs, and the run exits 1', async () => {
+    // Nothing listens on a port the OS just handed out and took back: the connection is refused.
+    const [closed] = await freePorts(1);
+    const run = await bench(['guard', 'ceremony', '--postgres', `postgres://bench:hunter2@127.0.0.1:${closed}/none`]);
+    expect(run.code, run.context).toBe(1);
+    expect(run.report.failedSections).toEqual(['guard']);
+    expect(run.report.guard.failed).toEqual({
+      code: 'CONNECTION_FAILED',
+      message: expect.stringContaining('ECONNREFUSED'),
+    });
+    expect(run.report.ceremony.sizes).toHaveLength(2);
+    expect(run.report.command).toContain('postgres://bench:***@');
+    expect(run.report.command).not.toContain('hunter2');
+    expectLines(run.stdout, [/^guard: FAILED \(CONNECTION_FAILED\): /m, 'key ceremony on loopback ']);
+  });
+
+  test('--quick and --smoke together are refused as contradictory (INVALID_OPTION, exit 2)', async () => {
+    const result = await runDevCli(['bench', 'ceremony', '--quick', '--smoke']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/--quick and --smoke: pick one \(INVALID_OPTION\)/);
+  });
+});
