@@ -10,7 +10,7 @@ import type { AcquireRefusal } from '../client/acquire.js';
 import { loadIdentityFile } from '../client/identity.js';
 import { parseDuration, parseFlags, required, type Command } from '../command/args.js';
 
-const usage = `usage: quorumfence acquire RESOURCE --cluster FILE --identity FILE [--ttl 10s] [--wait 5s] [--json] [--hold]
+const usage = `usage: quorumfence acquire RESOURCE --cluster FILE --identity FILE [--ttl 10s] [--wait 5s] [--json] [--hold] [--resume]
 
 Acquires a lease on RESOURCE from the replicas in the cluster description and
 prints the admission token (text form) and its epoch. Guards accept the token
@@ -19,6 +19,12 @@ for writes to RESOURCE until a token with a larger epoch has written there.
 Without --hold the lease is left to run out after --ttl (or to be taken over
 once it has); with --hold the command keeps renewing it until Ctrl-C (or
 SIGTERM), then releases it.
+
+Each invocation is its own session (docs/protocol.md, "Sessions"): a lease
+this identity holds from another invocation or process answers busy like any
+other holder's, until it ends or is released. --resume is crash recovery: it
+ends this identity's lease held under another session and acquires a new
+epoch. The session is printed, for "quorumfence release --session".
 
 Exit codes: 0 acquired; 1 not acquired (busy, unavailable, timeout, forbidden,
 invalid) or the lease was lost while holding; 2 bad flags.
@@ -30,6 +36,7 @@ options:
   --wait DURATION   how long to wait while another holder has it        (default 0)
   --json            print one JSON object instead of text
   --hold            keep the lease (renewing it) until interrupted, then release it
+  --resume          end this identity's lease held by another session first (crash recovery)
 `;
 
 /**
@@ -54,12 +61,15 @@ export function loadClusterForCommand(clusterPath: string): Cluster {
 export async function openClient(values: {
   cluster?: string | undefined;
   identity?: string | undefined;
+  /** Speak for this earlier session (32 hex digits) instead of a fresh one. */
+  session?: string | undefined;
 }): Promise<QuorumFenceClient> {
   const clusterPath = required(values.cluster, 'cluster');
   const cluster = loadClusterForCommand(clusterPath);
   const identity = loadIdentityFile(required(values.identity, 'identity'));
   const client = await QuorumFenceClient.connect(cluster, identity, {
     logger: createLogger('client', { level: 'warn', destination: 2 }),
+    ...(values.session === undefined ? {} : { session: values.session }),
   });
   const ready = client.replicas().filter((r) => r.state.phase === 'ready').length;
   if (ready === 0) {
@@ -104,6 +114,7 @@ export const command: Command = {
         wait: { type: 'string' },
         json: { type: 'boolean' },
         hold: { type: 'boolean' },
+        resume: { type: 'boolean' },
       },
       { min: 1, max: 1 },
     );
@@ -121,6 +132,7 @@ export const command: Command = {
         waitMs,
         signal: interrupted.signal,
         autoRenew: values.hold === true,
+        resume: values.resume === true,
       });
       if (!result.ok) {
         if (values.json)
@@ -139,6 +151,7 @@ export const command: Command = {
             epoch: lease.epoch.toString(),
             token: lease.tokenText,
             holder: lease.holderHex,
+            session: client.session,
             ttlMs,
             signers: lease.signers,
             faults: result.faults,
@@ -146,7 +159,7 @@ export const command: Command = {
         );
       } else {
         process.stdout.write(
-          `resource  ${resource}\nepoch     ${lease.epoch}\nholder    ${lease.holderHex}\nttl       ${ttlMs} ms\ntoken     ${lease.tokenText}\n`,
+          `resource  ${resource}\nepoch     ${lease.epoch}\nholder    ${lease.holderHex}\nsession   ${client.session}\nttl       ${ttlMs} ms\ntoken     ${lease.tokenText}\n`,
         );
         for (const fault of result.faults)
           process.stderr.write(`warning: replica ${fault.replica} misbehaved (${fault.kind}): ${fault.message}\n`);

@@ -419,7 +419,13 @@ function acquireBody(
   waitTurnMs: number,
   atLeader: boolean,
 ): RequestBody<'acquire'> {
-  const body = { type: 'acquire', resource: request.resource, epoch, ttlMs: request.ttlMs } as const;
+  const body = {
+    type: 'acquire',
+    resource: request.resource,
+    epoch,
+    ttlMs: request.ttlMs,
+    ...(request.resume ? { resume: true } : {}),
+  } as const;
   if (waitTurnMs <= 0) return body;
   return atLeader ? { ...body, waitMs: waitTurnMs, nextEpoch: true } : { ...body, waitMs: waitTurnMs };
 }

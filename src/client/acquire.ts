@@ -56,6 +56,8 @@ export interface AcquireRequest {
   /** The whole call ends by then (ms from the start), whatever happens. */
   readonly timeoutMs: number;
   readonly signal?: AbortSignal | undefined;
+  /** End this identity's lease held under another session (a crashed process's) instead of waiting it out. */
+  readonly resume?: boolean;
 }
 
 export interface AcquiredGrant {

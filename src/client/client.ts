@@ -8,6 +8,9 @@ import { BoundedMap } from '../common/bounded-map.js';
 import { GrantLatency } from './signer-choice.js';
 import { ResourceListeners } from './resource-listeners.js';
 import { EventEmitter } from 'node:events';
+import { randomBytes } from 'node:crypto';
+import { copyBytes, fromHex, toHex } from '../common/bytes.js';
+import { SESSION_BYTES } from '../protocol/messages.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { expectInteger, expectResource } from '../common/check.js';
 import type { Cluster } from '../cluster/description.js';
@@ -38,6 +41,12 @@ export interface AcquireOptions {
   readonly autoRenew?: boolean;
   /** Called once if the lease ends without being released (expired, lost, client closed). */
   readonly onLost?: (end: LeaseEnd) => void;
+  /**
+   * Crash recovery (docs/protocol.md, "Sessions"): a lease this identity holds under another session (a process
+   * that crashed) is ended by this acquire, which gets a new epoch, instead of being waited out. Without it, another
+   * session's lease answers `busy` like any other holder's.
+   */
+  readonly resume?: boolean;
 }
 
 export type AcquireResult =
@@ -46,6 +55,12 @@ export type AcquireResult =
 export interface ClientConstructionOptions extends Partial<ClientOptions> {
   /** Share one evidence log between clients (e.g. several identities) to catch a replica signing two holders. */
   readonly evidenceLog?: EvidenceLog;
+  /**
+   * The session this client speaks for (16 bytes, or 32 hex digits): by default a fresh random one, so two clients
+   * of one identity are two holders (docs/protocol.md, "Sessions"). Pass an earlier client's `session` to release
+   * or renew its leases from another process (the CLI's `release --session`).
+   */
+  readonly session?: Uint8Array | string;
 }
 
 export interface ReplicaConnectionInfo {
@@ -67,6 +82,8 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   readonly cluster: Cluster;
   readonly identity: Identity;
   readonly options: Readonly<ClientOptions>;
+  /** This client's session id, hex (docs/protocol.md, "Sessions"). */
+  readonly session: string;
   readonly #connections: ReplicaConnection[];
   readonly #listeners = new Set<() => void>();
   /** Resource → the busy waiters of this client listening for a release notice (only while they wait). */
@@ -83,10 +100,12 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
    */
   constructor(cluster: Cluster, identity: Identity, options: ClientConstructionOptions = {}) {
     super();
-    const { evidenceLog, ...rest } = options;
+    const { evidenceLog, session, ...rest } = options;
     this.cluster = cluster;
     this.identity = identity;
     this.options = resolveClientOptions(rest);
+    const sessionBytes = sessionFrom(session);
+    this.session = toHex(sessionBytes);
     this.#evidence =
       evidenceLog ??
       new EvidenceLog({ maxEvidence: this.options.maxEvidence, partialMemorySize: this.options.partialMemorySize });
@@ -97,6 +116,7 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
         new ReplicaConnection(replica, {
           clusterId: cluster.id,
           identity,
+          session: sessionBytes,
           options: this.options,
           onChange: (connection) => {
             logger.debug(
@@ -213,7 +233,14 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
       MAX_DURATION_MS,
       'timeoutMs',
     );
-    const result = await acquireGrant(this.#ctx, { resource, ttlMs, waitMs, timeoutMs, signal: options.signal });
+    const result = await acquireGrant(this.#ctx, {
+      resource,
+      ttlMs,
+      waitMs,
+      timeoutMs,
+      signal: options.signal,
+      resume: options.resume === true,
+    });
     if (!result.ok) return result;
     if (this.#closed) {
       // Closed while acquiring: hand the grant straight back rather than return a lease nothing can renew.
@@ -290,4 +317,13 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   #assertOpen(): void {
     if (this.#closed) throw new QuorumFenceError('CLOSED', 'the client is closed');
   }
+}
+
+/** A client's session id: the one given (16 bytes or 32 hex digits), or a fresh random one. */
+function sessionFrom(session: Uint8Array | string | undefined): Uint8Array {
+  if (session === undefined) return new Uint8Array(randomBytes(SESSION_BYTES));
+  if (typeof session === 'string') return fromHex(session, SESSION_BYTES, 'session');
+  if (!(session instanceof Uint8Array) || session.length !== SESSION_BYTES)
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"session" expected ${SESSION_BYTES} bytes`, { field: 'session' });
+  return copyBytes(session);
 }

@@ -67,6 +67,8 @@ export interface ReplicaChannel {
 export interface ConnectionContext {
   readonly clusterId: Uint8Array;
   readonly identity: Identity;
+  /** The client session the hello names (docs/protocol.md, "Sessions"). */
+  readonly session: Uint8Array;
   readonly options: ClientOptions;
   /** Called after every state change (ready, down, pending). */
   readonly onChange: (connection: ReplicaConnection) => void;
@@ -310,7 +312,7 @@ export class ReplicaConnection implements ReplicaChannel {
       this.#fault('protocol', `expected a challenge, got ${message.type}`);
       return;
     }
-    const { clusterId, identity } = this.#context;
+    const { clusterId, identity, session } = this.#context;
     if (!bytesEqual(message.clusterId, clusterId)) {
       this.#fault('bad_challenge', 'the challenge names another cluster id');
       return;
@@ -319,8 +321,8 @@ export class ReplicaConnection implements ReplicaChannel {
       this.#fault('bad_challenge', `the challenge names replica ${message.replica}, expected ${this.index}`);
       return;
     }
-    const signature = identity.sign(authTranscript(message.nonce, clusterId, this.index));
-    this.#socket!.send(encodeMessage({ type: 'hello', id: HELLO_ID, holder: identity.publicKey, signature }));
+    const signature = identity.sign(authTranscript(message.nonce, clusterId, this.index, session));
+    this.#socket!.send(encodeMessage({ type: 'hello', id: HELLO_ID, holder: identity.publicKey, signature, session }));
     this.#apply({ type: 'challenge_accepted' });
   }
 

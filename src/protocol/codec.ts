@@ -21,6 +21,7 @@ import {
   NONCE_BYTES,
   PARTIAL_BYTES,
   PROTOCOL_VERSION,
+  SESSION_BYTES,
   type ClientMessage,
   type GrantEvidence,
   type OutcomeByRequest,
@@ -162,16 +163,18 @@ function grantEvidence(value: unknown): GrantEvidence[] {
 export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FRAME_BYTES): ClientMessage {
   const f = decodeFrame(frame, maxBytes);
   switch (f.type) {
-    case 'hello':
-      onlyKeys(f, ['id', 'holder', 'signature']);
-      return {
-        type: 'hello',
+    case 'hello': {
+      onlyKeys(f, ['id', 'holder', 'signature', 'session']);
+      const hello = {
+        type: 'hello' as const,
         id: int(f, 'id', 0, MAX_ID),
         holder: bytes(f, 'holder', HOLDER_KEY_BYTES),
         signature: bytes(f, 'signature', HOLDER_SIGNATURE_BYTES),
       };
+      return f.session === undefined ? hello : { ...hello, session: bytes(f, 'session', SESSION_BYTES) };
+    }
     case 'acquire': {
-      onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs', 'waitMs', 'nextEpoch', 'evidence']);
+      onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs', 'waitMs', 'nextEpoch', 'evidence', 'resume']);
       const request = {
         type: f.type,
         id: int(f, 'id', 0, MAX_ID),
@@ -183,7 +186,11 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
       const nextEpoch = f.nextEpoch === undefined ? false : bool(f, 'nextEpoch');
       const evidence = f.evidence === undefined ? [] : grantEvidence(f.evidence);
       const waiting = waitMs > 0 ? { ...request, waitMs, nextEpoch } : request;
-      return evidence.length > 0 ? { ...waiting, evidence } : waiting;
+      const withEvidence = evidence.length > 0 ? { ...waiting, evidence } : waiting;
+      // Only `true` travels: `resume: false` is the absent field spelt out, refused so each request has one encoding.
+      if (f.resume === undefined) return withEvidence;
+      if (f.resume !== true) protocolError('"resume" expected true when present');
+      return { ...withEvidence, resume: true };
     }
     case 'renew':
       onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs']);

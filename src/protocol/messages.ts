@@ -34,16 +34,26 @@ export const NONCE_BYTES = 32;
 export const HOLDER_KEY_BYTES = 32;
 export const HOLDER_SIGNATURE_BYTES = 64;
 export const PARTIAL_BYTES = 96;
+/** A client session id (docs/protocol.md, "Sessions"): 16 random bytes per client instance or CLI invocation. */
+export const SESSION_BYTES = 16;
 
 const AUTH_TAG = new TextEncoder().encode('quorumfence/auth/v1');
+const AUTH_TAG_WITH_SESSION = new TextEncoder().encode('quorumfence/auth/v2');
 
 /**
  * What the client signs to prove its key to one replica: binds the fresh
  * nonce (no replay), the cluster (no cross-cluster reuse) and the replica
- * index (no relay to another replica).
+ * index (no relay to another replica), and the session the connection speaks
+ * for when it names one (v2), so nobody can move a connection to another session.
  */
-export function authTranscript(nonce: Uint8Array, clusterId: Uint8Array, replicaIndex: number): Uint8Array {
-  return concatBytes(AUTH_TAG, nonce, clusterId, u16be(replicaIndex));
+export function authTranscript(
+  nonce: Uint8Array,
+  clusterId: Uint8Array,
+  replicaIndex: number,
+  session?: Uint8Array,
+): Uint8Array {
+  if (session === undefined) return concatBytes(AUTH_TAG, nonce, clusterId, u16be(replicaIndex));
+  return concatBytes(AUTH_TAG_WITH_SESSION, nonce, clusterId, u16be(replicaIndex), session);
 }
 
 // ---------- client → replica ----------
@@ -54,6 +64,11 @@ export interface Hello {
   /** Ed25519 public key. */
   readonly holder: Uint8Array;
   readonly signature: Uint8Array;
+  /**
+   * The client session this connection speaks for (SESSION_BYTES): a replica hands a running lease only to the
+   * session that holds it (docs/protocol.md, "Sessions"). Absent: the connection is its own sessionless client.
+   */
+  readonly session?: Uint8Array;
 }
 
 export interface AcquireRequest {
@@ -80,6 +95,11 @@ export interface AcquireRequest {
    * honest, so the cluster is there); from fewer, within maxEpochStep. Absent or empty: none.
    */
   readonly evidence?: readonly GrantEvidence[];
+  /**
+   * Crash recovery (docs/protocol.md, "Sessions"): a lease this identity holds under another session does not make
+   * the replica answer `busy`; the grant (at a new epoch) ends it. Absent: false.
+   */
+  readonly resume?: boolean;
 }
 
 /** One replica's partial signature on the grant (resource, epoch, holder) of the request it travels with. */

@@ -28,6 +28,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { WebSocket, WebSocketServer } from 'ws';
+import { toHex } from '../common/bytes.js';
 import { verifyEd25519 } from '../common/ed25519.js';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Clock, TimerHandle } from '../common/clock.js';
@@ -54,6 +55,8 @@ export interface Connection {
   corked: boolean;
   readonly nonce: Uint8Array;
   holder: Uint8Array | undefined;
+  /** The client session the hello named, as hex ('' for a sessionless client); set with `holder`. */
+  session: string;
   inFlight: number;
   /** Requests per second (requestsPerSecondPerConnection, burstPerConnection). */
   readonly requests: TokenBucket;
@@ -131,6 +134,7 @@ export class ReplicaConnections {
       corked: false,
       nonce: new Uint8Array(randomBytes(NONCE_BYTES)),
       holder: undefined,
+      session: '',
       inFlight: 0,
       requests: new TokenBucket(
         this.#limits.requestsPerSecondPerConnection,
@@ -204,7 +208,7 @@ export class ReplicaConnections {
       // Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032 (common/ed25519.ts).
       const valid = verifyEd25519(
         message.holder,
-        authTranscript(connection.nonce, this.#options.cluster.id, this.#options.index),
+        authTranscript(connection.nonce, this.#options.cluster.id, this.#options.index, message.session),
         message.signature,
       );
       if (!valid) return this.close(connection, CloseCode.POLICY_VIOLATION, 'authentication failed');
@@ -212,6 +216,7 @@ export class ReplicaConnections {
       connection.authTimer = undefined;
       this.#authenticated(connection);
       connection.holder = message.holder;
+      connection.session = message.session ? toHex(message.session) : '';
       this.send(connection, { type: 'welcome', id: message.id, replica: this.#options.index });
       return;
     }

@@ -16,11 +16,12 @@ import { isQuorumFenceError } from '../common/errors.js';
 import type { Clock, TimerHandle } from '../common/clock.js';
 import type { AcquireRequest, Outcome } from '../protocol/messages.js';
 import type { LineExit } from './metrics.js';
+import type { Caller } from './policy.js';
 
 /** One kept request: tried again with `retry`, answered through `answer`. */
 interface Waiter {
   readonly request: AcquireRequest;
-  readonly holder: Uint8Array;
+  readonly caller: Caller;
   readonly answer: (outcome: Outcome) => void;
   /** Ends the wait with an error instead (the replica was frozen for a reshare: it answers nothing any more). */
   readonly fail: (error: unknown) => void;
@@ -43,7 +44,7 @@ interface Line {
 }
 
 /** Tries an acquire once; `queued` is true for a request that waited its turn (the nextEpoch rule applies). */
-export type TryAcquire = (request: AcquireRequest, holder: Uint8Array, queued: boolean) => Promise<Outcome>;
+export type TryAcquire = (request: AcquireRequest, caller: Caller, queued: boolean) => Promise<Outcome>;
 
 export class HandoffQueue {
   readonly #lines = new Map<string, Line>();
@@ -75,7 +76,7 @@ export class HandoffQueue {
    */
   wait(
     request: AcquireRequest,
-    holder: Uint8Array,
+    caller: Caller,
     busy: { readonly epoch: bigint; readonly remainingMs: number },
     signal: AbortSignal | undefined,
     onFirst?: (epoch: bigint) => void,
@@ -92,7 +93,7 @@ export class HandoffQueue {
     return new Promise<Outcome>((resolve, reject) => {
       const waiter: Waiter = {
         request,
-        holder,
+        caller,
         signal,
         answer: resolve,
         fail: reject,
@@ -115,7 +116,7 @@ export class HandoffQueue {
           remainingMs: Math.max(0, Math.ceil(busyEndsAt - this.#clock.now())),
         };
         if (!first) return waiter.answer(stillBusy);
-        this.#tryAcquire(request, holder, true).then(waiter.answer, (error: unknown) =>
+        this.#tryAcquire(request, caller, true).then(waiter.answer, (error: unknown) =>
           isQuorumFenceError(error, 'REPLICA_FROZEN') ? waiter.fail(error) : waiter.answer(stillBusy),
         );
         this.wake(request.resource); // the next one is first now
@@ -147,14 +148,19 @@ export class HandoffQueue {
   }
 
   /**
-   * A release from `holder` also withdraws its waiting acquires of `resource` at `epoch` or below: a client that
-   * gave up an attempt releases it everywhere, and a request still in a line must not turn into a lease later.
+   * A release from `caller` also withdraws its waiting acquires of `resource` at `epoch` or below (the same holder and
+   * session): a client that gave up an attempt releases it everywhere, and a request still in a line must not turn
+   * into a lease later.
    */
-  withdraw(resource: string, holder: Uint8Array, epoch: bigint): void {
+  withdraw(resource: string, caller: Caller, epoch: bigint): void {
     const line = this.#lines.get(resource);
     if (!line) return;
     for (const waiter of [...line.waiters]) {
-      if (waiter.request.epoch <= epoch && bytesEqual(waiter.holder, holder))
+      if (
+        waiter.request.epoch <= epoch &&
+        bytesEqual(waiter.caller.holder, caller.holder) &&
+        waiter.caller.session === caller.session
+      )
         this.#leave(resource, waiter, { status: 'busy', epoch: waiter.request.epoch, remainingMs: 0 }, 'withdrawn');
     }
     // The withdrawn one may have been first in line.
@@ -189,7 +195,7 @@ export class HandoffQueue {
         let outcome: Outcome;
         let failed = false;
         try {
-          outcome = await this.#tryAcquire(head.request, head.holder, true);
+          outcome = await this.#tryAcquire(head.request, head.caller, true);
         } catch (error) {
           if (isQuorumFenceError(error, 'REPLICA_FROZEN')) {
             this.failAll(error); // Frozen: no try will ever succeed here; nobody waits for nothing.

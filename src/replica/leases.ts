@@ -23,6 +23,11 @@ export class LeaseTable {
   readonly #ends = new Map<string, number>();
   /** Resource → the epoch its holder released since the start (volatile, see policy.ts; compared by epoch, so a later grant makes it moot). */
   readonly #released = new Map<string, bigint>();
+  /**
+   * Resource → the client session that holds its lease (docs/protocol.md, "Sessions"; '' for a sessionless client).
+   * Volatile: after a restart a recorded lease's session is unknown, and no session may take it over by asking again.
+   */
+  readonly #sessions = new Map<string, string>();
   /** Records from before the restart that nobody has touched yet (for the active-lease gauge). */
   #untouchedRestartLeases: number;
   #lastSweep: number;
@@ -44,12 +49,19 @@ export class LeaseTable {
 
   /**
    * Sets the lease end of `resource`; `record` is the durable record as it was
-   * before this change (to account for the restart lease it replaces).
+   * before this change (to account for the restart lease it replaces). `session`: the session holding it now
+   * (kept as it was when not given).
    */
-  set(resource: string, record: SignedRecord | undefined, endsAt: number): void {
+  set(resource: string, record: SignedRecord | undefined, endsAt: number, session?: string): void {
     if (!this.#ends.has(resource) && record && this.#untouchedRestartLeases > 0) this.#untouchedRestartLeases--;
     this.#ends.set(resource, endsAt);
+    if (session !== undefined) this.#sessions.set(resource, session);
     this.#sweepSometimes();
+  }
+
+  /** The session holding the lease on `resource` (undefined when unknown: never leased since the start). */
+  sessionOf(resource: string): string | undefined {
+    return this.#sessions.get(resource);
   }
 
   /** Whether the holder of the grant in `record` released it since this start. */
@@ -75,6 +87,7 @@ export class LeaseTable {
   forget(resource: string): void {
     this.#ends.delete(resource);
     this.#released.delete(resource);
+    this.#sessions.delete(resource);
   }
 
   /** Resources this table holds an entry for (memory follows running and recently ended leases). */
@@ -115,6 +128,7 @@ export class LeaseTable {
       if (end <= now) {
         this.#ends.delete(resource);
         this.#released.delete(resource);
+        this.#sessions.delete(resource);
       }
     }
   }

@@ -8,9 +8,11 @@
  * Acquire checks, cheapest first and in the order docs/protocol.md fixes:
  *   1 invalid   resource 1..256 UTF-8 bytes, epoch 1..2^63-1, ttl in [minTtlMs, maxTtlMs]
  *   2 forbidden the access rules do not give this holder this resource
- *   3 resend    same (R, e, H) as the record, not released: the same partial again (BLS is deterministic)
+ *   3 resend    same (R, e, H) as the record, not released, asked by the session holding its lease: the same
+ *               partial again (BLS is deterministic)
  *   4 stale     e <= record.epoch (the floor when the resource has no record)
- *   5 busy      another holder's lease is running and not released
+ *   5 busy      another holder's lease is running and not released, or the same holder's under another session
+ *               (docs/protocol.md, "Sessions"; `resume` ends the holder's own other session's lease instead)
  *   6 too_far   e too far above the record (or the floor) for the evidence the request carries (epochStep)
  *   7 grant     record (R, e, H) durably, then sign
  *
@@ -47,6 +49,7 @@ import { MAX_EPOCH, MIN_EPOCH } from '../common/limits.js';
 import { grantDigest } from '../token/grant.js';
 import type {
   AcquireOutcome,
+  AcquireRequest,
   Outcome,
   ReleaseOutcome,
   RenewOutcome,
@@ -71,6 +74,11 @@ export interface PolicyRecord extends SignedRecord {
   readonly leaseEndsAt: number;
   /** The holder released the lease since this replica started (volatile, see the header). */
   readonly released: boolean;
+  /**
+   * The client session holding the lease ('' for a sessionless client), or undefined when unknown: the replica
+   * restarted since, or the lease entry was swept (volatile, docs/protocol.md "Sessions").
+   */
+  readonly session?: string | undefined;
 }
 
 export interface PolicyConfig {
@@ -165,60 +173,107 @@ export function decide(
   config: PolicyConfig,
   floor = 0n,
   support: readonly EpochSupport[] = [],
+  session = '',
 ): Decision {
   const refused = precheck(request, holder, config);
   if (refused) return refused;
+  const caller = { holder, session };
   switch (request.type) {
     case 'acquire':
-      return decideAcquire(record, request, holder, now, config, floor, support);
-    case 'renew': {
-      if (!record || record.released || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
-        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
-      }
-      const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
-      return {
-        action: 'renew',
-        leaseEndsAt,
-        outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) },
-      };
-    }
-    case 'release': {
-      if (!record || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
-        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
-      }
-      if (record.released) return { action: 'reply', outcome: { status: 'released' } };
-      return { action: 'release', outcome: { status: 'released' } };
-    }
+      return decideAcquire(record, request, caller, now, config, floor, support);
+    case 'renew':
+      return decideRenew(record, request, caller, now, floor);
+    case 'release':
+      return decideRelease(record, request, caller, floor);
     case 'status':
       return { action: 'reply', outcome: statusOf(record, now, floor) };
   }
 }
 
+/** Who asks: the authenticated holder key and the client session of its connection ('' for none). */
+export interface Caller {
+  readonly holder: Uint8Array;
+  readonly session: string;
+}
+
+/** The caller holds the record's grant under the session that holds its lease (docs/protocol.md, "Sessions"). */
+function holdsLease(record: PolicyRecord, caller: Caller): boolean {
+  return bytesEqual(record.holder, caller.holder) && record.session === caller.session;
+}
+
+/**
+ * Renew and release are the lease holder's: the session that holds it, or, when that is unknown (the replica
+ * restarted since), any session of the holder, which then holds it. A running lease is never the word of one
+ * process of an identity against another's, but after a restart nobody can tell them apart.
+ */
+function mayManage(record: PolicyRecord, caller: Caller): boolean {
+  return (
+    bytesEqual(record.holder, caller.holder) && (record.session === undefined || record.session === caller.session)
+  );
+}
+
+function notHolder(record: PolicyRecord | undefined, floor: bigint): Decision {
+  return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
+}
+
+function decideRenew(
+  record: PolicyRecord | undefined,
+  request: { readonly epoch: bigint; readonly ttlMs: number },
+  caller: Caller,
+  now: number,
+  floor: bigint,
+): Decision {
+  if (!record || record.released || record.epoch !== request.epoch || !mayManage(record, caller))
+    return notHolder(record, floor);
+  const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
+  return { action: 'renew', leaseEndsAt, outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) } };
+}
+
+function decideRelease(
+  record: PolicyRecord | undefined,
+  request: { readonly epoch: bigint },
+  caller: Caller,
+  floor: bigint,
+): Decision {
+  if (!record || record.epoch !== request.epoch || !mayManage(record, caller)) return notHolder(record, floor);
+  if (record.released) return { action: 'reply', outcome: { status: 'released' } };
+  return { action: 'release', outcome: { status: 'released' } };
+}
+
+/**
+ * Whether another lease is in the way of the caller: one that runs and is not the caller's (another holder's, or
+ * the same holder's under another session — unless the caller resumes, which ends its own identity's lease).
+ */
+function leaseInTheWay(record: PolicyRecord | undefined, caller: Caller, resume: boolean, now: number): boolean {
+  if (!record || !leaseRunning(record, now) || holdsLease(record, caller)) return false;
+  return !(resume && bytesEqual(record.holder, caller.holder));
+}
+
 function decideAcquire(
   record: PolicyRecord | undefined,
-  { resource, epoch, ttlMs }: { resource: string; epoch: bigint; ttlMs: number },
-  holder: Uint8Array,
+  request: AcquireRequest,
+  caller: Caller,
   now: number,
   config: PolicyConfig,
   floor: bigint,
   support: readonly EpochSupport[],
 ): Decision {
+  const { resource, epoch, ttlMs } = request;
   const current = record?.epoch ?? floor;
-  if (record && !record.released && record.epoch === epoch && bytesEqual(record.holder, holder)) {
+  // Only the session holding the grant gets its partial again: another process of the same identity is another holder.
+  if (record && !record.released && record.epoch === epoch && holdsLease(record, caller))
     return { action: 'resend', leaseEndsAt: Math.max(record.leaseEndsAt, now + ttlMs) };
-  }
   if (epoch <= current)
     return { action: 'reply', outcome: { status: 'stale', epoch: current } satisfies AcquireOutcome };
-  if (record && leaseRunning(record, now) && !bytesEqual(record.holder, holder)) {
+  if (leaseInTheWay(record, caller, request.resume === true, now))
     return {
       action: 'reply',
-      outcome: { status: 'busy', epoch: record.epoch, remainingMs: remainingMs(record.leaseEndsAt, now) },
+      outcome: { status: 'busy', epoch: record!.epoch, remainingMs: remainingMs(record!.leaseEndsAt, now) },
     };
-  }
   if (!epochStepAllowed(current, record !== undefined, epoch, support, config))
     return { action: 'reply', outcome: { status: 'too_far', epoch: current } };
-  const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder });
-  return { action: 'grant', record: { epoch, holder, grantDigest: digest }, leaseEndsAt: now + ttlMs };
+  const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder: caller.holder });
+  return { action: 'grant', record: { epoch, holder: caller.holder, grantDigest: digest }, leaseEndsAt: now + ttlMs };
 }
 
 export function statusOf(record: PolicyRecord | undefined, now: number, floor = 0n): StatusOutcome {

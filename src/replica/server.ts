@@ -330,6 +330,7 @@ export class ReplicaServer {
     this.#inFlight++;
     this.service
       .handle(request, holder, {
+        session: connection.session,
         signal: connection.closed.signal,
         evidenceBudget: () => connection.evidenceChecks.take(this.#clock.now()),
         onFirst: (epoch) => this.#connections.send(connection, { type: 'turn', resource: request.resource, epoch }),

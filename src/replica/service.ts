@@ -26,7 +26,15 @@ import { LeaseTable } from './leases.js';
 import { DEFAULT_REPLICA_LIMITS } from './options.js';
 import type { ReplicaMetrics, RefusalReason } from './metrics.js';
 import type { EvidenceBudget, EvidenceChecker } from './grant-evidence.js';
-import { decide, precheck, remainingMs, type Decision, type EpochSupport, type PolicyConfig } from './policy.js';
+import {
+  decide,
+  precheck,
+  remainingMs,
+  type Caller,
+  type Decision,
+  type EpochSupport,
+  type PolicyConfig,
+} from './policy.js';
 import type { PartialSigner } from './signer.js';
 import type { SigningRecord } from './signing-record.js';
 
@@ -57,6 +65,11 @@ export interface ReplicaServiceOptions {
 
 /** What a caller of `handle` may add to a request besides its holder. */
 export interface HandleContext {
+  /**
+   * The client session of the connection ('' or absent for a sessionless client): a running lease is the session's
+   * that holds it, not its identity's (docs/protocol.md, "Sessions").
+   */
+  readonly session?: string;
   /** The connection closed: an acquire waiting its turn leaves the line. */
   readonly signal?: AbortSignal;
   /** An acquire waiting its turn hears the epoch its turn will grant once it is first in line. */
@@ -104,7 +117,7 @@ export class ReplicaService {
     this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
     this.handoffs = new HandoffQueue(
       options.timers ?? systemClock,
-      (request, holder, queued) => this.#handleOnce(request, holder, queued),
+      (request, caller, queued) => this.#handleOnce(request, caller, queued),
       options.maxWaitersPerResource ?? 256,
       (how) => this.#metrics?.lineExits.inc({ how }),
     );
@@ -118,11 +131,12 @@ export class ReplicaService {
    */
   async handle(request: Request, holder: Uint8Array, waiting?: HandleContext): Promise<Outcome> {
     this.#metrics?.requests.inc({ type: request.type });
-    if (request.type === 'release') this.handoffs.withdraw(request.resource, holder, request.epoch);
+    const caller: Caller = { holder, session: waiting?.session ?? '' };
+    if (request.type === 'release') this.handoffs.withdraw(request.resource, caller, request.epoch);
     const support = await this.#support(request, holder, waiting?.evidenceBudget);
-    const outcome = await this.#handleOnce(request, holder, false, support);
+    const outcome = await this.#handleOnce(request, caller, false, support);
     if (request.type === 'acquire' && outcome.status === 'busy' && request.waitMs)
-      return this.handoffs.wait(request, holder, outcome, waiting?.signal, waiting?.onFirst) ?? outcome;
+      return this.handoffs.wait(request, caller, outcome, waiting?.signal, waiting?.onFirst) ?? outcome;
     if (request.type === 'release' && outcome.status === 'released') this.handoffs.wake(request.resource);
     return outcome;
   }
@@ -134,10 +148,11 @@ export class ReplicaService {
    */
   async #handleOnce(
     received: Request,
-    holder: Uint8Array,
+    caller: Caller,
     queued: boolean,
     support: readonly EpochSupport[] = [],
   ): Promise<Outcome> {
+    const { holder, session } = caller;
     const refused = precheck(received, holder, this.#policy);
     if (refused) return this.#answer(refused);
     const { resource } = received;
@@ -157,8 +172,13 @@ export class ReplicaService {
       if (received.type === 'acquire' && received.nextEpoch) request = nextEpochOf(received, current, this.store.floor);
       const now = this.#clock.now();
       const leaseEndsAt = this.leases.endsAt(resource, current);
-      const record = current && { ...current, leaseEndsAt, released: this.leases.isReleased(resource, current) };
-      const d = decide(record, request, holder, now, this.#policy, this.store.floor, support);
+      const record = current && {
+        ...current,
+        leaseEndsAt,
+        released: this.leases.isReleased(resource, current),
+        session: this.leases.sessionOf(resource),
+      };
+      const d = decide(record, request, holder, now, this.#policy, this.store.floor, support, session);
       // Others wait in this resource's line: the lease in their way just ended (a release, whose wake of the line
       // is on its way, or its end on this clock) and the next grant is the first waiter's. A newcomer granted now
       // would overtake the whole line (typically the holder that just released, asking again at once); `busy` sends
@@ -172,7 +192,7 @@ export class ReplicaService {
         };
       switch (d.action) {
         case 'grant':
-          this.leases.set(resource, current, d.leaseEndsAt);
+          this.leases.set(resource, current, d.leaseEndsAt, session);
           // Deferred to the next turn, so the record's write is queued first and the flush overlaps the signing.
           early = new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.#sign(message()));
           early.catch(() => undefined); // Awaited below unless the write failed; then nobody needs it.
@@ -182,7 +202,8 @@ export class ReplicaService {
           return { result: d };
         case 'resend':
         case 'renew':
-          this.leases.set(resource, current, d.leaseEndsAt);
+          // A renewal after a restart (the session unknown) makes the renewing session the lease's.
+          this.leases.set(resource, current, d.leaseEndsAt, session);
           return { result: d };
         case 'reply':
           return { result: d };

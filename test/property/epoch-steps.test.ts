@@ -72,7 +72,12 @@ function honestAcquire(
   const request: AcquireRequest = { type: 'acquire', id: 1, resource, epoch, ttlMs: TTL };
   const decision = decide(record, request, holder, now, config, replica.floor, support);
   if (decision.action === 'grant') {
-    replica.records.set(resource, { ...decision.record, leaseEndsAt: decision.leaseEndsAt, released: false });
+    replica.records.set(resource, {
+      ...decision.record,
+      leaseEndsAt: decision.leaseEndsAt,
+      released: false,
+      session: '',
+    });
     return 'granted';
   }
   if (decision.action === 'resend') return 'granted';

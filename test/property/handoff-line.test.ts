@@ -55,7 +55,7 @@ describe('a replica line', () => {
         async (steps, bound) => {
           const clock = new ManualClock();
           const lease = new ModelLease(clock);
-          const holderOf = (holder: Uint8Array) => holder[0]!;
+          const holderOf = (caller: { holder: Uint8Array }) => caller.holder[0]!;
           const queue = new HandoffQueue(
             clock,
             (request, holder) => {
@@ -97,7 +97,7 @@ describe('a replica line', () => {
                 const controller = new AbortController();
                 const waiting = queue.wait(
                   request,
-                  Uint8Array.of(who),
+                  { holder: Uint8Array.of(who), session: '' },
                   { epoch: lease.epoch, remainingMs: lease.endsAt - clock.now() },
                   controller.signal,
                 );
@@ -131,7 +131,7 @@ describe('a replica line', () => {
                 const who = arrived[s.pick % Math.max(1, arrived.length)];
                 if (who === undefined) break;
                 left.add(who);
-                queue.withdraw(RESOURCE, Uint8Array.of(who), lease.epoch + 1_000n);
+                queue.withdraw(RESOURCE, { holder: Uint8Array.of(who), session: '' }, lease.epoch + 1_000n);
                 break;
               }
               case 'advance':

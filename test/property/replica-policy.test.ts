@@ -35,7 +35,7 @@ const resources = ['a', 'b', 'ü/✓'];
 
 /** `repeat` sends again the n-th earlier request (with its holder): the retries a real client makes. */
 type Step =
-  | { kind: 'request'; holder: number; request: Request }
+  | { kind: 'request'; holder: number; session: string; request: Request }
   | { kind: 'advance'; ms: number }
   | { kind: 'repeat'; back: number };
 
@@ -83,7 +83,11 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
     arbitrary: fc.record({
       kind: fc.constant('request' as const),
       holder: fc.integer({ min: 0, max: 2 }),
-      request: requestArb,
+      // Two processes of one identity: the sessions of docs/protocol.md, "Sessions".
+      session: fc.constantFrom('s0', 's1'),
+      request: fc
+        .tuple(requestArb, fc.integer({ min: 0, max: 3 }))
+        .map(([request, pick]) => (request.type === 'acquire' && pick === 0 ? { ...request, resume: true } : request)),
     }),
   },
   {
@@ -96,13 +100,22 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
 /** Runs a sequence through the policy the way ReplicaService applies decisions; calls `observe` with each decision. */
 function run(
   steps: Step[],
-  observe: (decision: Decision, request: Request, holder: Uint8Array, before: PolicyRecord | undefined) => void,
+  observe: (
+    decision: Decision,
+    request: Request,
+    holder: Uint8Array,
+    before: PolicyRecord | undefined,
+    session: string,
+    now: number,
+  ) => void,
 ): void {
   const durable = new Map<string, SignedRecord>();
   const leases = new Map<string, number>();
+  /** Resource → the session holding its lease (volatile beside the lease, as in the service). */
+  const sessions = new Map<string, string>();
   /** Resource → the epoch released (volatile beside the lease, as in the service). */
   const released = new Map<string, bigint>();
-  const sent: { holder: number; request: Request }[] = [];
+  const sent: { holder: number; session: string; request: Request }[] = [];
   let now = 1_000;
   for (const original of steps) {
     if (original.kind === 'advance') {
@@ -119,13 +132,15 @@ function run(
       ...current,
       leaseEndsAt: leases.get(request.resource) ?? 0,
       released: released.get(request.resource) === current.epoch,
+      session: sessions.get(request.resource),
     };
-    const decision = decide(before, request, holder, now, config);
-    observe(decision, request, holder, before);
+    const decision = decide(before, request, holder, now, config, 0n, [], step.session);
+    observe(decision, request, holder, before, step.session, now);
     switch (decision.action) {
       case 'grant':
         durable.set(request.resource, decision.record);
         leases.set(request.resource, decision.leaseEndsAt);
+        sessions.set(request.resource, step.session);
         break;
       case 'release':
         released.set(request.resource, current!.epoch);
@@ -134,6 +149,7 @@ function run(
       case 'resend':
       case 'renew':
         leases.set(request.resource, decision.leaseEndsAt);
+        sessions.set(request.resource, step.session);
         break;
       case 'reply':
         break;
@@ -188,20 +204,72 @@ describe('S2 monotonic signing (policy)', () => {
   it('answers an identical re-request with a resend whatever happened since (expiry, other holders refused), and stale once the holder released it', () => {
     fc.assert(
       fc.property(fc.array(stepArb, { minLength: 10, maxLength: 60 }), (steps) => {
-        run(steps, (decision, request, holder, before) => {
+        run(steps, (decision, request, holder, before, session) => {
           if (
             request.type !== 'acquire' ||
             !before ||
             (decision.action === 'reply' && ['invalid', 'forbidden'].includes(decision.outcome.status))
           )
             return;
-          if (request.epoch === before.epoch && bytesEqual(holder, before.holder)) {
+          if (request.epoch === before.epoch && bytesEqual(holder, before.holder) && before.session === session) {
             if (before.released) expect(decision).toMatchObject({ outcome: { status: 'stale', epoch: before.epoch } });
             else expect(decision.action).toBe('resend');
           }
         });
       }),
     );
+  });
+
+  it('Sessions: a running lease goes to no other session of its holder (no resend, no grant) unless it resumes', () => {
+    let refused = 0;
+    let resumed = 0;
+    // Two processes of one identity on one resource, so they meet each other's leases often.
+    const sameIdentityArb: fc.Arbitrary<Step> = fc.oneof(
+      {
+        weight: 6,
+        arbitrary: fc.record({
+          kind: fc.constant('request' as const),
+          holder: fc.constant(0),
+          session: fc.constantFrom('s0', 's1'),
+          request: fc.record({
+            type: fc.constant('acquire' as const),
+            id: fc.constant(1),
+            resource: fc.constant('a'),
+            epoch: fc.bigInt({ min: 1n, max: 12n }),
+            ttlMs: fc.integer({ min: 10, max: 1_000 }),
+            resume: fc.constantFrom(true, undefined),
+          }),
+        }),
+      },
+      {
+        weight: 1,
+        arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 600 }) }),
+      },
+      {
+        weight: 2,
+        arbitrary: fc.record({ kind: fc.constant('repeat' as const), back: fc.integer({ min: 1, max: 4 }) }),
+      },
+    );
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(stepArb, sameIdentityArb, sameIdentityArb), { minLength: 10, maxLength: 60 }),
+        (steps) => {
+          run(steps, (decision, request, holder, before, session, now) => {
+            if (request.type !== 'acquire' || !before || !bytesEqual(holder, before.holder)) return;
+            const othersRunning = before.session !== session && !before.released && before.leaseEndsAt > now;
+            if (decision.action === 'resend') expect(before.session).toBe(session);
+            if (othersRunning && decision.action === 'grant') {
+              expect(request.resume).toBe(true);
+              resumed++;
+            }
+            if (othersRunning && decision.action === 'reply' && decision.outcome.status === 'busy') refused++;
+          });
+        },
+      ),
+    );
+    // The generators must reach another session's running lease, both with and without resume.
+    expect(refused).toBeGreaterThan(20);
+    expect(resumed).toBeGreaterThan(20);
   });
 
   it('checks in docs/protocol.md order: invalid before everything, stale before busy, busy before too_far', () => {
