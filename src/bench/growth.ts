@@ -133,7 +133,10 @@ async function fill(
     clusterId,
     minTtlMs: DEFAULT_REPLICA_LIMITS.minTtlMs,
     maxTtlMs: DEFAULT_REPLICA_LIMITS.maxTtlMs,
+    freeEpochStep: DEFAULT_REPLICA_LIMITS.freeEpochStep,
     maxEpochStep: DEFAULT_REPLICA_LIMITS.maxEpochStep,
+    // One replica alone: no evidence ever travels (a new resource starts within the floor's step).
+    faultTolerance: 1,
     access: OPEN_ACCESS,
   };
   const compact = () => {
