@@ -55,6 +55,8 @@ export type ErrorCode =
   | 'BAD_KEY_FILE'
   /** A file that must not be overwritten already exists. */
   | 'FILE_EXISTS'
+  /** A file to be written or erased exists and is not a regular file (a symbolic link, a directory, a device); nothing was written. */
+  | 'NOT_A_REGULAR_FILE'
   /** A file or directory could not be read or written. */
   | 'IO_ERROR'
   /** The requested crypto backend cannot be loaded on this machine. */

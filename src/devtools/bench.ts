@@ -4,10 +4,11 @@
  * exact command as JSON. It never fails on speed: targets are printed as
  * ratios beside the figures, all measured in the same run.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
+import { writeFileDurably } from '../common/files.js';
 import { loadBackend } from '../crypto/load.js';
 import { benchCrypto, type CryptoFigures } from '../bench/crypto.js';
 import { benchEtcd, type EtcdFigures } from '../bench/etcd.js';
@@ -254,7 +255,7 @@ export const command: Command = {
     const file = resolve(values.out ?? `bench-results/bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
     mkdirSync(dirname(file), { recursive: true });
     const json = JSON.stringify(report, (_, v) => (typeof v === 'bigint' ? v.toString() : v), 2) + '\n';
-    writeFileSync(file, json);
+    writeFileDurably(file, json);
     if (values.json) process.stdout.write(json);
     else
       process.stdout.write(
