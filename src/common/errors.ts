@@ -83,6 +83,12 @@ export type ErrorCode =
   | 'BAD_INTERCHANGE'
   /** This replica's signing record is frozen for a reshare: it signs nothing more with this share. */
   | 'REPLICA_FROZEN'
+  /** A signed export of a signing record was asked for, but the record is not frozen; nothing was signed. */
+  | 'EXPORT_NOT_FROZEN'
+  /** `reshare inherit` was given an unsigned export (v1 or v2): it cannot show who wrote it or that its record was frozen. */
+  | 'EXPORT_UNSIGNED'
+  /** A frozen export's signature does not verify under its replica's public share over its contents (relabelled or changed). */
+  | 'EXPORT_SIGNATURE_INVALID'
 
   // --- wire ---
   /** A frame is malformed, oversized, of an unknown type, or out of order. */

@@ -34,6 +34,8 @@ export interface OldRecordReport {
   /** Its epoch floor (0 for a store that never compacted, or a v1 export). */
   readonly floor: bigint;
   readonly entries: readonly RecordEntry[];
+  /** Where the report came from (a file), for messages; "old replica i" when absent. */
+  readonly source?: string;
 }
 
 export interface InheritedRecord {
