@@ -2,10 +2,10 @@
  * `quorumfence reshare freeze|run|inherit|endorse|follow|retire`: moving the
  * cluster's key to a new set of shares (replace a replica, add or remove
  * replicas, refresh every share) without changing the group key. The order,
- * for each old replica: `freeze` (it signs nothing more) and export; then every
- * party `run`s the reshare ceremony (new members, and old members leaving the
- * set as outside dealers) and each new member `inherit`s the frozen records of
- * at least 2f_old+1 old replicas before it starts. docs/resharing.md has the
+ * for each old replica: `freeze` (it signs nothing more) and a signed export;
+ * then every party `run`s the reshare ceremony (new members, and old members
+ * leaving the set as outside dealers) and each new member `inherit`s the signed
+ * frozen exports of at least 2f_old+1 old replicas before it starts. docs/resharing.md has the
  * argument. One file per verb in src/cli/reshare/.
  */
 import { runSubcommand, type Command } from '../command/args.js';
@@ -82,9 +82,12 @@ Progress on stderr (phases, who sent, excluded dealers, who is still awaited).
   --json                   print the result as one JSON line ("role": "member" or "dealer-only")
 
 inherit: before a new replica first starts, raise its signing record from the
-signed frozen exports of at least 2f_old+1 distinct old replicas, keeping the
-largest epoch per resource (a top epoch reported with two holders is blocked
-for everyone). Each export must be signed by its replica's share in the old
+signed frozen exports of r >= 2f_old+1 distinct old replicas, keeping per
+resource (and for the floor) the (r - 2f_old)-th largest report (an epoch
+reported with two holders is blocked for everyone). Give it ALL old replicas'
+frozen exports when they exist: then no lying replica can raise anything;
+with fewer, one liar can raise epochs up to 2^62, and a claim at or above
+2^62 is refused as a lie (EXPORT_IMPOSSIBLE_EPOCH, naming the file). Each export must be signed by its replica's share in the old
 cluster.json (EXPORT_SIGNATURE_INVALID: relabelled or changed; EXPORT_UNSIGNED:
 a v1/v2 export, e.g. one taken before the freeze); a refused input writes
 nothing.

@@ -89,6 +89,8 @@ export type ErrorCode =
   | 'EXPORT_UNSIGNED'
   /** A frozen export's signature does not verify under its replica's public share over its contents (relabelled or changed). */
   | 'EXPORT_SIGNATURE_INVALID'
+  /** A frozen export claims an epoch or floor at or above 2^62, which no honest replica reaches: its replica lies; nothing was written. */
+  | 'EXPORT_IMPOSSIBLE_EPOCH'
 
   // --- wire ---
   /** A frame is malformed, oversized, of an unknown type, or out of order. */

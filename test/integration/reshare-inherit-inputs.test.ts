@@ -5,7 +5,9 @@
  * export relabelled as replicas 2 and 3 (which would let the new set grant epoch 5 again), exports taken
  * before the freeze (unsigned v2; `replica export --key` refuses to sign an unfrozen record), an export
  * changed after signing, another membership's export, and one replica's export twice. Honest signed
- * exports of any 2f_old+1 replicas carry orders@5 over.
+ * exports of any 2f_old+1 replicas carry orders@5 over. And finding 3: one old replica signing a floor of
+ * 2^63-1 (which made every new name fail with EPOCH_OUT_OF_RANGE) is refused as a lie; a lie below 2^62 is
+ * outvoted when every old replica reports.
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -242,5 +244,68 @@ describe('reshare inherit takes only signed frozen exports of distinct old repli
     const twice = await inherit([frozen(1), frozen(1), frozen(3)]);
     expect([twice.result.code, twice.result.stderr]).toEqual([1, expect.stringMatching(/\(RESHARE_REFUSED\)/)]);
     expect(existsSync(twice.data)).toBe(false);
+  });
+});
+
+describe('one lying old replica cannot push the new set out of reach (issue 30, finding 3)', () => {
+  /** Old replica 1 as a liar: its record raised to `floor` (replica import), then frozen and signed with its share. */
+  async function lyingExport(floor: string): Promise<string> {
+    const lie = join(root, `lie-${floor}.json`);
+    writeFileSync(
+      lie,
+      JSON.stringify({ format: 'quorumfence/signing-record/v2', clusterId: old.idHex, replica: 1, floor, entries: [] }),
+    );
+    const data = join(root, `liar-record-${floor}`);
+    const imported = await cli(['replica', 'import', '--data', data, '--in', lie, '--cluster', oldCluster]);
+    expect(imported.code, imported.stderr).toBe(0);
+    const out = join(root, `frozen-liar-${floor}.json`);
+    const r = await cli([
+      'reshare',
+      'freeze',
+      '--data',
+      data,
+      '--key',
+      oldKey(1),
+      '--cluster',
+      oldCluster,
+      '--out',
+      out,
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    return out;
+  }
+
+  /** The inherited floor and orders' epoch of a successful inherit. */
+  async function inherited(inputs: string[]): Promise<[bigint, bigint | undefined]> {
+    const { result, data } = await inherit(inputs);
+    expect(result.code, result.stderr).toBe(0);
+    const store = SigningRecord.open(data, undefined, { readOnly: true });
+    try {
+      return [store.floor, store.get('orders')?.epoch];
+    } finally {
+      await store.close();
+    }
+  }
+
+  // Uses the frozen exports of replicas 2..4 made above.
+  it('a signed floor of 2^63-1 is refused as a lie (EXPORT_IMPOSSIBLE_EPOCH) naming its file, with three reporters or all four', async () => {
+    const liar = await lyingExport('9223372036854775807');
+    for (const inputs of [
+      [liar, frozen(2), frozen(3)],
+      [liar, frozen(2), frozen(3), frozen(4)],
+    ])
+      await expectRefused(
+        inputs,
+        'EXPORT_IMPOSSIBLE_EPOCH',
+        liar,
+        /reports floor 9223372036854775807, at or above 2\^62/,
+      );
+  });
+
+  it('a lie below 2^62 is outvoted when all four report, and with three costs at most the epochs below it', async () => {
+    const liar = await lyingExport(String((1n << 62n) - 1n));
+    expect(await inherited([liar, frozen(2), frozen(3), frozen(4)])).toEqual([0n, 5n]);
+    // With 2f_old+1 reporters one liar sets the floor; 2^62 - 1 still leaves 2^62 epochs for every resource.
+    expect(await inherited([liar, frozen(2), frozen(3)])).toEqual([(1n << 62n) - 1n, undefined]);
   });
 });

@@ -34,12 +34,18 @@ export async function inherit(argv: string[]): Promise<number> {
   const store = SigningRecord.open(dataDir, { clusterId: cluster.id, replicaIndex });
   try {
     const summary = await store.raiseFrom(inherited.entries, inherited.floor);
+    const reporters = inherited.from.length;
     process.stderr.write(
-      `reshare: replica ${replicaIndex} inherited the records of old replicas ${inherited.from.join(', ')}: ${summary.raised} resource(s)` +
+      `reshare: replica ${replicaIndex} inherited the records of old replicas ${inherited.from.join(', ')}: ` +
+        `${summary.raised} resource(s), floor ${inherited.floor}, each the report at rank ${inherited.rank} of ${reporters} (1 = the largest)` +
         (inherited.contested.length > 0
-          ? `, ${inherited.contested.length} top epoch(s) blocked (holders disagreed)`
+          ? `, ${inherited.contested.length} inherited epoch(s) blocked (holders disagreed, or a floor named none)`
           : '') +
-        '\n',
+        '\n' +
+        (reporters < old.n
+          ? `reshare: ${reporters} of ${old.n} old replicas reported: f_old = ${old.f} lying replicas among them could ` +
+            `raise epochs (below 2^62); with all ${old.n} frozen exports none can\n`
+          : ''),
     );
   } finally {
     await store.close();
