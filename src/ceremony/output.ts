@@ -12,25 +12,17 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { fromHex, toHex } from '../common/bytes.js';
-import { verifyEd25519 } from '../common/ed25519.js';
 import { writeFileDurably } from '../common/files.js';
+import { checkCeremonyRecord, type CeremonyRecordJson } from '../cluster/ceremony-record.js';
 import type { ClusterDescriptionJson } from '../cluster/description.js';
 import { REPLICA_KEY_FORMAT, type ReplicaKeyJson } from '../cluster/replica-key.js';
-import { clusterSignatureMessage } from './packets.js';
 import type { Proposal } from './proposal.js';
 import type { CeremonyResult } from './events.js';
 
 export const REPLICA_KEY_FILE = 'replica.key';
 export const CLUSTER_FILE = 'cluster.json';
 
-export interface CeremonyRecordJson {
-  proposal: string;
-  ceremonyId: string;
-  members: { index: number; nodeKey: string }[];
-  qualified: number[];
-  excluded: { dealer: number; reason: string }[];
-  signatures: { index: number; signature: string }[];
-}
+export type { CeremonyRecordJson } from '../cluster/ceremony-record.js';
 
 export type CeremonyClusterJson = ClusterDescriptionJson & { ceremony: CeremonyRecordJson };
 
@@ -49,25 +41,13 @@ export function ceremonyClusterJson(proposal: Proposal, result: CeremonyResult):
 }
 
 /**
- * Checks the member signatures of a ceremony's cluster.json: each valid under
- * the member's node key over the proposal digest and cluster id.
- * @returns the indices whose signature verifies
+ * Checks the member signatures of a ceremony's cluster.json (checkCeremonyRecord, the check every load of a
+ * description makes): each valid under the member's node key over the proposal digest and cluster id.
+ * @returns the indices of the confirming members
+ * @throws QuorumFenceError BAD_CLUSTER naming the field that fails
  */
 export function verifiedSigners(json: CeremonyClusterJson): number[] {
-  const c = json.ceremony;
-  const digest = fromHex(c.proposal, 32, 'ceremony.proposal');
-  const message = clusterSignatureMessage(digest, fromHex(json.clusterId, 32, 'clusterId'));
-  return c.signatures
-    .filter((s) => {
-      const member = c.members.find((m) => m.index === s.index);
-      if (!member) return false;
-      try {
-        return verifyEd25519(fromHex(member.nodeKey, 32, 'nodeKey'), message, fromHex(s.signature, 64, 'signature'));
-      } catch {
-        return false;
-      }
-    })
-    .map((s) => s.index);
+  return checkCeremonyRecord(json.ceremony, { id: fromHex(json.clusterId, 32, 'clusterId'), n: json.n, t: json.t });
 }
 
 /**

@@ -81,7 +81,6 @@ const packr = new Packr({
 });
 
 const PACKET_TAG = new TextEncoder().encode('quorumfence/dkg/packet/v1');
-const CLUSTER_SIGNATURE_TAG = new TextEncoder().encode('quorumfence/dkg/cluster/v1');
 
 function refuse(message: string): never {
   throw new QuorumFenceError('PROTOCOL_ERROR', `ceremony packet: ${message}`);
@@ -91,10 +90,8 @@ function signedMessage(ceremony: Uint8Array, phase: number, from: number, bodyDi
   return concatBytes(PACKET_TAG, ceremony, Uint8Array.of(phase), u16be(from), bodyDigest);
 }
 
-/** The message a member signs to endorse the resulting cluster. */
-export function clusterSignatureMessage(proposalDigest: Uint8Array, clusterId: Uint8Array): Uint8Array {
-  return concatBytes(CLUSTER_SIGNATURE_TAG, proposalDigest, clusterId);
-}
+/** The message a member signs to confirm the resulting cluster: defined beside the check of the file that carries it. */
+export { clusterSignatureMessage } from '../cluster/ceremony-record.js';
 
 /** Encodes and signs one packet. */
 export function encodePacket<P extends PacketPhase>(

@@ -9,7 +9,7 @@ import { dirname, join, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { toHex } from '../common/bytes.js';
 import { loadClusterFile, type Cluster } from '../cluster/description.js';
-import { readJsonFile, writeFileDurably } from '../common/files.js';
+import { readJsonFile, refuseIrregularFile, writeFileDurably } from '../common/files.js';
 import { loadNodeKeyFile, parseMemberCard } from '../ceremony/node-key.js';
 import { assertNoKeyYet, CLUSTER_FILE, REPLICA_KEY_FILE, writeCeremonyOutput } from '../ceremony/output.js';
 import {
@@ -277,6 +277,8 @@ async function run(argv: string[]): Promise<number> {
     }
   }
   assertNoKeyYet(dataDir);
+  // Before the ceremony, not after it: a link as --publish is refused while nothing is dealt yet.
+  if (values.publish) refuseIrregularFile(resolve(values.publish));
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   recordAttempt(dataDir, proposal);
   const listen = values.listen ? parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }) : undefined;

@@ -5,7 +5,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
-import { writeFileDurably } from '../common/files.js';
+import { refuseIrregularFile, writeFileDurably } from '../common/files.js';
 import {
   createNodeKeyFile,
   loadNodeKeyFile,
@@ -45,6 +45,8 @@ export function initNode(argv: string[]): number {
       `${resolve(dataDir, NODE_KEY_FILE)} already exists; refusing to replace a node key (add --if-missing to print its card)`,
     );
   }
+  // Before a node key is made: a card path that is a link (to replica.key, say) is refused with nothing written.
+  if (values.card) refuseIrregularFile(resolve(values.card));
   const key = existing ? loadNodeKeyFile(dataDir) : createNodeKeyFile(dataDir);
   let card;
   try {

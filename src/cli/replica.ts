@@ -6,7 +6,9 @@ import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
 import { readJsonFile, writeFileDurably } from '../common/files.js';
-import { loadClusterFile } from '../cluster/description.js';
+import { loadClusterFile, type Cluster } from '../cluster/description.js';
+import { loadReplicaKeyFile, type ReplicaKey } from '../cluster/replica-key.js';
+import { signFrozenExport } from '../replica/frozen-export.js';
 import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
 import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js';
@@ -19,7 +21,7 @@ import { loadReplicaRunSettings, REPLICA_RUN_FLAGS } from '../command/replica-se
 const d = DEFAULT_REPLICA_LIMITS;
 
 const usage = `usage: quorumfence replica [run] --cluster FILE --key FILE --data DIR [options]
-       quorumfence replica export --data DIR [--out FILE]
+       quorumfence replica export --data DIR [--out FILE] [--key FILE --cluster FILE]
        quorumfence replica import --data DIR --in FILE --cluster FILE
        quorumfence replica init --data DIR --endpoint URL [--card FILE] [--if-missing]
 
@@ -55,7 +57,10 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
                             Without it, the admin endpoint refuses everyone.
 
 export: write the signing record as JSON (format quorumfence/signing-record/v2, with the floor)
-to --out FILE or stdout. Safe while the replica runs (read-only).
+to --out FILE or stdout. Safe while the replica runs (read-only). With --key
+and --cluster (this replica's key file and cluster.json), a FROZEN record is
+signed with the replica's share (format v3): the only export "reshare inherit"
+takes. A record that is not frozen is not signed (EXPORT_NOT_FROZEN).
 
 import: raise the watermarks in --data from an interchange file. Never lowers
 a watermark; refuses (changing nothing) a file from another cluster or replica,
@@ -132,11 +137,19 @@ async function runReplica(argv: string[]): Promise<number> {
 }
 
 async function exportRecord(argv: string[]): Promise<number> {
-  const { values } = parseFlags(argv, { data: { type: 'string' }, out: { type: 'string' } });
+  const { values } = parseFlags(argv, {
+    data: { type: 'string' },
+    out: { type: 'string' },
+    key: { type: 'string' },
+    cluster: { type: 'string' },
+  });
+  if ((values.key === undefined) !== (values.cluster === undefined))
+    throw new QuorumFenceError('INVALID_OPTION', '--key and --cluster go together (they sign a frozen export)');
+  const signer = values.key === undefined ? undefined : loadSigner(values.key, values.cluster!);
   const store = SigningRecord.open(resolve(required(values.data, 'data')), undefined, { readOnly: true });
   let text: string;
   try {
-    text = interchangeText(store);
+    text = signer ? frozenExportText(store, signer) : interchangeText(store);
   } finally {
     await store.close();
   }
@@ -144,9 +157,29 @@ async function exportRecord(argv: string[]): Promise<number> {
   return 0;
 }
 
-/** The signing record as `replica export` (and `reshare freeze --data`) print it: the interchange document. */
+/** The signing record as `replica export` prints it without a key: the (unsigned) interchange document. */
 export function interchangeText(store: SigningRecord): string {
   return JSON.stringify(exportInterchange(store), null, 2) + '\n';
+}
+
+/** A replica's cluster.json and key file, loaded and checked against each other, to sign its frozen export. */
+export interface ExportSigner {
+  readonly cluster: Cluster;
+  readonly key: ReplicaKey;
+}
+
+export function loadSigner(keyPath: string, clusterPath: string): ExportSigner {
+  const cluster = loadClusterFile(resolve(clusterPath));
+  return { cluster, key: loadReplicaKeyFile(resolve(keyPath), cluster) };
+}
+
+/**
+ * The frozen record signed by its replica's share (format v3), as `reshare freeze --data` and
+ * `replica export --key` print it.
+ * @throws QuorumFenceError EXPORT_NOT_FROZEN, CLUSTER_MISMATCH, RESHARE_REFUSED (see signFrozenExport)
+ */
+export function frozenExportText(store: SigningRecord, signer: ExportSigner): string {
+  return JSON.stringify(signFrozenExport(store, signer.cluster, signer.key), null, 2) + '\n';
 }
 
 /** An export to the file `out` (written durably, mode 0600) or, without --out, to stdout. */

@@ -2,10 +2,10 @@
  * `quorumfence reshare freeze|run|inherit|endorse|follow|retire`: moving the
  * cluster's key to a new set of shares (replace a replica, add or remove
  * replicas, refresh every share) without changing the group key. The order,
- * for each old replica: `freeze` (it signs nothing more) and export; then every
- * party `run`s the reshare ceremony (new members, and old members leaving the
- * set as outside dealers) and each new member `inherit`s the frozen records of
- * at least 2f_old+1 old replicas before it starts. docs/resharing.md has the
+ * for each old replica: `freeze` (it signs nothing more) and a signed export;
+ * then every party `run`s the reshare ceremony (new members, and old members
+ * leaving the set as outside dealers) and each new member `inherit`s the signed
+ * frozen exports of at least 2f_old+1 old replicas before it starts. docs/resharing.md has the
  * argument. One file per verb in src/cli/reshare/.
  */
 import { runSubcommand, type Command } from '../command/args.js';
@@ -19,7 +19,7 @@ import { run } from './reshare/run.js';
 // Exported here before the verbs moved to their own files; kept for importers of this module.
 export { MEMBERSHIP_PARTIAL_FORMAT } from './reshare/endorse.js';
 
-const usage = `usage: quorumfence reshare freeze --data DIR [--out FILE] [--reason TEXT]
+const usage = `usage: quorumfence reshare freeze --data DIR --key FILE --cluster FILE [--out FILE] [--reason TEXT]
        quorumfence reshare freeze --url URL --secret-file FILE [--ca FILE] [--reason TEXT] [--timeout-ms N]
        quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE
                                [--old-key FILE] [--node-key-dir DIR] [--listen HOST:PORT] [--publish FILE] [--json]
@@ -45,13 +45,16 @@ argument.
 
 freeze: durably freeze an old replica's signing record (it refuses every
 request from then on, with REPLICA_FROZEN, also after a restart). Run it before
-the reshare. With --data, on a STOPPED replica, and export the record, like
-"replica export", to --out FILE or stdout. With --url, on a RUNNING replica
-started with --operator-secret-file: POST /admin/freeze, which answers once
-the marker is flushed (no grant is in flight past it); then export with
-"replica export --data DIR" (read-only, beside the running replica).
+the reshare. With --data, on a STOPPED replica, and export the record signed
+with the replica's share (the signed frozen export "inherit" takes) to --out
+FILE or stdout. With --url, on a RUNNING replica started with
+--operator-secret-file: POST /admin/freeze, which answers once the marker is
+flushed (no grant is in flight past it); then export with "replica export
+--data DIR --key FILE --cluster FILE" (read-only, beside the running replica).
   --data DIR               the stopped replica's data directory
-  --out FILE               with --data: where to write the frozen record (default: stdout)
+  --key FILE               with --data: the replica's key file (signs the export)
+  --cluster FILE           with --data: the cluster.json it runs with (the OLD cluster)
+  --out FILE               with --data: where to write the frozen export (default: stdout)
   --url URL                the running replica's endpoint (ws://, wss://) or http(s) address
   --secret-file FILE       with --url: its operator secret (or $QUORUMFENCE_OPERATOR_SECRET)
   --ca FILE                with a wss:// or https:// --url: PEM certificate(s) to trust besides the
@@ -79,13 +82,21 @@ Progress on stderr (phases, who sent, excluded dealers, who is still awaited).
   --json                   print the result as one JSON line ("role": "member" or "dealer-only")
 
 inherit: before a new replica first starts, raise its signing record from the
-frozen records of at least 2f_old+1 old replicas, keeping the largest epoch
-per resource (a top epoch reported with two holders is blocked for everyone).
+signed frozen exports of r >= 2f_old+1 distinct old replicas, keeping per
+resource (and for the floor) the (r - 2f_old)-th largest report (an epoch
+reported with two holders is blocked for everyone). Give it ALL old replicas'
+frozen exports when they exist: then no lying replica can raise anything;
+with fewer, one liar can raise epochs up to 2^62, and a claim at or above
+2^62 is refused as a lie (EXPORT_IMPOSSIBLE_EPOCH, naming the file). Each export must be signed by its replica's share in the old
+cluster.json (EXPORT_SIGNATURE_INVALID: relabelled or changed; EXPORT_UNSIGNED:
+a v1/v2 export, e.g. one taken before the freeze); a refused input writes
+nothing.
   --data DIR               the new replica's signing record ("replica run --data") (required)
   --key FILE               the new replica's key file (from "reshare run")        (required)
   --cluster FILE           the new cluster.json                                  (required)
   --old-cluster FILE       the old cluster.json                                  (required)
-  --in FILE                a frozen record from "reshare freeze"; repeat it       (required, >= 2f_old+1)
+  --in FILE                a signed frozen export ("reshare freeze --data", or
+                           "replica export --key" after a live freeze); repeat it (required, >= 2f_old+1)
 
 endorse: sign the new membership with the group key, so holders of an older
 cluster.json can follow it ("reshare follow"). With --key, one NEW member signs

@@ -18,6 +18,7 @@ import {
 import { loadBackend } from '../crypto/load.js';
 import { sharesNotMatchingCommitments, type DealtKey } from '../crypto/threshold.js';
 
+import { checkCeremonyRecord } from './ceremony-record.js';
 import { CLUSTER_FORMAT, clusterIdOfKey } from './cluster-id.js';
 
 export { CLUSTER_FORMAT, clusterIdOfKey };
@@ -141,7 +142,8 @@ function decodePoint(backend: BlsBackend, hex: unknown, field: string): PublicKe
 /**
  * Parses and checks a cluster description: format, n = 3f+1, t = 2f+1, every
  * point, commitments[0] = group key, every share against the commitments,
- * endpoints, and the recomputed cluster id.
+ * endpoints, the recomputed cluster id, and a key ceremony's `ceremony` block
+ * when there is one (src/cluster/ceremony-record.ts).
  * @throws QuorumFenceError BAD_CLUSTER (message names the field), UNKNOWN_VERSION, CLUSTER_MISMATCH
  */
 export function parseCluster(json: unknown, options: { backend?: BlsBackend } = {}): Cluster {
@@ -231,6 +233,8 @@ export function parseCluster(json: unknown, options: { backend?: BlsBackend } = 
       },
     );
   }
+  // A key ceremony's (or reshare's) record, when the file carries one: its confirmations must hold.
+  if (d.ceremony !== undefined) checkCeremonyRecord(d.ceremony, { id, n, t });
   return {
     n,
     f,

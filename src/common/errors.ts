@@ -55,6 +55,8 @@ export type ErrorCode =
   | 'BAD_KEY_FILE'
   /** A file that must not be overwritten already exists. */
   | 'FILE_EXISTS'
+  /** A file to be written or erased exists and is not a regular file (a symbolic link, a directory, a device); nothing was written. */
+  | 'NOT_A_REGULAR_FILE'
   /** A file or directory could not be read or written. */
   | 'IO_ERROR'
   /** The requested crypto backend cannot be loaded on this machine. */
@@ -81,6 +83,14 @@ export type ErrorCode =
   | 'BAD_INTERCHANGE'
   /** This replica's signing record is frozen for a reshare: it signs nothing more with this share. */
   | 'REPLICA_FROZEN'
+  /** A signed export of a signing record was asked for, but the record is not frozen; nothing was signed. */
+  | 'EXPORT_NOT_FROZEN'
+  /** `reshare inherit` was given an unsigned export (v1 or v2): it cannot show who wrote it or that its record was frozen. */
+  | 'EXPORT_UNSIGNED'
+  /** A frozen export's signature does not verify under its replica's public share over its contents (relabelled or changed). */
+  | 'EXPORT_SIGNATURE_INVALID'
+  /** A frozen export claims an epoch or floor at or above 2^62, which no honest replica reaches: its replica lies; nothing was written. */
+  | 'EXPORT_IMPOSSIBLE_EPOCH'
 
   // --- wire ---
   /** A frame is malformed, oversized, of an unknown type, or out of order. */

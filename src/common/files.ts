@@ -1,42 +1,106 @@
 /**
  * Files: reading the project's JSON files with one-line errors, and writing
- * files that must survive a crash (write, fsync the file, fsync the directory
- * so the new name is durable too).
+ * files that must survive a crash and cannot be turned against another file.
+ *
+ * Every file the project writes goes through writeFileDurably: the bytes go
+ * to a temporary file beside the target (created exclusively, so nothing is
+ * followed), which is flushed and then renamed over the target (or, for an
+ * exclusive write, linked into place, which fails if anything is there), and
+ * the directory is flushed so the new name is durable too. A crash leaves the
+ * old file or the whole new one, never a part of it. A target that exists and
+ * is not a regular file (a symbolic link, a directory, a device) is refused
+ * before anything is written: a link named as `--out` could otherwise make a
+ * documented step overwrite the file it points to (a replica's key, say).
+ * Only the last component of the path is checked, as O_NOFOLLOW does.
  */
-import { closeSync, fsyncSync, openSync, readFileSync, writeSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import {
+  closeSync,
+  fsyncSync,
+  linkSync,
+  lstatSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { QuorumFenceError, type ErrorCode } from './errors.js';
 
 /**
+ * Refuses a path that exists and is not a regular file; a missing path is fine.
+ * @throws QuorumFenceError NOT_A_REGULAR_FILE, IO_ERROR (the path cannot be examined)
+ */
+export function refuseIrregularFile(path: string, action = 'write'): void {
+  let stats;
+  try {
+    stats = lstatSync(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw new QuorumFenceError('IO_ERROR', `cannot examine ${path}: ${(error as Error).message}`, { path });
+  }
+  if (stats.isFile()) return;
+  const kind = stats.isSymbolicLink() ? 'a symbolic link' : stats.isDirectory() ? 'a directory' : 'not a regular file';
+  throw new QuorumFenceError(
+    'NOT_A_REGULAR_FILE',
+    `${path} is ${kind}; refusing to ${action} it (name a regular file or a new path)`,
+    { path },
+  );
+}
+
+function ioError(path: string, error: unknown): QuorumFenceError {
+  return new QuorumFenceError(
+    'IO_ERROR',
+    `cannot write ${path}: ${(error as Error).message}`,
+    { path },
+    { cause: error },
+  );
+}
+
+/**
+ * Writes `data` to `path` atomically and durably (see the module comment).
  * @param exclusive refuse to replace an existing file (FILE_EXISTS)
- * @throws QuorumFenceError FILE_EXISTS, IO_ERROR
+ * @throws QuorumFenceError NOT_A_REGULAR_FILE, FILE_EXISTS, IO_ERROR
  */
 export function writeFileDurably(
   path: string,
   data: string | Uint8Array,
   options: { mode?: number; exclusive?: boolean } = {},
 ): void {
+  refuseIrregularFile(path);
+  // Beside the target, so the rename stays in one file system; hidden, and unique per process and call.
+  const temporary = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
   let fd: number;
   try {
-    fd = openSync(path, options.exclusive ? 'wx' : 'w', options.mode ?? 0o644);
+    fd = openSync(temporary, 'wx', options.mode ?? 0o644);
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'EEXIST')
-      throw new QuorumFenceError('FILE_EXISTS', `${path} already exists; refusing to overwrite it`, { path });
-    throw new QuorumFenceError(
-      'IO_ERROR',
-      `cannot write ${path}: ${(error as Error).message}`,
-      { path },
-      { cause: error },
-    );
+    throw ioError(path, error);
   }
+  let placed = false;
   try {
-    const bytes = typeof data === 'string' ? Buffer.from(data) : data;
-    let written = 0;
-    while (written < bytes.length) written += writeSync(fd, bytes, written);
-    fsyncSync(fd);
+    try {
+      const bytes = typeof data === 'string' ? Buffer.from(data) : data;
+      let written = 0;
+      while (written < bytes.length) written += writeSync(fd, bytes, written);
+      fsyncSync(fd);
+    } catch (error) {
+      throw ioError(path, error);
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      // A rename replaces a link itself, never what it points to; a link fails if anything is there.
+      if (options.exclusive) linkSync(temporary, path);
+      else renameSync(temporary, path);
+      placed = true;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST')
+        throw new QuorumFenceError('FILE_EXISTS', `${path} already exists; refusing to overwrite it`, { path });
+      throw ioError(path, error);
+    }
   } finally {
-    closeSync(fd);
+    if (options.exclusive || !placed) unlinkSync(temporary);
   }
   syncDirectory(dirname(path));
 }

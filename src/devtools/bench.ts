@@ -7,10 +7,11 @@
  * why; a section that throws is reported as failed, in the table and the
  * JSON, the others still run, and the command exits 1.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
+import { writeFileDurably } from '../common/files.js';
 import { loadBackend } from '../crypto/load.js';
 import { benchCrypto, type CryptoFigures } from '../bench/crypto.js';
 import { benchEtcd, type EtcdFigures } from '../bench/etcd.js';
@@ -239,7 +240,7 @@ export const command: Command = {
     const file = resolve(values.out ?? `bench-results/bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
     mkdirSync(dirname(file), { recursive: true });
     const json = JSON.stringify(report, (_, v) => (typeof v === 'bigint' ? v.toString() : v), 2) + '\n';
-    writeFileSync(file, json);
+    writeFileDurably(file, json);
     if (values.json) process.stdout.write(json);
     else
       process.stdout.write(

@@ -2,10 +2,9 @@
  * `quorumfence-dev vectors`: writes the token conformance vectors (src/testing/conformance.ts) from a fixed
  * seed, so the committed file can be regenerated and compared byte for byte.
  */
-import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { QuorumFenceError } from '../common/errors.js';
 import { fromHex } from '../common/bytes.js';
+import { writeFileDurably } from '../common/files.js';
 import { loadBackend } from '../crypto/load.js';
 import { makeConformanceVectors } from '../testing/conformance.js';
 import { parseFlags, type Command } from '../command/args.js';
@@ -35,11 +34,7 @@ export const command: Command = {
     const text = JSON.stringify(vectors, null, 2) + '\n';
     if (values.out === undefined) process.stdout.write(text);
     else {
-      try {
-        writeFileSync(resolve(values.out), text);
-      } catch (error) {
-        throw new QuorumFenceError('IO_ERROR', `cannot write ${values.out}: ${(error as Error).message}`);
-      }
+      writeFileDurably(resolve(values.out), text);
       process.stderr.write(`vectors: ${vectors.cases.length} cases written to ${values.out}\n`);
     }
     return Promise.resolve(0);

@@ -5,17 +5,24 @@
  * slashing-protection interchange). The format is documented in README.md.
  *
  * Import only ever raises watermarks and the floor: see SigningRecord.raiseFrom.
+ *
+ * Format v3 is the same record signed by the replica's key share once it is
+ * frozen, for `reshare inherit` (src/replica/frozen-export.ts); this module
+ * reads its record part like v2's, for `replica import`.
  */
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, fromHex, toHex } from '../common/bytes.js';
 import { describe, expectResource } from '../common/check.js';
-import { MAX_EPOCH, MIN_EPOCH } from '../common/limits.js';
+import { MAX_EPOCH, MAX_REPLICAS, MIN_EPOCH } from '../common/limits.js';
 import { grantDigest } from '../token/grant.js';
 import type { RecordEntry, SigningRecord } from './signing-record.js';
 
 export const INTERCHANGE_FORMAT = 'quorumfence/signing-record/v2';
 /** Files written before compaction existed: no floor (read as 0). */
 export const INTERCHANGE_FORMAT_V1 = 'quorumfence/signing-record/v1';
+/** A frozen record signed by its replica's share (frozen-export.ts): v2's fields and its signature. */
+export const INTERCHANGE_FORMAT_SIGNED = 'quorumfence/signing-record/v3';
+const FORMATS: readonly unknown[] = [INTERCHANGE_FORMAT_V1, INTERCHANGE_FORMAT, INTERCHANGE_FORMAT_SIGNED];
 
 export interface InterchangeEntryJson {
   resource: string;
@@ -61,7 +68,8 @@ function bad(field: string, message: string): never {
 /**
  * Checks an interchange document against the cluster it is imported into:
  * format, cluster id, every entry's fields, each digest recomputed from its
- * grant, and strictly increasing resource order (no duplicates).
+ * grant, and strictly increasing resource order (no duplicates). A v3 file's
+ * signature is not checked here (readFrozenExport does that).
  * @throws QuorumFenceError BAD_INTERCHANGE (naming the field), UNKNOWN_VERSION, CLUSTER_MISMATCH
  */
 export function parseInterchange(
@@ -70,10 +78,10 @@ export function parseInterchange(
 ): { replica: number; floor: bigint; entries: RecordEntry[] } {
   if (typeof json !== 'object' || json === null || Array.isArray(json)) bad('(root)', 'expected a JSON object');
   const d = json as Record<string, unknown>;
-  if (d.format !== INTERCHANGE_FORMAT && d.format !== INTERCHANGE_FORMAT_V1) {
+  if (!FORMATS.includes(d.format)) {
     throw new QuorumFenceError(
       'UNKNOWN_VERSION',
-      `interchange: "format" expected "${INTERCHANGE_FORMAT}" (or v1), got ${JSON.stringify(d.format)?.slice(0, 60)}`,
+      `interchange: "format" expected "${INTERCHANGE_FORMAT}" (or v1, v3), got ${JSON.stringify(d.format)?.slice(0, 60)}`,
     );
   }
   let fileCluster: Uint8Array;
@@ -88,10 +96,10 @@ export function parseInterchange(
       `interchange file is from cluster ${toHex(fileCluster).slice(0, 16)}…, not this cluster ${toHex(clusterId).slice(0, 16)}…; nothing was imported`,
     );
   }
-  if (typeof d.replica !== 'number' || !Number.isInteger(d.replica) || d.replica < 1)
-    bad('replica', `expected a replica index, got ${describe(d.replica)}`);
+  if (typeof d.replica !== 'number' || !Number.isInteger(d.replica) || d.replica < 1 || d.replica > MAX_REPLICAS)
+    bad('replica', `expected a replica index 1..${MAX_REPLICAS}, got ${describe(d.replica)}`);
   let floor = 0n;
-  if (d.format === INTERCHANGE_FORMAT) {
+  if (d.format !== INTERCHANGE_FORMAT_V1) {
     if (typeof d.floor !== 'string' || !/^(0|[1-9][0-9]{0,18})$/.test(d.floor))
       bad('floor', 'expected a decimal string without leading zeros');
     floor = BigInt(d.floor);

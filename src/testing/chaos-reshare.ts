@@ -5,8 +5,9 @@
  *
  *  1. lose     replica k is killed; its data directory and key file are deleted (its disk is gone);
  *  2. freeze   every survivor is frozen while running (POST /admin/freeze with the operator secret);
- *  3. export   each survivor's frozen record is read beside it (read-only); a Byzantine survivor's
- *              report is a seeded lie (nothing, an absurdly high epoch, another holder at the top);
+ *  3. export   each survivor's frozen record is read beside it (read-only), signed with its share and
+ *              checked as inherit checks it; a Byzantine survivor's report is a seeded lie (nothing, an
+ *              absurdly high epoch, another holder at the top), which it can sign with its own share;
  *  4. ceremony every member of the new set gets a node key; the survivors deal (a reshare proposal
  *              with their indices); `quorumfence reshare run` runs per member, as processes over loopback;
  *  5. inherit  each new replica's record is raised from a seeded 2f_old+1 of the reports
@@ -39,7 +40,7 @@ import { replicaEntryPoint } from '../cluster/launcher.js';
 import { combineEndorsement, followMembership, signMembership } from '../cluster/membership.js';
 import { loadReplicaKeyFile } from '../cluster/replica-key.js';
 import { inheritRecords, type OldRecordReport } from '../replica/inherit.js';
-import { exportInterchange, parseInterchange } from '../replica/interchange.js';
+import { readFrozenExport, signFrozenExport } from '../replica/frozen-export.js';
 import { SigningRecord } from '../replica/signing-record.js';
 import type { ReplicaGeneration, ScenarioCluster } from './scenario-cluster.js';
 import type { SeededRandom } from './seeded-random.js';
@@ -243,15 +244,21 @@ export async function replaceOneReplica(options: ReshareOptions): Promise<Reshar
   const reports = await timed('export', async () => {
     const out: OldRecordReport[] = [];
     for (const i of survivors) {
-      // Read-only, beside the running (frozen) replica, as `quorumfence replica export --data DIR` does.
+      // Read-only, beside the running (frozen) replica, signed with its share and checked as inherit checks
+      // it, as `quorumfence replica export --data DIR --key KEY --cluster OLD` and `reshare inherit` do.
       const reader = SigningRecord.open(recordDir(old.replica(i).dataDir), undefined, { readOnly: true });
-      let parsed;
+      let signed;
       try {
-        parsed = parseInterchange(exportInterchange(reader), oldCluster.id);
+        signed = signFrozenExport(
+          reader,
+          oldCluster,
+          loadReplicaKeyFile(join(old.keysDir, `replica-${i}.key`), oldCluster),
+        );
       } finally {
         await reader.close();
       }
-      const report = { replica: parsed.replica, floor: parsed.floor, entries: parsed.entries };
+      const report = readFrozenExport(JSON.parse(JSON.stringify(signed)), oldCluster, `replica ${i}'s export`);
+      // A Byzantine survivor holds its share, so it can sign any lie: its signed lie verifies like this report.
       out.push(deployment.byzantine.includes(i) ? lie(report, byzantineReport, random) : report);
     }
     return out;

@@ -183,6 +183,10 @@ describe('quorumfence reshare (processes over real sockets)', () => {
         'freeze',
         '--data',
         join(base, `old-record-${i}`),
+        '--key',
+        join(base, 'old', `replica-${i}.key`),
+        '--cluster',
+        join(base, 'old', 'cluster.json'),
         '--out',
         join(base, `frozen-${i}.json`),
       ]);
@@ -553,6 +557,10 @@ describe('quorumfence reshare (processes over real sockets)', () => {
         'freeze',
         '--data',
         join(base, 'old-data', `replica-${i}`),
+        '--key',
+        join(base, 'old', `replica-${i}.key`),
+        '--cluster',
+        join(base, 'old', 'cluster.json'),
         '--out',
         join(base, `frozen-${i}.json`),
       ]);
@@ -642,14 +650,18 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       const outcome = JSON.parse(r.stdout) as { epoch: string; token: string };
       return { epoch: BigInt(outcome.epoch), token: decodeTokenText(outcome.token, backend) };
     };
-    /** Freezes and exports the stopped replicas of one generation. */
-    const freezeAll = async (dataRoot: string, n: number, prefix: string) => {
+    /** Freezes the stopped replicas of one generation and exports their records signed by their keys (in keys). */
+    const freezeAll = async (dataRoot: string, keys: string, n: number, prefix: string) => {
       for (let i = 1; i <= n; i++) {
         const r = await cli([
           'reshare',
           'freeze',
           '--data',
           join(dataRoot, `replica-${i}`),
+          '--key',
+          join(keys, `replica-${i}.key`),
+          '--cluster',
+          join(keys, 'cluster.json'),
           '--out',
           join(base, `${prefix}-frozen-${i}.json`),
         ]);
@@ -707,7 +719,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
         'alice',
       );
       expect(await guardWriteOf(first.token)).toMatchObject({ ok: true, epoch: first.epoch });
-      await freezeAll(join(base, 'gen0-data'), 4, 'gen0');
+      await freezeAll(join(base, 'gen0-data'), join(base, 'old'), 4, 'gen0');
 
       // Step 1: 4 -> 7, the four old members dealing as new members 1..4.
       const cards1 = await initMemberCards(join(base, 'gen1'), 7, (i) => `m-${i}`);
@@ -737,7 +749,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       expect(second.epoch).toBeGreaterThan(first.epoch);
       expect(await guardWriteOf(second.token)).toMatchObject({ ok: true, epoch: second.epoch });
       expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
-      await freezeAll(join(base, 'gen1-data'), 7, 'gen1');
+      await freezeAll(join(base, 'gen1-data'), gen1Keys, 7, 'gen1');
 
       // Step 2: 7 -> 4. Members 1..3 continue and deal (4 continues without dealing); old members 5, 6 and 7
       // leave: they deal from outside the new set under their node keys, with fresh ceremony ports.

@@ -18,6 +18,7 @@ import { CONTESTED_HOLDER, inheritRecords, type OldRecordReport } from '../../sr
 import { mayReplace } from '../../src/replica/check-and-record.js';
 import { SigningRecord, type RecordEntry } from '../../src/replica/signing-record.js';
 import { grantDigest } from '../../src/token/grant.js';
+import { HONEST_EPOCH_CEILING } from '../../src/common/limits.js';
 import { codeOf } from '../support/error-code.js';
 
 const oldClusterId = new Uint8Array(32).fill(1);
@@ -211,7 +212,8 @@ describe('reshare: the inherited record never lets an old epoch be granted to so
               case 'low':
                 return { replica, floor: 0n, entries: lie === 'low' ? [entry('a', 1n, holders[2]!)] : [] };
               case 'absurd':
-                return { replica, floor: 0n, entries: [entry('a', 2n ** 62n, holders[2]!)] };
+                // As high as a lie may go and still be inherited: 2^62 and above is refused (below).
+                return { replica, floor: 0n, entries: [entry('a', HONEST_EPOCH_CEILING - 1n, holders[2]!)] };
               case 'other-holder':
                 return {
                   replica,

@@ -2,7 +2,12 @@
 import { describe, expect, it } from 'vitest';
 import { toHex } from '../../src/common/bytes.js';
 import { grantDigest } from '../../src/token/grant.js';
-import { INTERCHANGE_FORMAT, INTERCHANGE_FORMAT_V1, parseInterchange } from '../../src/replica/interchange.js';
+import {
+  INTERCHANGE_FORMAT,
+  INTERCHANGE_FORMAT_SIGNED,
+  INTERCHANGE_FORMAT_V1,
+  parseInterchange,
+} from '../../src/replica/interchange.js';
 import { codeOf } from '../support/error-code.js';
 
 const alice = new Uint8Array(32).fill(0xa1);
@@ -35,6 +40,15 @@ describe('interchange parsing', () => {
       expect(codeOf(() => parseInterchange({ ...doc([]), floor }, clusterId))).toBe('BAD_INTERCHANGE');
   });
 
+  it("reads the record of a signed (v3) export like v2 (the signature is readFrozenExport's to check), and no other format", () => {
+    const v3 = { ...doc([entry('a', 3n)]), format: INTERCHANGE_FORMAT_SIGNED, floor: '2', signature: '00' };
+    expect(parseInterchange(v3, clusterId)).toMatchObject({ floor: 2n, replica: 1 });
+    expect(codeOf(() => parseInterchange({ ...v3, floor: undefined }, clusterId))).toBe('BAD_INTERCHANGE');
+    expect(codeOf(() => parseInterchange({ ...v3, format: 'quorumfence/signing-record/v4' }, clusterId))).toBe(
+      'UNKNOWN_VERSION',
+    );
+  });
+
   it('refuses every malformed field with BAD_INTERCHANGE', () => {
     for (const bad of [
       doc([{ ...entry('a', 1n), epoch: '0' }]),
@@ -45,6 +59,7 @@ describe('interchange parsing', () => {
       doc([entry('a', 1n), entry('a', 2n)]),
       doc([{ ...entry('a', 1n), grantDigest: entry('a', 2n).grantDigest }]),
       { ...doc([]), replica: 0 },
+      { ...doc([]), replica: 32 }, // above MAX_REPLICAS: a signed export binds the index as a u16
       { ...doc([]), entries: {} },
       [],
     ]) {

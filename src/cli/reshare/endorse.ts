@@ -5,11 +5,10 @@
  * records the description's digest beside its key file before its partial leaves, signs the same
  * description again on request (the same partial), and refuses another description at that version.
  */
-import { linkSync, unlinkSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { QuorumFenceError } from '../../common/errors.js';
+import { resolve } from 'node:path';
+import { isQuorumFenceError, QuorumFenceError } from '../../common/errors.js';
 import { fromHex, toHex } from '../../common/bytes.js';
-import { readJsonFile, syncDirectory, writeFileDurably } from '../../common/files.js';
+import { readJsonFile, refuseIrregularFile, writeFileDurably } from '../../common/files.js';
 import { parseCluster, type Cluster } from '../../cluster/description.js';
 import {
   combineEndorsement,
@@ -61,6 +60,8 @@ export async function endorse(argv: string[]): Promise<number> {
   const partials = values.partial ?? [];
   if ((values.key === undefined) === (partials.length === 0))
     throw new QuorumFenceError('INVALID_OPTION', 'endorse: give either --key (sign) or --partial (combine), not both');
+  // Before anything is signed or recorded: a link as --out (to the key file, say) is refused.
+  if (values.out !== undefined) refuseIrregularFile(resolve(values.out));
   if (values.key !== undefined) {
     const keyPath = resolve(values.key);
     const key = loadReplicaKeyFile(keyPath, cluster);
@@ -104,11 +105,11 @@ export function endorsementRecordPath(keyPath: string, membershipVersion: number
 
 /**
  * Records that the share in `keyPath` endorses this description at its membership version, unless it already
- * endorsed one there: the same digest is allowed again ('again'), another is refused. The record is written to
- * a temporary file, flushed, then linked into place, which fails if the record exists (so two endorse
- * processes at once cannot both record), and the directory is flushed.
+ * endorsed one there: the same digest is allowed again ('again'), another is refused. The record is written
+ * exclusively (writeFileDurably: a flushed temporary file linked into place, which fails if the record
+ * exists, so two endorse processes at once cannot both record; then the directory is flushed).
  * @throws QuorumFenceError MEMBERSHIP_ALREADY_ENDORSED (another description at this version), BAD_KEY_FILE (an
- *   unreadable record: nothing is signed until an operator looks at it), IO_ERROR
+ *   unreadable record: nothing is signed until an operator looks at it), NOT_A_REGULAR_FILE, IO_ERROR
  */
 export function recordEndorsement(keyPath: string, cluster: Cluster, index: number): 'recorded' | 'again' {
   const path = endorsementRecordPath(keyPath, cluster.membershipVersion);
@@ -120,22 +121,13 @@ export function recordEndorsement(keyPath: string, cluster: Cluster, index: numb
     membershipVersion: cluster.membershipVersion,
     digest,
   };
-  const temporary = `${path}.${process.pid}.tmp`;
-  writeFileDurably(temporary, JSON.stringify(entry, null, 2) + '\n', { mode: 0o600 });
-  let linked = false;
   try {
-    linkSync(temporary, path);
-    linked = true;
+    // Exclusive: linked into place only if no record is there, so two endorse processes cannot both record.
+    writeFileDurably(path, JSON.stringify(entry, null, 2) + '\n', { mode: 0o600, exclusive: true });
+    return 'recorded';
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST')
-      throw new QuorumFenceError('IO_ERROR', `cannot record the endorsement in ${path}: ${(error as Error).message}`, {
-        path,
-      });
-  } finally {
-    unlinkSync(temporary);
-    syncDirectory(dirname(path));
+    if (!isQuorumFenceError(error, 'FILE_EXISTS')) throw error;
   }
-  if (linked) return 'recorded';
   const held = readJsonFile(path, 'endorsement record', 'BAD_KEY_FILE') as Record<string, unknown> | null;
   if (
     typeof held !== 'object' ||

@@ -1,6 +1,7 @@
 /**
  * `quorumfence reshare freeze`: an old replica signs nothing more. On a stopped replica (--data) it takes the
- * store's lock, freezes and exports; on a running one (--url) it asks POST /admin/freeze, over wss/https
+ * store's lock, freezes, and exports the record signed with the replica's share (--key, --cluster: the signed
+ * frozen export `reshare inherit` takes); on a running one (--url) it asks POST /admin/freeze, over wss/https
  * trusting --ca besides the system's certificate authorities.
  */
 import { request as httpRequest, type IncomingMessage } from 'node:http';
@@ -9,9 +10,11 @@ import { resolve } from 'node:path';
 import { QuorumFenceError } from '../../common/errors.js';
 import { OPERATOR_SECRET_ENV, readOperatorSecret } from '../../common/operator-secret.js';
 import { SigningRecord } from '../../replica/signing-record.js';
-import { integerFlag, parseFlags } from '../../command/args.js';
+import { integerFlag, parseFlags, required } from '../../command/args.js';
 import { readCertificateAuthority } from '../../command/pem.js';
-import { interchangeText, writeInterchangeText } from '../replica.js';
+import { bytesEqual } from '../../common/bytes.js';
+import { refuseIrregularFile } from '../../common/files.js';
+import { frozenExportText, loadSigner, writeInterchangeText } from '../replica.js';
 
 export async function freeze(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, {
@@ -22,14 +25,17 @@ export async function freeze(argv: string[]): Promise<number> {
     'secret-file': { type: 'string' },
     'timeout-ms': { type: 'string' },
     ca: { type: 'string' },
+    key: { type: 'string' },
+    cluster: { type: 'string' },
   });
   if ((values.url === undefined) === (values.data === undefined))
     throw new QuorumFenceError('INVALID_OPTION', 'freeze: give --data (a stopped replica) or --url (a running one)');
   if (values.url !== undefined) {
-    if (values.out !== undefined)
+    if (values.out !== undefined || values.key !== undefined || values.cluster !== undefined)
       throw new QuorumFenceError(
         'INVALID_OPTION',
-        '--out goes with --data; after a live freeze, export with "quorumfence replica export --data DIR"',
+        '--out, --key and --cluster go with --data; after a live freeze, export with ' +
+          '"quorumfence replica export --data DIR --key KEY --cluster CLUSTER"',
       );
     return freezeLive({
       urlText: values.url,
@@ -42,16 +48,26 @@ export async function freeze(argv: string[]): Promise<number> {
   if (values.ca !== undefined)
     throw new QuorumFenceError('INVALID_OPTION', '--ca goes with --url (a running replica over wss:// or https://)');
   const dataDir = resolve(values.data!);
+  // The export is signed with the replica's share, so everything it needs is checked before anything is frozen.
+  const signer = loadSigner(required(values.key, 'key'), required(values.cluster, 'cluster'));
   const peek = SigningRecord.open(dataDir, undefined, { readOnly: true });
   const identity = peek.identity;
   await peek.close();
+  if (values.out !== undefined) refuseIrregularFile(resolve(values.out));
+  if (!bytesEqual(identity.clusterId, signer.cluster.id) || identity.replicaIndex !== signer.key.index)
+    throw new QuorumFenceError(
+      'CLUSTER_MISMATCH',
+      `${dataDir} is replica ${identity.replicaIndex}'s signing record` +
+        (bytesEqual(identity.clusterId, signer.cluster.id) ? '' : ' of another cluster') +
+        `, not that of --key (replica ${signer.key.index} of --cluster); nothing frozen`,
+    );
   // A writable open takes the store's lock: a running replica makes this fail with STORE_LOCKED.
   const store = SigningRecord.open(dataDir, identity);
   let text: string;
   try {
     const state = await store.freeze(values.reason ?? 'reshare');
     process.stderr.write(`reshare: replica ${identity.replicaIndex} frozen at ${state.at}; it signs nothing more\n`);
-    text = interchangeText(store);
+    text = frozenExportText(store, signer);
   } finally {
     await store.close();
   }

@@ -1,6 +1,7 @@
 /**
- * `quorumfence reshare inherit`: before a new replica first starts, raise its signing record from the frozen
- * records of at least 2f_old+1 old replicas (src/replica/inherit.ts keeps the largest epoch per resource).
+ * `quorumfence reshare inherit`: before a new replica first starts, raise its signing record from the signed
+ * frozen exports of at least 2f_old+1 old replicas (src/replica/frozen-export.ts checks each; the rule is
+ * src/replica/inherit.ts). Every input is checked before the store is opened: a refused one writes nothing.
  */
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../../common/errors.js';
@@ -8,7 +9,7 @@ import { readJsonFile } from '../../common/files.js';
 import { clusterToJson, loadClusterFile } from '../../cluster/description.js';
 import { loadReplicaKeyFile } from '../../cluster/replica-key.js';
 import { inheritRecords, type OldRecordReport } from '../../replica/inherit.js';
-import { parseInterchange } from '../../replica/interchange.js';
+import { readFrozenExport } from '../../replica/frozen-export.js';
 import { SigningRecord } from '../../replica/signing-record.js';
 import { parseFlags, required } from '../../command/args.js';
 
@@ -24,24 +25,27 @@ export async function inherit(argv: string[]): Promise<number> {
   const old = loadClusterFile(resolve(required(values['old-cluster'], 'old-cluster')));
   if (clusterToJson(cluster).groupPublicKey !== clusterToJson(old).groupPublicKey)
     throw new QuorumFenceError('RESHARE_REFUSED', '--cluster and --old-cluster have different group keys');
-  const reports: OldRecordReport[] = (values.in ?? []).map((path) => {
-    const parsed = parseInterchange(readJsonFile(resolve(path), 'frozen record', 'BAD_INTERCHANGE'), old.id);
-    if (parsed.replica > old.n)
-      throw new QuorumFenceError('BAD_INTERCHANGE', `${path}: replica ${parsed.replica} is not in the old cluster`);
-    return { replica: parsed.replica, floor: parsed.floor, entries: parsed.entries };
-  });
+  const reports: OldRecordReport[] = (values.in ?? []).map((path) =>
+    readFrozenExport(readJsonFile(resolve(path), 'frozen export', 'BAD_INTERCHANGE'), old, path),
+  );
   const inherited = inheritRecords(reports, old.f, cluster.id);
   const dataDir = resolve(required(values.data, 'data'));
   const replicaIndex = loadReplicaKeyFile(resolve(required(values.key, 'key')), cluster).index;
   const store = SigningRecord.open(dataDir, { clusterId: cluster.id, replicaIndex });
   try {
     const summary = await store.raiseFrom(inherited.entries, inherited.floor);
+    const reporters = inherited.from.length;
     process.stderr.write(
-      `reshare: replica ${replicaIndex} inherited the records of old replicas ${inherited.from.join(', ')}: ${summary.raised} resource(s)` +
+      `reshare: replica ${replicaIndex} inherited the records of old replicas ${inherited.from.join(', ')}: ` +
+        `${summary.raised} resource(s), floor ${inherited.floor}, each the report at rank ${inherited.rank} of ${reporters} (1 = the largest)` +
         (inherited.contested.length > 0
-          ? `, ${inherited.contested.length} top epoch(s) blocked (holders disagreed)`
+          ? `, ${inherited.contested.length} inherited epoch(s) blocked (holders disagreed, or a floor named none)`
           : '') +
-        '\n',
+        '\n' +
+        (reporters < old.n
+          ? `reshare: ${reporters} of ${old.n} old replicas reported: f_old = ${old.f} lying replicas among them could ` +
+            `raise epochs (below 2^62); with all ${old.n} frozen exports none can\n`
+          : ''),
     );
   } finally {
     await store.close();

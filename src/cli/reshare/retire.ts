@@ -7,7 +7,7 @@
 import { closeSync, fsyncSync, openSync, statSync, unlinkSync, writeSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../../common/errors.js';
-import { syncDirectory } from '../../common/files.js';
+import { refuseIrregularFile, syncDirectory } from '../../common/files.js';
 import { clusterToJson, loadClusterFile, type Cluster } from '../../cluster/description.js';
 import { followMembership } from '../../cluster/membership.js';
 import { loadReplicaKeyFile } from '../../cluster/replica-key.js';
@@ -21,6 +21,8 @@ export async function retire(argv: string[]): Promise<number> {
     cluster: { type: 'string' },
   });
   const oldKeyPath = resolve(required(values['old-key'], 'old-key'));
+  // Erasing writes zeros through the path: a link would zero whatever it points to, and leave it behind.
+  refuseIrregularFile(oldKeyPath, 'erase');
   const old = loadClusterFile(resolve(required(values['old-cluster'], 'old-cluster')));
   const next = loadClusterFile(resolve(required(values.cluster, 'cluster')));
   if (clusterToJson(next).groupPublicKey !== clusterToJson(old).groupPublicKey)

@@ -7,7 +7,7 @@ import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../../common/errors.js';
 import { bytesToBigInt, fromHex, toHex } from '../../common/bytes.js';
-import { readJsonFile } from '../../common/files.js';
+import { readJsonFile, refuseIrregularFile } from '../../common/files.js';
 import { clusterToJson, loadClusterFile, type Cluster } from '../../cluster/description.js';
 import { loadReplicaKeyFile, type ReplicaKeyJson } from '../../cluster/replica-key.js';
 import { loadNodeKeyFile, nodeKeyExists } from '../../ceremony/node-key.js';
@@ -120,6 +120,8 @@ export async function run(argv: string[]): Promise<number> {
   }
   const rule = resharing(oldSharingOf(old), dealers, me.dealer !== undefined ? currentShare : undefined);
   if (me.receives) assertNoKeyYet(dataDir);
+  // Before the ceremony: a link as --publish is refused while nothing is dealt yet.
+  if (values.publish !== undefined) refuseIrregularFile(resolve(values.publish));
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   recordAttempt(dataDir, proposal);
   const listen = values.listen ? parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }) : undefined;
