@@ -1,16 +1,17 @@
 /**
  * The console's poll loop: once per interval it asks every replica for its running leases (the `leases`
  * request), the status of every resource any replica lists plus the watched ones, its /healthz and its
- * /metrics; applies the (f+1)-th rules (view.ts); and keeps the state the page shows. Polls never overlap,
- * and every list it keeps is bounded.
+ * /metrics; judges the answers (view.ts); and keeps the state the page shows. Polls never overlap, and
+ * everything it keeps is bounded.
  */
 import type { QuorumFenceClient } from '../client/client.js';
-import { verifyEquivocation, type Evidence, type EvidenceLog } from '../client/evidence.js';
+import type { EvidenceLog } from '../client/evidence.js';
 import type { ReplicaLeases } from '../client/active-leases.js';
+import type { ConnectionState } from '../client/connection-state.js';
 import { BoundedMap } from '../common/bounded-map.js';
-import { toHex } from '../common/bytes.js';
 import { isQuorumFenceError } from '../common/errors.js';
 import { equivocationFromJson, equivocationToJson, type EquivocationJson } from './evidence-json.js';
+import { EvidenceStore, type EvidenceRow } from './evidence-store.js';
 import type { ConsoleMetrics } from './metrics.js';
 import {
   fetchBounded,
@@ -22,21 +23,12 @@ import {
   type MetricsFigures,
   type MetricsSample,
 } from './replica-health.js';
-import {
-  ContradictionTracker,
-  confirmedLeases,
-  findContradictions,
-  quorumMargin,
-  type QuorumLease,
-  type ReplicaObservation,
-} from './view.js';
+import { ConsoleJudge, confirmedLeases, type Conviction, type QuorumLease, type ReplicaObservation } from './view.js';
 
 /** Recent grants kept for the page, newest first. */
 const MAX_RECENT_GRANTS = 50;
 /** Leases already seen, so each shows once in the recent grants. */
 const SEEN_LEASES = 4096;
-/** Evidence items kept with an id for download. */
-const MAX_EVIDENCE = 64;
 
 export interface ConsoleWatcherOptions {
   readonly client: QuorumFenceClient;
@@ -48,8 +40,6 @@ export interface ConsoleWatcherOptions {
   readonly timeoutMs: number;
   /** Resources whose status is asked at every poll, listed or not. */
   readonly watch: readonly string[];
-  /** Polls in a row a contradiction must last before its replica is shown faulty. */
-  readonly persistPolls: number;
   /** Hears a poll that failed (a bug, not a replica's doing: replicas' failures are part of the state). */
   readonly onPollError?: (error: unknown) => void;
 }
@@ -60,14 +50,17 @@ export interface ReplicaRow {
   /** The console's WebSocket connection is up and the replica answered the last poll's leases request. */
   readonly reachable: boolean;
   readonly connection: string;
-  /** Why the console shows it faulty, or null. */
+  /** The first proof that it is faulty, or null (docs/console.md, "When a replica is faulty"). */
   readonly faulty: string | null;
+  readonly faultySince: string | null;
+  /** Every proof against it, one per kind, first found first. */
+  readonly convictions: readonly Conviction[];
   /** True when verified equivocation evidence convicts it. */
   readonly convicted: boolean;
   /** Its own word about itself (/healthz), or why it could not be read. */
   readonly health: (HealthClaim & { readonly mismatch: string | null }) | { readonly error: string };
   readonly metrics: MetricsFigures | { readonly error: string };
-  /** How many leases it listed (its word), and whether it left some out. */
+  /** How many leases it listed (its word). */
   readonly leasesListed: number | null;
 }
 
@@ -87,16 +80,7 @@ export interface ConsoleState {
     readonly holder: string;
     readonly firstSeenAt: string;
   }[];
-  readonly evidence: readonly {
-    readonly id: number;
-    readonly kind: string;
-    readonly replica: number;
-    readonly resource: string;
-    readonly epoch: string;
-    readonly observedAt: string;
-    /** Equivocation that verifies: downloadable at /api/evidence/<id>.json. */
-    readonly downloadable: boolean;
-  }[];
+  readonly evidence: readonly EvidenceRow[];
   readonly probedResources: number;
 }
 
@@ -109,12 +93,15 @@ interface HealthRead {
 export class ConsoleWatcher {
   readonly #options: ConsoleWatcherOptions;
   readonly #client: QuorumFenceClient;
-  readonly #tracker: ContradictionTracker;
+  readonly #judge: ConsoleJudge;
+  readonly #evidence: EvidenceStore;
+  readonly #evidenceByKind: Record<string, number> = {};
+  #lastEvidenceId = 0;
   readonly #samples = new Map<number, MetricsSample>();
+  /** Replica → the connection state object of the previous poll (a new object: a new connection). */
+  readonly #connections = new Map<number, ConnectionState>();
   readonly #seen = new BoundedMap<string, true>(SEEN_LEASES);
   readonly #recent: ConsoleState['recentGrants'][number][] = [];
-  readonly #evidence: { id: number; item: Evidence; verified: boolean }[] = [];
-  #nextEvidenceId = 1;
   #state: ConsoleState;
   #timer: NodeJS.Timeout | undefined;
   #polling: Promise<void> | undefined;
@@ -124,14 +111,15 @@ export class ConsoleWatcher {
   constructor(options: ConsoleWatcherOptions) {
     this.#options = options;
     this.#client = options.client;
-    this.#tracker = new ContradictionTracker(options.persistPolls);
     const { cluster } = this.#client;
+    this.#judge = new ConsoleJudge(cluster.f);
+    this.#evidence = new EvidenceStore(cluster);
     this.#state = {
       cluster: { id: cluster.idHex, n: cluster.n, f: cluster.f, t: cluster.t },
       polledAt: null,
       polls: 0,
       lastPollMs: null,
-      margin: quorumMargin(0, cluster.f),
+      margin: -cluster.t,
       available: 0,
       replicas: [],
       leases: [],
@@ -168,10 +156,14 @@ export class ConsoleWatcher {
     return this.#state;
   }
 
+  get client(): QuorumFenceClient {
+    return this.#client;
+  }
+
   /** The downloadable document of evidence `id`, or undefined. */
   evidenceDocument(id: number): EquivocationJson | undefined {
-    const entry = this.#evidence.find((e) => e.id === id);
-    return entry?.verified ? equivocationToJson(entry.item) : undefined;
+    const item = this.#evidence.downloadable(id);
+    return item ? equivocationToJson(item) : undefined;
   }
 
   /**
@@ -181,17 +173,18 @@ export class ConsoleWatcher {
   addEvidence(document: unknown): number {
     const evidence = equivocationFromJson(document, this.#client.cluster);
     // The same pair handed over again (several clients saw it) is kept once.
-    const known = this.#evidence.find((e) => e.verified && sameEquivocation(e.item, evidence));
-    if (known) return known.id;
+    const known = this.#evidence.findSame(evidence);
+    if (known !== undefined) return known;
     const { observedAt: _observedAt, ...item } = evidence;
     this.#options.evidence.record(item);
-    return this.#nextEvidenceId - 1;
+    return this.#lastEvidenceId;
   }
 
-  #noteEvidence(item: Evidence): void {
-    const verified = item.kind === 'equivocation' && verifyEquivocation(item, this.#client.cluster);
-    this.#evidence.push({ id: this.#nextEvidenceId++, item, verified });
-    if (this.#evidence.length > MAX_EVIDENCE) this.#evidence.shift();
+  #noteEvidence(item: Parameters<EvidenceStore['note']>[0]): void {
+    const { id, conviction } = this.#evidence.note(item);
+    this.#lastEvidenceId = id;
+    if (conviction) this.#judge.convict(conviction.replica, conviction.kind, conviction.reason, conviction.at);
+    this.#evidenceByKind[item.kind] = (this.#evidenceByKind[item.kind] ?? 0) + 1;
     this.#options.metrics.evidence.inc({ kind: item.kind });
   }
 
@@ -224,14 +217,70 @@ export class ConsoleWatcher {
       }),
     );
     if (this.#stopped) return;
-    const observations: ReplicaObservation[] = leaseViews.map((view) => ({
-      replica: view.replica,
-      leases: view.state === 'ok' ? view.leases : undefined,
-      statusEpochs: statusEpochs.get(view.replica) ?? new Map(),
-    }));
-    this.#tracker.update(findContradictions(observations, cluster.f));
+    const now = Date.now();
+    const nowIso = new Date(now).toISOString();
+    const connections = client.replicas();
+    const observations: ReplicaObservation[] = leaseViews.map((view, k) => {
+      const connection = connections.find((c) => c.replica === view.replica)!.state;
+      const previous = this.#connections.get(view.replica);
+      this.#connections.set(view.replica, connection);
+      const health = healthReads[k]!.health;
+      return {
+        replica: view.replica,
+        answer:
+          view.state === 'ok' && connection.phase === 'ready'
+            ? 'ok'
+            : view.state === 'faulty'
+              ? 'protocol'
+              : 'unreachable',
+        message: view.state === 'ok' ? undefined : view.message,
+        leases: view.state === 'ok' ? view.leases : undefined,
+        statusEpochs: statusEpochs.get(view.replica) ?? new Map(),
+        // Connection states are immutable: every transition makes a new object, so a new one means it reconnected.
+        newConnection: previous !== undefined && previous !== connection,
+        identityMismatch: 'error' in health ? null : health.mismatch,
+      };
+    });
+    const verdict = this.#judge.poll(observations, nowIso);
     const leases = confirmedLeases(observations, cluster.f);
-    const now = new Date().toISOString();
+    this.#noteRecentGrants(leases, nowIso);
+    const rows: ReplicaRow[] = leaseViews.map((view, k) => {
+      const judged = verdict.replicas[k]!;
+      const read = healthReads[k]!;
+      const previous = this.#samples.get(view.replica);
+      if (read.sample) this.#samples.set(view.replica, read.sample);
+      return {
+        replica: view.replica,
+        endpoint: view.endpoint,
+        reachable: judged.reachable,
+        connection: view.state === 'ok' ? 'ready' : `${view.state}: ${view.message}`,
+        faulty: judged.faulty,
+        faultySince: judged.faultySince,
+        convictions: judged.convictions,
+        convicted: judged.convictions.some((c) => c.kind === 'equivocation'),
+        health: read.health,
+        metrics: read.sample ? metricsFigures(read.sample, previous) : { error: read.metricsError ?? 'unknown' },
+        leasesListed: view.state === 'ok' ? view.leases.length : null,
+      };
+    });
+    const { margin, available } = verdict;
+    this.#export(rows, margin);
+    this.#state = {
+      ...this.#state,
+      polledAt: nowIso,
+      polls: this.#state.polls + 1,
+      lastPollMs: Math.round(performance.now() - started),
+      margin,
+      available,
+      replicas: rows,
+      leases: leases.map((l) => ({ ...l, epoch: l.epoch.toString() })),
+      recentGrants: [...this.#recent],
+      evidence: this.#evidence.rows(),
+      probedResources: resources.size,
+    };
+  }
+
+  #noteRecentGrants(leases: readonly QuorumLease[], nowIso: string): void {
     for (const lease of [...leases].reverse()) {
       const key = `${lease.epoch}\u0000${lease.holder}\u0000${lease.resource}`;
       if (this.#seen.get(key)) continue;
@@ -240,71 +289,19 @@ export class ConsoleWatcher {
         resource: lease.resource,
         epoch: lease.epoch.toString(),
         holder: lease.holder,
-        firstSeenAt: now,
+        firstSeenAt: nowIso,
       });
     }
     this.#recent.splice(MAX_RECENT_GRANTS);
-    const convicted = new Set(this.#evidence.filter((e) => e.verified).map((e) => e.item.replica));
-    const connections = client.replicas();
-    const rows: ReplicaRow[] = leaseViews.map((view, k) => {
-      const connection = connections.find((c) => c.replica === view.replica)!;
-      const read = healthReads[k]!;
-      const reachable = view.state === 'ok' && connection.state.phase === 'ready';
-      const contradiction = this.#tracker.faultOf(view.replica);
-      const faulty = convicted.has(view.replica)
-        ? 'convicted: verified equivocation evidence (two holders signed at one resource and epoch)'
-        : view.state === 'faulty'
-          ? `broke the protocol: ${view.message}`
-          : contradiction
-            ? `claims epoch ${contradiction.claimed} for ${JSON.stringify(contradiction.resource)}; f+1 others confirm only ${contradiction.confirmed} (for ${this.#options.persistPolls}+ polls)`
-            : null;
-      const previous = this.#samples.get(view.replica);
-      if (read.sample) this.#samples.set(view.replica, read.sample);
-      return {
-        replica: view.replica,
-        endpoint: view.endpoint,
-        reachable,
-        connection: view.state === 'ok' ? 'ready' : `${view.state}: ${view.message}`,
-        faulty,
-        convicted: convicted.has(view.replica),
-        health: read.health,
-        metrics: read.sample ? metricsFigures(read.sample, previous) : { error: read.metricsError ?? 'unknown' },
-        leasesListed: view.state === 'ok' ? view.leases.length : null,
-      };
-    });
-    const available = rows.filter((r) => r.reachable && r.faulty === null).length;
-    const margin = quorumMargin(available, cluster.f);
+  }
+
+  #export(rows: readonly ReplicaRow[], margin: number): void {
     const m = this.#options.metrics;
     m.quorumMargin.set(margin);
     for (const row of rows) {
       m.replicaReachable.set({ replica: String(row.replica) }, row.reachable ? 1 : 0);
       m.replicaFaulty.set({ replica: String(row.replica) }, row.faulty === null ? 0 : 1);
     }
-    this.#state = {
-      cluster: this.#state.cluster,
-      polledAt: now,
-      polls: this.#state.polls + 1,
-      lastPollMs: Math.round(performance.now() - started),
-      margin,
-      available,
-      replicas: rows,
-      leases: leases.map((l) => ({ ...l, epoch: l.epoch.toString() })),
-      recentGrants: [...this.#recent],
-      evidence: this.#evidence.map((e) => ({
-        id: e.id,
-        kind: e.item.kind,
-        replica: e.item.replica,
-        resource: e.item.grant.resource,
-        epoch: e.item.grant.epoch.toString(),
-        observedAt: e.item.observedAt,
-        downloadable: e.verified,
-      })),
-      probedResources: resources.size,
-    };
-  }
-
-  get client(): QuorumFenceClient {
-    return this.#client;
   }
 
   async #readHealth(index: number, endpoint: string): Promise<HealthRead> {
@@ -337,18 +334,6 @@ export class ConsoleWatcher {
       metricsError: metrics.status === 'rejected' ? describeFailure(metrics.reason) : undefined,
     };
   }
-}
-
-/** One replica, one (resource, epoch), the same two holders in either order. */
-function sameEquivocation(a: Evidence, b: Evidence): boolean {
-  const holders = (e: Evidence) =>
-    [toHex(e.grant.holder), toHex(e.conflicting?.grant.holder ?? new Uint8Array())].sort().join();
-  return (
-    a.replica === b.replica &&
-    a.grant.resource === b.grant.resource &&
-    a.grant.epoch === b.grant.epoch &&
-    holders(a) === holders(b)
-  );
 }
 
 function describeFailure(error: unknown): string {
