@@ -7,6 +7,7 @@ import { createLogger } from '../common/log.js';
 import { expectResource } from '../common/check.js';
 import { parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
+import { loadHolderNames } from '../console/holders.js';
 import { ConsoleMetrics } from '../console/metrics.js';
 import { ConsoleServer } from '../console/server.js';
 import { ConsoleWatcher } from '../console/watcher.js';
@@ -18,17 +19,20 @@ export const DEFAULT_CONSOLE_LISTEN = { host: '127.0.0.1', port: 7460 };
 const MAX_WATCHED = 32;
 
 const usage = `usage: quorumfence console --cluster FILE --identity FILE [--listen HOST:PORT] [--allow-remote]
-                          [--interval 1s] [--timeout 2s] [--watch RESOURCE ...]
+                          [--interval 1s] [--timeout 2s] [--watch RESOURCE ...] [--holders FILE]
 
-Serves a live web page of the cluster: each replica (reachable, version, uptime,
-grants/s, refusals by reason, fsync latency, last error), the quorum margin (how
-many more replicas may fail before acquires stop), the running leases that f+1
-replicas list (holder, epoch, time left), recent grants, and evidence of
-misbehaving replicas (equivocation proofs as JSON downloads). A lease is shown
-only when f+1 replicas list it, and a replica is shown faulty only on proof (a
-claim no honest replica can make, answers that break the protocol, evidence);
-one that does not answer is unreachable, never faulty. Signs nothing. See
-docs/console.md.
+Serves a live web page of the cluster: each replica (reachable or down since
+when, version, uptime, grants/s, refusals/s by reason, fsync latency, signing
+records, epoch floor, last error), the quorum margin (how many more replicas may
+fail before acquires stop), the last 15 minutes of margin, grants/s and
+refusals/s, which shipped alert rules would fire now, the running leases that
+f+1 replicas list (holder, epoch, time left), recent grants, and evidence of
+misbehaving replicas (equivocation proofs as JSON downloads). All times UTC.
+A lease is shown only when f+1 replicas list it, and a replica is shown faulty
+only on proof (a claim no honest replica can make, answers that break the
+protocol, evidence); one that does not answer is unreachable, never faulty.
+Logs replicas lost, back or faulty, margin changes and alerts (JSON, stderr).
+Signs nothing. See docs/console.md.
 
 Also serves GET /api/state (the page's JSON), GET /api/evidence/<id>.json,
 POST /api/evidence (equivocation evidence a client found; kept only if it
@@ -42,6 +46,8 @@ options:
   --interval DURATION how often to poll the replicas                         (default 1s)
   --timeout DURATION  how long each request of a poll may take               (default 2s)
   --watch RESOURCE    also ask the status of RESOURCE at every poll (repeatable, at most ${MAX_WATCHED})
+  --holders FILE      names for holder keys on the page ({"format": "quorumfence/console-holders/v1",
+                      "holders": {"<holder hex>": "name"}})
 `;
 
 export const command: Command = {
@@ -56,6 +62,7 @@ export const command: Command = {
       interval: { type: 'string' },
       timeout: { type: 'string' },
       watch: { type: 'string', multiple: true },
+      holders: { type: 'string' },
     });
     const listen = parseListen(values.listen, 'listen', DEFAULT_CONSOLE_LISTEN);
     const intervalMs = parseDuration(values.interval, 'interval', 1_000);
@@ -79,6 +86,7 @@ export const command: Command = {
     }
     const cluster = loadClusterForCommand(required(values.cluster, 'cluster'));
     const identity = loadIdentityFile(required(values.identity, 'identity'));
+    const holderNames = values.holders === undefined ? undefined : loadHolderNames(values.holders);
     const logger = createLogger('console', { level: 'info', destination: 2 });
     const evidence = new EvidenceLog();
     // Not connect(): the console starts (and shows them unreachable) even when no replica answers yet.
@@ -94,6 +102,8 @@ export const command: Command = {
       intervalMs,
       timeoutMs,
       watch,
+      holderNames,
+      logger,
       onPollError: (error) => logger.error({ err: error }, 'a poll failed; the next one runs at the interval'),
     });
     let server: ConsoleServer;

@@ -1,8 +1,8 @@
 /**
  * The console's poll loop: once per interval it asks every replica for its running leases (the `leases`
  * request), the status of every resource any replica lists plus the watched ones, its /healthz and its
- * /metrics; judges the answers (view.ts); and keeps the state the page shows. Polls never overlap, and
- * everything it keeps is bounded.
+ * /metrics; judges the answers (view.ts); and keeps the state the page shows, its history, which shipped
+ * alerts would fire, and logs what changed. Polls never overlap, and everything it keeps is bounded.
  */
 import type { QuorumFenceClient } from '../client/client.js';
 import type { EvidenceLog } from '../client/evidence.js';
@@ -10,8 +10,12 @@ import type { ReplicaLeases } from '../client/active-leases.js';
 import type { ConnectionState } from '../client/connection-state.js';
 import { BoundedMap } from '../common/bounded-map.js';
 import { isQuorumFenceError } from '../common/errors.js';
+import type { Logger } from '../common/log.js';
+import { AlertEvaluator, RULE_WINDOW_MS, type AlertState } from './alerts.js';
+import { stateChanges, type ChangeSnapshot } from './changes.js';
 import { equivocationFromJson, equivocationToJson, type EquivocationJson } from './evidence-json.js';
 import { EvidenceStore, type EvidenceRow } from './evidence-store.js';
+import { HISTORY_BUCKET_MS, HISTORY_WINDOW_MS, RollingHistory, type HistoryPoint } from './history.js';
 import type { ConsoleMetrics } from './metrics.js';
 import {
   fetchBounded,
@@ -29,6 +33,8 @@ import { ConsoleJudge, confirmedLeases, type Conviction, type QuorumLease, type 
 const MAX_RECENT_GRANTS = 50;
 /** Leases already seen, so each shows once in the recent grants. */
 const SEEN_LEASES = 4096;
+/** /metrics samples kept per replica for the alert rules' 5-minute windows: one per 10 s is ~31 of them. */
+const RULE_SAMPLE_SPACING_MS = 10_000;
 
 export interface ConsoleWatcherOptions {
   readonly client: QuorumFenceClient;
@@ -40,6 +46,10 @@ export interface ConsoleWatcherOptions {
   readonly timeoutMs: number;
   /** Resources whose status is asked at every poll, listed or not. */
   readonly watch: readonly string[];
+  /** Holder key (lowercase hex) → the name the page shows (--holders). */
+  readonly holderNames?: ReadonlyMap<string, string>;
+  /** Hears what changed between polls (a replica lost, back or faulty, the margin, alerts); silent without. */
+  readonly logger?: Logger;
   /** Hears a poll that failed (a bug, not a replica's doing: replicas' failures are part of the state). */
   readonly onPollError?: (error: unknown) => void;
 }
@@ -49,6 +59,8 @@ export interface ReplicaRow {
   readonly endpoint: string;
   /** The console's WebSocket connection is up and the replica answered the last poll's leases request. */
   readonly reachable: boolean;
+  /** Since when it has not been reachable (ISO 8601, UTC), or null. */
+  readonly downSince: string | null;
   readonly connection: string;
   /** The first proof that it is faulty, or null (docs/console.md, "When a replica is faulty"). */
   readonly faulty: string | null;
@@ -64,24 +76,34 @@ export interface ReplicaRow {
   readonly leasesListed: number | null;
 }
 
+type Named<T> = T & { readonly holderName: string | null };
+
 export interface ConsoleState {
+  /** Every time in this state is ISO 8601 in this zone. */
+  readonly timeZone: 'UTC';
   readonly cluster: { readonly id: string; readonly n: number; readonly f: number; readonly t: number };
   readonly polledAt: string | null;
   readonly polls: number;
   /** How long the last poll took (ms): all its requests, health and metrics reads included. */
   readonly lastPollMs: number | null;
+  readonly intervalMs: number;
+  /** The page shows everything as stale when the last poll is older than this (or the console does not answer). */
+  readonly staleAfterMs: number;
   readonly margin: number;
   readonly available: number;
   readonly replicas: readonly ReplicaRow[];
-  readonly leases: readonly (Omit<QuorumLease, 'epoch'> & { readonly epoch: string })[];
-  readonly recentGrants: readonly {
+  readonly leases: readonly Named<Omit<QuorumLease, 'epoch'> & { readonly epoch: string }>[];
+  readonly recentGrants: readonly Named<{
     readonly resource: string;
     readonly epoch: string;
     readonly holder: string;
     readonly firstSeenAt: string;
-  }[];
+  }>[];
   readonly evidence: readonly EvidenceRow[];
   readonly probedResources: number;
+  readonly history: { readonly bucketSeconds: number; readonly windowSeconds: number; readonly points: HistoryPoint[] };
+  /** Which shipped alert rules would fire now (alerts.ts). */
+  readonly alerts: readonly AlertState[];
 }
 
 interface HealthRead {
@@ -97,9 +119,14 @@ export class ConsoleWatcher {
   readonly #evidence: EvidenceStore;
   readonly #evidenceByKind: Record<string, number> = {};
   #lastEvidenceId = 0;
+  readonly #history = new RollingHistory();
+  readonly #alerts = new AlertEvaluator();
+  /** Replica → its latest /metrics sample, and its samples over the alert rules' window. */
   readonly #samples = new Map<number, MetricsSample>();
+  readonly #ruleSamples = new Map<number, MetricsSample[]>();
   /** Replica → the connection state object of the previous poll (a new object: a new connection). */
   readonly #connections = new Map<number, ConnectionState>();
+  readonly #downSince = new Map<number, string>();
   readonly #seen = new BoundedMap<string, true>(SEEN_LEASES);
   readonly #recent: ConsoleState['recentGrants'][number][] = [];
   #state: ConsoleState;
@@ -115,10 +142,14 @@ export class ConsoleWatcher {
     this.#judge = new ConsoleJudge(cluster.f);
     this.#evidence = new EvidenceStore(cluster);
     this.#state = {
+      timeZone: 'UTC',
       cluster: { id: cluster.idHex, n: cluster.n, f: cluster.f, t: cluster.t },
       polledAt: null,
       polls: 0,
       lastPollMs: null,
+      intervalMs: options.intervalMs,
+      // Three missed polls, each allowed its requests' timeout (health and status rounds follow the leases one).
+      staleAfterMs: 3 * (options.intervalMs + 2 * options.timeoutMs),
       margin: -cluster.t,
       available: 0,
       replicas: [],
@@ -126,6 +157,8 @@ export class ConsoleWatcher {
       recentGrants: [],
       evidence: [],
       probedResources: 0,
+      history: { bucketSeconds: HISTORY_BUCKET_MS / 1000, windowSeconds: HISTORY_WINDOW_MS / 1000, points: [] },
+      alerts: [],
     };
     for (const item of options.evidence.list()) this.#noteEvidence(item);
     this.#unsubscribe = options.evidence.subscribe((item) => this.#noteEvidence(item));
@@ -247,12 +280,15 @@ export class ConsoleWatcher {
     const rows: ReplicaRow[] = leaseViews.map((view, k) => {
       const judged = verdict.replicas[k]!;
       const read = healthReads[k]!;
+      if (judged.reachable) this.#downSince.delete(view.replica);
+      else if (!this.#downSince.has(view.replica)) this.#downSince.set(view.replica, nowIso);
       const previous = this.#samples.get(view.replica);
-      if (read.sample) this.#samples.set(view.replica, read.sample);
+      if (read.sample) this.#keepSample(view.replica, read.sample);
       return {
         replica: view.replica,
         endpoint: view.endpoint,
         reachable: judged.reachable,
+        downSince: this.#downSince.get(view.replica) ?? null,
         connection: view.state === 'ok' ? 'ready' : `${view.state}: ${view.message}`,
         faulty: judged.faulty,
         faultySince: judged.faultySince,
@@ -264,7 +300,19 @@ export class ConsoleWatcher {
       };
     });
     const { margin, available } = verdict;
+    this.#history.add({ at: now, margin, ...clusterRates(rows) });
+    const alerts = this.#alerts.evaluate({
+      at: now,
+      margin,
+      t: cluster.t,
+      metricsUp: new Map(healthReads.map((read, k) => [leaseViews[k]!.replica, read.sample !== undefined])),
+      evidenceByKind: this.#evidenceByKind,
+      samples: this.#ruleSamples,
+    });
     this.#export(rows, margin);
+    this.#logChanges({ margin, replicas: rows, alerts });
+    const names = this.#options.holderNames;
+    const named = <T extends { holder: string }>(x: T) => ({ ...x, holderName: names?.get(x.holder) ?? null });
     this.#state = {
       ...this.#state,
       polledAt: nowIso,
@@ -273,10 +321,12 @@ export class ConsoleWatcher {
       margin,
       available,
       replicas: rows,
-      leases: leases.map((l) => ({ ...l, epoch: l.epoch.toString() })),
-      recentGrants: [...this.#recent],
+      leases: leases.map((l) => named({ ...l, epoch: l.epoch.toString() })),
+      recentGrants: this.#recent.map(named),
       evidence: this.#evidence.rows(),
       probedResources: resources.size,
+      history: { ...this.#state.history, points: this.#history.points() },
+      alerts,
     };
   }
 
@@ -289,10 +339,22 @@ export class ConsoleWatcher {
         resource: lease.resource,
         epoch: lease.epoch.toString(),
         holder: lease.holder,
+        holderName: null,
         firstSeenAt: nowIso,
       });
     }
     this.#recent.splice(MAX_RECENT_GRANTS);
+  }
+
+  /** Keeps the latest sample, and one per RULE_SAMPLE_SPACING_MS over the alert rules' window. */
+  #keepSample(replica: number, sample: MetricsSample): void {
+    this.#samples.set(replica, sample);
+    const window = this.#ruleSamples.get(replica) ?? [];
+    this.#ruleSamples.set(replica, window);
+    const beforeLast = window.at(-2);
+    if (beforeLast && sample.at - beforeLast.at < RULE_SAMPLE_SPACING_MS) window[window.length - 1] = sample;
+    else window.push(sample);
+    while (window.length > 0 && window[0]!.at < sample.at - RULE_WINDOW_MS) window.shift();
   }
 
   #export(rows: readonly ReplicaRow[], margin: number): void {
@@ -302,6 +364,15 @@ export class ConsoleWatcher {
       m.replicaReachable.set({ replica: String(row.replica) }, row.reachable ? 1 : 0);
       m.replicaFaulty.set({ replica: String(row.replica) }, row.faulty === null ? 0 : 1);
     }
+  }
+
+  #logChanges(after: ChangeSnapshot): void {
+    const logger = this.#options.logger;
+    if (!logger) return;
+    const before: ChangeSnapshot | undefined =
+      this.#state.polls === 0 ? undefined : { ...this.#state, alerts: this.#state.alerts };
+    for (const change of stateChanges(before, after))
+      logger[change.level]({ event: change.event, ...change.fields }, change.message);
   }
 
   async #readHealth(index: number, endpoint: string): Promise<HealthRead> {
@@ -334,6 +405,22 @@ export class ConsoleWatcher {
       metricsError: metrics.status === 'rejected' ? describeFailure(metrics.reason) : undefined,
     };
   }
+}
+
+/** The cluster's rates for the history: the replicas' own figures, summed. */
+function clusterRates(rows: readonly ReplicaRow[]): {
+  grantsPerSecond: number | null;
+  refusalsPerSecond: Record<string, number>;
+} {
+  let grantsPerSecond: number | null = null;
+  const refusalsPerSecond: Record<string, number> = {};
+  for (const row of rows) {
+    if ('error' in row.metrics) continue;
+    if (row.metrics.grantsPerSecond !== null) grantsPerSecond = (grantsPerSecond ?? 0) + row.metrics.grantsPerSecond;
+    for (const [reason, rate] of Object.entries(row.metrics.refusalsPerSecond ?? {}))
+      refusalsPerSecond[reason] = (refusalsPerSecond[reason] ?? 0) + rate;
+  }
+  return { grantsPerSecond, refusalsPerSecond };
 }
 
 function describeFailure(error: unknown): string {

@@ -306,6 +306,26 @@ describe('quorumfence console: bad input', () => {
     expect(remote.code).toBe(2);
     expect(remote.stderr).toContain('--allow-remote');
 
+    // A holder names file of another format, or with a bad key: refused naming the problem, nothing served.
+    const names = join(root, 'holders.json');
+    writeFileSync(names, JSON.stringify({ format: 'quorumfence/replica-access/v1', holders: {} }));
+    const otherFormat = await runCli([
+      'console',
+      '--cluster',
+      clusterFile,
+      '--identity',
+      identityFile,
+      '--holders',
+      names,
+    ]);
+    expect(otherFormat.code).toBe(1);
+    expect(otherFormat.stderr).toContain('(UNKNOWN_VERSION)');
+    writeFileSync(names, JSON.stringify({ format: 'quorumfence/console-holders/v1', holders: { nothex: 'x' } }));
+    const badKey = await runCli(['console', '--cluster', clusterFile, '--identity', identityFile, '--holders', names]);
+    expect(badKey.code).toBe(2);
+    expect(badKey.stderr).toContain('holders.nothex');
+    expect(badKey.stderr).toContain('(INVALID_OPTION)');
+
     const help = await runCli(['console', '--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('usage: quorumfence console');
