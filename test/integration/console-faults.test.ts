@@ -157,6 +157,12 @@ describe('the console in Chromium under faults, N = 4', () => {
     expect(rows.map((r) => [r.replica, r.reachable, r.faulty])).toEqual(
       [1, 2, 3, 4].map((i) => [String(i), 'true', 'false']),
     );
+    // Scripts written against GET /api/state keep working: margin, and replicas[] with replica, reachable, faulty.
+    const json = await state(setup);
+    expect(json.margin).toBe(1);
+    expect(json.replicas.map(({ replica, reachable, faulty }) => ({ replica, reachable, faulty }))).toEqual(
+      [1, 2, 3, 4].map((replica) => ({ replica, reachable: true, faulty: null })),
+    );
     // Each replica's store and floor (its /metrics, through the proxy for replica 2), and the UTC label.
     expect(rows[1]!.text).toMatch(/records/);
     expect(await page.textContent('.sub')).toContain('all times UTC');
