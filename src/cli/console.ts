@@ -5,8 +5,9 @@ import { loadIdentityFile } from '../client/identity.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
 import { expectResource } from '../common/check.js';
-import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
+import { parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
+import { loadHolderNames } from '../console/holders.js';
 import { ConsoleMetrics } from '../console/metrics.js';
 import { ConsoleServer } from '../console/server.js';
 import { ConsoleWatcher } from '../console/watcher.js';
@@ -18,16 +19,20 @@ export const DEFAULT_CONSOLE_LISTEN = { host: '127.0.0.1', port: 7460 };
 const MAX_WATCHED = 32;
 
 const usage = `usage: quorumfence console --cluster FILE --identity FILE [--listen HOST:PORT] [--allow-remote]
-                          [--interval 1s] [--timeout 2s] [--watch RESOURCE ...] [--persist N]
+                          [--interval 1s] [--timeout 2s] [--watch RESOURCE ...] [--holders FILE]
 
-Serves a live web page of the cluster: each replica (reachable, version, uptime,
-grants/s, refusals by reason, fsync latency, last error), the quorum margin (how
-many more replicas may fail before acquires stop), the running leases that f+1
-replicas list (holder, epoch, time left), recent grants, and evidence of
-misbehaving replicas (equivocation proofs as JSON downloads). What replicas say
-is checked by the client's (f+1)-th rules, so up to f lying replicas cannot
-paint the page; a replica whose claims f+1 others do not confirm, poll after
-poll, is shown faulty. Signs nothing. See docs/console.md.
+Serves a live web page of the cluster: each replica (reachable or down since
+when, version, uptime, grants/s, refusals/s by reason, fsync latency, signing
+records, epoch floor, last error), the quorum margin (how many more replicas may
+fail before acquires stop), the last 15 minutes of margin, grants/s and
+refusals/s, which shipped alert rules would fire now, the running leases that
+f+1 replicas list (holder, epoch, time left), recent grants, and evidence of
+misbehaving replicas (equivocation proofs as JSON downloads). All times UTC.
+A lease is shown only when f+1 replicas list it, and a replica is shown faulty
+only on proof (a claim no honest replica can make, answers that break the
+protocol, evidence); one that does not answer is unreachable, never faulty.
+Logs replicas lost, back or faulty, margin changes and alerts (JSON, stderr).
+Signs nothing. See docs/console.md.
 
 Also serves GET /api/state (the page's JSON), GET /api/evidence/<id>.json,
 POST /api/evidence (equivocation evidence a client found; kept only if it
@@ -41,7 +46,8 @@ options:
   --interval DURATION how often to poll the replicas                         (default 1s)
   --timeout DURATION  how long each request of a poll may take               (default 2s)
   --watch RESOURCE    also ask the status of RESOURCE at every poll (repeatable, at most ${MAX_WATCHED})
-  --persist N         polls in a row a contradiction must last to show its replica faulty (default 3)
+  --holders FILE      names for holder keys on the page ({"format": "quorumfence/console-holders/v1",
+                      "holders": {"<holder hex>": "name"}})
 `;
 
 export const command: Command = {
@@ -56,7 +62,7 @@ export const command: Command = {
       interval: { type: 'string' },
       timeout: { type: 'string' },
       watch: { type: 'string', multiple: true },
-      persist: { type: 'string' },
+      holders: { type: 'string' },
     });
     const listen = parseListen(values.listen, 'listen', DEFAULT_CONSOLE_LISTEN);
     const intervalMs = parseDuration(values.interval, 'interval', 1_000);
@@ -65,7 +71,6 @@ export const command: Command = {
       throw new QuorumFenceError('INVALID_OPTION', `--interval expects 100ms .. 1h, got "${values.interval}"`);
     if (timeoutMs < 100 || timeoutMs > 60_000)
       throw new QuorumFenceError('INVALID_OPTION', `--timeout expects 100ms .. 60s, got "${values.timeout}"`);
-    const persistPolls = integerFlag(values.persist, 'persist', 3, 1, 1_000);
     const watch = values.watch ?? [];
     if (watch.length > MAX_WATCHED)
       throw new QuorumFenceError('INVALID_OPTION', `--watch may be given at most ${MAX_WATCHED} times`);
@@ -81,6 +86,7 @@ export const command: Command = {
     }
     const cluster = loadClusterForCommand(required(values.cluster, 'cluster'));
     const identity = loadIdentityFile(required(values.identity, 'identity'));
+    const holderNames = values.holders === undefined ? undefined : loadHolderNames(values.holders);
     const logger = createLogger('console', { level: 'info', destination: 2 });
     const evidence = new EvidenceLog();
     // Not connect(): the console starts (and shows them unreachable) even when no replica answers yet.
@@ -96,7 +102,8 @@ export const command: Command = {
       intervalMs,
       timeoutMs,
       watch,
-      persistPolls,
+      holderNames,
+      logger,
       onPollError: (error) => logger.error({ err: error }, 'a poll failed; the next one runs at the interval'),
     });
     let server: ConsoleServer;

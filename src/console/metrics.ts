@@ -25,7 +25,7 @@ export class ConsoleMetrics {
     });
     this.replicaFaulty = new Gauge({
       name: CONSOLE_METRICS.replicaFaulty,
-      help: '1 when the console holds evidence or a lasting (f+1)-th disagreement against the replica, else 0',
+      help: '1 when the console holds proof that the replica is faulty (docs/console.md), else 0',
       labelNames: ['replica'],
       registers,
     });

@@ -36,6 +36,12 @@ export interface MetricsSample {
   /** quorumfence_replica_sign_seconds _sum and _count. */
   readonly signSum: number;
   readonly signCount: number;
+  /** quorumfence_replica_flush_seconds_bucket by its `le` label (cumulative counts, as exported). */
+  readonly flushBuckets: Readonly<Record<string, number>>;
+  /** quorumfence_replica_signing_records: records in its store (live and retained resources). */
+  readonly signingRecords: number | null;
+  /** quorumfence_replica_epoch_floor: its replica-wide epoch floor (a float: exact below 2^53). */
+  readonly epochFloor: number | null;
 }
 
 /** What the page shows from two consecutive samples. */
@@ -43,9 +49,13 @@ export interface MetricsFigures {
   /** New grants per second since the previous sample (null on the first). */
   readonly grantsPerSecond: number | null;
   readonly refusals: Readonly<Record<string, number>>;
+  /** Refusals per second by reason since the previous sample (null on the first, or after a restart). */
+  readonly refusalsPerSecond: Readonly<Record<string, number>> | null;
   /** Mean flush (fsync) latency in ms over the last interval, or over the replica's life when none happened since. */
   readonly flushMeanMs: number | null;
   readonly flushes: number;
+  readonly signingRecords: number | null;
+  readonly epochFloor: number | null;
 }
 
 function text(value: unknown): string | null {
@@ -77,8 +87,9 @@ export function parseHealth(body: unknown): HealthClaim {
 const SAMPLE_LINE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)/;
 const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
 
-/** Refusal reasons are label values a replica chooses: keep a bounded number of short ones. */
+/** Refusal reasons and bucket bounds are label values a replica chooses: keep a bounded number of short ones. */
 const MAX_REASONS = 16;
+const MAX_BUCKETS = 32;
 
 /** Reads the console's figures from Prometheus text. Unknown lines are skipped; nothing here throws. */
 export function parseMetrics(body: string, at: number): MetricsSample {
@@ -88,7 +99,10 @@ export function parseMetrics(body: string, at: number): MetricsSample {
   let flushCount = 0;
   let signSum = 0;
   let signCount = 0;
+  let signingRecords: number | null = null;
+  let epochFloor: number | null = null;
   const refusals: Record<string, number> = {};
+  const flushBuckets: Record<string, number> = {};
   for (const line of body.split('\n')) {
     if (!line.startsWith('quorumfence_replica_')) continue;
     const match = SAMPLE_LINE.exec(line);
@@ -120,11 +134,35 @@ export function parseMetrics(body: string, at: number): MetricsSample {
       case 'quorumfence_replica_sign_seconds_count':
         signCount += value;
         break;
+      case 'quorumfence_replica_flush_seconds_bucket': {
+        const le = (labels.get('le') ?? '').slice(0, 16);
+        if (le in flushBuckets || Object.keys(flushBuckets).length < MAX_BUCKETS)
+          flushBuckets[le] = (flushBuckets[le] ?? 0) + value;
+        break;
+      }
+      case 'quorumfence_replica_signing_records':
+        signingRecords = value;
+        break;
+      case 'quorumfence_replica_epoch_floor':
+        epochFloor = value;
+        break;
       default:
         break;
     }
   }
-  return { at, grantsNew, grantsSigned, refusals, flushSum, flushCount, signSum, signCount };
+  return {
+    at,
+    grantsNew,
+    grantsSigned,
+    refusals,
+    flushSum,
+    flushCount,
+    signSum,
+    signCount,
+    flushBuckets,
+    signingRecords,
+    epochFloor,
+  };
 }
 
 /** The page's figures from the latest sample and the one before it (if any). */
@@ -138,12 +176,22 @@ export function metricsFigures(latest: MetricsSample, previous: MetricsSample | 
       : latest.flushCount > 0
         ? (latest.flushSum / latest.flushCount) * 1000
         : null;
+  // A counter that went down means the replica restarted: no rate for that interval.
+  let refusalsPerSecond: Record<string, number> | null = previous && seconds > 0 ? {} : null;
+  for (const [reason, count] of Object.entries(latest.refusals)) {
+    if (!refusalsPerSecond || !previous) break;
+    const increase = count - (previous.refusals[reason] ?? 0);
+    if (increase < 0) refusalsPerSecond = null;
+    else refusalsPerSecond[reason] = increase / seconds;
+  }
   return {
-    // A counter that went down means the replica restarted: no rate for that interval.
     grantsPerSecond: previous && seconds > 0 && grants >= 0 ? grants / seconds : null,
     refusals: latest.refusals,
+    refusalsPerSecond,
     flushMeanMs,
     flushes: latest.flushCount,
+    signingRecords: latest.signingRecords,
+    epochFloor: latest.epochFloor,
   };
 }
 

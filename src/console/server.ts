@@ -5,7 +5,8 @@
  *   GET  /api/state                 the state the page renders (JSON; epochs as decimal strings)
  *   GET  /api/evidence/<id>.json    one piece of verified equivocation evidence, as a download
  *   POST /api/evidence              hand the console equivocation evidence (JSON, at most 64 KiB); recorded
- *                                   only if it verifies against the cluster (400 with the error code if not)
+ *                                   only if it verifies against the cluster (400 with the error code if not);
+ *                                   refused (403) when a browser sends it from another origin
  *   GET  /metrics                   the console's own metrics (metric-names.ts)
  *
  * There is no login: on a loopback address only the local machine reaches it, and requests whose Host header
@@ -38,6 +39,28 @@ export function isLoopback(host: string): boolean {
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', ...headers });
   res.end(JSON.stringify(body) + '\n');
+}
+
+/**
+ * Why a POST comes from a page of another site, or null. Browsers send `Origin` with every POST (and
+ * `Sec-Fetch-Site`), so a page elsewhere cannot post evidence through a visitor's browser (a form or fetch
+ * to the console's address); clients that are not browsers send neither and are not affected.
+ */
+export function crossSiteRefusal(req: IncomingMessage): string | null {
+  // A header pages cannot set: the browser's own word on where the request comes from.
+  const site = req.headers['sec-fetch-site'];
+  if (site === 'same-origin') return null;
+  if (site !== undefined && site !== 'none')
+    return `Sec-Fetch-Site ${String(site).slice(0, 40)}: evidence is accepted from this console's own page or from clients that are not browsers`;
+  const origin = req.headers.origin;
+  if (origin === undefined) return null;
+  let host: string;
+  try {
+    host = new URL(origin).host;
+  } catch {
+    return `Origin ${origin.slice(0, 80)} is not this console's`;
+  }
+  return host !== '' && host === req.headers.host ? null : `Origin ${origin.slice(0, 80)} is not this console's`;
 }
 
 export class ConsoleServer {
@@ -111,7 +134,8 @@ export class ConsoleServer {
       res.end(consolePage(nonce));
       return;
     }
-    if (req.method === 'GET' && path === '/api/state') return json(res, 200, watcher.state);
+    if (req.method === 'GET' && path === '/api/state')
+      return json(res, 200, { ...watcher.state, servedAt: new Date().toISOString() });
     const download = /^\/api\/evidence\/(\d{1,9})\.json$/.exec(path);
     if (req.method === 'GET' && download) {
       const document = watcher.evidenceDocument(Number(download[1]));
@@ -120,7 +144,14 @@ export class ConsoleServer {
         'content-disposition': `attachment; filename="equivocation-replica-${document.replica}-${download[1]}.json"`,
       });
     }
-    if (req.method === 'POST' && path === '/api/evidence') return this.#receiveEvidence(req, res);
+    if (req.method === 'POST' && path === '/api/evidence') {
+      const refused = crossSiteRefusal(req);
+      if (refused) {
+        req.resume();
+        return json(res, 403, { error: refused, code: 'FORBIDDEN_ORIGIN' });
+      }
+      return this.#receiveEvidence(req, res);
+    }
     if (req.method === 'GET' && path === '/metrics') {
       metrics.registry.metrics().then(
         (text) => {

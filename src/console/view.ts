@@ -1,26 +1,45 @@
 /**
- * The console's (f+1)-th rules, pure: what it believes about leases and which replicas contradict the others.
- * Every input is some replica's word; the rules keep f liars from painting the page:
+ * The console's rules, pure: which leases it believes, and when it calls a replica faulty. Every input is some
+ * replica's word (docs/console.md, "Why these rules"):
  *
  * - A lease is shown only when at least f+1 replicas list the same (resource, epoch, holder), so at least one
  *   honest replica vouches for it; its time left is the (f+1)-th largest of theirs (f inflated times cannot
  *   push it above what an honest replica reports).
- * - A replica contradicts the others for a resource when the highest epoch it claims there (its status answer,
- *   or a lease it lists) is above the (f+1)-th largest epoch the other replicas report: fewer than f+1 others
- *   confirm it. Lagging behind is not a contradiction: an acquire needs only 2f+1 signers, so an honest
- *   replica routinely misses grants. A contradiction makes a replica faulty only when it lasts `persistPolls`
- *   polls in a row, so a grant caught between two answers does not.
+ * - A replica is faulty only on proof: something no honest replica can say under at most f faults (lies
+ *   below), its answers breaking the protocol, a /healthz naming another cluster or replica, or evidence
+ *   (ConsoleJudge.convict). Comparing epochs across replicas proves nothing: an acquire asks t signers, so
+ *   the others lag; a client can be granted by one replica alone, which then runs far ahead; and once a
+ *   signer is down only 2f replicas list a lease. A replica that does not answer is unreachable, never faulty.
+ * - The margin counts the replicas that answered and are not proven faulty. Since no honest replica is ever
+ *   proven faulty, it is never below the true margin (the honest replicas that answer, minus 2f+1).
  */
 import { fPlusOneLargest } from '../client/epoch-choice.js';
+import { BoundedMap } from '../common/bounded-map.js';
 import { toHex } from '../common/bytes.js';
+import { HONEST_EPOCH_CEILING } from '../common/limits.js';
 import type { ActiveLease } from '../protocol/messages.js';
 
-/** One replica's answers in one poll: its lease list (undefined: no answer) and its status epochs by resource. */
+/** One replica's answers in one poll, in the order they came: its lease list, then its status answers. */
 export interface ReplicaObservation {
   readonly replica: number;
+  /**
+   * ok: it answered the leases request on a ready connection; unreachable: no answer (down, partitioned,
+   * silent, slow, refused); protocol: the console's client closed its connection for breaking the protocol.
+   */
+  readonly answer: 'ok' | 'unreachable' | 'protocol';
+  /** With `protocol`: what it broke. */
+  readonly message?: string;
+  /** Its lease list (undefined: no answer). */
   readonly leases: readonly ActiveLease[] | undefined;
   /** Resource → the epoch its status answer reported (absent: no answer for that resource). */
   readonly statusEpochs: ReadonlyMap<string, bigint>;
+  /**
+   * The console's connection to it is not the one of the previous poll: it restarted, or a reshare put a new
+   * member at its index (the console cannot tell), whose inherited records may be lower. Its history starts over.
+   */
+  readonly newConnection: boolean;
+  /** Its /healthz names another cluster or replica index: what it says, else null. */
+  readonly identityMismatch: string | null;
 }
 
 export interface QuorumLease {
@@ -34,13 +53,26 @@ export interface QuorumLease {
   readonly reportedBy: readonly number[];
 }
 
-export interface Contradiction {
-  readonly replica: number;
-  readonly resource: string;
-  /** The highest epoch the replica claims for the resource. */
-  readonly claimed: bigint;
-  /** The (f+1)-th largest epoch the other replicas report. */
-  readonly confirmed: bigint;
+/** What proves a replica faulty; each kind is something an honest replica never does. */
+export type FaultKind =
+  /** An epoch at or above HONEST_EPOCH_CEILING. */
+  | 'impossible_epoch'
+  /** An epoch lower than one it reported earlier on the same connection: records and floors never go down. */
+  | 'epoch_went_down'
+  /** Two different leases on one resource in one list: a replica keeps one record per resource. */
+  | 'two_leases'
+  /** The console's client closed its connection for a frame or answer that breaks the protocol or the codec. */
+  | 'protocol'
+  /** Its /healthz names another cluster or replica index. */
+  | 'identity'
+  /** Verified equivocation evidence: two holders signed at one (resource, epoch). */
+  | 'equivocation'
+  /** A partial signature that fails its public key share, seen by the console's own client. */
+  | 'invalid_partial';
+
+export interface Lie {
+  readonly kind: FaultKind;
+  readonly reason: string;
 }
 
 function leaseKey(resource: string, epoch: bigint, holder: string): string {
@@ -78,56 +110,146 @@ export function confirmedLeases(observations: readonly ReplicaObservation[], f: 
   return confirmed.sort((a, b) => b.remainingMs - a.remainingMs || a.resource.localeCompare(b.resource));
 }
 
-/** Every (replica, resource) where the replica claims an epoch fewer than f+1 other replicas confirm. */
-export function findContradictions(observations: readonly ReplicaObservation[], f: number): Contradiction[] {
-  const resources = new Set<string>();
-  for (const o of observations) for (const resource of o.statusEpochs.keys()) resources.add(resource);
-  const found: Contradiction[] = [];
-  for (const resource of resources) {
-    for (const o of observations) {
-      let claimed = o.statusEpochs.get(resource);
-      for (const lease of o.leases ?? [])
-        if (lease.resource === resource && (claimed === undefined || lease.epoch > claimed)) claimed = lease.epoch;
-      if (claimed === undefined) continue;
-      const others = observations
-        .filter((other) => other.replica !== o.replica)
-        .map((other) => other.statusEpochs.get(resource))
-        .filter((epoch): epoch is bigint => epoch !== undefined);
-      const confirmed = fPlusOneLargest(others, f);
-      if (confirmed !== undefined && claimed > confirmed)
-        found.push({ replica: o.replica, resource, claimed, confirmed });
-    }
+/**
+ * What in one poll's answers no honest replica can say, given the highest epoch it reported per resource
+ * earlier on the same connection (`earlier`). Its lease list came before its status answers, so every epoch
+ * it reports must be at least every one it reported before (records and the floor only rise; compaction
+ * raises the floor to at least the epoch of the record it removes).
+ */
+export function provableLies(observation: ReplicaObservation, earlier: ReadonlyMap<string, bigint>): Lie[] {
+  const lies: Lie[] = [];
+  /** What this poll's own answers raised, over `earlier` (which is not copied: it may hold thousands). */
+  const raised = new Map<string, bigint>();
+  const report = (resource: string, epoch: bigint, what: string) => {
+    const name = JSON.stringify(resource);
+    if (epoch >= HONEST_EPOCH_CEILING)
+      lies.push({
+        kind: 'impossible_epoch',
+        reason: `${what} epoch ${epoch} for ${name}: no honest replica reaches 2^62 (epochs rise at most 10^6 per grant)`,
+      });
+    const before = raised.get(resource) ?? earlier.get(resource);
+    if (before !== undefined && epoch < before)
+      lies.push({
+        kind: 'epoch_went_down',
+        reason: `${what} epoch ${epoch} for ${name} after reporting ${before} on the same connection (records never go down)`,
+      });
+    if (before === undefined || epoch > before) raised.set(resource, epoch);
+  };
+  const listed = new Map<string, ActiveLease>();
+  for (const lease of observation.leases ?? []) {
+    const other = listed.get(lease.resource);
+    if (other && (other.epoch !== lease.epoch || toHex(other.holder) !== toHex(lease.holder)))
+      lies.push({
+        kind: 'two_leases',
+        reason: `lists two leases on ${JSON.stringify(lease.resource)} (epochs ${other.epoch} and ${lease.epoch}): a replica keeps one record per resource`,
+      });
+    listed.set(lease.resource, lease);
   }
-  return found;
-}
-
-/** Replicas whose contradictions lasted `persistPolls` polls in a row, with the latest one as the reason. */
-export class ContradictionTracker {
-  readonly #persistPolls: number;
-  /** Replica → consecutive polls with a contradiction, and the latest. */
-  readonly #streaks = new Map<number, { polls: number; latest: Contradiction }>();
-
-  constructor(persistPolls = 3) {
-    this.#persistPolls = persistPolls;
-  }
-
-  /** Takes one poll's contradictions; a replica without one in this poll starts over. */
-  update(contradictions: readonly Contradiction[]): void {
-    const now = new Map<number, Contradiction>();
-    for (const c of contradictions) if (!now.has(c.replica)) now.set(c.replica, c);
-    for (const replica of [...this.#streaks.keys()]) if (!now.has(replica)) this.#streaks.delete(replica);
-    for (const [replica, latest] of now)
-      this.#streaks.set(replica, { polls: (this.#streaks.get(replica)?.polls ?? 0) + 1, latest });
-  }
-
-  /** The lasting contradiction of `replica`, or undefined when it has none. */
-  faultOf(replica: number): Contradiction | undefined {
-    const streak = this.#streaks.get(replica);
-    return streak && streak.polls >= this.#persistPolls ? streak.latest : undefined;
-  }
+  // Leases first (their answer came first), each resource at its highest listed epoch; then the status answers.
+  const listedHighest = new Map<string, bigint>();
+  for (const lease of observation.leases ?? [])
+    if ((listedHighest.get(lease.resource) ?? -1n) < lease.epoch) listedHighest.set(lease.resource, lease.epoch);
+  for (const [resource, epoch] of listedHighest) report(resource, epoch, 'lists a lease at');
+  for (const [resource, epoch] of observation.statusEpochs) report(resource, epoch, 'reports');
+  return lies;
 }
 
 /** How many more replicas may fail before acquires stop: those available minus the 2f+1 an acquire needs. */
 export function quorumMargin(available: number, f: number): number {
   return available - (2 * f + 1);
+}
+
+export interface Conviction {
+  readonly kind: FaultKind;
+  /** The first proof of this kind, in words. */
+  readonly reason: string;
+  /** When it was first and last seen (ISO 8601, UTC), and how often. */
+  readonly firstAt: string;
+  readonly lastAt: string;
+  readonly count: number;
+}
+
+export interface ReplicaVerdict {
+  readonly replica: number;
+  readonly reachable: boolean;
+  /** The first proof against it, or null: it is faulty only with one. */
+  readonly faulty: string | null;
+  readonly faultySince: string | null;
+  readonly convictions: readonly Conviction[];
+}
+
+export interface PollVerdict {
+  readonly replicas: readonly ReplicaVerdict[];
+  /** Replicas reachable and not faulty. */
+  readonly available: number;
+  readonly margin: number;
+}
+
+/** Resources whose highest epoch is remembered per replica: the oldest updated go first (fewer checks, never a false one). */
+const REMEMBERED_RESOURCES = 4096;
+
+/**
+ * The console's verdicts, poll after poll. A conviction stays for the console's life: an honest replica never
+ * earns one, so a replica that did is compromised (or misconfigured) whatever it says afterwards. Bounded by
+ * replica and kind, never by how much evidence arrives after it.
+ */
+export class ConsoleJudge {
+  readonly #f: number;
+  /** Replica → kind → conviction. */
+  readonly #convictions = new Map<number, Map<FaultKind, Conviction>>();
+  /** Replica → resource → the highest epoch it reported on its current connection. */
+  readonly #epochs = new Map<number, BoundedMap<string, bigint>>();
+
+  constructor(f: number) {
+    this.#f = f;
+  }
+
+  /** Records a proof against `replica` (evidence, or one of the lies a poll found). */
+  convict(replica: number, kind: FaultKind, reason: string, at: string): void {
+    const byKind = this.#convictions.get(replica) ?? new Map<FaultKind, Conviction>();
+    this.#convictions.set(replica, byKind);
+    const known = byKind.get(kind);
+    byKind.set(
+      kind,
+      known ? { ...known, lastAt: at, count: known.count + 1 } : { kind, reason, firstAt: at, lastAt: at, count: 1 },
+    );
+  }
+
+  /** Judges one poll's answers (one observation per replica) at time `at`. */
+  poll(observations: readonly ReplicaObservation[], at: string): PollVerdict {
+    for (const o of observations) {
+      if (o.newConnection) this.#epochs.delete(o.replica);
+      if (o.answer === 'protocol') this.convict(o.replica, 'protocol', `broke the protocol: ${o.message ?? ''}`, at);
+      if (o.identityMismatch !== null) this.convict(o.replica, 'identity', o.identityMismatch, at);
+      if (o.answer !== 'ok') continue;
+      const memory = this.#epochs.get(o.replica) ?? new BoundedMap<string, bigint>(REMEMBERED_RESOURCES);
+      this.#epochs.set(o.replica, memory);
+      for (const lie of provableLies(o, memory)) this.convict(o.replica, lie.kind, lie.reason, at);
+      for (const lease of o.leases ?? []) remember(memory, lease.resource, lease.epoch);
+      for (const [resource, epoch] of o.statusEpochs) remember(memory, resource, epoch);
+    }
+    const replicas = observations.map((o): ReplicaVerdict => {
+      const convictions = this.convictions(o.replica);
+      const first = convictions[0];
+      return {
+        replica: o.replica,
+        reachable: o.answer === 'ok',
+        faulty: first ? first.reason : null,
+        faultySince: first ? first.firstAt : null,
+        convictions,
+      };
+    });
+    const available = replicas.filter((r) => r.reachable && r.faulty === null).length;
+    return { replicas, available, margin: quorumMargin(available, this.#f) };
+  }
+
+  /** The proofs against `replica`, first found first. */
+  convictions(replica: number): Conviction[] {
+    return [...(this.#convictions.get(replica)?.values() ?? [])].sort((a, b) => a.firstAt.localeCompare(b.firstAt));
+  }
+}
+
+function remember(memory: BoundedMap<string, bigint>, resource: string, epoch: bigint): void {
+  const before = memory.get(resource);
+  if (before === undefined || epoch > before) memory.set(resource, epoch);
 }

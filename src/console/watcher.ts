@@ -1,16 +1,21 @@
 /**
  * The console's poll loop: once per interval it asks every replica for its running leases (the `leases`
  * request), the status of every resource any replica lists plus the watched ones, its /healthz and its
- * /metrics; applies the (f+1)-th rules (view.ts); and keeps the state the page shows. Polls never overlap,
- * and every list it keeps is bounded.
+ * /metrics; judges the answers (view.ts); and keeps the state the page shows, its history, which shipped
+ * alerts would fire, and logs what changed. Polls never overlap, and everything it keeps is bounded.
  */
 import type { QuorumFenceClient } from '../client/client.js';
-import { verifyEquivocation, type Evidence, type EvidenceLog } from '../client/evidence.js';
+import type { EvidenceLog } from '../client/evidence.js';
 import type { ReplicaLeases } from '../client/active-leases.js';
+import type { ConnectionState } from '../client/connection-state.js';
 import { BoundedMap } from '../common/bounded-map.js';
-import { toHex } from '../common/bytes.js';
 import { isQuorumFenceError } from '../common/errors.js';
+import type { Logger } from '../common/log.js';
+import { AlertEvaluator, RULE_WINDOW_MS, type AlertState } from './alerts.js';
+import { stateChanges, type ChangeSnapshot } from './changes.js';
 import { equivocationFromJson, equivocationToJson, type EquivocationJson } from './evidence-json.js';
+import { EvidenceStore, type EvidenceRow } from './evidence-store.js';
+import { HISTORY_BUCKET_MS, HISTORY_WINDOW_MS, RollingHistory, type HistoryPoint } from './history.js';
 import type { ConsoleMetrics } from './metrics.js';
 import {
   fetchBounded,
@@ -22,21 +27,14 @@ import {
   type MetricsFigures,
   type MetricsSample,
 } from './replica-health.js';
-import {
-  ContradictionTracker,
-  confirmedLeases,
-  findContradictions,
-  quorumMargin,
-  type QuorumLease,
-  type ReplicaObservation,
-} from './view.js';
+import { ConsoleJudge, confirmedLeases, type Conviction, type QuorumLease, type ReplicaObservation } from './view.js';
 
 /** Recent grants kept for the page, newest first. */
 const MAX_RECENT_GRANTS = 50;
 /** Leases already seen, so each shows once in the recent grants. */
 const SEEN_LEASES = 4096;
-/** Evidence items kept with an id for download. */
-const MAX_EVIDENCE = 64;
+/** /metrics samples kept per replica for the alert rules' 5-minute windows: one per 10 s is ~31 of them. */
+const RULE_SAMPLE_SPACING_MS = 10_000;
 
 export interface ConsoleWatcherOptions {
   readonly client: QuorumFenceClient;
@@ -48,8 +46,10 @@ export interface ConsoleWatcherOptions {
   readonly timeoutMs: number;
   /** Resources whose status is asked at every poll, listed or not. */
   readonly watch: readonly string[];
-  /** Polls in a row a contradiction must last before its replica is shown faulty. */
-  readonly persistPolls: number;
+  /** Holder key (lowercase hex) → the name the page shows (--holders). */
+  readonly holderNames?: ReadonlyMap<string, string>;
+  /** Hears what changed between polls (a replica lost, back or faulty, the margin, alerts); silent without. */
+  readonly logger?: Logger;
   /** Hears a poll that failed (a bug, not a replica's doing: replicas' failures are part of the state). */
   readonly onPollError?: (error: unknown) => void;
 }
@@ -59,45 +59,51 @@ export interface ReplicaRow {
   readonly endpoint: string;
   /** The console's WebSocket connection is up and the replica answered the last poll's leases request. */
   readonly reachable: boolean;
+  /** Since when it has not been reachable (ISO 8601, UTC), or null. */
+  readonly downSince: string | null;
   readonly connection: string;
-  /** Why the console shows it faulty, or null. */
+  /** The first proof that it is faulty, or null (docs/console.md, "When a replica is faulty"). */
   readonly faulty: string | null;
+  readonly faultySince: string | null;
+  /** Every proof against it, one per kind, first found first. */
+  readonly convictions: readonly Conviction[];
   /** True when verified equivocation evidence convicts it. */
   readonly convicted: boolean;
   /** Its own word about itself (/healthz), or why it could not be read. */
   readonly health: (HealthClaim & { readonly mismatch: string | null }) | { readonly error: string };
   readonly metrics: MetricsFigures | { readonly error: string };
-  /** How many leases it listed (its word), and whether it left some out. */
+  /** How many leases it listed (its word). */
   readonly leasesListed: number | null;
 }
 
+type Named<T> = T & { readonly holderName: string | null };
+
 export interface ConsoleState {
+  /** Every time in this state is ISO 8601 in this zone. */
+  readonly timeZone: 'UTC';
   readonly cluster: { readonly id: string; readonly n: number; readonly f: number; readonly t: number };
   readonly polledAt: string | null;
   readonly polls: number;
   /** How long the last poll took (ms): all its requests, health and metrics reads included. */
   readonly lastPollMs: number | null;
+  readonly intervalMs: number;
+  /** The page shows everything as stale when the last poll is older than this (or the console does not answer). */
+  readonly staleAfterMs: number;
   readonly margin: number;
   readonly available: number;
   readonly replicas: readonly ReplicaRow[];
-  readonly leases: readonly (Omit<QuorumLease, 'epoch'> & { readonly epoch: string })[];
-  readonly recentGrants: readonly {
+  readonly leases: readonly Named<Omit<QuorumLease, 'epoch'> & { readonly epoch: string }>[];
+  readonly recentGrants: readonly Named<{
     readonly resource: string;
     readonly epoch: string;
     readonly holder: string;
     readonly firstSeenAt: string;
-  }[];
-  readonly evidence: readonly {
-    readonly id: number;
-    readonly kind: string;
-    readonly replica: number;
-    readonly resource: string;
-    readonly epoch: string;
-    readonly observedAt: string;
-    /** Equivocation that verifies: downloadable at /api/evidence/<id>.json. */
-    readonly downloadable: boolean;
-  }[];
+  }>[];
+  readonly evidence: readonly EvidenceRow[];
   readonly probedResources: number;
+  readonly history: { readonly bucketSeconds: number; readonly windowSeconds: number; readonly points: HistoryPoint[] };
+  /** Which shipped alert rules would fire now (alerts.ts). */
+  readonly alerts: readonly AlertState[];
 }
 
 interface HealthRead {
@@ -109,12 +115,20 @@ interface HealthRead {
 export class ConsoleWatcher {
   readonly #options: ConsoleWatcherOptions;
   readonly #client: QuorumFenceClient;
-  readonly #tracker: ContradictionTracker;
+  readonly #judge: ConsoleJudge;
+  readonly #evidence: EvidenceStore;
+  readonly #evidenceByKind: Record<string, number> = {};
+  #lastEvidenceId = 0;
+  readonly #history = new RollingHistory();
+  readonly #alerts = new AlertEvaluator();
+  /** Replica → its latest /metrics sample, and its samples over the alert rules' window. */
   readonly #samples = new Map<number, MetricsSample>();
+  readonly #ruleSamples = new Map<number, MetricsSample[]>();
+  /** Replica → the connection state object of the previous poll (a new object: a new connection). */
+  readonly #connections = new Map<number, ConnectionState>();
+  readonly #downSince = new Map<number, string>();
   readonly #seen = new BoundedMap<string, true>(SEEN_LEASES);
   readonly #recent: ConsoleState['recentGrants'][number][] = [];
-  readonly #evidence: { id: number; item: Evidence; verified: boolean }[] = [];
-  #nextEvidenceId = 1;
   #state: ConsoleState;
   #timer: NodeJS.Timeout | undefined;
   #polling: Promise<void> | undefined;
@@ -124,20 +138,27 @@ export class ConsoleWatcher {
   constructor(options: ConsoleWatcherOptions) {
     this.#options = options;
     this.#client = options.client;
-    this.#tracker = new ContradictionTracker(options.persistPolls);
     const { cluster } = this.#client;
+    this.#judge = new ConsoleJudge(cluster.f);
+    this.#evidence = new EvidenceStore(cluster);
     this.#state = {
+      timeZone: 'UTC',
       cluster: { id: cluster.idHex, n: cluster.n, f: cluster.f, t: cluster.t },
       polledAt: null,
       polls: 0,
       lastPollMs: null,
-      margin: quorumMargin(0, cluster.f),
+      intervalMs: options.intervalMs,
+      // Three missed polls, each allowed its requests' timeout (health and status rounds follow the leases one).
+      staleAfterMs: 3 * (options.intervalMs + 2 * options.timeoutMs),
+      margin: -cluster.t,
       available: 0,
       replicas: [],
       leases: [],
       recentGrants: [],
       evidence: [],
       probedResources: 0,
+      history: { bucketSeconds: HISTORY_BUCKET_MS / 1000, windowSeconds: HISTORY_WINDOW_MS / 1000, points: [] },
+      alerts: [],
     };
     for (const item of options.evidence.list()) this.#noteEvidence(item);
     this.#unsubscribe = options.evidence.subscribe((item) => this.#noteEvidence(item));
@@ -168,10 +189,14 @@ export class ConsoleWatcher {
     return this.#state;
   }
 
+  get client(): QuorumFenceClient {
+    return this.#client;
+  }
+
   /** The downloadable document of evidence `id`, or undefined. */
   evidenceDocument(id: number): EquivocationJson | undefined {
-    const entry = this.#evidence.find((e) => e.id === id);
-    return entry?.verified ? equivocationToJson(entry.item) : undefined;
+    const item = this.#evidence.downloadable(id);
+    return item ? equivocationToJson(item) : undefined;
   }
 
   /**
@@ -181,17 +206,18 @@ export class ConsoleWatcher {
   addEvidence(document: unknown): number {
     const evidence = equivocationFromJson(document, this.#client.cluster);
     // The same pair handed over again (several clients saw it) is kept once.
-    const known = this.#evidence.find((e) => e.verified && sameEquivocation(e.item, evidence));
-    if (known) return known.id;
+    const known = this.#evidence.findSame(evidence);
+    if (known !== undefined) return known;
     const { observedAt: _observedAt, ...item } = evidence;
     this.#options.evidence.record(item);
-    return this.#nextEvidenceId - 1;
+    return this.#lastEvidenceId;
   }
 
-  #noteEvidence(item: Evidence): void {
-    const verified = item.kind === 'equivocation' && verifyEquivocation(item, this.#client.cluster);
-    this.#evidence.push({ id: this.#nextEvidenceId++, item, verified });
-    if (this.#evidence.length > MAX_EVIDENCE) this.#evidence.shift();
+  #noteEvidence(item: Parameters<EvidenceStore['note']>[0]): void {
+    const { id, conviction } = this.#evidence.note(item);
+    this.#lastEvidenceId = id;
+    if (conviction) this.#judge.convict(conviction.replica, conviction.kind, conviction.reason, conviction.at);
+    this.#evidenceByKind[item.kind] = (this.#evidenceByKind[item.kind] ?? 0) + 1;
     this.#options.metrics.evidence.inc({ kind: item.kind });
   }
 
@@ -224,14 +250,87 @@ export class ConsoleWatcher {
       }),
     );
     if (this.#stopped) return;
-    const observations: ReplicaObservation[] = leaseViews.map((view) => ({
-      replica: view.replica,
-      leases: view.state === 'ok' ? view.leases : undefined,
-      statusEpochs: statusEpochs.get(view.replica) ?? new Map(),
-    }));
-    this.#tracker.update(findContradictions(observations, cluster.f));
+    const now = Date.now();
+    const nowIso = new Date(now).toISOString();
+    const connections = client.replicas();
+    const observations: ReplicaObservation[] = leaseViews.map((view, k) => {
+      const connection = connections.find((c) => c.replica === view.replica)!.state;
+      const previous = this.#connections.get(view.replica);
+      this.#connections.set(view.replica, connection);
+      const health = healthReads[k]!.health;
+      return {
+        replica: view.replica,
+        answer:
+          view.state === 'ok' && connection.phase === 'ready'
+            ? 'ok'
+            : view.state === 'faulty'
+              ? 'protocol'
+              : 'unreachable',
+        message: view.state === 'ok' ? undefined : view.message,
+        leases: view.state === 'ok' ? view.leases : undefined,
+        statusEpochs: statusEpochs.get(view.replica) ?? new Map(),
+        // Connection states are immutable: every transition makes a new object, so a new one means it reconnected.
+        newConnection: previous !== undefined && previous !== connection,
+        identityMismatch: 'error' in health ? null : health.mismatch,
+      };
+    });
+    const verdict = this.#judge.poll(observations, nowIso);
     const leases = confirmedLeases(observations, cluster.f);
-    const now = new Date().toISOString();
+    this.#noteRecentGrants(leases, nowIso);
+    const rows: ReplicaRow[] = leaseViews.map((view, k) => {
+      const judged = verdict.replicas[k]!;
+      const read = healthReads[k]!;
+      if (judged.reachable) this.#downSince.delete(view.replica);
+      else if (!this.#downSince.has(view.replica)) this.#downSince.set(view.replica, nowIso);
+      const previous = this.#samples.get(view.replica);
+      if (read.sample) this.#keepSample(view.replica, read.sample);
+      return {
+        replica: view.replica,
+        endpoint: view.endpoint,
+        reachable: judged.reachable,
+        downSince: this.#downSince.get(view.replica) ?? null,
+        connection: view.state === 'ok' ? 'ready' : `${view.state}: ${view.message}`,
+        faulty: judged.faulty,
+        faultySince: judged.faultySince,
+        convictions: judged.convictions,
+        convicted: judged.convictions.some((c) => c.kind === 'equivocation'),
+        health: read.health,
+        metrics: read.sample ? metricsFigures(read.sample, previous) : { error: read.metricsError ?? 'unknown' },
+        leasesListed: view.state === 'ok' ? view.leases.length : null,
+      };
+    });
+    const { margin, available } = verdict;
+    this.#history.add({ at: now, margin, ...clusterRates(rows) });
+    const alerts = this.#alerts.evaluate({
+      at: now,
+      margin,
+      t: cluster.t,
+      metricsUp: new Map(healthReads.map((read, k) => [leaseViews[k]!.replica, read.sample !== undefined])),
+      evidenceByKind: this.#evidenceByKind,
+      samples: this.#ruleSamples,
+    });
+    this.#export(rows, margin);
+    this.#logChanges({ margin, replicas: rows, alerts });
+    const names = this.#options.holderNames;
+    const named = <T extends { holder: string }>(x: T) => ({ ...x, holderName: names?.get(x.holder) ?? null });
+    this.#state = {
+      ...this.#state,
+      polledAt: nowIso,
+      polls: this.#state.polls + 1,
+      lastPollMs: Math.round(performance.now() - started),
+      margin,
+      available,
+      replicas: rows,
+      leases: leases.map((l) => named({ ...l, epoch: l.epoch.toString() })),
+      recentGrants: this.#recent.map(named),
+      evidence: this.#evidence.rows(),
+      probedResources: resources.size,
+      history: { ...this.#state.history, points: this.#history.points() },
+      alerts,
+    };
+  }
+
+  #noteRecentGrants(leases: readonly QuorumLease[], nowIso: string): void {
     for (const lease of [...leases].reverse()) {
       const key = `${lease.epoch}\u0000${lease.holder}\u0000${lease.resource}`;
       if (this.#seen.get(key)) continue;
@@ -240,71 +339,40 @@ export class ConsoleWatcher {
         resource: lease.resource,
         epoch: lease.epoch.toString(),
         holder: lease.holder,
-        firstSeenAt: now,
+        holderName: null,
+        firstSeenAt: nowIso,
       });
     }
     this.#recent.splice(MAX_RECENT_GRANTS);
-    const convicted = new Set(this.#evidence.filter((e) => e.verified).map((e) => e.item.replica));
-    const connections = client.replicas();
-    const rows: ReplicaRow[] = leaseViews.map((view, k) => {
-      const connection = connections.find((c) => c.replica === view.replica)!;
-      const read = healthReads[k]!;
-      const reachable = view.state === 'ok' && connection.state.phase === 'ready';
-      const contradiction = this.#tracker.faultOf(view.replica);
-      const faulty = convicted.has(view.replica)
-        ? 'convicted: verified equivocation evidence (two holders signed at one resource and epoch)'
-        : view.state === 'faulty'
-          ? `broke the protocol: ${view.message}`
-          : contradiction
-            ? `claims epoch ${contradiction.claimed} for ${JSON.stringify(contradiction.resource)}; f+1 others confirm only ${contradiction.confirmed} (for ${this.#options.persistPolls}+ polls)`
-            : null;
-      const previous = this.#samples.get(view.replica);
-      if (read.sample) this.#samples.set(view.replica, read.sample);
-      return {
-        replica: view.replica,
-        endpoint: view.endpoint,
-        reachable,
-        connection: view.state === 'ok' ? 'ready' : `${view.state}: ${view.message}`,
-        faulty,
-        convicted: convicted.has(view.replica),
-        health: read.health,
-        metrics: read.sample ? metricsFigures(read.sample, previous) : { error: read.metricsError ?? 'unknown' },
-        leasesListed: view.state === 'ok' ? view.leases.length : null,
-      };
-    });
-    const available = rows.filter((r) => r.reachable && r.faulty === null).length;
-    const margin = quorumMargin(available, cluster.f);
+  }
+
+  /** Keeps the latest sample, and one per RULE_SAMPLE_SPACING_MS over the alert rules' window. */
+  #keepSample(replica: number, sample: MetricsSample): void {
+    this.#samples.set(replica, sample);
+    const window = this.#ruleSamples.get(replica) ?? [];
+    this.#ruleSamples.set(replica, window);
+    const beforeLast = window.at(-2);
+    if (beforeLast && sample.at - beforeLast.at < RULE_SAMPLE_SPACING_MS) window[window.length - 1] = sample;
+    else window.push(sample);
+    while (window.length > 0 && window[0]!.at < sample.at - RULE_WINDOW_MS) window.shift();
+  }
+
+  #export(rows: readonly ReplicaRow[], margin: number): void {
     const m = this.#options.metrics;
     m.quorumMargin.set(margin);
     for (const row of rows) {
       m.replicaReachable.set({ replica: String(row.replica) }, row.reachable ? 1 : 0);
       m.replicaFaulty.set({ replica: String(row.replica) }, row.faulty === null ? 0 : 1);
     }
-    this.#state = {
-      cluster: this.#state.cluster,
-      polledAt: now,
-      polls: this.#state.polls + 1,
-      lastPollMs: Math.round(performance.now() - started),
-      margin,
-      available,
-      replicas: rows,
-      leases: leases.map((l) => ({ ...l, epoch: l.epoch.toString() })),
-      recentGrants: [...this.#recent],
-      evidence: this.#evidence.map((e) => ({
-        id: e.id,
-        kind: e.item.kind,
-        replica: e.item.replica,
-        resource: e.item.grant.resource,
-        epoch: e.item.grant.epoch.toString(),
-        observedAt: e.item.observedAt,
-        downloadable: e.verified,
-      })),
-      probedResources: resources.size,
-    };
   }
 
-  get client(): QuorumFenceClient {
-    return this.#client;
+  #logChanges(after: ChangeSnapshot): void {
+    const logger = this.#options.logger;
+    if (!logger) return;
+    const before: ChangeSnapshot | undefined =
+      this.#state.polls === 0 ? undefined : { ...this.#state, alerts: this.#state.alerts };
+    for (const change of stateChanges(before, after))
+      logger[change.level]({ event: change.event, ...change.fields }, change.message);
   }
 
   async #readHealth(index: number, endpoint: string): Promise<HealthRead> {
@@ -339,16 +407,20 @@ export class ConsoleWatcher {
   }
 }
 
-/** One replica, one (resource, epoch), the same two holders in either order. */
-function sameEquivocation(a: Evidence, b: Evidence): boolean {
-  const holders = (e: Evidence) =>
-    [toHex(e.grant.holder), toHex(e.conflicting?.grant.holder ?? new Uint8Array())].sort().join();
-  return (
-    a.replica === b.replica &&
-    a.grant.resource === b.grant.resource &&
-    a.grant.epoch === b.grant.epoch &&
-    holders(a) === holders(b)
-  );
+/** The cluster's rates for the history: the replicas' own figures, summed. */
+function clusterRates(rows: readonly ReplicaRow[]): {
+  grantsPerSecond: number | null;
+  refusalsPerSecond: Record<string, number>;
+} {
+  let grantsPerSecond: number | null = null;
+  const refusalsPerSecond: Record<string, number> = {};
+  for (const row of rows) {
+    if ('error' in row.metrics) continue;
+    if (row.metrics.grantsPerSecond !== null) grantsPerSecond = (grantsPerSecond ?? 0) + row.metrics.grantsPerSecond;
+    for (const [reason, rate] of Object.entries(row.metrics.refusalsPerSecond ?? {}))
+      refusalsPerSecond[reason] = (refusalsPerSecond[reason] ?? 0) + rate;
+  }
+  return { grantsPerSecond, refusalsPerSecond };
 }
 
 function describeFailure(error: unknown): string {

@@ -9,8 +9,13 @@
  * either direction is lost, as a client sees a silent network. When it heals,
  * the connections that lived through it are reset (as a TCP timeout would
  * end them) and new ones pass again.
+ *
+ * Plain HTTP requests (a replica's /healthz and /metrics, on the same port)
+ * are passed through whole, with no per-message faults; during a partition
+ * they get no answer until it heals, when they are cut off.
  */
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { request as requestTls } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import { seededRandom, type SeededRandom } from './seeded-random.js';
@@ -219,8 +224,25 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     maxPayload: options.maxMessageBytes ?? 1024 * 1024,
     perMessageDeflate: false,
   });
-  const server: Server = createServer((_req, res) => {
-    res.writeHead(426, { 'content-type': 'text/plain' }).end('fault proxy: WebSocket only\n');
+  /** HTTP requests held unanswered by a partition. */
+  const heldRequests = new Set<ServerResponse>();
+  const server: Server = createServer((req, res) => {
+    if (faults.partitioned) {
+      heldRequests.add(res);
+      res.on('close', () => heldRequests.delete(res));
+      return;
+    }
+    const url = target.replace(/^ws/, 'http') + (req.url ?? '/');
+    const upstream = (url.startsWith('https:') ? requestTls : request)(
+      url,
+      { method: req.method, headers: req.headers },
+      (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      },
+    );
+    upstream.on('error', () => (res.headersSent ? res.destroy() : res.writeHead(502).end()));
+    req.pipe(upstream);
   });
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     wss.handleUpgrade(req, socket, head, (client) => {
@@ -241,7 +263,10 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
   const setFaults = (next: LinkFaults) => {
     const healed = faults.partitioned && !next.partitioned;
     faults = next;
-    if (healed) for (const link of links) if (link.sawPartition) link.reset();
+    if (healed) {
+      for (const link of links) if (link.sawPartition) link.reset();
+      for (const res of heldRequests) res.destroy();
+    }
   };
   return {
     url: `ws://${host}:${port}`,
@@ -258,6 +283,7 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     },
     async close() {
       for (const link of links) link.reset();
+      for (const res of heldRequests) res.destroy();
       wss.close();
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },

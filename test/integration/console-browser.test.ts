@@ -4,16 +4,16 @@
  * `quorumfence console` as a real process, read by a real headless Chromium. The page must show replica 4
  * faulty and the margin 4 - 1 - 3 = 0, a lease acquired by this test appear (holder, epoch) and disappear on
  * release, replica-supplied text as text (never markup), and verified equivocation evidence as a download.
- * A screenshot is saved to test-artefacts/console.png (git-ignored).
+ * A screenshot is saved to test-artefacts/console-lying.png (git-ignored). The other faults (a replica killed or
+ * partitioned, the console stopped, N = 7 with two down) are console-faults.test.ts.
  *
  * Needs Debian's chromium (.ci/run installs it); without it the test fails saying so.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { QuorumFenceClient, createIdentityFile, generateIdentity } from '../../src/client/index.js';
 import { clusterToJson, loadClusterFile, withEndpoints, type Cluster } from '../../src/cluster/description.js';
@@ -24,16 +24,16 @@ import { CONSOLE_METRICS } from '../../src/console/metric-names.js';
 import { EVIDENCE_FORMAT, equivocationFromJson } from '../../src/console/evidence-json.js';
 import { byzantineEntryPoint } from '../../src/testing/byzantine/control.js';
 import { grantMessage, type Grant } from '../../src/token/grant.js';
-import { CLI_PATH, runCli } from '../support/cli.js';
-
-const ARTEFACTS = fileURLToPath(new URL('../../test-artefacts/', import.meta.url));
-
-function chromiumPath(): string {
-  const found = spawnSync('sh', ['-c', 'command -v chromium || command -v chromium-browser'], { encoding: 'utf8' });
-  const path = found.stdout.trim();
-  if (found.status !== 0 || path === '') throw new Error('chromium is not installed (apt-get install chromium)');
-  return path;
-}
+import { runCli } from '../support/cli.js';
+import {
+  PAGE_WAIT,
+  openConsoleBrowser,
+  screenshot,
+  shownReplicas,
+  startConsoleProcess,
+  type ConsoleBrowser,
+  type ConsoleProcess,
+} from '../support/console-page.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-console-'));
 let honest: LocalCluster;
@@ -41,53 +41,10 @@ let byzantine: LocalCluster;
 let cluster: Cluster;
 let clusterFile: string;
 let identityFile: string;
-let consoleProcess: ChildProcess;
+let consoleProcess: ConsoleProcess;
 let consoleUrl: string;
-let consoleStderr = '';
-let browser: Browser;
+let browser: ConsoleBrowser;
 let page: Page;
-
-/** Starts `quorumfence console` and resolves with the url it prints. */
-function startConsole(): Promise<string> {
-  consoleProcess = spawn(
-    process.execPath,
-    [
-      CLI_PATH,
-      'console',
-      '--cluster',
-      clusterFile,
-      '--identity',
-      identityFile,
-      '--listen',
-      '127.0.0.1:0',
-      '--interval',
-      '500ms',
-      '--timeout',
-      '1s',
-    ],
-    { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' } },
-  );
-  consoleProcess.stderr!.on(
-    'data',
-    (chunk: Buffer) => (consoleStderr = (consoleStderr + chunk.toString()).slice(-4000)),
-  );
-  return new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`the console did not start:\n${consoleStderr}`)), 30_000);
-    consoleProcess.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const match = /serving (http:\/\/127\.0\.0\.1:\d+)\//.exec(out);
-      if (match) {
-        clearTimeout(timer);
-        resolve(match[1]!);
-      }
-    });
-    consoleProcess.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`the console exited with ${code}:\n${consoleStderr}`));
-    });
-  });
-}
 
 beforeAll(async () => {
   const keys = join(root, 'keys');
@@ -111,35 +68,50 @@ beforeAll(async () => {
   writeFileSync(clusterFile, JSON.stringify(clusterToJson(cluster)));
   identityFile = join(root, 'console.identity');
   createIdentityFile(identityFile);
-  consoleUrl = await startConsole();
-  browser = await chromium.launch({ executablePath: chromiumPath(), args: ['--no-sandbox'] });
-  page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  consoleProcess = await startConsoleProcess(clusterFile, identityFile);
+  consoleUrl = consoleProcess.url;
+  browser = await openConsoleBrowser();
+  page = browser.page;
   await page.goto(consoleUrl + '/');
 }, 120_000);
 
 afterAll(async () => {
   await browser?.close();
-  consoleProcess?.kill('SIGTERM');
+  await consoleProcess?.stop();
   await Promise.allSettled([honest?.close(), byzantine?.close()]);
   rmSync(root, { recursive: true, force: true });
 }, 60_000);
 
-/** Page checks go through Playwright's selectors: the page's Content-Security-Policy forbids evaluating strings. */
-const WAIT = { timeout: 20_000 };
+const WAIT = PAGE_WAIT;
+
+/** Replica 4's two signatures for two holders at one (resource, epoch 7): evidence that convicts it. */
+function equivocationDocument(resource: string) {
+  const key = loadReplicaKeyFile(join(root, 'keys', 'replica-4.key'), cluster);
+  const grantFor = (holder: Uint8Array): Grant => ({ clusterId: cluster.id, resource, epoch: 7n, holder });
+  const sign = (grant: Grant) => toHex(cluster.backend.sign(key.secretKey, grantMessage(grant)).bytes);
+  const jsonGrant = (grant: Grant) => ({
+    clusterId: toHex(grant.clusterId),
+    resource: grant.resource,
+    epoch: String(grant.epoch),
+    holder: toHex(grant.holder),
+  });
+  const a = grantFor(new Uint8Array(32).fill(1));
+  const b = grantFor(new Uint8Array(32).fill(2));
+  return {
+    format: EVIDENCE_FORMAT,
+    replica: 4,
+    observedAt: new Date().toISOString(),
+    grant: jsonGrant(a),
+    partial: sign(a),
+    conflicting: { grant: jsonGrant(b), partial: sign(b) },
+  };
+}
 
 describe('the operator console in Chromium', () => {
   it('shows the Byzantine replica faulty, the honest ones not, and the margin 4 - 1 - 3 = 0', async () => {
     await page.waitForSelector('tr[data-replica="4"][data-faulty="true"]', WAIT);
     await expect.poll(() => page.textContent('#margin'), WAIT).toBe('0');
-    const rows = await page.$$eval('#replicas tr', (trs) =>
-      trs.map((tr) => ({
-        replica: tr.getAttribute('data-replica'),
-        faulty: tr.getAttribute('data-faulty'),
-        reachable: tr.getAttribute('data-reachable'),
-        reason: tr.querySelector('.reason')?.textContent ?? null,
-        text: tr.textContent ?? '',
-      })),
-    );
+    const rows = await shownReplicas(page);
     expect(rows.map((r) => [r.replica, r.faulty, r.reachable])).toEqual([
       ['1', 'false', 'true'],
       ['2', 'false', 'true'],
@@ -185,8 +157,7 @@ describe('the operator console in Chromium', () => {
       expect(listers.length).toBeGreaterThanOrEqual(2);
       expect(listers.every((r: string) => ['1', '2', '3'].includes(r))).toBe(true);
       await page.locator('#recent td').filter({ hasText: resource }).first().waitFor(WAIT);
-      mkdirSync(ARTEFACTS, { recursive: true });
-      await page.screenshot({ path: join(ARTEFACTS, 'console.png'), fullPage: true });
+      await screenshot(page, 'lying');
 
       await lease.release();
       await page.waitForSelector(selector, { ...WAIT, state: 'detached' });
@@ -197,30 +168,7 @@ describe('the operator console in Chromium', () => {
   }, 60_000);
 
   it('keeps verified equivocation evidence as a JSON download and refuses evidence that does not verify', async () => {
-    const key = loadReplicaKeyFile(join(root, 'keys', 'replica-4.key'), cluster);
-    const grantFor = (holder: Uint8Array): Grant => ({
-      clusterId: cluster.id,
-      resource: 'console/split',
-      epoch: 7n,
-      holder,
-    });
-    const sign = (grant: Grant) => toHex(cluster.backend.sign(key.secretKey, grantMessage(grant)).bytes);
-    const jsonGrant = (grant: Grant) => ({
-      clusterId: toHex(grant.clusterId),
-      resource: grant.resource,
-      epoch: String(grant.epoch),
-      holder: toHex(grant.holder),
-    });
-    const a = grantFor(new Uint8Array(32).fill(1));
-    const b = grantFor(new Uint8Array(32).fill(2));
-    const document = {
-      format: EVIDENCE_FORMAT,
-      replica: 4,
-      observedAt: new Date().toISOString(),
-      grant: jsonGrant(a),
-      partial: sign(a),
-      conflicting: { grant: jsonGrant(b), partial: sign(b) },
-    };
+    const document = equivocationDocument('console/split');
     const post = (body: unknown) => fetch(`${consoleUrl}/api/evidence`, { method: 'POST', body: JSON.stringify(body) });
 
     // Not JSON, or too large: refused, nothing kept, the server keeps serving.
@@ -245,6 +193,57 @@ describe('the operator console in Chromium', () => {
     expect(await page.$$eval('#evidence tr[data-evidence]', (trs) => trs.map((tr) => tr.textContent))).toEqual([
       expect.stringContaining('equivocation'),
     ]);
+  }, 60_000);
+
+  it('refuses evidence posted from another site (issue 30): by its Origin or Sec-Fetch-Site, and from a real page elsewhere', async () => {
+    const document = equivocationDocument('console/cross-site');
+    const body = JSON.stringify(document);
+    const crossSite: Record<string, string>[] = [
+      { origin: 'http://evil.example' },
+      { origin: 'null' },
+      { origin: consoleUrl.replace('127.0.0.1', 'localhost') },
+      { 'sec-fetch-site': 'cross-site' },
+      { 'sec-fetch-site': 'same-site', origin: consoleUrl },
+    ];
+    for (const headers of crossSite) {
+      const refused = await fetch(`${consoleUrl}/api/evidence`, { method: 'POST', headers, body });
+      expect(refused.status, JSON.stringify(headers)).toBe(403);
+      expect(((await refused.json()) as { code: string }).code).toBe('FORBIDDEN_ORIGIN');
+    }
+    // A page served from another port of this machine (another origin, the same site) posts the document
+    // through the visitor's browser, as a form or a no-cors fetch can without asking anyone.
+    const attacker = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end(
+        `<!doctype html><title>waiting</title><script>fetch(${JSON.stringify(`${consoleUrl}/api/evidence`)}, ` +
+          `{ method: 'POST', mode: 'no-cors', body: ${JSON.stringify(body)} })` +
+          `.then(() => { document.title = 'posted'; }, () => { document.title = 'failed'; });</script>`,
+      );
+    });
+    await new Promise<void>((resolve) => attacker.listen(0, '127.0.0.1', resolve));
+    const attackerPage = await page.context().newPage();
+    try {
+      const address = attacker.address() as { port: number };
+      await attackerPage.goto(`http://127.0.0.1:${address.port}/`);
+      await expect.poll(() => attackerPage.title(), WAIT).not.toBe('waiting');
+    } finally {
+      await attackerPage.close();
+      attacker.closeAllConnections();
+      await new Promise((resolve) => attacker.close(resolve));
+    }
+    const state = async () =>
+      (await (await fetch(`${consoleUrl}/api/state`)).json()) as { polls: number; evidence: { resource: string }[] };
+    const listed = async () => (await state()).evidence;
+    // The page's fetch has been answered (its title changed); two polls later, nothing was kept.
+    const polls = (await state()).polls;
+    await expect.poll(async () => (await state()).polls, WAIT).toBeGreaterThanOrEqual(polls + 2);
+    expect((await listed()).filter((e) => e.resource === 'console/cross-site')).toEqual([]);
+    // The document itself is good: a client that is not a browser hands it over.
+    const accepted = await fetch(`${consoleUrl}/api/evidence`, { method: 'POST', body });
+    expect(accepted.status).toBe(201);
+    await expect
+      .poll(async () => (await listed()).filter((e) => e.resource === 'console/cross-site'), WAIT)
+      .toHaveLength(1);
   }, 60_000);
 
   it('reports how long a poll takes (printed for the record)', async () => {
@@ -306,6 +305,26 @@ describe('quorumfence console: bad input', () => {
     ]);
     expect(remote.code).toBe(2);
     expect(remote.stderr).toContain('--allow-remote');
+
+    // A holder names file of another format, or with a bad key: refused naming the problem, nothing served.
+    const names = join(root, 'holders.json');
+    writeFileSync(names, JSON.stringify({ format: 'quorumfence/replica-access/v1', holders: {} }));
+    const otherFormat = await runCli([
+      'console',
+      '--cluster',
+      clusterFile,
+      '--identity',
+      identityFile,
+      '--holders',
+      names,
+    ]);
+    expect(otherFormat.code).toBe(1);
+    expect(otherFormat.stderr).toContain('(UNKNOWN_VERSION)');
+    writeFileSync(names, JSON.stringify({ format: 'quorumfence/console-holders/v1', holders: { nothex: 'x' } }));
+    const badKey = await runCli(['console', '--cluster', clusterFile, '--identity', identityFile, '--holders', names]);
+    expect(badKey.code).toBe(2);
+    expect(badKey.stderr).toContain('holders.nothex');
+    expect(badKey.stderr).toContain('(INVALID_OPTION)');
 
     const help = await runCli(['console', '--help']);
     expect(help.code).toBe(0);

@@ -22,6 +22,10 @@ quorumfence_replica_flush_seconds_count{replica="1",cluster="ab"} 10
 quorumfence_replica_flush_seconds_bucket{le="0.001",replica="1",cluster="ab"} 2
 quorumfence_replica_sign_seconds_sum{replica="1",cluster="ab"} 0.0042
 quorumfence_replica_sign_seconds_count{replica="1",cluster="ab"} 14
+quorumfence_replica_flush_seconds_bucket{le="0.05",replica="1",cluster="ab"} 9
+quorumfence_replica_flush_seconds_bucket{le="+Inf",replica="1",cluster="ab"} 10
+quorumfence_replica_signing_records{replica="1",cluster="ab"} 42
+quorumfence_replica_epoch_floor{replica="1",cluster="ab"} 7
 `;
 
 describe('a replica’s own claims', () => {
@@ -35,15 +39,23 @@ describe('a replica’s own claims', () => {
       flushCount: 10,
       signSum: 0.0042,
       signCount: 14,
+      flushBuckets: { '0.001': 2, '0.05': 9, '+Inf': 10 },
+      signingRecords: 42,
+      epochFloor: 7,
     });
     const later = parseMetrics(
       METRICS.replace('kind="new",replica="1",cluster="ab"} 10', 'kind="new",replica="1",cluster="ab"} 30')
         .replace('_sum{replica="1",cluster="ab"} 0.02', '_sum{replica="1",cluster="ab"} 0.08')
-        .replace('_count{replica="1",cluster="ab"} 10', '_count{replica="1",cluster="ab"} 30'),
+        .replace('_count{replica="1",cluster="ab"} 10', '_count{replica="1",cluster="ab"} 30')
+        .replace('reason="busy",replica="1",cluster="ab"} 3', 'reason="busy",replica="1",cluster="ab"} 9'),
       3_000,
     );
     const figures = metricsFigures(later, first);
     expect(figures.grantsPerSecond).toBe(10);
+    // Refusals per second between the two samples, not the lifetime totals.
+    expect(figures.refusalsPerSecond).toEqual({ busy: 3, stale: 0 });
+    expect(figures).toMatchObject({ signingRecords: 42, epochFloor: 7 });
+    expect(metricsFigures(first, undefined).refusalsPerSecond).toBeNull();
     expect(figures.flushMeanMs).toBeCloseTo(3, 6);
     expect(metricsFigures(first, undefined).grantsPerSecond).toBeNull();
     expect(metricsFigures(first, undefined).flushMeanMs).toBeCloseTo(2, 6);
@@ -61,6 +73,9 @@ describe('a replica’s own claims', () => {
       flushCount: 0,
       signSum: 0,
       signCount: 0,
+      flushBuckets: {},
+      signingRecords: null,
+      epochFloor: null,
     });
     const many = Array.from({ length: 100 }, (_, k) => `quorumfence_replica_refusals_total{reason="r${k}"} 1`).join(
       '\n',
@@ -68,6 +83,11 @@ describe('a replica’s own claims', () => {
     expect(Object.keys(parseMetrics(many, 0).refusals).length).toBeLessThanOrEqual(16);
     const restarted = metricsFigures(parseMetrics(METRICS, 2_000), { ...parseMetrics(METRICS, 1_000), grantsNew: 99 });
     expect(restarted.grantsPerSecond).toBeNull();
+    const refusalsRestarted = metricsFigures(parseMetrics(METRICS, 2_000), {
+      ...parseMetrics(METRICS, 1_000),
+      refusals: { busy: 99 },
+    });
+    expect(refusalsRestarted.refusalsPerSecond).toBeNull();
     expect(parseHealth('nonsense')).toEqual({
       status: 'unknown',
       replica: null,

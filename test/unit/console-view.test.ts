@@ -1,10 +1,13 @@
-/** The console's (f+1)-th rules: one (or f) lying replicas cannot make a lease appear or an honest replica look faulty. */
+/**
+ * The console's rules: f lying replicas cannot make a lease appear, and a replica is faulty only on proof, so a
+ * replica that is down, lags or runs ahead by a lone grant never makes another look faulty.
+ */
 import { describe, expect, it } from 'vitest';
 import type { ActiveLease } from '../../src/protocol/messages.js';
 import {
-  ContradictionTracker,
+  ConsoleJudge,
   confirmedLeases,
-  findContradictions,
+  provableLies,
   quorumMargin,
   type ReplicaObservation,
 } from '../../src/console/view.js';
@@ -21,7 +24,15 @@ const observe = (
   replica: number,
   leases: ActiveLease[] | undefined,
   statusEpochs: Record<string, bigint> = {},
-): ReplicaObservation => ({ replica, leases, statusEpochs: new Map(Object.entries(statusEpochs)) });
+  answer: ReplicaObservation['answer'] = leases === undefined ? 'unreachable' : 'ok',
+): ReplicaObservation => ({
+  replica,
+  answer,
+  leases,
+  statusEpochs: new Map(Object.entries(statusEpochs)),
+  newConnection: false,
+  identityMismatch: null,
+});
 
 describe('confirmedLeases', () => {
   it('shows a lease f+1 replicas list, with the (f+1)-th largest time left', () => {
@@ -52,49 +63,86 @@ describe('confirmedLeases', () => {
   });
 });
 
-describe('findContradictions', () => {
-  it('names a replica claiming an epoch no f+1 others confirm, by status or by a listed lease', () => {
-    const found = findContradictions(
-      [
-        observe(1, [], { orders: 2n }),
-        observe(2, [], { orders: 2n }),
-        observe(3, [], { orders: 1n }),
-        observe(4, [lease('orders', 2n ** 63n - 1n, mallory, 60_000)], { orders: 2n }),
-      ],
-      1,
-    );
-    expect(found).toEqual([{ replica: 4, resource: 'orders', claimed: 2n ** 63n - 1n, confirmed: 2n }]);
+describe('provableLies', () => {
+  it('names an epoch at or above 2^62, two leases on one resource, and an epoch lower than one reported before', () => {
+    const phantom = lease('byzantine/phantom', 2n ** 63n - 1n, mallory, 60_000);
+    expect(provableLies(observe(4, [phantom]), new Map()).map((l) => l.kind)).toEqual(['impossible_epoch']);
+    expect(provableLies(observe(4, [], { orders: 2n ** 62n }), new Map()).map((l) => l.kind)).toEqual([
+      'impossible_epoch',
+    ]);
+    expect(
+      provableLies(observe(2, [lease('orders', 3n, alice, 5), lease('orders', 4n, mallory, 5)]), new Map()).map(
+        (l) => l.kind,
+      ),
+    ).toEqual(['two_leases']);
+    // Listed at 5, then a status of 4 in the same poll; and a status below what it said at an earlier poll.
+    expect(provableLies(observe(1, [lease('orders', 5n, alice, 5)], { orders: 4n }), new Map())).toEqual([
+      { kind: 'epoch_went_down', reason: expect.stringContaining('reports epoch 4 for "orders" after reporting 5') },
+    ]);
+    expect(provableLies(observe(1, [], { orders: 0n }), new Map([['orders', 7n]])).map((l) => l.kind)).toEqual([
+      'epoch_went_down',
+    ]);
   });
 
-  it('does not blame a replica that lags, nor one whose epoch f+1 others confirm (negative case)', () => {
+  it('finds nothing in what honest replicas say: lagging, far ahead by a lone grant, just below the ceiling (negative case)', () => {
+    expect(provableLies(observe(4, [], { orders: 1n }), new Map([['orders', 1n]]))).toEqual([]);
     expect(
-      findContradictions(
-        [
-          observe(1, [], { orders: 5n }),
-          observe(2, [], { orders: 5n }),
-          observe(3, [], { orders: 5n }),
-          observe(4, [], { orders: 1n }), // missed grants: an acquire needs only 2f+1 signers
-        ],
-        1,
-      ),
+      provableLies(observe(1, [lease('orders', 1_000_003n, alice, 5)], { orders: 1_000_003n }), new Map()),
     ).toEqual([]);
-    // Too few other answers to judge: no verdict rather than a guess.
-    expect(findContradictions([observe(1, [], { orders: 9n }), observe(2, [], { orders: 1n })], 1)).toEqual([]);
+    expect(provableLies(observe(1, [], { orders: 2n ** 62n - 1n }), new Map([['orders', 2n ** 62n - 2n]]))).toEqual([]);
+    // One lease listed twice identically is not two leases.
+    const twice = lease('orders', 3n, alice, 5);
+    expect(provableLies(observe(1, [twice, twice], { orders: 3n }), new Map())).toEqual([]);
   });
 });
 
-describe('ContradictionTracker', () => {
-  it('marks a replica faulty only after persistent contradictions, and clears it after a clean poll', () => {
-    const tracker = new ContradictionTracker(3);
-    const c = { replica: 4, resource: 'orders', claimed: 9n, confirmed: 2n };
-    tracker.update([c]);
-    tracker.update([c]);
-    expect(tracker.faultOf(4)).toBeUndefined();
-    tracker.update([c]);
-    expect(tracker.faultOf(4)).toEqual(c);
-    expect(tracker.faultOf(1)).toBeUndefined();
-    tracker.update([]);
-    expect(tracker.faultOf(4)).toBeUndefined();
+describe('ConsoleJudge', () => {
+  const at = (second: number) => new Date(Date.UTC(2026, 0, 1, 3, 0, second)).toISOString();
+
+  it('keeps the survivors of a lease whose signer is down available: margin 0 at N = 4, nobody faulty (issue 29)', () => {
+    const judge = new ConsoleJudge(1);
+    const signed = [lease('orders/101', 1n, alice, 9_000)];
+    for (let poll = 0; poll < 5; poll++) {
+      const verdict = judge.poll(
+        [
+          observe(1, undefined, {}, 'unreachable'),
+          observe(2, signed, { 'orders/101': 1n }),
+          observe(3, signed, { 'orders/101': 1n }),
+          observe(4, [], { 'orders/101': 0n }),
+        ],
+        at(poll),
+      );
+      expect(verdict.replicas.map((r) => [r.reachable, r.faulty])).toEqual([
+        [false, null],
+        [true, null],
+        [true, null],
+        [true, null],
+      ]);
+      expect(verdict.margin).toBe(0);
+    }
+  });
+
+  it('keeps a conviction once found, the first proof as the reason, and counts protocol faults as proof', () => {
+    const judge = new ConsoleJudge(1);
+    judge.poll([observe(4, [], { orders: 2n ** 63n - 1n })], at(0));
+    const later = judge.poll([observe(4, [], { orders: 2n }), observe(3, undefined, {}, 'protocol')], at(1));
+    expect(later.replicas[0]).toMatchObject({
+      faulty: expect.stringContaining('9223372036854775807'),
+      faultySince: at(0),
+    });
+    expect(later.replicas[1]!.faulty).toMatch(/^broke the protocol/);
+    judge.convict(4, 'equivocation', 'convicted', at(2));
+    // 2 after 2^63-1 is a second proof (a record went down); the first stays the reason.
+    expect(judge.convictions(4).map((c) => c.kind)).toEqual(['impossible_epoch', 'epoch_went_down', 'equivocation']);
+  });
+
+  it('starts a replica’s history over on a new connection, so a reshare’s new member is not blamed (negative case)', () => {
+    const judge = new ConsoleJudge(1);
+    judge.poll([observe(2, [], { orders: 9n })], at(0));
+    const fresh = judge.poll([{ ...observe(2, [], { orders: 3n }), newConnection: true }], at(1));
+    expect(fresh.replicas[0]!.faulty).toBeNull();
+    const same = judge.poll([observe(2, [], { orders: 2n })], at(2));
+    expect(same.replicas[0]!.faulty).toMatch(/after reporting 3/);
   });
 });
 

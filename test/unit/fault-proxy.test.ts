@@ -1,8 +1,9 @@
 /**
  * The fault proxy does what each fault says, message by message, over real
  * sockets: an echo server behind it stands in for a replica (the proxy, not
- * the server, is under test here).
+ * the server, is under test here), and a plain HTTP server for its /healthz.
  */
+import { createServer } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer } from 'ws';
 import { startFaultProxy, type FaultProxy } from '../../src/testing/fault-proxy.js';
@@ -117,5 +118,40 @@ describe('fault proxy', () => {
     p.resetConnections();
     expect(await closed).toBe(1006);
     expect(p.stats.resets).toBe(1);
+  });
+});
+
+describe('fault proxy: plain HTTP on the same port (a replica’s /healthz and /metrics)', () => {
+  it('passes requests through, holds them unanswered during a partition, and cuts them off when it heals', async () => {
+    const target = createServer((req, res) => {
+      res.writeHead(req.url === '/healthz' ? 200 : 404, { 'content-type': 'text/plain' });
+      res.end(`${req.method} ${req.url}`);
+    });
+    await new Promise<void>((resolve) => target.listen(0, '127.0.0.1', resolve));
+    const { port } = target.address() as { port: number };
+    const p = await startFaultProxy({ target: `ws://127.0.0.1:${port}` });
+    proxies.push(p);
+    const base = p.url.replace(/^ws/, 'http');
+    try {
+      const answer = await fetch(`${base}/healthz`);
+      expect([answer.status, await answer.text()]).toEqual([200, 'GET /healthz']);
+      expect((await fetch(`${base}/elsewhere`)).status).toBe(404);
+      p.partition(true);
+      const held = fetch(`${base}/healthz`);
+      const outcome = await Promise.race([
+        held.then(
+          () => 'answered',
+          () => 'failed',
+        ),
+        settle(300).then(() => 'held'),
+      ]);
+      expect(outcome).toBe('held');
+      p.partition(false);
+      await expect(held).rejects.toThrow();
+      expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    } finally {
+      target.closeAllConnections();
+      await new Promise((resolve) => target.close(resolve));
+    }
   });
 });

@@ -1,0 +1,150 @@
+/**
+ * The operator console as its browser tests drive it: `quorumfence console` as a real process (its url from
+ * the line it prints), Debian's chromium through playwright-core with a fresh profile in a temporary folder,
+ * the replica rows as the page shows them, and screenshots kept under test-artefacts/ by scenario name.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { CLI_PATH } from './cli.js';
+
+export const ARTEFACTS = fileURLToPath(new URL('../../test-artefacts/', import.meta.url));
+
+/** Page checks wait this long (a loaded 2-core box, a poll interval of 500 ms). */
+export const PAGE_WAIT = { timeout: 20_000 };
+
+function chromiumPath(): string {
+  const found = spawnSync('sh', ['-c', 'command -v chromium || command -v chromium-browser'], { encoding: 'utf8' });
+  const path = found.stdout.trim();
+  if (found.status !== 0 || path === '') throw new Error('chromium is not installed (apt-get install chromium)');
+  return path;
+}
+
+export interface ConsoleBrowser {
+  readonly page: Page;
+  close(): Promise<void>;
+}
+
+/** Headless chromium with its own profile in a temporary folder (removed by close), one page open. */
+export async function openConsoleBrowser(): Promise<ConsoleBrowser> {
+  const profile = mkdtempSync(join(tmpdir(), 'qf-chromium-'));
+  let context: BrowserContext;
+  try {
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: chromiumPath(),
+      headless: true,
+      viewport: { width: 1400, height: 1000 },
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+    });
+  } catch (error) {
+    rmSync(profile, { recursive: true, force: true });
+    throw error;
+  }
+  const page = context.pages()[0] ?? (await context.newPage());
+  return {
+    page,
+    async close() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface ConsoleProcess {
+  readonly url: string;
+  readonly process: ChildProcess;
+  /** The last lines it wrote to stderr (its JSON log). */
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+/** Starts `quorumfence console` on 127.0.0.1, port 0, polling every 500 ms; resolves with the url it prints. */
+export function startConsoleProcess(clusterFile: string, identityFile: string, extraArgs: readonly string[] = []) {
+  const child = spawn(
+    process.execPath,
+    [
+      CLI_PATH,
+      'console',
+      '--cluster',
+      clusterFile,
+      '--identity',
+      identityFile,
+      '--listen',
+      '127.0.0.1:0',
+      '--interval',
+      '500ms',
+      '--timeout',
+      '1s',
+      ...extraArgs,
+    ],
+    { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, QUORUMFENCE_EXIT_WITH_STDIN: '1' } },
+  );
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-64_000)));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return new Promise<ConsoleProcess>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`the console did not start:\n${stderr}`)), 30_000);
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /serving (http:\/\/127\.0\.0\.1:\d+)\//.exec(out);
+      if (!match) return;
+      clearTimeout(timer);
+      resolve({
+        url: match[1]!,
+        process: child,
+        stderr: () => stderr,
+        async stop() {
+          if (child.exitCode !== null || child.signalCode !== null) return;
+          child.kill('SIGCONT');
+          child.kill('SIGTERM');
+          await exited;
+        },
+      });
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the console exited with ${code}:\n${stderr}`));
+    });
+  });
+}
+
+export interface ShownReplica {
+  readonly replica: string | null;
+  readonly faulty: string | null;
+  readonly reachable: string | null;
+  readonly reason: string | null;
+  readonly downSince: string | null;
+  readonly text: string;
+}
+
+/** The replica rows as the page shows them. Checks go through Playwright: the page's CSP forbids eval. */
+export function shownReplicas(page: Page): Promise<ShownReplica[]> {
+  return page.$$eval('#replicas tr[data-replica]', (trs) =>
+    trs.map((tr) => ({
+      replica: tr.getAttribute('data-replica'),
+      faulty: tr.getAttribute('data-faulty'),
+      reachable: tr.getAttribute('data-reachable'),
+      reason: tr.querySelector('.reason')?.textContent ?? null,
+      downSince: tr.querySelector('.down-since')?.textContent ?? null,
+      text: tr.textContent ?? '',
+    })),
+  );
+}
+
+/** Saves a full-page screenshot as test-artefacts/console-<scenario>.png. */
+export async function screenshot(page: Page, scenario: string): Promise<void> {
+  mkdirSync(ARTEFACTS, { recursive: true });
+  await page.screenshot({ path: join(ARTEFACTS, `console-${scenario}.png`), fullPage: true });
+}
