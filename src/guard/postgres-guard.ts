@@ -256,15 +256,8 @@ export class PostgresGuard extends GuardAdapter {
     admission: Admission,
     mutation: PostgresMutation<T> | undefined,
   ): Promise<GuardResult<T>> {
-    if (!admission.ok) {
-      // Nothing to lock: the refusal needs no barrier. Its barrierBefore is what the table says now.
-      const current = await this.barrier(request.resource);
-      const entry = await this.#appendRefused(
-        this.refusalEntry(0, request, admission, admission.reason, current?.epoch),
-      );
-      this.core.committed(entry);
-      return refusedResult(entry, admission.message, current?.epoch);
-    }
+    // Decided without the tables: answered and counted, never written (GuardCore.refusedAtAdmission).
+    if (!admission.ok) return this.core.refusedAtAdmission(request, admission);
     this.#forms.transaction++;
     const client = await this.#pool.connect();
     let broken = false;
