@@ -39,6 +39,8 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
   --max-ttl DURATION        longest lease, and every lease's length after a restart (default ${d.maxTtlMs}ms)
   --max-in-flight N         unanswered requests per connection                  (default ${d.maxInFlightPerConnection})
   --rate-limit N            requests per second per connection (also the burst)  (default ${d.requestsPerSecondPerConnection})
+  --leases-rate-limit N     \`leases\` requests (the console's) per second per connection, on top of
+                            --rate-limit (also the burst)                      (default ${d.leasesPerSecondPerConnection})
   --max-connections N       open connections                                    (default ${d.maxConnections})
   --max-unauthenticated-per-address N
                             connections from one IP address not yet authenticated (default ${d.maxUnauthenticatedPerAddress})

@@ -26,6 +26,7 @@ export const REPLICA_RUN_FLAGS = {
   'max-ttl': { type: 'string' },
   'max-in-flight': { type: 'string' },
   'rate-limit': { type: 'string' },
+  'leases-rate-limit': { type: 'string' },
   'max-connections': { type: 'string' },
   'max-unauthenticated-per-address': { type: 'string' },
   retention: { type: 'string' },
@@ -57,6 +58,11 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
       maxInFlightPerConnection: integerFlag(values['max-in-flight'], 'max-in-flight', d.maxInFlightPerConnection),
       requestsPerSecondPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.requestsPerSecondPerConnection),
       burstPerConnection: integerFlag(values['rate-limit'], 'rate-limit', d.burstPerConnection),
+      leasesPerSecondPerConnection: integerFlag(
+        values['leases-rate-limit'],
+        'leases-rate-limit',
+        d.leasesPerSecondPerConnection,
+      ),
       maxConnections: integerFlag(values['max-connections'], 'max-connections', d.maxConnections),
       maxUnauthenticatedPerAddress: integerFlag(
         values['max-unauthenticated-per-address'],

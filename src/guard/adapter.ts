@@ -25,7 +25,7 @@ export interface GuardAdapterOptions extends GuardOptions {
 /** A page of 1000 entries is a few hundred KiB of JSON. */
 export const DEFAULT_MAX_LOG_PAGE = 1000;
 /**
- * Anyone can make a refused entry (a PUT with garbage for a token), and each
+ * Anyone with a genuine token can make a refused entry (a stale PUT; garbage tokens are never logged), and each
  * costs ~1.3 KiB of store: 50,000 bound that to ~65 MiB while keeping hours of
  * refusals for an operator to read. Accepted entries and conflicts are never
  * dropped: they are the write history and the evidence.

@@ -26,7 +26,7 @@ import { DEFAULT_TOKEN_CACHE_SIZE, TokenVerifier, type VerifiedTokenInfo, type V
 
 /** Metrics hooks; the process implements them (see metrics.ts). */
 export interface GuardObserver extends VerifierObserver {
-  /** One call per logged attempt. */
+  /** One call per attempt: logged, or refused at admission (never logged). */
   attempt(op: string, outcome: GuardOutcomeLabel): void;
   /** A conflicting token was refused: the alarm. */
   conflict(resource: string): void;
@@ -103,11 +103,15 @@ export interface GuardAccepted<T> {
   readonly result: T;
 }
 
-/** A refused attempt: only the log entry (seq) was written. */
+/** A refused attempt: only the log entry (seq) was written, or nothing at all (refused at admission). */
 export interface GuardRefused {
   readonly ok: false;
   readonly reason: GuardRefusalReason;
-  readonly seq: number;
+  /**
+   * The log entry's seq; null when the request was refused at admission (its token or its proof, decided without
+   * reading the store), which no adapter writes: anyone can send those (docs/security.md, "The guard log").
+   */
+  readonly seq: number | null;
   readonly message: string;
   /** The barrier the decision saw (null when the resource had none, or the refusal came before it was read). */
   readonly barrier: bigint | null;
@@ -254,6 +258,23 @@ export class GuardCore {
       version: fields.version,
       conflictingToken: fields.conflictingToken ? toBase64Url(fields.conflictingToken) : null,
       errorCode: admission.ok ? null : admission.errorCode,
+    };
+  }
+
+  /**
+   * The answer to a request refused at admission. Adapters write nothing for it: the decision read no store, so a
+   * log entry would prove nothing about the store's history, and anyone can send such requests, so each must not
+   * cost a durable write. Only the metrics count it.
+   */
+  refusedAtAdmission(request: GuardRequest, refusal: Extract<Admission, { ok: false }>): GuardRefused {
+    this.#observer?.attempt(request.op ?? 'write', refusal.reason);
+    return {
+      ok: false,
+      reason: refusal.reason,
+      seq: null,
+      message: refusal.message,
+      barrier: null,
+      errorCode: refusal.errorCode,
     };
   }
 

@@ -202,8 +202,9 @@ export class LmdbGuard extends GuardAdapter {
   /**
    * One guarded attempt: verify, fence, apply `mutation`, append the log
    * entry, all in one durable transaction. Resolves once it is on disk.
-   * Expected refusals are values; a mutation that throws is logged as
-   * `aborted` and its error rethrown.
+   * Expected refusals are values; a refusal at admission (the token or the
+   * proof) is answered without a transaction and not logged; a mutation that
+   * throws is logged as `aborted` and its error rethrown.
    * @throws QuorumFenceError INVALID_ARGUMENT (request shape), CLOSED, and whatever `mutation` throws
    */
   async write<T = undefined>(request: LmdbWriteRequest, mutation?: LmdbMutation<T>): Promise<GuardResult<T>> {
@@ -215,6 +216,7 @@ export class LmdbGuard extends GuardAdapter {
     }
     return this.tracked(async () => {
       const admission = await this.core.admit(request);
+      if (!admission.ok) return this.core.refusedAtAdmission(request, admission);
       const outcome = await this.#root.transaction(() => this.#decideAndApply(request, admission, mutation));
       // The durable point (see the header): committed is not yet flushed under overlappingSync.
       await this.#root.flushed;
@@ -227,7 +229,7 @@ export class LmdbGuard extends GuardAdapter {
   /** Runs inside the LMDB write transaction: reads, decides and writes synchronously. */
   #decideAndApply<T>(
     request: LmdbWriteRequest,
-    admission: Admission,
+    admission: Extract<Admission, { ok: true }>,
     mutation: LmdbMutation<T> | undefined,
   ): TxnOutcome<T> {
     const seq = ((this.#meta.get('lastSeq') as number | undefined) ?? 0) + 1;
@@ -248,7 +250,6 @@ export class LmdbGuard extends GuardAdapter {
       return { entry, result: refusedResult(entry, message, before) };
     };
 
-    if (!admission.ok) return refuse(admission.reason, admission.message);
     const epoch = admission.token.grant.epoch;
     const decision = this.core.decide(admission, barrier);
     if (!decision.ok) {

@@ -1,5 +1,7 @@
 /**
- * The guard log: one entry per attempt, accepted or refused, appended in the
+ * The guard log: one entry per attempt whose token was accepted (a refusal at
+ * admission, the token or the proof, is answered and counted but never
+ * written: GuardCore.refusedAtAdmission), accepted or refused, appended in the
  * same transaction as the decision it records. It is the evidence a history
  * checker reads afterwards (docs/protocol.md, Faults): accepted epochs never go down
  * per resource, one token per (resource, epoch), every accepted token

@@ -3,11 +3,13 @@
  * SQL and the argument). Two forms of write, one decision (decideFence):
  *
  * - `writeStatement`: one data statement, one round trip, autocommit. The
- *   guard decides against the barrier it last saw for the resource and sends
- *   one statement that compare-and-sets the whole barrier row, appends the
- *   log entry and runs the caller's statement (postgres-sql.ts,
- *   statementSql). A barrier that moved aborts the statement whole; the
- *   guard then runs the transaction form, which decides again under the lock.
+ *   guard decides against the barrier row it last saw for the resource and
+ *   sends one statement that compare-and-sets the whole row (its count of
+ *   accepted writes included, so the statement's snapshot holds every earlier
+ *   accepted write), appends the log entry and runs the caller's statement
+ *   (postgres-sql.ts, statementSql). A row that changed aborts the statement
+ *   whole; the guard then runs the transaction form, which decides again
+ *   under the lock.
  * - `write`: any statements, three round trips: BEGIN + lock the barrier row
  *   (FOR UPDATE, a placeholder row first time); the caller's SQL; raise the
  *   barrier + append the entry + COMMIT. Batches go as one simple-query
@@ -49,7 +51,6 @@ import {
   type MutationRefusal,
 } from './adapter.js';
 import {
-  FENCE_MOVED,
   MutationFailure,
   NO_ROW,
   batch,
@@ -61,24 +62,22 @@ import {
   type PostgresWriteContext,
   type StatementResult,
   type WriteForm,
-  ROW_REQUIRED,
   appendSql,
-  createSchema,
   literal,
   lockSql,
-  raiseSql,
+  acceptSql,
   retainSql,
   StatementTexts,
   statementValues,
-  tablesFor,
-  toBarrier,
+  toKnownBarrier,
   type BarrierRow,
-  type Tables,
+  type KnownBarrier,
 } from './postgres-sql.js';
+import { FENCE_MOVED, ROW_REQUIRED, createSchema, tablesFor, type Tables } from './postgres-schema.js';
 import { readBarrier, readLogPage, readRetention } from './postgres-read.js';
 
+export { POSTGRES_GUARD_FORMAT } from './postgres-schema.js';
 export {
-  POSTGRES_GUARD_FORMAT,
   type FencedStatement,
   type PostgresMutation,
   type PostgresMutationRefusal,
@@ -99,8 +98,8 @@ export const BARRIER_CACHE_SIZE = 4096;
 export class PostgresGuard extends GuardAdapter {
   readonly #pool: Pool;
   readonly #t: Tables;
-  /** The last barrier this guard committed or read per resource, LRU-bounded (insertion order). */
-  readonly #barriers = new BoundedMap<string, Barrier>(BARRIER_CACHE_SIZE);
+  /** The last barrier row this guard committed or read per resource, LRU-bounded (insertion order). */
+  readonly #barriers = new BoundedMap<string, KnownBarrier>(BARRIER_CACHE_SIZE);
   readonly #forms: Record<WriteForm, number> = { statement: 0, transaction: 0 };
   readonly #statements: StatementTexts;
 
@@ -175,8 +174,9 @@ export class PostgresGuard extends GuardAdapter {
         return { rows: returning ? result.rows : [] };
       }) as Promise<GuardResult<StatementResult<R>>>;
     return this.tracked(async () => {
-      const cached = this.#barriers.get(request.resource);
-      if (!admission.ok || cached === undefined) return viaTransaction();
+      const known = this.#barriers.get(request.resource);
+      if (!admission.ok || known === undefined) return viaTransaction();
+      const cached = known.barrier;
       const decision = this.core.decide(admission, cached);
       // Refusals are rare and must name the barrier exactly: decided again under the lock.
       if (!decision.ok) return viaTransaction();
@@ -198,7 +198,7 @@ export class PostgresGuard extends GuardAdapter {
           ...prepared,
           values: [
             ...values,
-            ...statementValues(request.resource, cached, raise ? next : undefined, JSON.stringify(entry)),
+            ...statementValues(request.resource, known, raise ? next : undefined, JSON.stringify(entry)),
           ],
         });
       } catch (error) {
@@ -224,7 +224,7 @@ export class PostgresGuard extends GuardAdapter {
         ...entry,
         seq: Number((result.rows[0] as { quorumfence_seq: string }).quorumfence_seq),
       };
-      this.#remember(request.resource, next);
+      this.#remember(request.resource, { barrier: next, writes: known.writes + 1n });
       this.#forms.statement++;
       this.core.committed(committed);
       const rows = returning ? statementRows<R>(result.rows) : [];
@@ -247,8 +247,8 @@ export class PostgresGuard extends GuardAdapter {
     return await this.core.admit(request);
   }
 
-  #remember(resource: string, barrier: Barrier): void {
-    this.#barriers.set(resource, barrier);
+  #remember(resource: string, known: KnownBarrier): void {
+    this.#barriers.set(resource, known);
   }
 
   async #transaction<T>(
@@ -256,15 +256,8 @@ export class PostgresGuard extends GuardAdapter {
     admission: Admission,
     mutation: PostgresMutation<T> | undefined,
   ): Promise<GuardResult<T>> {
-    if (!admission.ok) {
-      // Nothing to lock: the refusal needs no barrier. Its barrierBefore is what the table says now.
-      const current = await this.barrier(request.resource);
-      const entry = await this.#appendRefused(
-        this.refusalEntry(0, request, admission, admission.reason, current?.epoch),
-      );
-      this.core.committed(entry);
-      return refusedResult(entry, admission.message, current?.epoch);
-    }
+    // Decided without the tables: answered and counted, never written (GuardCore.refusedAtAdmission).
+    if (!admission.ok) return this.core.refusedAtAdmission(request, admission);
     this.#forms.transaction++;
     const client = await this.#pool.connect();
     let broken = false;
@@ -289,14 +282,15 @@ export class PostgresGuard extends GuardAdapter {
     const epoch = admission.token.grant.epoch;
     let open = true;
     try {
-      const known = this.#barriers.has(request.resource);
-      const opened = await batch(client, lockSql(t, request.resource, !known));
-      const placeholder = !known && opened[1]!.rowCount === 1;
+      const seen = this.#barriers.has(request.resource);
+      const opened = await batch(client, lockSql(t, request.resource, !seen));
+      const placeholder = !seen && opened[1]!.rowCount === 1;
       const locked = opened[opened.length - 1];
       const row = locked!.rows[0] as BarrierRow | undefined;
       if (row === undefined) throw new QuorumFenceError('INTERNAL', 'guard: the barrier row vanished under its lock');
-      const barrier = toBarrier(row);
-      if (barrier) this.#remember(request.resource, barrier);
+      const known = toKnownBarrier(row);
+      if (known) this.#remember(request.resource, known);
+      const barrier = known?.barrier;
       const before = barrier?.epoch;
       const decision = this.core.decide(admission, barrier);
       if (!decision.ok) {
@@ -350,15 +344,16 @@ export class PostgresGuard extends GuardAdapter {
         barrierAfter: next.epoch,
         version: null,
       });
-      // One round trip: raise the barrier (when it changed), append the entry, commit.
-      const raise = sameBarrier(barrier, next) ? '' : `${raiseSql(t, request.resource, next)};`;
+      // One round trip: count the write and raise the barrier (when it changed), append the entry, commit.
+      const accept = acceptSql(t, request.resource, sameBarrier(barrier, next) ? undefined : next);
       const results = await batch(
         client,
-        `${raise}${appendSql(t, JSON.stringify(entry), request.resource, false)}; COMMIT`,
+        `${accept}; ${appendSql(t, JSON.stringify(entry), request.resource, false)}; COMMIT`,
       );
       open = false;
-      const committed = parseGuardLogEntry(results[raise ? 1 : 0]!.rows[0].entry);
-      this.#remember(request.resource, next);
+      const committed = parseGuardLogEntry(results[1]!.rows[0].entry);
+      // The row was locked since it was read: this write made its count one more.
+      this.#remember(request.resource, { barrier: next, writes: BigInt(row.writes) + 1n });
       this.core.committed(committed);
       return {
         ok: true,

@@ -7,7 +7,8 @@
 import type { Pool } from 'pg';
 import type { Barrier } from './fence.js';
 import { parseGuardLogEntry, type GuardLogEntry } from './log.js';
-import { BARRIER_COLUMNS, toBarrier, type BarrierRow, type Tables } from './postgres-sql.js';
+import { BARRIER_COLUMNS, toBarrier, type BarrierRow } from './postgres-sql.js';
+import type { Tables } from './postgres-schema.js';
 
 export async function readBarrier(pool: Pool, t: Tables, resource: string): Promise<Barrier | undefined> {
   const result = await pool.query<BarrierRow>(`SELECT ${BARRIER_COLUMNS} FROM ${t.barrier} WHERE resource = $1`, [

@@ -1,132 +1,16 @@
 /**
- * The PostgreSQL guard's tables, its two server-side functions, the SQL text
- * of its statements and the shape of a caller's statement (postgres-guard.ts
- * runs them). Kept apart from the adapter so each SQL shape is written once
- * and can be read in one place.
- *
- * Tables (prefix `quorumfence_` by default):
- *   meta       format, clusterId, refusedKept, refusedDropped
- *   barrier    one row per resource: epoch, token digest, token, replay window
- *   guard_log  seq, resource, entry (jsonb), refused (counts toward retention)
- *   guard_log_seq
- * Functions:
- *   <prefix>fence_held(seq)     raises FENCE_MOVED when seq is null: the
- *                               single-statement write's barrier compare-and-set
- *                               matched no row, so the whole statement aborts
- *   <prefix>row_required(present) raises ROW_REQUIRED when present is null: the
- *                               caller's statement changed no row and asked to
- *                               be refused then
+ * The SQL text of the PostgreSQL guard's statements and the shape of a
+ * caller's statement (postgres-guard.ts runs them; postgres-schema.ts creates
+ * the tables and functions they use). Kept apart from the adapter so each SQL
+ * shape is written once and can be read in one place.
  */
 import { BoundedMap } from '../common/bounded-map.js';
 import { createHash } from 'node:crypto';
 import pg, { type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
 import type { MutationRefusal } from './adapter.js';
 import { QuorumFenceError } from '../common/errors.js';
-import type { Cluster } from '../cluster/description.js';
 import type { Barrier } from './fence.js';
-
-export const POSTGRES_GUARD_FORMAT = 'quorumfence/guard-postgres/v1';
-/** SQLSTATE of fence_held: the barrier is not the one the guard expected (class QF: quorumfence's own). */
-export const FENCE_MOVED = 'QF001';
-/** SQLSTATE of row_required. */
-export const ROW_REQUIRED = 'QF002';
-
-const TABLE_PREFIX = /^[a-z_][a-z0-9_]{0,39}$/;
-/** Any constant: the advisory lock that serialises concurrent schema creation. */
-const SCHEMA_LOCK = 0x71f3_0001;
-
-export interface Tables {
-  readonly meta: string;
-  readonly barrier: string;
-  readonly log: string;
-  readonly seq: string;
-  readonly fenceHeld: string;
-  readonly rowRequired: string;
-}
-
-/** @throws QuorumFenceError INVALID_ARGUMENT for a prefix that is not a plain lowercase identifier */
-export function tablesFor(prefix: string): Tables {
-  if (!TABLE_PREFIX.test(prefix)) {
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"tablePrefix" expected lowercase letters, digits and underscores', {
-      field: 'tablePrefix',
-    });
-  }
-  return {
-    meta: `${prefix}meta`,
-    barrier: `${prefix}barrier`,
-    log: `${prefix}guard_log`,
-    seq: `${prefix}guard_log_seq`,
-    fenceHeld: `${prefix}fence_held`,
-    rowRequired: `${prefix}row_required`,
-  };
-}
-
-/**
- * Creates what is missing and checks the tables belong to `cluster`.
- * @throws QuorumFenceError STORE_CORRUPT, CLUSTER_MISMATCH
- */
-export async function createSchema(client: PoolClient, t: Tables, cluster: Cluster): Promise<void> {
-  try {
-    await client.query('BEGIN');
-    await client.query('SELECT pg_advisory_xact_lock($1)', [SCHEMA_LOCK]);
-    await client.query(`CREATE TABLE IF NOT EXISTS ${t.meta} (key text PRIMARY KEY, value text NOT NULL)`);
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${t.barrier} (
-         resource text PRIMARY KEY,
-         epoch bigint NOT NULL CHECK (epoch >= 0),
-         token_digest bytea NOT NULL,
-         token bytea NOT NULL,
-         replay_high bigint,
-         replay_seen numeric(20, 0)
-       )`,
-    );
-    await client.query(`CREATE SEQUENCE IF NOT EXISTS ${t.seq}`);
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${t.log} (seq bigint PRIMARY KEY, resource text NOT NULL, entry jsonb NOT NULL)`,
-    );
-    // Added after the first tables shipped: entries written before it are never counted or dropped.
-    await client.query(`ALTER TABLE ${t.log} ADD COLUMN IF NOT EXISTS refused boolean NOT NULL DEFAULT false`);
-    await client.query(`CREATE INDEX IF NOT EXISTS ${t.log}_refused ON ${t.log} (seq) WHERE refused`);
-    await client.query(
-      `CREATE OR REPLACE FUNCTION ${t.fenceHeld}(seq bigint) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
-       BEGIN
-         IF seq IS NULL THEN
-           RAISE EXCEPTION USING ERRCODE = '${FENCE_MOVED}', MESSAGE = 'quorumfence guard: the barrier moved';
-         END IF;
-         RETURN seq;
-       END $$`,
-    );
-    await client.query(
-      `CREATE OR REPLACE FUNCTION ${t.rowRequired}(present boolean) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-       BEGIN
-         IF present IS NULL THEN
-           RAISE EXCEPTION USING ERRCODE = '${ROW_REQUIRED}', MESSAGE = 'quorumfence guard: the statement changed no row';
-         END IF;
-         RETURN true;
-       END $$`,
-    );
-    await client.query(
-      `INSERT INTO ${t.meta} (key, value) VALUES ('format', $1), ('clusterId', $2), ('refusedKept', '0'), ('refusedDropped', '0')
-       ON CONFLICT (key) DO NOTHING`,
-      [POSTGRES_GUARD_FORMAT, cluster.idHex],
-    );
-    const rows = (await client.query<{ key: string; value: string }>(`SELECT key, value FROM ${t.meta}`)).rows;
-    const meta = new Map(rows.map((r) => [r.key, r.value]));
-    if (meta.get('format') !== POSTGRES_GUARD_FORMAT) {
-      throw new QuorumFenceError('STORE_CORRUPT', `guard tables: unknown format ${JSON.stringify(meta.get('format'))}`);
-    }
-    if (meta.get('clusterId') !== cluster.idHex) {
-      throw new QuorumFenceError(
-        'CLUSTER_MISMATCH',
-        `guard tables belong to cluster ${String(meta.get('clusterId')).slice(0, 16)}…, not ${cluster.idHex.slice(0, 16)}…`,
-      );
-    }
-    await client.query('COMMIT');
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  }
-}
+import type { Tables } from './postgres-schema.js';
 
 export interface BarrierRow {
   epoch: string;
@@ -134,18 +18,30 @@ export interface BarrierRow {
   token: Buffer;
   replay_high: string | null;
   replay_seen: string | null;
+  writes: string;
 }
 
-export const BARRIER_COLUMNS = 'epoch, token_digest, token, replay_high, replay_seen';
+export const BARRIER_COLUMNS = 'epoch, token_digest, token, replay_high, replay_seen, writes';
+
+/** A barrier row as a guard saw it committed: the barrier, and the count of accepted writes it had then. */
+export interface KnownBarrier {
+  readonly barrier: Barrier;
+  readonly writes: bigint;
+}
 
 export function toBarrier(row: BarrierRow): Barrier | undefined {
+  return toKnownBarrier(row)?.barrier;
+}
+
+export function toKnownBarrier(row: BarrierRow): KnownBarrier | undefined {
   if (row.epoch === '0') return undefined; // the placeholder of a resource nothing was accepted for yet
-  return {
+  const barrier = {
     epoch: BigInt(row.epoch),
     tokenDigest: new Uint8Array(row.token_digest),
     token: new Uint8Array(row.token),
     replay: row.replay_high === null ? null : { high: BigInt(row.replay_high), seen: BigInt(row.replay_seen ?? '0') },
   };
+  return { barrier, writes: BigInt(row.writes) };
 }
 
 /**
@@ -187,11 +83,14 @@ export function lockSql(t: Tables, resource: string, placeholder: boolean): stri
     SELECT ${BARRIER_COLUMNS} FROM ${t.barrier} WHERE resource = ${r} FOR UPDATE`;
 }
 
-/** Stores the raised barrier. */
-export function raiseSql(t: Tables, resource: string, next: Barrier): string {
-  const [epoch, digest, token, high, seen] = barrierLiterals(next);
-  return `UPDATE ${t.barrier} SET epoch = ${epoch}, token_digest = ${digest}, token = ${token},
-    replay_high = ${high}, replay_seen = ${seen} WHERE resource = ${literal(resource)}`;
+/** An accepted write's change to its (locked) barrier row: one more write, and the raised barrier when it changed. */
+export function acceptSql(t: Tables, resource: string, raised: Barrier | undefined): string {
+  let raise = '';
+  if (raised) {
+    const [epoch, digest, token, high, seen] = barrierLiterals(raised);
+    raise = `, epoch = ${epoch}, token_digest = ${digest}, token = ${token}, replay_high = ${high}, replay_seen = ${seen}`;
+  }
+  return `UPDATE ${t.barrier} SET writes = writes + 1${raise} WHERE resource = ${literal(resource)}`;
 }
 
 /** Appends one entry with its seq from the sequence; returns the entry as stored. */
@@ -224,15 +123,15 @@ export function retainSql(t: Tables, max: number): string {
  * The single-statement fenced write. The caller's statement keeps its own
  * parameters $1..$n; the guard's follow ($n+1..). Execution order is fixed by
  * what reads what: the primary SELECT calls fence_held on the log CTE, which
- * reads the fence CTE, so the barrier row is locked (compare-and-set on the
- * whole barrier the guard decided against, row-locked until commit: an UPDATE
- * when the barrier changes, SELECT ... FOR UPDATE when it does not, which
- * writes no new row version) before the caller's statement runs: after it,
- * when it is read through the LATERAL join, or at the end of the statement
- * when nothing reads it. A barrier that moved makes the fence CTE match no
- * row, fence_held raise FENCE_MOVED, and the statement (the caller's write
- * included) abort as one. It answers the new entry's seq; the entry itself is
- * the one the guard sent.
+ * reads the fence CTE, so the barrier row is locked (an UPDATE that
+ * compare-and-sets the whole row the guard decided against, its count of
+ * writes included, row-locked until commit) before the caller's statement
+ * runs: after it, when it is read through the LATERAL join, or at the end of
+ * the statement when nothing reads it. A row that changed since the guard saw
+ * it (the barrier moved, or any write was accepted: the statement's snapshot
+ * might not hold it) makes the fence CTE match no row, fence_held raise
+ * FENCE_MOVED, and the statement (the caller's write included) abort as one.
+ * It answers the new entry's seq; the entry itself is the one the guard sent.
  */
 export function statementSql(
   t: Tables,
@@ -242,15 +141,17 @@ export function statementSql(
 ): { text: string; name: string } {
   const p = (i: number) => `$${callerValues + i}`;
   const expected = `resource = ${p(1)}::text AND epoch = ${p(2)}::bigint AND token_digest = ${p(3)}::bytea
-        AND replay_high IS NOT DISTINCT FROM ${p(4)}::bigint AND replay_seen IS NOT DISTINCT FROM ${p(5)}::numeric`;
-  const fence = options.raise
-    ? `quorumfence_fence AS (
-      UPDATE ${t.barrier} SET epoch = ${p(7)}::bigint, token_digest = ${p(8)}::bytea, token = ${p(9)}::bytea,
-        replay_high = ${p(10)}::bigint, replay_seen = ${p(11)}::numeric
+        AND replay_high IS NOT DISTINCT FROM ${p(4)}::bigint AND replay_seen IS NOT DISTINCT FROM ${p(5)}::numeric
+        AND writes = ${p(7)}::bigint`;
+  const raise = options.raise
+    ? `, epoch = ${p(8)}::bigint, token_digest = ${p(9)}::bytea, token = ${p(10)}::bytea,
+        replay_high = ${p(11)}::bigint, replay_seen = ${p(12)}::numeric`
+    : '';
+  const fence = `quorumfence_fence AS (
+      UPDATE ${t.barrier} SET writes = writes + 1${raise}
       WHERE ${expected}
       RETURNING resource
-    )`
-    : `quorumfence_fence AS (SELECT resource FROM ${t.barrier} WHERE ${expected} FOR UPDATE)`;
+    )`;
   const logged = `quorumfence_logged AS (
       INSERT INTO ${t.log} (seq, resource, entry)
       SELECT s.seq, ${p(1)}::text, ${p(6)}::jsonb || jsonb_build_object('seq', s.seq)
@@ -275,7 +176,7 @@ export function statementSql(
 /** The guard's parameters of statementSql, after the caller's: the new barrier only when it raises. */
 export function statementValues(
   resource: string,
-  expected: Barrier,
+  known: KnownBarrier,
   next: Barrier | undefined,
   entryJson: string,
 ): unknown[] {
@@ -286,8 +187,8 @@ export function statementValues(
     b.replay ? b.replay.high.toString() : null,
     b.replay ? b.replay.seen.toString() : null,
   ];
-  const [epoch, digest, , high, seen] = columns(expected);
-  return [resource, epoch, digest, high, seen, entryJson, ...(next ? columns(next) : [])];
+  const [epoch, digest, , high, seen] = columns(known.barrier);
+  return [resource, epoch, digest, high, seen, entryJson, known.writes.toString(), ...(next ? columns(next) : [])];
 }
 
 export type PostgresMutationRefusal = MutationRefusal;

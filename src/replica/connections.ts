@@ -21,7 +21,8 @@
  *   upgrade over maxConnections, or over maxUnauthenticatedPerAddress
  *     from the peer's IP address            → HTTP 503, no WebSocket
  *   second hello                             → close 1002
- *   over the in-flight bound or rate         → error RATE_LIMITED (closed with 1008 after many in a row)
+ *   over the in-flight bound or rate, or
+ *     over the `leases` request's own rate   → error RATE_LIMITED (closed with 1008 after many in a row)
  *   no hello within authTimeoutMs            → close 1008
  */
 import { randomBytes } from 'node:crypto';
@@ -62,6 +63,8 @@ export interface Connection {
   readonly requests: TokenBucket;
   /** Pairing checks of catch-up evidence (evidenceChecksPerSecondPerConnection): each costs about a millisecond. */
   readonly evidenceChecks: TokenBucket;
+  /** `leases` requests (leasesPerSecondPerConnection), on top of `requests`. */
+  readonly leasesRequests: TokenBucket;
   consecutiveLimited: number;
   authTimer: TimerHandle;
   /** The peer's IP address while it counts against maxUnauthenticatedPerAddress; undefined once authenticated or closed. */
@@ -146,6 +149,11 @@ export class ReplicaConnections {
         this.#limits.evidenceChecksPerSecondPerConnection,
         this.#clock.now(),
       ),
+      leasesRequests: new TokenBucket(
+        this.#limits.leasesPerSecondPerConnection,
+        this.#limits.leasesPerSecondPerConnection,
+        this.#clock.now(),
+      ),
       consecutiveLimited: 0,
       authTimer: undefined,
       unauthenticatedFrom: address,
@@ -223,7 +231,7 @@ export class ReplicaConnections {
     if (message.type === 'hello') return this.close(connection, CloseCode.PROTOCOL_ERROR, 'already authenticated');
     if (!this.#options.ready())
       return this.sendError(connection, message.id, 'INTERNAL', 'the replica is shutting down');
-    if (!this.#admit(connection)) {
+    if (!this.#admit(connection, message)) {
       this.sendError(connection, message.id, 'RATE_LIMITED', 'too many requests; back off');
       if (++connection.consecutiveLimited > this.#limits.maxConsecutiveRateLimited) {
         this.close(connection, CloseCode.POLICY_VIOLATION, 'kept exceeding the rate limit');
@@ -234,10 +242,12 @@ export class ReplicaConnections {
     this.#options.dispatch(connection, message, connection.holder);
   }
 
-  /** The in-flight bound and the token bucket. */
-  #admit(connection: Connection): boolean {
+  /** The in-flight bound and the token buckets (every request's, and the `leases` request's own). */
+  #admit(connection: Connection, request: WireRequest): boolean {
     if (connection.inFlight >= this.#limits.maxInFlightPerConnection) return false;
-    return connection.requests.take(this.#clock.now());
+    const now = this.#clock.now();
+    if (!connection.requests.take(now)) return false;
+    return request.type !== 'leases' || connection.leasesRequests.take(now);
   }
 
   send(connection: Connection, message: ServerMessage): void {

@@ -5,6 +5,9 @@
  * opened. That default is computed on lookup instead of stored per resource,
  * so a store with millions of resources costs nothing extra at start.
  *
+ * The ends are also indexed by time (buckets of maxTtl/1024), so the `leases` request walks from the latest end
+ * down and stops after a bounded number of entries (`latestLeases`) instead of scanning and sorting them all.
+ *
  * Only the replica service touches this table, and only inside the signing
  * record's per-resource critical section, so a lookup and the update that
  * follows it cannot interleave with another request for the same resource.
@@ -14,6 +17,18 @@ import type { SignedRecord } from './policy.js';
 
 /** Sweeping expired entries is O(size); doing it at most this often keeps it off the hot path. */
 const SWEEP_INTERVAL_MS = 5_000;
+/**
+ * Buckets of the end index between now and now + maxTtl: a lease end moves between buckets in O(1), and the
+ * ordered list of non-empty buckets stays short enough (a few thousand at most) that keeping it sorted is cheap.
+ */
+const BUCKETS_PER_MAX_TTL = 1024;
+
+/** One lease end, as the index yields it: buckets come latest first; within a bucket, in no particular order. */
+export interface IndexedLeaseEnd {
+  readonly resource: string;
+  readonly endsAt: number;
+  readonly bucket: number;
+}
 
 export class LeaseTable {
   readonly #clock: MonotonicClock;
@@ -31,9 +46,16 @@ export class LeaseTable {
   /** Records from before the restart that nobody has touched yet (for the active-lease gauge). */
   #untouchedRestartLeases: number;
   #lastSweep: number;
+  /** Width of one bucket of the end index (ms). */
+  readonly #bucketMs: number;
+  /** Bucket → the resources whose (non-zero) lease end falls in it. */
+  readonly #buckets = new Map<number, Set<string>>();
+  /** The non-empty buckets, ascending. */
+  readonly #bucketOrder: number[] = [];
 
   constructor(clock: MonotonicClock, maxTtlMs: number, recordsAtOpen: number) {
     this.#clock = clock;
+    this.#bucketMs = Math.max(1, Math.ceil(maxTtlMs / BUCKETS_PER_MAX_TTL));
     const now = clock.now();
     this.#restartLeaseEndsAt = now + maxTtlMs;
     this.#untouchedRestartLeases = recordsAtOpen;
@@ -53,9 +75,14 @@ export class LeaseTable {
    * (kept as it was when not given).
    */
   set(resource: string, record: SignedRecord | undefined, endsAt: number, session?: string): void {
-    if (!this.#ends.has(resource) && record && this.#untouchedRestartLeases > 0) this.#untouchedRestartLeases--;
+    const previous = this.#ends.get(resource);
+    if (previous === undefined && record && this.#untouchedRestartLeases > 0) this.#untouchedRestartLeases--;
     this.#ends.set(resource, endsAt);
     if (session !== undefined) this.#sessions.set(resource, session);
+    if (previous !== endsAt) {
+      this.#unindex(resource, previous);
+      this.#index(resource, endsAt);
+    }
     this.#sweepSometimes();
   }
 
@@ -85,6 +112,7 @@ export class LeaseTable {
    * lease ran on it). Without a record, `endsAt` answers 0 for it anyway.
    */
   forget(resource: string): void {
+    this.#unindex(resource, this.#ends.get(resource));
     this.#ends.delete(resource);
     this.#released.delete(resource);
     this.#sessions.delete(resource);
@@ -104,12 +132,21 @@ export class LeaseTable {
   }
 
   /**
-   * The resources whose lease runs now by an entry of this table, with their ends. Leases that run only by the
-   * restart rule (records nobody touched since the start) are not listed: the table holds no entry for them.
+   * The leases running now by an entry of this table, from the bucket with the latest ends down; a caller stops
+   * when it has seen enough (see latestLeases). Leases that run only by the restart rule (records nobody touched
+   * since the start) are not yielded: the table holds no entry for them. Nothing may change the table while the
+   * walk is open.
    */
-  *running(): Generator<[resource: string, endsAt: number]> {
+  *runningLatestFirst(): Generator<IndexedLeaseEnd> {
     const now = this.#clock.now();
-    for (const [resource, end] of this.#ends) if (end > now) yield [resource, end];
+    const lowest = this.#bucketOf(now);
+    for (let k = this.#bucketOrder.length - 1; k >= 0 && this.#bucketOrder[k]! >= lowest; k--) {
+      const bucket = this.#bucketOrder[k]!;
+      for (const resource of this.#buckets.get(bucket)!) {
+        const endsAt = this.#ends.get(resource)!;
+        if (endsAt > now) yield { resource, endsAt, bucket };
+      }
+    }
   }
 
   /** Forgets expired entries now (compaction calls it; `set` does it at most every few seconds). */
@@ -126,10 +163,88 @@ export class LeaseTable {
     this.#lastSweep = now;
     for (const [resource, end] of this.#ends) {
       if (end <= now) {
+        this.#unindex(resource, end);
         this.#ends.delete(resource);
         this.#released.delete(resource);
         this.#sessions.delete(resource);
       }
     }
   }
+
+  #bucketOf(endsAt: number): number {
+    return Math.floor(endsAt / this.#bucketMs);
+  }
+
+  /** Adds `resource` to the bucket of `endsAt` (an end of 0, released or never leased, is not indexed). */
+  #index(resource: string, endsAt: number): void {
+    if (endsAt <= 0) return;
+    const bucket = this.#bucketOf(endsAt);
+    const members = this.#buckets.get(bucket);
+    if (members) return void members.add(resource);
+    this.#buckets.set(bucket, new Set([resource]));
+    this.#bucketOrder.splice(insertionPoint(this.#bucketOrder, bucket), 0, bucket);
+  }
+
+  #unindex(resource: string, endsAt: number | undefined): void {
+    if (endsAt === undefined || endsAt <= 0) return;
+    const bucket = this.#bucketOf(endsAt);
+    const members = this.#buckets.get(bucket);
+    if (!members?.delete(resource) || members.size > 0) return;
+    this.#buckets.delete(bucket);
+    this.#bucketOrder.splice(insertionPoint(this.#bucketOrder, bucket), 1);
+  }
+}
+
+/** Where `value` is or would go in the ascending `sorted` (new ends land near the top, so the top is tried first). */
+function insertionPoint(sorted: readonly number[], value: number): number {
+  let high = sorted.length;
+  if (high === 0 || sorted[high - 1]! < value) return high;
+  let low = 0;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (sorted[middle]! < value) low = middle + 1;
+    else high = middle;
+  }
+  return low;
+}
+
+/**
+ * Entries of the end index one `leases` answer may examine: eight answers' worth (8 × MAX_LEASES_PER_REPLY). Each
+ * examined entry may cost a record read (a few microseconds), so this bounds an answer's cost near a millisecond
+ * however many leases run, and a holder that may access few resources cannot make the walk longer.
+ */
+export const MAX_LEASES_EXAMINED = 256;
+
+/**
+ * The `leases` answer's choice, pure: walks `index` (latest buckets first) and keeps what `describe` returns (undefined:
+ * not listed: not accessible, no record, released), then the `limit` ending last, ending last first. It stops at the
+ * end of the first bucket after which more than `limit` were kept (entries of lower buckets all end earlier, so
+ * the answer is exact), or after `maxExamined` entries; `more` is true when leases were left out or may have been
+ * (the walk stopped at its bound).
+ */
+export function latestLeases<L>(
+  index: Iterable<IndexedLeaseEnd>,
+  describe: (resource: string, endsAt: number) => L | undefined,
+  limit: number,
+  maxExamined = MAX_LEASES_EXAMINED,
+): { readonly leases: L[]; readonly more: boolean } {
+  const kept: { lease: L; endsAt: number }[] = [];
+  let examined = 0;
+  let bucket: number | undefined;
+  let cutShort = false;
+  for (const entry of index) {
+    if (entry.bucket !== bucket) {
+      if (kept.length > limit) break;
+      bucket = entry.bucket;
+    }
+    if (examined === maxExamined) {
+      cutShort = true;
+      break;
+    }
+    examined++;
+    const lease = describe(entry.resource, entry.endsAt);
+    if (lease !== undefined) kept.push({ lease, endsAt: entry.endsAt });
+  }
+  kept.sort((a, b) => b.endsAt - a.endsAt);
+  return { leases: kept.slice(0, limit).map((k) => k.lease), more: cutShort || kept.length > limit };
 }

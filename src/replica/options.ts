@@ -45,6 +45,11 @@ export interface ReplicaLimits {
   readonly maxEpochStep: bigint;
   /** Catch-up evidence partials one connection may have checked per second (and in one burst): each is a pairing. */
   readonly evidenceChecksPerSecondPerConnection: number;
+  /**
+   * `leases` requests one connection may send per second (and in one burst), on top of the request rate; over it
+   * they get RATE_LIMITED. Each answer walks up to MAX_LEASES_EXAMINED entries of the lease index.
+   */
+  readonly leasesPerSecondPerConnection: number;
   /** Signing threads; 0 signs on the main thread. */
   readonly signingWorkers: number;
   /** How long SIGTERM waits for in-flight requests before closing connections anyway. */
@@ -96,6 +101,9 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   // An honest client sends evidence only after a too_far answer, one partial per other replica: 32 a second is
   // several catch-ups a second, and bounds what one connection can make the replica verify to ~3% of a core.
   evidenceChecksPerSecondPerConnection: 32,
+  // The console asks once per poll, and its shortest interval is 100 ms: 10 a second serves it, and bounds what one
+  // connection can make the replica spend on them to ~1% of a core (each answer is at most ~1 ms of record reads).
+  leasesPerSecondPerConnection: 10,
   // One thread keeps bursts of signing off the event loop: measured on 2 cores (src/bench/replica.ts), median
   // durable grants/s were 1,126 in-thread, 1,446 with one thread, 2,319 with two. More threads pay only on a host
   // whose cores the replica does not share, so one is the default and --signing-workers raises it. A lone grant
@@ -151,6 +159,7 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'retentionMs',
     'compactionIntervalMs',
     'evidenceChecksPerSecondPerConnection',
+    'leasesPerSecondPerConnection',
   ] as const) {
     positiveInteger(limits, field);
   }

@@ -22,7 +22,7 @@ import {
 } from '../protocol/messages.js';
 import { mayAccess } from './access.js';
 import { HandoffQueue } from './handoff-queue.js';
-import { LeaseTable } from './leases.js';
+import { LeaseTable, latestLeases } from './leases.js';
 import { DEFAULT_REPLICA_LIMITS } from './options.js';
 import type { ReplicaMetrics, RefusalReason } from './metrics.js';
 import type { EvidenceBudget, EvidenceChecker } from './grant-evidence.js';
@@ -238,8 +238,9 @@ export class ReplicaService {
 
   /**
    * The `leases` request (read-only, for the operator console): the leases running now on resources `holder`
-   * may access, the ones ending last first, at most `limit`. O(entries of the lease table), which holds only
-   * running and recently ended leases; a lease released since it was granted is not running.
+   * may access, the ones ending last first, at most `limit`. A bounded walk of the lease table's end index
+   * (latestLeases: at most MAX_LEASES_EXAMINED entries, each a record read at most), however many leases run;
+   * a lease released since it was granted is not running.
    */
   activeLeases(request: LeasesRequest, holder: Uint8Array): LeasesOutcome {
     this.#metrics?.requests.inc({ type: request.type });
@@ -248,22 +249,13 @@ export class ReplicaService {
       return { status: 'invalid', message: `limit must be in 1..${MAX_LEASES_PER_REPLY}` };
     }
     const now = this.#clock.now();
-    const found: { lease: ActiveLease; endsAt: number }[] = [];
-    for (const [resource, endsAt] of this.leases.running()) {
-      if (!mayAccess(this.#policy.access, holder, resource)) continue;
+    const describe = (resource: string, endsAt: number): ActiveLease | undefined => {
+      if (!mayAccess(this.#policy.access, holder, resource)) return undefined;
       const record = this.store.get(resource);
-      if (!record || this.leases.isReleased(resource, record)) continue;
-      found.push({
-        lease: { resource, epoch: record.epoch, holder: record.holder, remainingMs: remainingMs(endsAt, now) },
-        endsAt,
-      });
-    }
-    found.sort((a, b) => b.endsAt - a.endsAt);
-    return {
-      status: 'leases',
-      leases: found.slice(0, request.limit).map((entry) => entry.lease),
-      more: found.length > request.limit,
+      if (!record || this.leases.isReleased(resource, record)) return undefined;
+      return { resource, epoch: record.epoch, holder: record.holder, remainingMs: remainingMs(endsAt, now) };
     };
+    return { status: 'leases', ...latestLeases(this.leases.runningLatestFirst(), describe, request.limit) };
   }
 
   /**

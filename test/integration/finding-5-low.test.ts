@@ -191,10 +191,16 @@ describe('finding 5: the guard log is bounded', () => {
       expect(first.ok).toBe(true);
       const other = factory.issue({ resource: 'r', epoch: 2, holder: newHolder().publicKey });
       expect(await guard.write({ token: other.bytes, resource: 'r', op: 'put' })).toMatchObject({ reason: 'conflict' });
+      // Refusals that reach the log: a genuine token below the barrier (garbage tokens are never logged).
       for (let i = 0; i < 40; i++) {
-        const garbage = await guard.write({ token: `garbage-${i}`, resource: 'r', op: 'put' });
-        expect(garbage.ok).toBe(false);
+        const stale = await guard.write({
+          token: factory.issueText({ resource: 'r', epoch: 1 }),
+          resource: 'r',
+          op: 'put',
+        });
+        expect(stale).toMatchObject({ ok: false, reason: 'stale' });
       }
+      expect(await guard.write({ token: 'garbage', resource: 'r', op: 'put' })).toMatchObject({ seq: null });
       const log = guard.readLog();
       expect(log.filter((e) => e.outcome === 'accepted')).toHaveLength(1);
       expect(log.filter((e) => e.outcome === 'conflict')).toHaveLength(1);

@@ -57,7 +57,7 @@ describe('single-statement form', () => {
     });
     expect(second).toMatchObject({ ok: true, raised: false, barrier: 1n, result: { rows: [{ key: 'k', size: 5 }] } });
     expect(guard.forms).toEqual({ statement: before.statement + 1, transaction: before.transaction });
-    const [entry] = await guard.readLog({ after: second.seq - 1, limit: 1 });
+    const [entry] = await guard.readLog({ after: second.seq! - 1, limit: 1 });
     expect(entry).toMatchObject({ seq: second.seq, outcome: 'accepted', epoch: '1', barrierBefore: '1' });
     // Unprepared (text built per call) takes the same path.
     const third = await guard.writeStatement(request, {
@@ -161,16 +161,19 @@ describe('log retention (maxRefusedLogEntries)', () => {
       const rival = factory.issue({ resource, epoch: 2, holder: holders[1]! });
       const upsert = (token: Uint8Array | undefined, value: string) =>
         bounded.writeStatement({ token, resource, key: 'k' }, { text: UPSERT, values: [resource, 'k', value] });
+      const stale = () => factory.issue({ resource, epoch: 1 }).bytes;
       expect((await upsert(first.bytes, 'a')).ok).toBe(true);
-      for (let i = 0; i < 4; i++) expect(await upsert(undefined, 'x')).toMatchObject({ reason: 'missing_token' });
+      for (let i = 0; i < 4; i++) expect(await upsert(stale(), 'x')).toMatchObject({ reason: 'stale' });
       expect(await upsert(rival.bytes, 'x')).toMatchObject({ reason: 'conflict' });
-      expect(await upsert(factory.issue({ resource, epoch: 1 }).bytes, 'x')).toMatchObject({ reason: 'stale' });
-      const raced = await Promise.all(Array.from({ length: 12 }, () => upsert(undefined, 'x')));
-      expect(raced.every((r) => !r.ok && r.reason === 'missing_token')).toBe(true);
+      expect(await upsert(stale(), 'x')).toMatchObject({ reason: 'stale' });
+      // Refusals at admission are never logged, so they neither count nor push anything out.
+      expect(await upsert(undefined, 'x')).toMatchObject({ reason: 'missing_token', seq: null });
+      const raced = await Promise.all(Array.from({ length: 12 }, () => upsert(stale(), 'x')));
+      expect(raced.every((r) => !r.ok && r.reason === 'stale')).toBe(true);
       expect((await upsert(first.bytes, 'b')).ok).toBe(true);
 
       const log = await bounded.readLog();
-      const refusedSeqs = [...raced.map((r) => r.seq)].sort((a, b) => a - b).slice(-5);
+      const refusedSeqs = [...raced.map((r) => r.seq!)].sort((a, b) => a - b).slice(-5);
       expect(log.filter((e) => !e.accepted && e.outcome !== 'conflict').map((e) => e.seq)).toEqual(refusedSeqs);
       expect(log.map((e) => e.outcome).filter((o) => o === 'accepted' || o === 'conflict')).toEqual([
         'accepted',

@@ -114,16 +114,17 @@ describe.each(['transaction', 'statement', 'mixed'] as const)(
             }),
           );
 
-          const log = await guard.readLog({ after: Math.min(...results.map((x) => x.r.seq)) - 1, limit: 100_000 });
+          // Every attempt here has a valid token, so every one was logged.
+          const log = await guard.readLog({ after: Math.min(...results.map((x) => x.r.seq!)) - 1, limit: 100_000 });
           const bySeq = new Map(log.map((e) => [e.seq, e]));
           for (let r = 0; r <= 2; r++) {
-            const mine = results.filter((x) => x.a.resource === r).sort((p, q) => p.r.seq - q.r.seq);
+            const mine = results.filter((x) => x.a.resource === r).sort((p, q) => p.r.seq! - q.r.seq!);
             const expected = new Map<string, string>([['seed', 'seed']]);
             let barrier = 1n;
             const tokenAt = new Map<bigint, string>([[1n, toHex(sha256(seed(r).bytes))]]);
             for (const { r: result, a, i, digest } of mine) {
               const epoch = BigInt(a.epoch);
-              const entry = bySeq.get(result.seq)!;
+              const entry = bySeq.get(result.seq!)!;
               expect(entry).toMatchObject({
                 resource: name(r),
                 epoch: String(a.epoch),
@@ -159,7 +160,7 @@ describe.each(['transaction', 'statement', 'mixed'] as const)(
 describe.each(FORMS)('PostgreSQL guard (%s form): refusals change nothing but the log', (form) => {
   const res = (name: string) => `${form}/${name}`;
 
-  test('malformed, forged, wrong-cluster and wrong-resource tokens are refused and logged', async () => {
+  test('missing, malformed, forged, wrong-cluster and wrong-resource tokens are refused at admission: answered, never logged', async () => {
     const other = makeTokenFactory();
     const resource = res('refusals');
     const token = factory.issue({ resource, epoch: 3 });
@@ -172,10 +173,10 @@ describe.each(FORMS)('PostgreSQL guard (%s form): refusals change nothing but th
     ];
     for (const [input, reason] of attempts) {
       const r = await guardedUpsert(form, { token: input, resource, key: 'k' }, 'never');
-      expect(r).toMatchObject({ ok: false, reason });
-      const [entry] = await guard.readLog({ after: r.seq - 1, limit: 1 });
-      expect(entry).toMatchObject({ seq: r.seq, outcome: reason, accepted: false, resource });
+      // Decided without the tables, so nothing was written (docs/security.md, "The guard log").
+      expect(r).toMatchObject({ ok: false, reason, seq: null, barrier: null });
     }
+    expect((await guard.readLog()).filter((entry) => entry.resource === resource)).toEqual([]);
     expect(await stored(resource)).toEqual(new Map());
     expect(await guard.barrier(resource)).toBeUndefined();
   });
@@ -199,7 +200,7 @@ describe.each(FORMS)('PostgreSQL guard (%s form): refusals change nothing but th
     expect((await guardedUpsert(form, { token: first.bytes, resource, key: 'k' }, 'first')).ok).toBe(true);
     const r = await guardedUpsert(form, { token: second.bytes, resource, key: 'k' }, 'second');
     expect(r).toMatchObject({ ok: false, reason: 'conflict', barrier: 5n });
-    const [entry] = await guard.readLog({ after: r.seq - 1, limit: 1 });
+    const [entry] = await guard.readLog({ after: r.seq! - 1, limit: 1 });
     expect(entry).toMatchObject({
       outcome: 'conflict',
       token: tokenToText(second),
@@ -264,7 +265,7 @@ describe.each(FORMS)('PostgreSQL guard (%s form): refusals change nothing but th
             { text: cas, values: [resource], returning: true, requireRow: true },
           );
     expect(r).toMatchObject({ ok: false, reason: 'version_mismatch', barrier: 3n });
-    const [entry] = await guard.readLog({ after: r.seq - 1, limit: 1 });
+    const [entry] = await guard.readLog({ after: r.seq! - 1, limit: 1 });
     expect(entry).toMatchObject({ outcome: 'version_mismatch', epoch: '4', barrierBefore: '3', barrierAfter: '3' });
     expect(await stored(resource)).toEqual(new Map([['k', 'current']]));
     expect((await guard.barrier(resource))?.epoch).toBe(3n);
