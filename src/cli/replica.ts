@@ -50,7 +50,7 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
   --free-epoch-step N       how far above its record for a resource the replica grants without catch-up
                             evidence (default ${d.freeEpochStep}; docs/protocol.md, "Epoch steps")
   --max-epoch-step N        how far above its record (or floor) it grants on evidence from fewer than f+1
-                            other replicas (default ${d.maxEpochStep}); clients' maxEpochStep option must match
+                            other replicas (default and most ${d.maxEpochStep}); clients' maxEpochStep option must match
   --tls-cert FILE           PEM certificate: serve wss:// (needs --tls-key)
   --tls-key FILE            PEM private key for --tls-cert
   --operator-secret-file FILE

@@ -156,8 +156,10 @@ export function resolveClientOptions(options: Partial<ClientOptions> = {}): Clie
         : 0,
     );
   }
-  if (typeof o.maxEpochStep !== 'bigint' || o.maxEpochStep < 1n)
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"maxEpochStep" expected a bigint >= 1', { field: 'maxEpochStep' });
+  if (typeof o.maxEpochStep !== 'bigint' || o.maxEpochStep < 1n || o.maxEpochStep > DEFAULT_MAX_EPOCH_STEP)
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"maxEpochStep" expected a bigint in 1..${DEFAULT_MAX_EPOCH_STEP}`, {
+      field: 'maxEpochStep',
+    });
   positive(o.expiryMarginFraction, 'expiryMarginFraction', 0, false);
   positive(o.renewAtFraction, 'renewAtFraction', 0, false);
   if (o.expiryMarginFraction >= 0.5)

@@ -4,6 +4,7 @@
  */
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
+import { DEFAULT_MAX_EPOCH_STEP } from '../common/limits.js';
 import { readJsonFile } from '../common/files.js';
 import { readOperatorSecret } from '../common/operator-secret.js';
 import { parseCluster } from '../cluster/description.js';
@@ -90,7 +91,7 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
   return { ...settings, clusterJson, cluster, keyJson, key: parseReplicaKey(keyJson, cluster, keyPath) };
 }
 
-/** An epoch step flag: a whole number of epochs, 1 .. 2^53-1 (far more than any step worth taking). */
+/** An epoch step flag: a whole number of epochs, 1 .. the default maxEpochStep (docs/protocol.md, "Epoch steps"). */
 function epochStepFlag(value: string | undefined, name: string, fallback: bigint): bigint {
-  return BigInt(integerFlag(value, name, Number(fallback), 1, Number.MAX_SAFE_INTEGER));
+  return BigInt(integerFlag(value, name, Number(fallback), 1, Number(DEFAULT_MAX_EPOCH_STEP)));
 }

@@ -176,8 +176,14 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
       'maxFrameBytes',
       `must be at least ${MIN_FRAME_BYTES} bytes: an acquire with a 256-byte resource and f+1 pieces of evidence must fit`,
     );
-  if (typeof limits.maxEpochStep !== 'bigint' || limits.maxEpochStep < 1n)
-    bad('maxEpochStep', 'expected a bigint >= 1');
+  // Above the default, an honest replica's epochs could approach HONEST_EPOCH_CEILING, which the console and the
+  // reshare treat as a lie; a smaller step only means more catch-up steps.
+  if (
+    typeof limits.maxEpochStep !== 'bigint' ||
+    limits.maxEpochStep < 1n ||
+    limits.maxEpochStep > DEFAULT_MAX_EPOCH_STEP
+  )
+    bad('maxEpochStep', `expected a bigint in 1..${DEFAULT_MAX_EPOCH_STEP}`);
   if (typeof limits.freeEpochStep !== 'bigint' || limits.freeEpochStep < 1n)
     bad('freeEpochStep', 'expected a bigint >= 1');
   if (limits.freeEpochStep > limits.maxEpochStep)
