@@ -1,13 +1,15 @@
 /**
  * `quorumfence dkg propose|run`: the dealerless key ceremony. `propose` turns
  * member cards into a proposal; `run` takes part in it for one replica, with
- * progress on stderr, and writes the replica's share (0600) and the public
+ * progress on stderr (JSON log lines), and writes the replica's share (0600) and the public
  * cluster.json into its own data directory only.
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { toHex } from '../common/bytes.js';
+import { createLogger, type Logger } from '../common/log.js';
+import { LogLimiter } from '../common/log-limiter.js';
 import { loadClusterFile, type Cluster } from '../cluster/description.js';
 import { readJsonFile, refuseIrregularFile, writeFileDurably } from '../common/files.js';
 import { loadNodeKeyFile, parseMemberCard } from '../ceremony/node-key.js';
@@ -63,7 +65,7 @@ init"), in replica index order, with a fresh ceremony id.
                            among --dealers; every dealer above the new n needs one. Repeat per dealer.
 
 run: take part for the replica whose node key is in DIR. Every member runs
-this with the same proposal; it finishes when all have. Progress on stderr.
+this with the same proposal; it finishes when all have. Progress on stderr (JSON log lines).
 On success writes DIR/${REPLICA_KEY_FILE} (secret, 0600) and DIR/${CLUSTER_FILE} (public,
 with every confirming member's signature). On an abort writes nothing and
 exits 1 naming the members at fault; make a fresh proposal and run again.
@@ -198,34 +200,59 @@ export function recordAttempt(dataDir: string, proposal: Proposal): void {
 }
 
 /**
- * Progress of a running ceremony on the log, for `dkg run` and `reshare run`: each event as a line
- * (refused frames only up to a bound) and, every 2 s, who the current phase still waits for. The caller
- * passes onEvent to the runner and calls stop when the ceremony is over.
+ * Progress of a running ceremony on the log, for `dkg run` and `reshare run`: each event as a JSON line
+ * (`event: "ceremony"`, `kind` = the event's kind, with its fields; docs/operations.md, "Logs"), whose `msg` is
+ * `prefix: ` and a short description; refused frames through a LogLimiter, with a `suppressed` count; and, every
+ * 2 s, who the current phase still waits for (`kind: "waiting"`). The caller passes onEvent to the runner and
+ * calls stop when the ceremony is over.
  */
-export function reportCeremonyProgress(log: (line: string) => void): {
+export function reportCeremonyProgress(
+  logger: Logger,
+  prefix: string,
+): {
   readonly onEvent: (event: ProgressEvent, member: CeremonyMember) => void;
   readonly stop: () => void;
 } {
   let member: CeremonyMember | undefined;
-  let refused = 0;
+  // A flood of garbage frames must not flood the log too.
+  const limiter = new LogLimiter<'ceremony_refused'>();
+  const summarise = () => {
+    for (const { key, count } of limiter.drain())
+      logger.info({ event: 'suppressed', of: key, count }, `${prefix}: ${count} refused frames not logged`);
+  };
   // Every 2 s, who the current phase still waits for.
   const waiting = setInterval(() => {
     const missing = member?.missing() ?? [];
-    if (member && missing.length > 0) log(`  ${member.phase}: waiting for ${missing.join(', ')}`);
+    if (member && missing.length > 0)
+      logger.info(
+        { event: 'ceremony', kind: 'waiting', phase: member.phase, missing },
+        `${prefix}:   ${member.phase}: waiting for ${missing.join(', ')}`,
+      );
+    summarise();
   }, 2000);
   return {
     onEvent: (event, m) => {
       member = m;
-      // Bounded: a flood of garbage must not flood the log too.
-      if (event.kind === 'refused' && ++refused > 20) return;
-      const line = describeEvent(event);
-      if (line) log(line);
+      if (event.kind === 'refused' && !limiter.admit('ceremony_refused', performance.now())) return;
+      const fields = { event: 'ceremony', ...event };
+      const line = `${prefix}: ${describeEvent(event)}`;
+      if (event.kind === 'aborted') logger.error(fields, line);
+      else if (event.kind === 'refused' || event.kind === 'excluded') logger.warn(fields, line);
+      else logger.info(fields, line);
     },
-    stop: () => clearInterval(waiting),
+    stop: () => {
+      clearInterval(waiting);
+      summarise();
+    },
   };
 }
 
-function describeEvent(event: ProgressEvent): string | undefined {
+/** The ceremony's log: JSON lines on stderr (stdout carries the command's result), naming the ceremony and member. */
+export function ceremonyLogger(proposal: Proposal, self: number): Logger {
+  return createLogger('ceremony', { destination: 2 }).child({ ceremonyId: toHex(proposal.ceremonyId), member: self });
+}
+
+function describeEvent(event: ProgressEvent): string {
   switch (event.kind) {
     case 'phase':
       return `phase ${event.phase}`;
@@ -283,11 +310,13 @@ async function run(argv: string[]): Promise<number> {
   recordAttempt(dataDir, proposal);
   const listen = values.listen ? parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }) : undefined;
   const transport = await openWebSocketTransport({ proposal, self, listen });
-  const log = (line: string) => process.stderr.write(`dkg member ${self}: ${line}\n`);
-  log(
-    `ceremony ${toHex(proposal.ceremonyId).slice(0, 16)}…, n = ${proposal.n}, t = ${proposal.t}, listening for members`,
+  const logger = ceremonyLogger(proposal, self);
+  const prefix = `dkg member ${self}`;
+  logger.info(
+    { event: 'ceremony', kind: 'start', n: proposal.n, t: proposal.t },
+    `${prefix}: ceremony ${toHex(proposal.ceremonyId).slice(0, 16)}…, n = ${proposal.n}, t = ${proposal.t}, listening for members`,
   );
-  const progress = reportCeremonyProgress(log);
+  const progress = reportCeremonyProgress(logger, prefix);
   let outcome;
   try {
     outcome = await runCeremony({ proposal, nodeKey, self, transport, onEvent: progress.onEvent });

@@ -71,7 +71,7 @@ run: take part in the reshare ceremony, as the proposal names this node key:
     entry), answers complaints, and ends once t_new members confirmed one
     result. It writes no key and no cluster.json; --data holds its node key
     and the record of the proposals it took part in.
-Progress on stderr (phases, who sent, excluded dealers, who is still awaited).
+Progress on stderr as JSON log lines (phases, who sent, excluded dealers, who is still awaited).
   --data DIR               the new generation's data directory (an outside dealer: where its node key is) (required)
   --proposal FILE          the reshare proposal (new members, dkg propose)       (required)
   --old-cluster FILE       the cluster being reshared (the proposal names its id) (required)

@@ -91,7 +91,8 @@ export class GuardMetrics implements GuardObserver {
         () => batcher.checks,
       );
     }
-    if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: 'quorumfence_guard_' });
+    // The standard process_* and nodejs_* names, as the replica exports them (replica/metrics.ts).
+    if (options.processMetrics) collectDefaultMetrics({ register: this.registry });
   }
 
   attempt(op: string, outcome: GuardOutcomeLabel): void {

@@ -8,6 +8,8 @@ import { presentsOperatorSecret } from '../common/operator-secret.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { PACKAGE_VERSION } from '../common/version.js';
 import type { Logger } from '../common/log.js';
+import type { LogLimiter } from '../common/log-limiter.js';
+import type { MonotonicClock } from '../common/clock.js';
 import type { Cluster } from '../cluster/description.js';
 import { frozenError } from './freeze-marker.js';
 import type { ReplicaMetrics } from './metrics.js';
@@ -25,6 +27,9 @@ export interface ReplicaHttpContext {
   readonly service: ReplicaService;
   readonly metrics: ReplicaMetrics;
   readonly logger: Logger;
+  /** Limits the lines a peer can provoke (here: refused admin requests); shared with the server's refusals. */
+  readonly logLimiter: LogLimiter;
+  readonly clock: MonotonicClock;
   /** What unlocks POST /admin/freeze; undefined: the endpoint refuses everyone. */
   readonly operatorSecret: string | undefined;
   /** When the server started (wall clock, ms). */
@@ -92,7 +97,11 @@ function onFreezeRequest(context: ReplicaHttpContext, req: IncomingMessage, res:
   }
   if (!presentsOperatorSecret(req.headers.authorization, context.operatorSecret)) {
     req.resume();
-    context.logger.warn({ path: '/admin/freeze' }, 'refused an admin request without the operator secret');
+    if (context.logLimiter.admit('admin_refused', context.clock.now()))
+      context.logger.warn(
+        { event: 'admin_refused', path: '/admin/freeze', address: req.socket.remoteAddress },
+        'refused an admin request without the operator secret',
+      );
     return answer(401, {
       code: 'UNAUTHENTICATED',
       message:
@@ -136,8 +145,8 @@ function onFreezeRequest(context: ReplicaHttpContext, req: IncomingMessage, res:
       (state) => {
         // Acquires waiting their turn here would be refused at their turn: tell them now.
         context.service.handoffs.failAll(frozenError(state));
-        context.logger.warn(
-          { replica: context.replica, ...state },
+        context.logger.info(
+          { event: 'freeze', replica: context.replica, ...state },
           'frozen for a reshare: this replica signs nothing more',
         );
         answer(200, { frozen: true, replica: context.replica, clusterId: context.cluster.idHex, ...state });

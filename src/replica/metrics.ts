@@ -138,6 +138,9 @@ export class ReplicaMetrics {
       help: 'Partials an acquire needs (t = 2f+1), from the cluster description',
       registers,
     }).set(labels.t);
-    collectDefaultMetrics({ register: this.registry, prefix: 'quorumfence_replica_' });
+    // prom-client's process and Node.js metrics under their standard names (process_cpu_seconds_total,
+    // nodejs_eventloop_lag_seconds, ...), which stock Node.js dashboards read; the registry's default labels
+    // (replica, cluster) tell the processes apart.
+    collectDefaultMetrics({ register: this.registry });
   }
 }

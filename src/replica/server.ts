@@ -27,6 +27,7 @@ import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
 import { ReplicaMetrics } from './metrics.js';
 import { replicaLimits, type ReplicaLimits } from './options.js';
 import { EvidenceChecker } from './grant-evidence.js';
+import { RequestLog } from './request-log.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
 import { probeSigningRecord, SigningRecord } from './signing-record.js';
@@ -85,6 +86,8 @@ export class ReplicaServer {
   #lastError: { readonly at: string; readonly message: string } | undefined;
   /** Runs compaction every compactionIntervalMs (docs/storage.md). */
   #compactionTimer: NodeJS.Timeout | undefined;
+  /** The grant and refusal lines, limited, with their periodic summaries (request-log.ts). */
+  readonly #requestLog: RequestLog;
 
   private constructor(fields: {
     url: string;
@@ -113,6 +116,7 @@ export class ReplicaServer {
     this.#index = fields.index;
     this.#logger = fields.logger;
     this.#clock = fields.clock;
+    this.#requestLog = new RequestLog(fields.logger, fields.clock);
     this.#connections = new ReplicaConnections({
       wss: fields.wss,
       limits: fields.limits,
@@ -131,6 +135,8 @@ export class ReplicaServer {
       service: fields.service,
       metrics: fields.metrics,
       logger: fields.logger,
+      logLimiter: this.#requestLog.limiter,
+      clock: fields.clock,
       operatorSecret: fields.operatorSecret,
       startedAt: this.#startedAt,
       ready: () => this.ready,
@@ -146,11 +152,16 @@ export class ReplicaServer {
     this.service.compact().then(
       (summary) => {
         this.metrics.compactedRecords.inc(summary.compacted);
-        if (summary.compacted > 0)
-          this.#logger.info(
-            { ...summary, floor: summary.floor.toString(), ms: Math.round(performance.now() - started) },
-            'compacted the signing record',
-          );
+        // A run that folded nothing is routine (every compactionIntervalMs): debug only.
+        this.#logger[summary.compacted > 0 ? 'info' : 'debug'](
+          {
+            event: 'compaction',
+            ...summary,
+            floor: summary.floor.toString(),
+            ms: Math.round(performance.now() - started),
+          },
+          'compacted the signing record',
+        );
       },
       (error: unknown) => {
         if (this.#closing) return;
@@ -318,11 +329,9 @@ export class ReplicaServer {
   #dispatch(connection: Connection, received: WireRequest, holder: Uint8Array): void {
     if (received.type === 'leases') {
       // Answered at once from memory: no record is written, nothing waits.
-      this.#connections.send(connection, {
-        type: 'reply',
-        id: received.id,
-        outcome: this.service.activeLeases(received, holder),
-      });
+      const outcome = this.service.activeLeases(received, holder);
+      this.#connections.send(connection, { type: 'reply', id: received.id, outcome });
+      this.#requestLog.answered(received, holder, outcome);
       return;
     }
     const request: Request = received;
@@ -338,6 +347,7 @@ export class ReplicaServer {
       .then(
         (outcome) => {
           this.#connections.send(connection, { type: 'reply', id: request.id, outcome });
+          this.#requestLog.answered(request, holder, outcome);
           // Whoever learned that someone holds the lease (a busy acquire, or a status showing it) hears of its release.
           if (
             (request.type === 'acquire' && outcome.status === 'busy') ||
@@ -409,6 +419,7 @@ export class ReplicaServer {
     this.#http.closeAllConnections();
     await this.service.store.close();
     await this.#signer.close();
+    this.#requestLog.close();
     this.#logger.info({ replica: this.#index }, 'stopped');
   }
 }

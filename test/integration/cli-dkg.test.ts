@@ -58,9 +58,29 @@ describe('quorumfence dkg (processes over real sockets)', () => {
       ),
     );
     for (const r of runs) expect(r.code, r.stderr).toBe(0);
-    // Progress went to stderr: phases and who sent.
+    // Progress went to stderr: phases and who sent, as JSON log lines with the documented fields
+    // (docs/operations.md, "Logs").
     expect(runs[0]!.stderr).toMatch(/phase deal/);
     expect(runs[0]!.stderr).toMatch(/deal: from 1, 2, 3, 4/);
+    const progress = runs[0]!.stderr
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    const ceremonyId = (JSON.parse(readFileSync(proposal, 'utf8')) as { ceremonyId: string }).ceremonyId;
+    expect(progress.every((line) => line.name === 'ceremony' && line.member === 1)).toBe(true);
+    expect(progress.every((line) => line.ceremonyId === ceremonyId)).toBe(true);
+    expect(progress[0]).toMatchObject({ level: 30, event: 'ceremony', kind: 'start', n: 4, t: 3 });
+    expect(progress).toContainEqual(expect.objectContaining({ event: 'ceremony', kind: 'phase', phase: 'deal' }));
+    expect(progress).toContainEqual(
+      expect.objectContaining({ kind: 'phase-closed', phase: 'deal', received: [1, 2, 3, 4], missing: [] }),
+    );
+    expect(progress).toContainEqual(
+      expect.objectContaining({
+        kind: 'done',
+        clusterId: JSON.parse(runs[0]!.stdout).clusterId,
+        qualified: [1, 2, 3, 4],
+      }),
+    );
     const summaries = runs.map((r) => JSON.parse(r.stdout) as { clusterId: string; index: number });
     expect(new Set(summaries.map((s) => s.clusterId)).size).toBe(1);
 

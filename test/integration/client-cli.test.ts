@@ -4,7 +4,7 @@
  * mistakes a user can make.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -47,6 +47,25 @@ describe('quorumfence identity', () => {
     const shown = await runCli(['identity', 'show', file]);
     expect(shown.code).toBe(0);
     expect(shown.stdout.trim()).toBe(publicKey);
+
+    // --if-missing (deployments run it at every start) keeps the identity and prints its key; a file that is
+    // not an identity is refused, not replaced.
+    const kept = await runCli(['identity', 'new', file, '--if-missing', '--json']);
+    expect(kept.code, kept.stderr).toBe(0);
+    expect(JSON.parse(kept.stdout)).toEqual({ file, publicKey });
+    expect((await runCli(['identity', 'show', file])).stdout.trim()).toBe(publicKey);
+    const garbage = join(dir, 'not-an-identity.key');
+    writeFileSync(garbage, 'not json');
+    const refused = await runCli(['identity', 'new', garbage, '--if-missing']);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('BAD_KEY_FILE');
+    expect(readFileSync(garbage, 'utf8')).toBe('not json');
+    const fresh = join(dir, 'fresh.key');
+    const made2 = await runCli(['identity', 'new', fresh, '--if-missing', '--json']);
+    expect(made2.code).toBe(0);
+    expect((JSON.parse(made2.stdout) as { publicKey: string }).publicKey).not.toBe(publicKey);
+    const misplaced = await runCli(['identity', 'show', file, '--if-missing']);
+    expect([misplaced.code, misplaced.stderr]).toEqual([2, expect.stringContaining('INVALID_OPTION')]);
   });
 });
 

@@ -8,7 +8,9 @@
  * ENTRYPOINT comes from nodes/Dockerfile. The demo workers must finish with
  * the refusal the story expects, with the honest and the byzantine profile.
  * The keys come from the key ceremony the file runs; afterwards no file
- * outside replica i's volume holds share i.
+ * outside replica i's volume holds share i. The operator console runs beside
+ * them, published on the host's loopback address only, and in the honest
+ * profile sees all four replicas with a margin of 1.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -30,6 +32,7 @@ const imageEntrypoint = JSON.parse(/^ENTRYPOINT\s+(\[.*\])\s*$/m.exec(dockerfile
 
 interface Service {
   command?: string[];
+  ports?: string[];
   entrypoint?: string[];
   environment?: Record<string, string>;
   volumes?: string[];
@@ -60,6 +63,8 @@ interface Running {
   child: ChildProcess;
   exited: Promise<number | null>;
   output: () => string;
+  /** What it printed first (its start-up lines), however much it printed since. */
+  head: () => string;
 }
 
 async function runProfile(profile: string, baseOctet: number): Promise<Record<string, Running>> {
@@ -119,7 +124,7 @@ async function runProfile(profile: string, baseOctet: number): Promise<Record<st
     child.stdout!.on('data', (chunk) => (output += chunk));
     child.stderr!.on('data', (chunk) => (output += chunk));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-    running[service] = { child, exited, output: () => output.slice(-4000) };
+    running[service] = { child, exited, output: () => output.slice(-4000), head: () => output.slice(0, 4000) };
   };
 
   // Compose starts a service once its dependencies' conditions hold; this does the same, in file order.
@@ -174,6 +179,8 @@ describe('docker-compose.yml', () => {
         'replica-4',
         'replica-4-byzantine',
         'resource',
+        'console-identity',
+        'console',
         'worker-a',
         'worker-b',
       ].sort(),
@@ -191,13 +198,23 @@ describe('docker-compose.yml', () => {
           expect(name, `${name} mounts ${mount}`).toMatch(new RegExp(`^replica-${match[1]}(-init|-dkg|-byzantine)?$`));
       }
     }
-    for (const name of ['resource', 'worker-a', 'worker-b']) {
+    for (const name of ['resource', 'worker-a', 'worker-b', 'console']) {
       const mounts = (compose.services[name]!.volumes ?? []).map((m) => m.split(':')[0]);
       expect(
-        mounts.every((m) => m === 'cluster' || m === 'resource-data'),
+        mounts.every((m) => m === 'cluster' || m === 'resource-data' || m === 'console-identity'),
         `${name}: ${mounts.join(', ')}`,
       ).toBe(true);
     }
+    // Only the console and the step that makes its identity mount the identity.
+    for (const [name, service] of Object.entries(compose.services))
+      if ((service.volumes ?? []).some((m) => m.startsWith('console-identity:')))
+        expect(['console', 'console-identity']).toContain(name);
+  });
+
+  it('publishes the console (no login) on the host loopback address only', () => {
+    const ports = compose.services.console!.ports ?? [];
+    expect(ports.length).toBeGreaterThan(0);
+    for (const port of ports) expect(port).toMatch(/^127\.0\.0\.1:\d+:\d+$/);
   });
 
   it.each([
@@ -222,9 +239,23 @@ describe('docker-compose.yml', () => {
       expect(outputs[0]).toMatch(new RegExp(`worker A: write epoch=1 status=409 outcome=stale barrier=${epochB}\\b`));
       // The long-running services are still up when the workers are done.
       for (const name of Object.keys(running).filter(
-        (n) => (n.startsWith('replica') && !/-(init|dkg)$/.test(n)) || n === 'resource',
+        (n) => (n.startsWith('replica') && !/-(init|dkg)$/.test(n)) || n === 'resource' || n === 'console',
       )) {
         expect(running[name]!.child.exitCode, `${name}:\n${running[name]!.output()}`).toBeNull();
+      }
+      // The console answers on its service address; with four honest replicas it reaches them all (bounded wait).
+      const consoleUrl = /serving (http:\/\/[^/\s]+)\//.exec(running.console!.head())?.[1];
+      expect(consoleUrl, running.console!.head()).toBeDefined();
+      if (profile === 'honest') {
+        let state: { margin: number; replicas: { reachable: boolean }[] } | undefined;
+        for (let attempt = 0; attempt < 100; attempt++) {
+          const response = await fetch(`${consoleUrl}/api/state`, { signal: AbortSignal.timeout(5_000) });
+          state = (await response.json()) as typeof state;
+          if (state!.margin === 1 && state!.replicas.every((r) => r.reachable)) break;
+          await sleep(200);
+        }
+        expect(state?.replicas.map((r) => r.reachable)).toEqual([true, true, true, true]);
+        expect(state?.margin).toBe(1);
       }
       for (const { child } of Object.values(running)) child.kill('SIGTERM');
       await Promise.all(Object.values(running).map((r) => r.exited));

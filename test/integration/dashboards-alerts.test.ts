@@ -23,7 +23,7 @@ import type { LocalProcess } from '../../src/cluster/local-process.js';
 import { QuorumFenceClient } from '../../src/client/client.js';
 import { generateIdentity } from '../../src/client/identity.js';
 import { CONSOLE_METRICS } from '../../src/console/metric-names.js';
-import { exportedMetricNames, metricNamesIn, unknownMetricNames } from '../support/promql-names.js';
+import { exportedMetricNames, metricNamesIn, selectorsIn, unknownMetricNames } from '../support/promql-names.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -46,6 +46,7 @@ interface Panel {
 }
 const dashboard = JSON.parse(readFileSync(join(ROOT, 'deploy/grafana/quorumfence.json'), 'utf8')) as {
   panels: Panel[];
+  templating: { list: { name: string; type: string; query?: { query?: string }; includeAll?: boolean }[] };
 };
 const panels = (list: Panel[]): Panel[] => list.flatMap((p) => [p, ...panels(p.panels ?? [])]);
 
@@ -89,11 +90,28 @@ describe('alert rules', () => {
   it('cover the margin from the console and from the scrape, evidence, fsync p99, refusals and a replica down', () => {
     const reads = (name: string) => alertRules.filter((rule) => metricNamesIn(rule.expr).includes(name));
     expect(reads(CONSOLE_METRICS.quorumMargin)).toHaveLength(1);
-    expect(reads('quorumfence_replica_cluster_threshold').filter((rule) => reads('up').includes(rule))).toHaveLength(1);
+    // The scrape margin counts, per cluster, the replicas whose threshold series is fresh.
+    expect(reads('quorumfence_replica_cluster_threshold').map((rule) => rule.alert)).toEqual([
+      'QuorumFenceQuorumMarginExhaustedByScrape',
+    ]);
     expect(reads(CONSOLE_METRICS.evidence)).toHaveLength(1);
     expect(reads('quorumfence_replica_flush_seconds')[0]?.expr).toMatch(/histogram_quantile\(0\.99/);
     expect(reads('quorumfence_replica_refusals_total')).toHaveLength(1);
     expect(alertRules.some((rule) => /^up\{[^}]*\} == 0$/.test(rule.expr))).toBe(true);
+  });
+
+  it('keep the cluster label: every aggregation groups by it', () => {
+    // One Prometheus may watch several clusters: an alert that summed across them would mix their replicas.
+    for (const rule of alertRules) {
+      const aggregations = [...rule.expr.matchAll(/\b(sum|min|max|count|avg)\s*(by\s*\(([^)]*)\))?\s*\(/g)];
+      for (const [text, , by, labels] of aggregations) {
+        expect(by, `${rule.alert}: ${text}`).toBeDefined();
+        expect(
+          labels!.split(',').map((l) => l.trim()),
+          `${rule.alert}: ${text}`,
+        ).toContain('cluster');
+      }
+    }
   });
 });
 
@@ -104,18 +122,43 @@ describe('the dashboard', () => {
     const shows = (name: string) =>
       all.some((panel) => (panel.targets ?? []).some((target) => metricNamesIn(target.expr).includes(name)));
     for (const name of [
-      'up', // replicas up
       CONSOLE_METRICS.quorumMargin,
-      'quorumfence_replica_cluster_threshold', // the margin without the console
+      'quorumfence_replica_cluster_threshold', // replicas up, and the margin without the console
+      'quorumfence_replica_cluster_replicas',
       'quorumfence_replica_grants_signed_total',
       'quorumfence_replica_refusals_total',
       'quorumfence_replica_flush_seconds',
       'quorumfence_replica_sign_seconds',
       'quorumfence_guard_conflicts_total',
       CONSOLE_METRICS.evidence,
+      'quorumfence_replica_signing_records',
+      'quorumfence_replica_epoch_floor',
+      // prom-client's standard names, which the replicas and the resource export unprefixed.
+      'process_cpu_seconds_total',
+      'process_resident_memory_bytes',
+      'nodejs_eventloop_lag_p99_seconds',
     ]) {
       expect(shows(name), name).toBe(true);
     }
+  });
+
+  it('filters every query on the cluster variable', () => {
+    const variable = dashboard.templating.list.find((v) => v.name === 'cluster');
+    expect(variable).toMatchObject({ type: 'query', includeAll: true });
+    expect(variable?.query?.query).toMatch(/^label_values\(quorumfence_[a-z_]+, cluster\)$/);
+    const targets = panels(dashboard.panels).flatMap((panel) => panel.targets ?? []);
+    expect(targets.length).toBeGreaterThan(20);
+    for (const { expr } of targets) {
+      const selectors = selectorsIn(expr);
+      expect(selectors.length, expr).toBeGreaterThan(0);
+      for (const selector of selectors)
+        expect(selector.matchers, `${selector.series} in ${expr}`).toMatch(/\bcluster=~"\$cluster"/);
+    }
+    // The check can fail: a selector without the filter is found.
+    expect(selectorsIn('sum(rate(a_total{cluster=~"$cluster"}[1m])) / sum(b_total{kind="x"})')).toEqual([
+      { series: 'a_total', matchers: 'cluster=~"$cluster"' },
+      { series: 'b_total', matchers: 'kind="x"' },
+    ]);
   });
 });
 

@@ -1,51 +1,23 @@
 /**
  * Reads the manifests under deploy/kubernetes and checks the deployment's invariants on the parsed
  * objects (no cluster needed): who mounts which Secret and volume, the disruption budget against
- * N = 3f+1, anti-affinity, probes and scrape annotations. Each finding names its rule, so a test
- * that breaks one invariant on purpose can assert which rule caught it.
+ * N = 3f+1, anti-affinity, probes and scrape annotations, the console's isolation, that no Service
+ * is reachable from outside the cluster, and the NetworkPolicies (checkNetworkPolicies) and the
+ * Prometheus Operator's objects (checkMonitoring). Each finding names its rule, so a test that
+ * breaks one invariant on purpose can assert which rule caught it.
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
-import { parseAllDocuments } from 'yaml';
+import {
+  allContainers,
+  portNames,
+  secretsOf,
+  selects,
+  workloadsOf,
+  type KubeObject,
+  type Workload,
+} from './kubernetes-objects.js';
+import { checkExposure } from './kubernetes-exposure.js';
 
-/** A Kubernetes object as parsed: only the fields the checks read are typed. */
-export interface KubeObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
-  spec?: Record<string, unknown>;
-  [field: string]: unknown;
-}
-
-export interface ManifestFile {
-  /** Path relative to the manifests folder, with forward slashes. */
-  readonly path: string;
-  readonly objects: KubeObject[];
-}
-
-/** Every *.yaml file under `dir` (recursively), each parsed into its documents; empty documents dropped. */
-export function loadManifestFiles(dir: string): ManifestFile[] {
-  const files: ManifestFile[] = [];
-  const walk = (folder: string): void => {
-    for (const entry of readdirSync(folder, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
-      const full = join(folder, entry.name);
-      if (entry.isDirectory()) walk(full);
-      else if (/\.ya?ml$/.test(entry.name)) {
-        const documents = parseAllDocuments(readFileSync(full, 'utf8'));
-        const objects: KubeObject[] = [];
-        for (const document of documents) {
-          if (document.errors.length > 0)
-            throw new Error(`${full}: ${document.errors.map((e) => e.message).join('; ')}`);
-          const value = document.toJS() as KubeObject | null;
-          if (value !== null) objects.push(value);
-        }
-        files.push({ path: relative(dir, full).split('\\').join('/'), objects });
-      }
-    }
-  };
-  walk(dir);
-  return files;
-}
+export { loadManifestFiles, secretsOf, type KubeObject, type ManifestFile } from './kubernetes-objects.js';
 
 export type Rule =
   | 'replica-count'
@@ -60,7 +32,11 @@ export type Rule =
   | 'resource-isolation'
   | 'service-per-replica'
   | 'security-context'
-  | 'resources';
+  | 'resources'
+  | 'console-isolation'
+  | 'service-exposure'
+  | 'network-policy'
+  | 'monitoring';
 
 export interface Finding {
   readonly rule: Rule;
@@ -73,124 +49,6 @@ export interface CheckResult {
   readonly n: number;
   /** f = (N - 1) / 3 when N = 3f+1, else undefined. */
   readonly f: number | undefined;
-}
-
-interface Probe {
-  httpGet?: { path?: string; port?: number | string; scheme?: string };
-}
-interface Container {
-  name: string;
-  args?: string[];
-  ports?: { name?: string; containerPort: number }[];
-  readinessProbe?: Probe;
-  livenessProbe?: Probe;
-  volumeMounts?: { name: string; mountPath: string }[];
-  securityContext?: { allowPrivilegeEscalation?: boolean; readOnlyRootFilesystem?: boolean; runAsNonRoot?: boolean };
-  resources?: { requests?: Record<string, unknown>; limits?: Record<string, unknown> };
-  env?: { valueFrom?: { secretKeyRef?: { name?: string } } }[];
-  envFrom?: { secretRef?: { name?: string } }[];
-}
-interface Volume {
-  name: string;
-  secret?: { secretName?: string };
-  persistentVolumeClaim?: { claimName?: string };
-  configMap?: { name?: string };
-  projected?: { sources?: { secret?: { name?: string } }[] };
-}
-interface PodSpec {
-  containers: Container[];
-  initContainers?: Container[];
-  volumes?: Volume[];
-  securityContext?: { runAsNonRoot?: boolean; runAsUser?: number };
-  affinity?: {
-    podAntiAffinity?: {
-      requiredDuringSchedulingIgnoredDuringExecution?: {
-        topologyKey?: string;
-        labelSelector?: { matchLabels?: Record<string, string> };
-      }[];
-    };
-  };
-}
-interface Workload {
-  readonly object: KubeObject;
-  readonly id: string;
-  readonly component: string | undefined;
-  /** Pods this workload runs at once (replicas, or 1 for a Pod or Job). */
-  readonly pods: number;
-  readonly podLabels: Record<string, string>;
-  readonly podAnnotations: Record<string, string>;
-  readonly pod: PodSpec;
-  readonly claimTemplates: string[];
-}
-
-const WORKLOAD_KINDS = new Set(['StatefulSet', 'Deployment', 'DaemonSet', 'ReplicaSet', 'Job', 'Pod']);
-
-function workloadsOf(objects: readonly KubeObject[]): Workload[] {
-  return objects
-    .filter((o) => WORKLOAD_KINDS.has(o.kind))
-    .map((object) => {
-      const spec = (object.spec ?? {}) as {
-        replicas?: number;
-        template?: {
-          metadata?: { labels?: Record<string, string>; annotations?: Record<string, string> };
-          spec: PodSpec;
-        };
-        volumeClaimTemplates?: { metadata: { name: string } }[];
-      };
-      const isPod = object.kind === 'Pod';
-      const template = isPod
-        ? { metadata: object.metadata, spec: object.spec as unknown as PodSpec }
-        : (spec.template ?? { spec: { containers: [] } });
-      // A DaemonSet runs a pod on every node: always more than one.
-      const pods = object.kind === 'DaemonSet' ? Infinity : isPod || object.kind === 'Job' ? 1 : (spec.replicas ?? 1);
-      return {
-        object,
-        id: `${object.kind}/${object.metadata.name}`,
-        component: template.metadata?.labels?.['app.kubernetes.io/component'],
-        pods,
-        podLabels: template.metadata?.labels ?? {},
-        podAnnotations: template.metadata?.annotations ?? {},
-        pod: template.spec,
-        claimTemplates: (spec.volumeClaimTemplates ?? []).map((c) => c.metadata.name),
-      };
-    });
-}
-
-function allContainers(pod: PodSpec): Container[] {
-  return [...(pod.initContainers ?? []), ...pod.containers];
-}
-
-/** Every Secret a pod can read: secret and projected volumes, env and envFrom references. */
-export function secretsOf(pod: PodSpec): Set<string> {
-  const names = new Set<string>();
-  for (const volume of pod.volumes ?? []) {
-    if (volume.secret?.secretName) names.add(volume.secret.secretName);
-    for (const source of volume.projected?.sources ?? []) if (source.secret?.name) names.add(source.secret.name);
-  }
-  for (const container of allContainers(pod)) {
-    for (const env of container.env ?? []) {
-      const name = env.valueFrom?.secretKeyRef?.name;
-      if (name) names.add(name);
-    }
-    for (const from of container.envFrom ?? []) if (from.secretRef?.name) names.add(from.secretRef.name);
-  }
-  return names;
-}
-
-function selects(selector: Record<string, string> | undefined, labels: Record<string, string>): boolean {
-  if (!selector || Object.keys(selector).length === 0) return false;
-  return Object.entries(selector).every(([k, v]) => labels[k] === v);
-}
-
-function portNames(pod: PodSpec): Map<string | number, number> {
-  const ports = new Map<string | number, number>();
-  for (const container of pod.containers) {
-    for (const port of container.ports ?? []) {
-      ports.set(port.containerPort, port.containerPort);
-      if (port.name) ports.set(port.name, port.containerPort);
-    }
-  }
-  return ports;
 }
 
 /** The PVC names a StatefulSet's pod `<name>-0` gets from its claim templates. */
@@ -322,17 +180,20 @@ export function checkManifests(objects: readonly KubeObject[]): CheckResult {
       report('resource-isolation', `${resource.id}: --cluster ${clusterFlag} is not read from a ConfigMap`);
   }
 
-  // Probes, scrape annotations, security and resources on every served workload.
-  for (const workload of [...replicas, ...resources]) {
+  // Probes, scrape annotations, security and resources on every served workload (the console's probe
+  // path is its own: it has no /healthz).
+  const consoles = workloads.filter((w) => w.component === 'console');
+  for (const workload of [...replicas, ...resources, ...consoles]) {
     const ports = portNames(workload.pod);
+    const probePath = workload.component === 'console' ? '/api/state' : '/healthz';
     for (const container of workload.pod.containers) {
       for (const [kind, probe] of [
         ['readiness', container.readinessProbe],
         ['liveness', container.livenessProbe],
       ] as const) {
         const get = probe?.httpGet;
-        if (get?.path !== '/healthz' || get.port === undefined || !ports.has(get.port))
-          report('probe', `${workload.id}/${container.name}: ${kind} probe is not GET /healthz on an exposed port`);
+        if (get?.path !== probePath || get.port === undefined || !ports.has(get.port))
+          report('probe', `${workload.id}/${container.name}: ${kind} probe is not GET ${probePath} on an exposed port`);
       }
     }
     const a = workload.podAnnotations;
@@ -354,5 +215,6 @@ export function checkManifests(objects: readonly KubeObject[]): CheckResult {
         report('resources', `${workload.id}/${container.name}: no cpu/memory requests or memory limit`);
     }
   }
+  checkExposure(objects, { workloads, replicas, consoles, replicaSecrets }, report);
   return { findings, n, f };
 }

@@ -45,14 +45,21 @@ const LABEL_LIST_KEYWORDS = new Set(['by', 'without', 'on', 'ignoring', 'group_l
 /** The series a histogram exports besides its name; an expression reading one reads the histogram. */
 const HISTOGRAM_SUFFIX = /_(bucket|sum|count)$/;
 
+/** One vector selector of an expression: the series name as written and its label matchers' text. */
+export interface Selector {
+  /** As written (a histogram's `_bucket`, `_sum` or `_count` series included). */
+  readonly series: string;
+  /** The text between the selector's braces, or '' when it has none. */
+  readonly matchers: string;
+}
+
 /**
- * The metric names `expr` reads, in order of first appearance. Label names and values (inside
- * `{}`), ranges and subqueries (inside `[]`), string literals, numbers, durations, functions (an
- * identifier followed by `(`), keywords and label lists after by/without/on/ignoring/group_* are
- * not names. A `_bucket`, `_sum` or `_count` series maps to its histogram's name.
+ * The vector selectors of `expr`, in order. Label names and values (inside `{}`), ranges and subqueries
+ * (inside `[]`), string literals, numbers, durations, functions (an identifier followed by `(`), keywords
+ * and label lists after by/without/on/ignoring/group_* are not selectors.
  */
-export function metricNamesIn(expr: string): string[] {
-  const names: string[] = [];
+export function selectorsIn(expr: string): Selector[] {
+  const selectors: Selector[] = [];
   let i = 0;
   const skipPast = (close: string): void => {
     // Past the matching `close`, stepping over string literals (a `}` inside "..." is not the end).
@@ -103,12 +110,30 @@ export function metricNamesIn(expr: string): string[] {
       } else if (KEYWORDS.has(word.toLowerCase()) || expr[i] === '(') {
         // A keyword, an aggregation, or a function call: not a name.
       } else {
-        const name = word.replace(HISTOGRAM_SUFFIX, '');
-        if (!names.includes(name)) names.push(name);
+        let matchers = '';
+        if (expr[i] === '{') {
+          const open = ++i;
+          skipPast('}');
+          matchers = expr.slice(open, i - 1);
+        }
+        selectors.push({ series: word, matchers });
       }
     } else {
       i++;
     }
+  }
+  return selectors;
+}
+
+/**
+ * The metric names `expr` reads, in order of first appearance (its selectors' series; a `_bucket`, `_sum`
+ * or `_count` series maps to its histogram's name).
+ */
+export function metricNamesIn(expr: string): string[] {
+  const names: string[] = [];
+  for (const { series } of selectorsIn(expr)) {
+    const name = series.replace(HISTOGRAM_SUFFIX, '');
+    if (!names.includes(name)) names.push(name);
   }
   return names;
 }

@@ -17,7 +17,7 @@ import { resharing, unscaledShare, type OldSharing } from '../../ceremony/reshar
 import { runCeremony, runDealerOnly, type RunOptions } from '../../ceremony/runner.js';
 import { openWebSocketTransport } from '../../ceremony/transport.js';
 import { parseFlags, parseListen, required } from '../../command/args.js';
-import { recordAttempt, reportCeremonyProgress, saveCeremonyResult } from '../dkg.js';
+import { ceremonyLogger, recordAttempt, reportCeremonyProgress, saveCeremonyResult } from '../dkg.js';
 
 export function oldSharingOf(cluster: Cluster): OldSharing {
   const json = clusterToJson(cluster);
@@ -127,16 +127,18 @@ export async function run(argv: string[]): Promise<number> {
   const listen = values.listen ? parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }) : undefined;
   const transport = await openWebSocketTransport({ proposal, self, listen });
   const name = me.receives ? `member ${self}` : `dealer ${self} (old replica ${me.dealer}, deals only)`;
-  const log = (line: string) => process.stderr.write(`reshare ${name}: ${line}\n`);
+  const logger = ceremonyLogger(proposal, self);
+  const prefix = `reshare ${name}`;
   const outside = proposal.participants.filter((p) => !p.receives);
-  log(
-    `reshare of cluster ${old.idHex.slice(0, 16)}… (n = ${old.n}, t = ${old.t}) to n = ${proposal.n}, t = ${proposal.t}; ` +
+  logger.info(
+    { event: 'ceremony', kind: 'start', n: proposal.n, t: proposal.t, reshareOf: old.idHex, dealers },
+    `${prefix}: reshare of cluster ${old.idHex.slice(0, 16)}… (n = ${old.n}, t = ${old.t}) to n = ${proposal.n}, t = ${proposal.t}; ` +
       `dealers ${dealers.join(', ')}` +
       (outside.length > 0
         ? `; participants 1..${proposal.n} are the new members, ${outside.map((p) => `${p.sender} = old replica ${p.dealer}`).join(', ')} deal only`
         : ''),
   );
-  const progress = reportCeremonyProgress(log);
+  const progress = reportCeremonyProgress(logger, prefix);
   const options: RunOptions = { proposal, nodeKey, self, transport, rule, onEvent: progress.onEvent };
   try {
     if (!me.receives) return await dealOnly(options, old, me.dealer!, values.json === true);
