@@ -30,7 +30,8 @@ import {
 } from '../../src/token/admission-token.js';
 import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
-import { freePorts, initMemberCards } from '../support/ceremony-net.js';
+import { initMemberCards } from '../support/ceremony-net.js';
+import { freePorts } from '../support/free-ports.js';
 import { createTestDatabase } from '../support/postgres.js';
 
 const backend = loadBackend('blst');
