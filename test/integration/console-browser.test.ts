@@ -8,13 +8,14 @@
  *
  * Needs Debian's chromium (.ci/run installs it); without it the test fails saying so.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium } from '../support/chromium.js';
 import { QuorumFenceClient, createIdentityFile, generateIdentity } from '../../src/client/index.js';
 import { clusterToJson, loadClusterFile, withEndpoints, type Cluster } from '../../src/cluster/description.js';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
@@ -27,13 +28,6 @@ import { grantMessage, type Grant } from '../../src/token/grant.js';
 import { CLI_PATH, runCli } from '../support/cli.js';
 
 const ARTEFACTS = fileURLToPath(new URL('../../test-artefacts/', import.meta.url));
-
-function chromiumPath(): string {
-  const found = spawnSync('sh', ['-c', 'command -v chromium || command -v chromium-browser'], { encoding: 'utf8' });
-  const path = found.stdout.trim();
-  if (found.status !== 0 || path === '') throw new Error('chromium is not installed (apt-get install chromium)');
-  return path;
-}
 
 const root = mkdtempSync(join(tmpdir(), 'qf-console-'));
 let honest: LocalCluster;
@@ -112,7 +106,7 @@ beforeAll(async () => {
   identityFile = join(root, 'console.identity');
   createIdentityFile(identityFile);
   consoleUrl = await startConsole();
-  browser = await chromium.launch({ executablePath: chromiumPath(), args: ['--no-sandbox'] });
+  browser = await launchChromium(root);
   page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   await page.goto(consoleUrl + '/');
 }, 120_000);

@@ -1,0 +1,33 @@
+/**
+ * The system's headless Chromium for the page tests, driven by playwright-core. Chromium writes into the
+ * home directory even with the fresh temporary profile Playwright gives it (crash-report settings under
+ * ~/.config/chromium, ~/.cache/dconf): its HOME and XDG folders point into `dir`, which the test removes.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser } from 'playwright-core';
+
+function chromiumPath(): string {
+  const found = spawnSync('sh', ['-c', 'command -v chromium || command -v chromium-browser'], { encoding: 'utf8' });
+  const path = found.stdout.trim();
+  if (found.status !== 0 || path === '') throw new Error('chromium is not installed (apt-get install chromium)');
+  return path;
+}
+
+/** Launches Chromium with its home inside `dir` (created here; the caller removes `dir`). */
+export async function launchChromium(dir: string): Promise<Browser> {
+  const home = join(dir, 'chromium-home');
+  mkdirSync(home, { recursive: true });
+  return chromium.launch({
+    executablePath: chromiumPath(),
+    args: ['--no-sandbox'],
+    env: {
+      ...process.env,
+      HOME: home,
+      XDG_CONFIG_HOME: join(home, '.config'),
+      XDG_CACHE_HOME: join(home, '.cache'),
+      XDG_DATA_HOME: join(home, '.local', 'share'),
+    },
+  });
+}
