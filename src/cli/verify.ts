@@ -3,7 +3,8 @@ import { readFileSync } from 'node:fs';
 import { toHex } from '../common/bytes.js';
 import { checkToken, tokenDigest } from '../token/admission-token.js';
 import { parseFlags, type Command } from '../command/args.js';
-import { CLUSTER_FLAG_USAGE, clusterPathOf, loadClusterForCommand } from './client-flags.js';
+import { loadClusterFile } from '../cluster/description.js';
+import { CLUSTER_FLAG_USAGE, clusterPathOf } from './client-flags.js';
 
 const usage = `usage: quorumfence verify TOKEN [--cluster FILE] [--json]
 
@@ -25,7 +26,7 @@ export const command: Command = {
       { cluster: { type: 'string' }, json: { type: 'boolean' } },
       { min: 1, max: 1 },
     );
-    const cluster = loadClusterForCommand(clusterPathOf(values));
+    const cluster = loadClusterFile(clusterPathOf(values));
     const text = positionals[0] === '-' ? readFileSync(0, 'utf8').trim() : positionals[0]!;
     const check = checkToken(text, cluster);
     const fields = check.ok
