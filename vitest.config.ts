@@ -7,6 +7,8 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     setupFiles: ['test/support/setup.ts'],
+    // Fails the run naming whatever a test left in the temp or the home directory.
+    globalSetup: ['test/support/leftovers.ts'],
     // Integration tests run real processes; two workers match the two cores CI has.
     pool: 'forks',
     maxWorkers: 2,

@@ -5,20 +5,20 @@ import { loadIdentityFile } from '../client/identity.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
 import { expectResource } from '../common/check.js';
-import { parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
+import { parseDuration, parseFlags, parseListen, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
 import { loadHolderNames } from '../console/holders.js';
 import { ConsoleMetrics } from '../console/metrics.js';
 import { ConsoleServer } from '../console/server.js';
 import { ConsoleWatcher } from '../console/watcher.js';
-import { loadClusterForCommand } from './acquire.js';
+import { CLIENT_FLAGS, clusterPathOf, identityPathOf, loadClusterForCommand } from './client-flags.js';
 
 /** The console's default address: loopback, a port of its own beside the replicas' and the resource's. */
 export const DEFAULT_CONSOLE_LISTEN = { host: '127.0.0.1', port: 7460 };
 /** Resources --watch may name. */
 const MAX_WATCHED = 32;
 
-const usage = `usage: quorumfence console --cluster FILE --identity FILE [--listen HOST:PORT] [--allow-remote]
+const usage = `usage: quorumfence console [--cluster FILE] [--identity FILE] [--listen HOST:PORT] [--allow-remote]
                           [--interval 1s] [--timeout 2s] [--watch RESOURCE ...] [--holders FILE]
 
 Serves a live web page of the cluster: each replica (reachable or down since
@@ -39,8 +39,8 @@ POST /api/evidence (equivocation evidence a client found; kept only if it
 verifies) and GET /metrics. Stops on SIGTERM or Ctrl-C.
 
 options:
-  --cluster FILE      the cluster description (cluster.json)                 (required)
-  --identity FILE     the client identity the console authenticates with     (required)
+  --cluster FILE      the cluster description (cluster.json); default $QUORUMFENCE_CLUSTER
+  --identity FILE     the client identity the console authenticates with; default $QUORUMFENCE_IDENTITY
   --listen HOST:PORT  where to serve the page     (default ${DEFAULT_CONSOLE_LISTEN.host}:${DEFAULT_CONSOLE_LISTEN.port}; port 0 picks one)
   --allow-remote      serve a non-loopback address (the page has no login: put it behind one)
   --interval DURATION how often to poll the replicas                         (default 1s)
@@ -55,8 +55,7 @@ export const command: Command = {
   usage,
   async run(argv) {
     const { values } = parseFlags(argv, {
-      cluster: { type: 'string' },
-      identity: { type: 'string' },
+      ...CLIENT_FLAGS,
       listen: { type: 'string' },
       'allow-remote': { type: 'boolean' },
       interval: { type: 'string' },
@@ -84,8 +83,8 @@ export const command: Command = {
         );
       }
     }
-    const cluster = loadClusterForCommand(required(values.cluster, 'cluster'));
-    const identity = loadIdentityFile(required(values.identity, 'identity'));
+    const cluster = loadClusterForCommand(clusterPathOf(values));
+    const identity = loadIdentityFile(identityPathOf(values));
     const holderNames = values.holders === undefined ? undefined : loadHolderNames(values.holders);
     const logger = createLogger('console', { level: 'info', destination: 2 });
     const evidence = new EvidenceLog();

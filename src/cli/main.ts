@@ -7,19 +7,25 @@ import { runCommandLine, type VerbTable } from '../command/dispatch.js';
 /** The development tools' verbs, named (not imported) so a user who types one here is told where it lives. */
 const DEV_VERBS = ['demo', 'chaos', 'bench', 'worker', 'vectors'];
 
-const verbs: VerbTable = {
+/** Every verb, loaded on first use; `completion` reads its scripts from this table too. */
+export const VERBS: VerbTable = {
   keygen: () => import('./keygen.js'),
   verify: () => import('./verify.js'),
   replica: () => import('./replica.js'),
   resource: () => import('./resource.js'),
   acquire: () => import('./acquire.js'),
+  lock: () => import('./lock.js'),
+  release: () => import('./release.js'),
   status: () => import('./status.js'),
+  health: () => import('./health.js'),
   identity: () => import('./identity.js'),
   dkg: () => import('./dkg.js'),
   reshare: () => import('./reshare.js'),
   console: () => import('./console.js'),
+  version: () => import('./version.js'),
+  completion: () => import('./completion.js'),
 };
 
 export function main(argv: string[]): Promise<number> {
-  return runCommandLine('quorumfence', verbs, argv, { program: 'quorumfence-dev', verbs: DEV_VERBS });
+  return runCommandLine('quorumfence', VERBS, argv, { program: 'quorumfence-dev', verbs: DEV_VERBS });
 }

@@ -15,6 +15,7 @@ import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js'
 import { parseFlags, required, runSubcommand, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
 import { readPem } from '../command/pem.js';
+import { endpointListenAddress, endpointPort } from '../command/endpoint-listen.js';
 import { INIT_USAGE, initNode } from './replica-init.js';
 import { loadReplicaRunSettings, REPLICA_RUN_FLAGS } from '../command/replica-settings.js';
 
@@ -32,7 +33,8 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
   --cluster FILE            the cluster description (cluster.json)              (required)
   --key FILE                this replica's key file (replica-<i>.key)            (required)
   --data DIR                the signing record's directory, created if missing  (required)
-  --listen HOST:PORT        where to listen; port 0 picks one       (default 127.0.0.1:0)
+  --listen HOST:PORT        where to listen; port 0 picks one (default: the host and port of this
+                            replica's endpoint in --cluster, which must be an address of this machine)
   --config FILE             access rules (quorumfence/replica-access/v1); default: all holders, all resources
   --signing-workers N       signing threads, 0 = main thread                    (default ${d.signingWorkers})
   --min-ttl DURATION        shortest lease a client may ask for                  (default ${d.minTtlMs}ms)
@@ -92,12 +94,20 @@ async function runReplica(argv: string[]): Promise<number> {
   const tls = values['tls-cert']
     ? { cert: readPem(values['tls-cert'], 'tls-cert'), key: readPem(values['tls-key']!, 'tls-key') }
     : undefined;
-  const { dataDir, listen, limits, access, clusterJson, cluster, keyJson, key, operatorSecret } =
+  const { dataDir, listenGiven, limits, access, clusterJson, cluster, keyJson, key, operatorSecret, ...settings } =
     loadReplicaRunSettings(values);
+  const endpoint = cluster.replicas[key.index - 1]!.endpoint;
+  const listen = listenGiven ? settings.listen : await endpointListenAddress(endpoint);
 
   // Loaded here, not at the top: export and import need none of the network stack.
   const { ReplicaServer } = await import('../replica/server.js');
   const logger = createLogger('replica');
+  const endpointPortNumber = endpointPort(new URL(endpoint));
+  if (listenGiven && listen.port !== 0 && listen.port !== endpointPortNumber)
+    logger.warn(
+      { listen: `${listen.host}:${listen.port}`, endpoint },
+      `--listen port ${listen.port} is not the port of this replica's endpoint in the cluster description (${endpointPortNumber}); clients connect to the endpoint, so something must forward it here`,
+    );
   const watch = watchForStop(logger);
   let fatalError: Error | undefined;
   const server = await ReplicaServer.start({

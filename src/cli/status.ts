@@ -1,10 +1,10 @@
 /** `quorumfence status RESOURCE`: each replica's view of a resource (epoch, lease), and the quorum's. */
 import { toHex } from '../common/bytes.js';
 import type { ResourceStatus } from '../client/status.js';
-import { openClient } from './acquire.js';
+import { CLIENT_FLAGS, CLUSTER_FLAG_USAGE, IDENTITY_FLAG_USAGE, openClient } from './client-flags.js';
 import { parseDuration, parseFlags, type Command } from '../command/args.js';
 
-const usage = `usage: quorumfence status RESOURCE --cluster FILE --identity FILE [--timeout 2s] [--json]
+const usage = `usage: quorumfence status RESOURCE [--cluster FILE] [--identity FILE] [--timeout 2s] [--json]
 
 Asks every replica for its view of RESOURCE: the highest epoch it signed,
 whether a lease is running and for how long, or why it could not answer
@@ -14,11 +14,20 @@ rules acquire does, so up to f lying replicas cannot skew it. Signs nothing.
 Exit codes: 0 when at least 2f+1 replicas answered; 1 otherwise; 2 bad flags.
 
 options:
-  --cluster FILE    the cluster description (cluster.json)             (required)
-  --identity FILE   the client identity (replicas answer authenticated clients only) (required)
+${CLUSTER_FLAG_USAGE}
+${IDENTITY_FLAG_USAGE}
+                    (replicas answer authenticated clients only)
   --timeout DURATION  how long to wait for answers                     (default 2s)
   --json            print one JSON object instead of a table
 `;
+
+/**
+ * "unreachable: connect ECONNREFUSED ...": the state once, though the client's message may already start with
+ * it (a connection failure's kind is also the view's state).
+ */
+export function unansweredText(state: string, message: string): string {
+  return message.startsWith(`${state}: `) ? message : `${state}: ${message}`;
+}
 
 function toJson(status: ResourceStatus): unknown {
   return {
@@ -38,8 +47,7 @@ export const command: Command = {
     const { values, positionals } = parseFlags(
       argv,
       {
-        cluster: { type: 'string' },
-        identity: { type: 'string' },
+        ...CLIENT_FLAGS,
         timeout: { type: 'string' },
         json: { type: 'boolean' },
       },
@@ -66,7 +74,7 @@ export const command: Command = {
         const view =
           v.state === 'ok'
             ? `epoch ${v.epoch}, ${v.leased ? `leased (${v.remainingMs} ms left)` : 'free'}`
-            : `${v.state}: ${v.message}`;
+            : unansweredText(v.state, v.message);
         lines.push(`${String(v.replica).padEnd(8)} ${v.endpoint.padEnd(29)} ${view}`);
       }
       process.stdout.write(lines.join('\n') + '\n');

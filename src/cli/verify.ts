@@ -1,18 +1,19 @@
 /** `quorumfence verify`: check an admission token against a cluster description, offline. */
 import { readFileSync } from 'node:fs';
 import { toHex } from '../common/bytes.js';
-import { loadClusterFile } from '../cluster/description.js';
 import { checkToken, tokenDigest } from '../token/admission-token.js';
-import { parseFlags, required, type Command } from '../command/args.js';
+import { parseFlags, type Command } from '../command/args.js';
+import { loadClusterFile } from '../cluster/description.js';
+import { CLUSTER_FLAG_USAGE, clusterPathOf } from './client-flags.js';
 
-const usage = `usage: quorumfence verify TOKEN --cluster FILE [--json]
+const usage = `usage: quorumfence verify TOKEN [--cluster FILE] [--json]
 
 Checks an admission token (text form, or "-" to read it from stdin) against the
 cluster's group public key, offline: no replica is contacted. Prints the
 token's fields. Exit code 0 when valid, 1 when not.
 
 options:
-  --cluster FILE   the cluster description (cluster.json)   (required)
+${CLUSTER_FLAG_USAGE}
   --json           print one JSON object instead of text
 `;
 
@@ -25,7 +26,7 @@ export const command: Command = {
       { cluster: { type: 'string' }, json: { type: 'boolean' } },
       { min: 1, max: 1 },
     );
-    const cluster = loadClusterFile(required(values.cluster, 'cluster'));
+    const cluster = loadClusterFile(clusterPathOf(values));
     const text = positionals[0] === '-' ? readFileSync(0, 'utf8').trim() : positionals[0]!;
     const check = checkToken(text, cluster);
     const fields = check.ok

@@ -12,13 +12,14 @@ import { randomBytes } from 'node:crypto';
 import { copyBytes, fromHex, toHex } from '../common/bytes.js';
 import { SESSION_BYTES } from '../protocol/messages.js';
 import { QuorumFenceError } from '../common/errors.js';
-import { expectInteger, expectResource } from '../common/check.js';
+import { expectEpoch, expectInteger, expectResource } from '../common/check.js';
 import type { Cluster } from '../cluster/description.js';
 import { acquireGrant, type AcquiredGrant, type AcquireRefusal } from './acquire.js';
 import type { ConnectionState } from './connection-state.js';
 import { EvidenceLog, type Evidence, type ReplicaFault } from './evidence.js';
 import type { Identity } from './identity.js';
 import { Lease, type LeaseEnd } from './lease.js';
+import { releaseGrant, type ReleaseResult } from './lease-calls.js';
 import { resolveClientOptions, type ClientOptions } from './options.js';
 import type { QuorumContext } from './quorum-context.js';
 import { ReplicaConnection } from './replica-connection.js';
@@ -295,6 +296,20 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
       'timeoutMs',
     );
     return replicaLeases(this.#ctx, timeoutMs, undefined, options.signal);
+  }
+
+  /**
+   * Releases this identity's grant of `epoch` on `resource` without its Lease object: for a lease another
+   * process of the same identity took (`quorumfence release`). A lease this client holds is ended with
+   * `lease.release()` instead, which also stops its renewal. Succeeds once t replicas confirm.
+   * @returns `{ ok: true }`, or `{ ok: false, reason }`: `not_holder` when f+1 replicas say the epoch is not (or no longer) this identity's.
+   * @throws QuorumFenceError INVALID_ARGUMENT / RESOURCE_* / NAME_CONTROL_CHARACTER / EPOCH_OUT_OF_RANGE for bad arguments; CLOSED after close().
+   */
+  async release(resource: string, epoch: bigint, options: { signal?: AbortSignal } = {}): Promise<ReleaseResult> {
+    this.#assertOpen();
+    expectResource(resource);
+    expectEpoch(epoch);
+    return releaseGrant(this.#ctx, { resource, epoch }, options.signal);
   }
 
   /**

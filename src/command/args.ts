@@ -14,6 +14,11 @@ export interface Command {
   readonly usage: string;
   /** Runs the verb; resolves to the process exit code. */
   run(argv: string[]): Promise<number>;
+  /**
+   * The exit code for the verb's own errors and bad flags, when 1 and 2 would be mistaken for another
+   * program's (`lock` exits with its command's code, so its own failures use 125, as timeout(1) does).
+   */
+  readonly failureExitCode?: number;
 }
 
 /** A verb's subcommands by name, each taking the rest of the command line. */
@@ -93,15 +98,43 @@ export function integerFlag(
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /**
- * Parses "250ms", "10s", "2m", "1h" (or a bare number of milliseconds) into milliseconds.
+ * Parses "250ms", "10s", "2m", "1h" (decimals allowed: "1.5s") into milliseconds. A number without a unit is
+ * refused, since "--ttl 10" reads as 10 seconds to some and 10 ms to others; only "0" needs none, as in Go.
  * @throws QuorumFenceError INVALID_OPTION
  */
 export function parseDuration(value: string | undefined, flag: string, fallback: number): number {
   if (value === undefined) return fallback;
-  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(value.trim());
-  if (!match)
-    throw new QuorumFenceError('INVALID_OPTION', `--${flag} expects a duration like 500ms, 10s or 2m, got "${value}"`);
-  return Math.round(Number(match[1]) * DURATION_UNITS[match[2] ?? 'ms']!);
+  const text = value.trim();
+  if (text === '0') return 0;
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(text);
+  if (!match) {
+    const bare = /^\d+(?:\.\d+)?$/.test(text) ? `; a number needs its unit (${text}ms or ${text}s?)` : '';
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      `--${flag} expects a duration with a unit, like 500ms, 10s or 2m, got "${value}"${bare}`,
+    );
+  }
+  return Math.round(Number(match[1]) * DURATION_UNITS[match[2]!]!);
+}
+
+/** Where the client verbs read --cluster and --identity from when the flag is absent (a flag always wins). */
+export const CLUSTER_ENVIRONMENT_VARIABLE = 'QUORUMFENCE_CLUSTER';
+export const IDENTITY_ENVIRONMENT_VARIABLE = 'QUORUMFENCE_IDENTITY';
+
+/**
+ * A string flag that falls back to an environment variable, as etcdctl's ETCDCTL_ENDPOINTS does.
+ * @throws QuorumFenceError INVALID_OPTION when both are absent or empty
+ */
+export function requiredOrEnvironment(
+  value: string | undefined,
+  flag: string,
+  variable: string,
+  env: NodeJS.ProcessEnv = process.env,
+): string {
+  if (value !== undefined && value !== '') return value;
+  const fromEnvironment = env[variable];
+  if (fromEnvironment !== undefined && fromEnvironment !== '') return fromEnvironment;
+  throw new QuorumFenceError('INVALID_OPTION', `--${flag} is required (or set $${variable})`);
 }
 
 /** "host:port" → parts. @throws QuorumFenceError INVALID_OPTION */

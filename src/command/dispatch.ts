@@ -1,6 +1,6 @@
 /**
- * `<program> <verb> ...`: looks up the verb, runs it, and turns errors into one line on stderr with the error
- * code. One implementation for both programs (the operator's `quorumfence` and the development tools'
+ * `<program> <verb> ...`: looks up the verb, runs it, and turns errors into one line on stderr ending with the
+ * error code in parentheses. One implementation for both programs (the operator's `quorumfence` and the development tools'
  * `quorumfence-dev`). Verbs load lazily so that `verify` does not pay for the replica's storage engine.
  */
 import { QuorumFenceError } from '../common/errors.js';
@@ -41,11 +41,13 @@ export async function runCommandLine(
     const hint = other?.verbs.includes(verb)
       ? `"${verb}" is a command of ${other.program}: run "${other.program} ${verb}"`
       : `run "${program} --help" for the list`;
-    process.stderr.write(`${program}: unknown command "${verb}"; ${hint}\n`);
+    process.stderr.write(`${program}: unknown command "${verb}"; ${hint} (INVALID_OPTION)\n`);
     return 2;
   }
   const { command } = await load();
-  if (rest.includes('--help') || rest.includes('-h')) {
+  // Only the verb's own words: after "--" come another program's (`lock R -- grep --help`).
+  const own = rest.includes('--') ? rest.slice(0, rest.indexOf('--')) : rest;
+  if (own.includes('--help') || own.includes('-h')) {
     process.stdout.write(command.usage.endsWith('\n') ? command.usage : command.usage + '\n');
     return 0;
   }
@@ -54,8 +56,9 @@ export async function runCommandLine(
   } catch (error) {
     if (error instanceof QuorumFenceError) {
       const hint = error.code === 'INVALID_OPTION' ? `; run "${program} ${verb} --help"` : '';
-      process.stderr.write(`${program} ${verb}: ${error.message} (${error.code})${hint}\n`);
-      return error.code === 'INVALID_OPTION' ? 2 : 1;
+      // The code ends the line, so a script (or a person) finds it in one place.
+      process.stderr.write(`${program} ${verb}: ${error.message}${hint} (${error.code})\n`);
+      return command.failureExitCode ?? (error.code === 'INVALID_OPTION' ? 2 : 1);
     }
     throw error;
   }

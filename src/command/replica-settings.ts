@@ -52,6 +52,8 @@ export function loadReplicaRunSettings(values: RunFlagValues) {
   const settings = {
     dataDir: resolve(required(values.data, 'data')),
     listen: parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }),
+    /** False: `listen` is a stand-in, and the replica listens on its endpoint (endpoint-listen.ts). */
+    listenGiven: values.listen !== undefined,
     limits: {
       signingWorkers: integerFlag(values['signing-workers'], 'signing-workers', d.signingWorkers, 0, 64),
       minTtlMs: parseDuration(values['min-ttl'], 'min-ttl', d.minTtlMs),

@@ -61,6 +61,8 @@ export type ErrorCode =
   | 'IO_ERROR'
   /** The requested crypto backend cannot be loaded on this machine. */
   | 'BACKEND_UNAVAILABLE'
+  /** An optional peer dependency a feature needs is not installed (`pg` for the PostgreSQL guard). */
+  | 'DEPENDENCY_MISSING'
   /** A key ceremony proposal or member card is malformed, or does not name this member. */
   | 'BAD_PROPOSAL'
   /** The key ceremony stopped without a key (members missing, too few qualified dealers, disagreement); nothing was written and it can be run again. */

@@ -33,9 +33,12 @@ const usage = `usage: quorumfence-dev demo [--keep] [--dir DIR] [--ttl DURATION]
 
 Starts 4 replicas (f = 1) and the reference guarded resource as separate
 processes on 127.0.0.1, then plays two scenes:
-  1. a worker stalls past its lease and writes with its old token: refused;
-  2. replica 4 turns malicious (equivocates, sends garbage): acquires still
-     succeed, tokens stay unique, and the liar is named.
+  1. on demo/orders, a worker stalls past its lease and writes with its old
+     token: refused;
+  2. replica 4 turns malicious (equivocates, sends garbage) while the workers
+     take turns on demo/ledger: acquires still succeed, tokens stay unique,
+     and the liar is named.
+An epoch that is not the last one plus one is explained where it appears.
 Prints a timeline and a summary; exits 0 when every expectation held.
 
 options:
@@ -57,6 +60,8 @@ interface Context {
   readonly resourceUrl: string;
   readonly capturedTokens: string[];
   readonly faults: ReplicaFault[];
+  /** Per resource, the epoch of the last token the demo got: a larger next one than last + 1 is explained. */
+  readonly lastEpochs: Map<string, bigint>;
 }
 
 function say(ctx: { startedAt: number }, who: string, text: string): void {
@@ -123,7 +128,23 @@ async function acquire(
       `${who} could not acquire ${resource}: ${result.reason} (${result.message})`,
     );
   ctx.capturedTokens.push(result.lease.tokenText);
+  const last = ctx.lastEpochs.get(resource);
+  ctx.lastEpochs.set(resource, result.lease.epoch);
+  if (last !== undefined && result.lease.epoch > last + 1n)
+    say(ctx, 'replicas', skippedEpochs(resource, last, result.lease.epoch));
   return result.lease;
+}
+
+/**
+ * Why a token's epoch is not the last one plus one. An epoch is spent once any replica signed it: an attempt
+ * that got some replicas' signatures but not the 3 a token needs (it came while another holder's lease ran,
+ * or at the same moment as another worker's, or a lying replica spoiled it) releases them, and no replica
+ * signs a released epoch again (docs/protocol.md); a compacted record's floor skips epochs the same way. A
+ * token only has to be above the last one.
+ */
+function skippedEpochs(resource: string, last: bigint, epoch: bigint): string {
+  const skipped = epoch - last === 2n ? `epoch ${last + 1n} was` : `epochs ${last + 1n}..${epoch - 1n} were`;
+  return `${resource}: ${skipped} skipped, not lost: an attempt that some replicas signed but not 3 gave it up, and no replica signs a given-up epoch again; a token needs only a larger epoch than the last`;
 }
 
 /** Scene 1. Returns whether the stale write was refused. */
@@ -145,7 +166,7 @@ async function staleWriteScene(
   say(
     ctx,
     'worker A',
-    `PUT total=100 with epoch ${leaseA.epoch} → ${first.status} ${first.ok ? 'accepted' : first.code} (barrier ${first.barrier})`,
+    `PUT ${RESOURCE} total=100 with epoch ${leaseA.epoch} → ${first.status} ${first.ok ? 'accepted' : first.code} (barrier ${first.barrier})`,
   );
   say(ctx, 'worker A', `stalls for ${pauseMs} ms (a stand-in for a GC pause): it cannot renew, and its lease runs out`);
   const waking = sleep(pauseMs);
@@ -157,10 +178,10 @@ async function staleWriteScene(
   say(
     ctx,
     'worker B',
-    `PUT total=250 with epoch ${leaseB.epoch} → ${second.status} ${second.ok ? 'accepted' : second.code} (barrier ${second.barrier})`,
+    `PUT ${RESOURCE} total=250 with epoch ${leaseB.epoch} → ${second.status} ${second.ok ? 'accepted' : second.code} (barrier ${second.barrier})`,
   );
   await leaseB.release();
-  say(ctx, 'worker B', 'released the lease');
+  say(ctx, 'worker B', `released ${RESOURCE}`);
 
   await waking;
   say(ctx, 'worker A', `wakes up, still believing it holds the lease, and writes with its epoch-${leaseA.epoch} token`);
@@ -169,12 +190,12 @@ async function staleWriteScene(
   say(
     ctx,
     'resource',
-    `PUT total=101 with epoch ${leaseA.epoch} → ${stale.status} ${stale.code ?? 'accepted'}: barrier is ${stale.barrier}, ${refused ? 'REFUSED' : 'ACCEPTED (this must not happen)'}`,
+    `PUT ${RESOURCE} total=101 with epoch ${leaseA.epoch} → ${stale.status} ${stale.code ?? 'accepted'}: barrier is ${stale.barrier}, ${refused ? 'REFUSED' : 'ACCEPTED (this must not happen)'}`,
   );
   say(
     ctx,
     'resource',
-    `total = ${await read(ctx, RESOURCE, 'total')} (B's write survived; without the fence A would have overwritten it)`,
+    `${RESOURCE} total = ${await read(ctx, RESOURCE, 'total')} (B's write survived; without the fence A would have overwritten it)`,
   );
   return refused;
 }
@@ -194,6 +215,11 @@ async function maliciousReplicaScene(
     'replica 4',
     'a token needs 3 signatures and each honest replica signs one holder per epoch, so its extra votes never make a second token',
   );
+  say(
+    ctx,
+    'workers',
+    `take turns on ${LEDGER}, another resource: its epochs and its barrier are its own, apart from those of ${RESOURCE}`,
+  );
   const faultsBefore = ctx.faults.length;
   let granted = 0;
   const turn = async (client: QuorumFenceClient, who: string, round: number) => {
@@ -203,7 +229,7 @@ async function maliciousReplicaScene(
     say(
       ctx,
       who,
-      `epoch ${String(lease.epoch).padStart(2)} → PUT ${write.status} ${write.ok ? 'accepted' : write.code}`,
+      `${LEDGER} epoch ${String(lease.epoch).padStart(2)} → PUT ${write.status} ${write.ok ? 'accepted' : write.code}`,
     );
     await lease.release();
   };
@@ -308,7 +334,18 @@ export const command: Command = {
       writeFileSync(clusterFile, JSON.stringify(clusterToJson(cluster), null, 2) + '\n');
       const resource: LocalProcess = await startLocalResource({ clusterFile, dataDir: join(dir, 'data', 'resource') });
       stops.push(() => resource.stop());
-      const ctx: Context = { startedAt, cluster, resourceUrl: resource.url, capturedTokens: [], faults: [] };
+      const ctx: Context = {
+        startedAt,
+        cluster,
+        resourceUrl: resource.url,
+        capturedTokens: [],
+        faults: [],
+        // Both resources are new in this cluster: their first token could be epoch 1.
+        lastEpochs: new Map([
+          [RESOURCE, 0n],
+          [LEDGER, 0n],
+        ]),
+      };
       say(ctx, 'setup', `cluster ${cluster.idHex.slice(0, 16)}… keys in ${relative(process.cwd(), keys) || keys}`);
       say(ctx, 'setup', `replicas ${cluster.replicas.map((r) => r.endpoint).join(' ')}`);
       say(ctx, 'setup', `resource ${resource.url}`);
@@ -344,12 +381,16 @@ export const command: Command = {
         createIdentityFile(me);
         await controlByzantine(wrapped.replica(4).url, { behaviours: [], rate: 1 });
         const rel = (p: string) => relative(process.cwd(), p) || p;
+        // In this repository the command is an npm script (npx would look for the package elsewhere).
+        const q = 'npm run -s quorumfence --';
         process.stdout.write(
-          `\nThe cluster keeps running (replica 4 honest again). In another terminal:\n` +
-            `  npx quorumfence status ${RESOURCE} --cluster ${rel(clusterFile)} --identity ${rel(me)}\n` +
-            `  npx quorumfence acquire ${RESOURCE} --cluster ${rel(clusterFile)} --identity ${rel(me)} --ttl 30s --json\n` +
-            `  npx quorumfence verify <token> --cluster ${rel(clusterFile)}\n` +
-            `  curl -X PUT -H "Authorization: QuorumFence <token>" --data 42 ${resource.url}/kv/${encodeURIComponent(RESOURCE)}/total\n` +
+          `\nThe cluster keeps running (replica 4 honest again). In another terminal, in this folder:\n` +
+            `  export QUORUMFENCE_CLUSTER=${rel(clusterFile)} QUORUMFENCE_IDENTITY=${rel(me)}\n` +
+            `  ${q} health\n` +
+            `  ${q} status ${RESOURCE}\n` +
+            `  ${q} acquire ${RESOURCE} --ttl 30s --json\n` +
+            `  ${q} verify <token>\n` +
+            `  ${q} lock ${RESOURCE} -- sh -c 'curl -X PUT -H "Authorization: QuorumFence $QUORUMFENCE_TOKEN" --data 42 ${resource.url}/kv/${encodeURIComponent(RESOURCE)}/total'\n` +
             `  curl ${resource.url}/log      curl ${resource.url}/metrics      curl ${cluster.replicas[0]!.endpoint.replace(/^ws/, 'http')}/metrics\n` +
             `Press Ctrl-C to stop it.\n`,
         );

@@ -8,7 +8,23 @@ import { runCommandLine, type VerbTable } from '../command/dispatch.js';
 /** The operator's verbs, named (not imported): neither program loads the other's code. */
 // One line: the docs test reads this list as JSON.
 // prettier-ignore
-const OPERATOR_VERBS = ['keygen', 'verify', 'replica', 'resource', 'acquire', 'status', 'identity', 'dkg', 'reshare', 'console'];
+const OPERATOR_VERBS = [
+  'keygen',
+  'verify',
+  'replica',
+  'resource',
+  'acquire',
+  'lock',
+  'release',
+  'status',
+  'health',
+  'identity',
+  'dkg',
+  'reshare',
+  'console',
+  'version',
+  'completion',
+];
 
 const verbs: VerbTable = {
   demo: () => import('./demo.js'),

@@ -4,7 +4,6 @@
  * returns. Keys follow the name contract (expectGuardKey) and are stored under
  * storeKey(resource, key), so a token opens only its own resource.
  */
-import type { Database } from 'lmdb';
 import { QuorumFenceError } from '../common/errors.js';
 import { copyBytes, storeKey } from '../common/bytes.js';
 import { expectGuardKey } from '../common/check.js';
@@ -52,6 +51,15 @@ export interface DataRecord {
   version: number;
 }
 
+/**
+ * The one read the context makes of the data database. Its own type, not lmdb's: this file's declarations reach
+ * the package's `quorumfence/guard/lmdb` types, and lmdb's own declarations do not compile under a consumer's
+ * `module: nodenext` without skipLibCheck.
+ */
+export interface DataReader {
+  get(key: Buffer): DataRecord | undefined;
+}
+
 export class BufferedContext implements LmdbWriteContext {
   readonly changes = new Map<string, Uint8Array | null>();
   constructor(
@@ -59,7 +67,7 @@ export class BufferedContext implements LmdbWriteContext {
     readonly epoch: bigint,
     readonly holder: Uint8Array,
     readonly version: number,
-    private readonly data: Database<DataRecord, Buffer>,
+    private readonly data: DataReader,
     private readonly maxKeyBytes: number,
     private readonly maxValueBytes: number,
   ) {}

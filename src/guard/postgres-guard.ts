@@ -25,7 +25,6 @@
  * kept up to maxRefusedLogEntries, as with LMDB (retainSql).
  */
 import { BoundedMap } from '../common/bounded-map.js';
-import pg, { type Pool, type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
 import { QuorumFenceError } from '../common/errors.js';
 import { expectResource } from '../common/check.js';
 import type { Cluster } from '../cluster/description.js';
@@ -75,8 +74,23 @@ import {
 } from './postgres-sql.js';
 import { FENCE_MOVED, ROW_REQUIRED, createSchema, tablesFor, type Tables } from './postgres-schema.js';
 import { readBarrier, readLogPage, readRetention } from './postgres-read.js';
+import {
+  databaseErrorCode,
+  loadPg,
+  type PostgresPool,
+  type PostgresPoolClient,
+  type PostgresQueryResult,
+  type PostgresRow,
+} from './postgres-driver.js';
 
 export { POSTGRES_GUARD_FORMAT } from './postgres-schema.js';
+export type {
+  PostgresPool,
+  PostgresPoolClient,
+  PostgresQueryConfig,
+  PostgresQueryResult,
+  PostgresRow,
+} from './postgres-driver.js';
 export {
   type FencedStatement,
   type PostgresMutation,
@@ -96,14 +110,14 @@ export interface PostgresGuardOptions extends GuardAdapterOptions {
 export const BARRIER_CACHE_SIZE = 4096;
 
 export class PostgresGuard extends GuardAdapter {
-  readonly #pool: Pool;
+  readonly #pool: PostgresPool;
   readonly #t: Tables;
   /** The last barrier row this guard committed or read per resource, LRU-bounded (insertion order). */
   readonly #barriers = new BoundedMap<string, KnownBarrier>(BARRIER_CACHE_SIZE);
   readonly #forms: Record<WriteForm, number> = { statement: 0, transaction: 0 };
   readonly #statements: StatementTexts;
 
-  private constructor(pool: Pool, cluster: Cluster, options: PostgresGuardOptions) {
+  private constructor(pool: PostgresPool, cluster: Cluster, options: PostgresGuardOptions) {
     super(cluster, options);
     this.#t = tablesFor(options.tablePrefix ?? 'quorumfence_');
     this.#statements = new StatementTexts(this.#t);
@@ -113,9 +127,11 @@ export class PostgresGuard extends GuardAdapter {
   /**
    * Creates the guard's tables and functions if missing and checks they belong to `cluster`.
    * The pool stays the caller's: `close` does not end it.
-   * @throws QuorumFenceError CLUSTER_MISMATCH, STORE_CORRUPT, INVALID_ARGUMENT; pg errors when the server is unreachable
+   * @throws QuorumFenceError CLUSTER_MISMATCH, STORE_CORRUPT, INVALID_ARGUMENT, DEPENDENCY_MISSING (pg not installed);
+   *   pg errors when the server is unreachable
    */
-  static async open(pool: Pool, cluster: Cluster, options: PostgresGuardOptions = {}): Promise<PostgresGuard> {
+  static async open(pool: PostgresPool, cluster: Cluster, options: PostgresGuardOptions = {}): Promise<PostgresGuard> {
+    await loadPg();
     const guard = new PostgresGuard(pool, cluster, options);
     const client = await pool.connect();
     try {
@@ -157,7 +173,7 @@ export class PostgresGuard extends GuardAdapter {
    * transaction form. Same atomicity, refusals and log as `write`.
    * @throws QuorumFenceError INVALID_ARGUMENT (request or statement shape), CLOSED; the statement's pg error (logged `aborted`)
    */
-  async writeStatement<R extends QueryResultRow = QueryResultRow>(
+  async writeStatement<R extends PostgresRow = PostgresRow>(
     request: GuardRequest,
     statement: FencedStatement,
   ): Promise<GuardResult<StatementResult<R>>> {
@@ -190,7 +206,7 @@ export class PostgresGuard extends GuardAdapter {
         barrierAfter: next.epoch,
         version: null,
       });
-      let result: QueryResult;
+      let result: PostgresQueryResult;
       try {
         const raise = !sameBarrier(cached, next);
         const prepared = this.#statements.get(text, values.length, { returning, requireRow, raise }, statement.prepare);
@@ -202,7 +218,7 @@ export class PostgresGuard extends GuardAdapter {
           ],
         });
       } catch (error) {
-        const code = error instanceof pg.DatabaseError ? error.code : undefined;
+        const code = databaseErrorCode(error);
         if (code === FENCE_MOVED) {
           this.#barriers.delete(request.resource);
           return viaTransaction();
@@ -273,7 +289,7 @@ export class PostgresGuard extends GuardAdapter {
   }
 
   async #attempt<T>(
-    client: PoolClient,
+    client: PostgresPoolClient,
     request: GuardRequest,
     admission: Extract<Admission, { ok: true }>,
     mutation: PostgresMutation<T> | undefined,
@@ -312,7 +328,7 @@ export class PostgresGuard extends GuardAdapter {
            ${conflict ? '' : `${retainSql(t, this.maxRefusedLogEntries)};`} COMMIT`,
         );
         open = false;
-        const logged = parseGuardLogEntry(results[placeholder ? 1 : 0]!.rows[0].entry);
+        const logged = parseGuardLogEntry(results[placeholder ? 1 : 0]!.rows[0]!.entry);
         this.core.committed(logged);
         return refusedResult(logged, fenceMessage(decision, epoch), before);
       }
@@ -351,7 +367,7 @@ export class PostgresGuard extends GuardAdapter {
         `${accept}; ${appendSql(t, JSON.stringify(entry), request.resource, false)}; COMMIT`,
       );
       open = false;
-      const committed = parseGuardLogEntry(results[1]!.rows[0].entry);
+      const committed = parseGuardLogEntry(results[1]!.rows[0]!.entry);
       // The row was locked since it was read: this write made its count one more.
       this.#remember(request.resource, { barrier: next, writes: BigInt(row.writes) + 1n });
       this.core.committed(committed);
@@ -369,7 +385,11 @@ export class PostgresGuard extends GuardAdapter {
     }
   }
 
-  #context(client: PoolClient, resource: string, admission: Extract<Admission, { ok: true }>): PostgresWriteContext {
+  #context(
+    client: PostgresPoolClient,
+    resource: string,
+    admission: Extract<Admission, { ok: true }>,
+  ): PostgresWriteContext {
     return {
       resource,
       epoch: admission.token.grant.epoch,
@@ -391,7 +411,7 @@ export class PostgresGuard extends GuardAdapter {
         `${appendSql(t, JSON.stringify(entry), entry.resource, true)}; ${retainSql(t, this.maxRefusedLogEntries)}`,
       );
       broken = false;
-      return parseGuardLogEntry(appended!.rows[0].entry);
+      return parseGuardLogEntry(appended!.rows[0]!.entry);
     } finally {
       client.release(broken);
     }

@@ -4,13 +4,13 @@
  * query on the pool; writes and their SQL are postgres-guard.ts and
  * postgres-sql.ts.
  */
-import type { Pool } from 'pg';
+import type { PostgresPool } from './postgres-driver.js';
 import type { Barrier } from './fence.js';
 import { parseGuardLogEntry, type GuardLogEntry } from './log.js';
 import { BARRIER_COLUMNS, toBarrier, type BarrierRow } from './postgres-sql.js';
 import type { Tables } from './postgres-schema.js';
 
-export async function readBarrier(pool: Pool, t: Tables, resource: string): Promise<Barrier | undefined> {
+export async function readBarrier(pool: PostgresPool, t: Tables, resource: string): Promise<Barrier | undefined> {
   const result = await pool.query<BarrierRow>(`SELECT ${BARRIER_COLUMNS} FROM ${t.barrier} WHERE resource = $1`, [
     resource,
   ]);
@@ -18,7 +18,10 @@ export async function readBarrier(pool: Pool, t: Tables, resource: string): Prom
 }
 
 /** Refused entries kept (conflicts excepted) and dropped so far. */
-export async function readRetention(pool: Pool, t: Tables): Promise<{ refusedKept: number; refusedDropped: number }> {
+export async function readRetention(
+  pool: PostgresPool,
+  t: Tables,
+): Promise<{ refusedKept: number; refusedDropped: number }> {
   const rows = (
     await pool.query<{ key: string; value: string }>(
       `SELECT key, value FROM ${t.meta} WHERE key IN ('refusedKept', 'refusedDropped')`,
@@ -29,7 +32,12 @@ export async function readRetention(pool: Pool, t: Tables): Promise<{ refusedKep
 }
 
 /** Entries with seq > after, in seq order, at most `limit`. */
-export async function readLogPage(pool: Pool, t: Tables, after: number, limit: number): Promise<GuardLogEntry[]> {
+export async function readLogPage(
+  pool: PostgresPool,
+  t: Tables,
+  after: number,
+  limit: number,
+): Promise<GuardLogEntry[]> {
   const result = await pool.query<{ entry: unknown }>(
     `SELECT entry FROM ${t.log} WHERE seq > $1 ORDER BY seq LIMIT $2`,
     [after, limit],

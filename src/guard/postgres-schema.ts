@@ -18,7 +18,7 @@
  *                               caller's statement changed no row and asked to
  *                               be refused then
  */
-import type { PoolClient } from 'pg';
+import type { PostgresPoolClient } from './postgres-driver.js';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Cluster } from '../cluster/description.js';
 
@@ -67,7 +67,7 @@ export function tablesFor(prefix: string): Tables {
  * Creates what is missing and checks the tables belong to `cluster`.
  * @throws QuorumFenceError STORE_CORRUPT, CLUSTER_MISMATCH
  */
-export async function createSchema(client: PoolClient, t: Tables, cluster: Cluster): Promise<void> {
+export async function createSchema(client: PostgresPoolClient, t: Tables, cluster: Cluster): Promise<void> {
   try {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock($1)', [SCHEMA_LOCK]);

@@ -6,7 +6,12 @@
  */
 import { BoundedMap } from '../common/bounded-map.js';
 import { createHash } from 'node:crypto';
-import pg, { type PoolClient, type QueryResult, type QueryResultRow } from 'pg';
+import {
+  escapeLiteral,
+  type PostgresPoolClient,
+  type PostgresQueryResult,
+  type PostgresRow,
+} from './postgres-driver.js';
 import type { MutationRefusal } from './adapter.js';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Barrier } from './fence.js';
@@ -53,8 +58,8 @@ export function toKnownBarrier(row: BarrierRow): KnownBarrier | undefined {
 export function literal(value: string | bigint | Uint8Array | null): string {
   if (value === null) return 'NULL';
   if (typeof value === 'bigint') return value.toString();
-  if (typeof value === 'string') return pg.escapeLiteral(value);
-  return `${pg.escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
+  if (typeof value === 'string') return escapeLiteral(value);
+  return `${escapeLiteral(`\\x${Buffer.from(value).toString('hex')}`)}::bytea`;
 }
 
 /** The columns of a barrier as SQL literals, in BARRIER_COLUMNS order. */
@@ -199,7 +204,7 @@ export interface PostgresWriteContext {
   readonly epoch: bigint;
   readonly holder: Uint8Array;
   /** Runs one statement in the guard's transaction, on the guard's connection. */
-  query<R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
+  query<R extends PostgresRow = PostgresRow>(text: string, values?: unknown[]): Promise<PostgresQueryResult<R>>;
   /** Refuse the attempt (e.g. an UPDATE ... WHERE version = $n matched no row); everything is rolled back. */
   refuse(reason: 'version_mismatch', message?: string): PostgresMutationRefusal;
 }
@@ -254,8 +259,8 @@ export function checkStatement(statement: FencedStatement): string {
 }
 
 /** Several statements in one simple-query message (one round trip); pg answers one result per statement. */
-export async function batch(client: PoolClient, text: string): Promise<QueryResult[]> {
-  const results = (await client.query(text)) as unknown as QueryResult | QueryResult[];
+export async function batch(client: PostgresPoolClient, text: string): Promise<PostgresQueryResult[]> {
+  const results = (await client.query(text)) as unknown as PostgresQueryResult | PostgresQueryResult[];
   return Array.isArray(results) ? results : [results];
 }
 

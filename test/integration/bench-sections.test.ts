@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
 import { findEtcd } from '../../src/bench/etcd-cluster.js';
 import { runDevCli } from '../support/cli.js';
-import { freePorts } from '../support/ceremony-net.js';
+import { freePorts } from '../support/free-ports.js';
 import { createTestDatabase } from '../support/postgres.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-bench-sections-'));

@@ -153,7 +153,9 @@ describe('quorumfence dkg (processes over real sockets)', () => {
     const cards = await initMemberCards(base, 4);
     const wrongF = await runCli(['dkg', 'propose', ...cards.flatMap((c) => ['--member', c]), '--f', '2']);
     expect(wrongF.code).toBe(2);
-    expect(wrongF.stderr).toMatch(/needs 3f\+1 = 7 --member cards, got 4 \(INVALID_OPTION\)/);
+    expect(wrongF.stderr).toMatch(
+      /needs 3f\+1 = 7 --member cards, got 4; run "quorumfence dkg --help" \(INVALID_OPTION\)\n$/,
+    );
     const noKey = await runCli([
       'dkg',
       'run',

@@ -97,7 +97,7 @@ describe('quorumfence keygen', () => {
       const result = await runCli(args);
       expect(result.code).toBe(2);
       expect(result.stderr.trim().split('\n')).toHaveLength(1);
-      expect(result.stderr).toMatch(/\(INVALID_OPTION\); run "quorumfence keygen --help"/);
+      expect(result.stderr).toMatch(/; run "quorumfence keygen --help" \(INVALID_OPTION\)\n$/);
     }
   });
 });

@@ -30,7 +30,8 @@ import {
 } from '../../src/token/admission-token.js';
 import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
-import { freePorts, initMemberCards } from '../support/ceremony-net.js';
+import { initMemberCards } from '../support/ceremony-net.js';
+import { freePorts } from '../support/free-ports.js';
 import { createTestDatabase } from '../support/postgres.js';
 
 const backend = loadBackend('blst');
@@ -448,7 +449,10 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     const notDealing = await propose('1,2,3,4,5', outside([5, 6]));
     expect([notDealing.code, notDealing.stderr]).toEqual([1, expect.stringMatching(/oldIndex.*\(BAD_PROPOSAL\)/)]);
     const twice = await propose('1,2,3,5,6', [...outside([5, 6]), ...outside([5])]);
-    expect([twice.code, twice.stderr]).toEqual([2, expect.stringMatching(/named twice \(INVALID_OPTION\)/)]);
+    expect([twice.code, twice.stderr]).toEqual([
+      2,
+      expect.stringMatching(/named twice; run "quorumfence dkg --help" \(INVALID_OPTION\)\n$/),
+    ]);
     const garbled = await propose('1,2,3,5,6', ['--outside-dealer', 'five']);
     expect([garbled.code, garbled.stderr]).toEqual([2, expect.stringMatching(/INDEX=CARD.*\(INVALID_OPTION\)/)]);
 

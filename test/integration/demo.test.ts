@@ -55,7 +55,31 @@ describe('npm start (the demo)', () => {
       result.stdout,
     )?.[1];
     expect(Number(epochOfB), result.stdout).toBeGreaterThan(1);
-    expect(result.stdout).toContain(`PUT total=101 with epoch 1 → 409 stale: barrier is ${epochOfB}, REFUSED`);
+    expect(result.stdout).toContain(
+      `PUT demo/orders total=101 with epoch 1 → 409 stale: barrier is ${epochOfB}, REFUSED`,
+    );
+    // Every token's epoch is the last one of its resource plus one, or the skip is explained right there.
+    const epochs = [
+      ...result.stdout.matchAll(
+        /acquired demo\/orders at epoch (\d+)|demo\/ledger epoch +(\d+) → PUT|(skipped, not lost)/g,
+      ),
+    ];
+    const last = new Map<string, number>([
+      ['demo/orders', 0],
+      ['demo/ledger', 0],
+    ]);
+    epochs.forEach((match, k) => {
+      if (match[3]) return;
+      const resource = match[1] ? 'demo/orders' : 'demo/ledger';
+      const epoch = Number(match[1] ?? match[2]);
+      const previous = last.get(resource);
+      if (epoch > previous! + 1) expect(epochs[k - 1]?.[3], `${resource} ${previous} → ${epoch}`).toBeDefined();
+      last.set(resource, epoch);
+    });
+    expect(last.get('demo/ledger'), result.stdout).toBeGreaterThan(0);
+    expect(result.stdout).toContain(
+      'take turns on demo/ledger, another resource: its epochs and its barrier are its own',
+    );
     expect(result.stdout).toMatch(/stale write refused by the resource: yes/);
     expect(result.stdout).toMatch(/acquires with a malicious replica: (\d+) of \1 succeeded/);
     expect(result.stdout).toMatch(/replica 4 lied in [1-9]\d* of \d+ requests \((equivocate|garbage) \d+/);
@@ -82,7 +106,8 @@ describe('npm start (the demo)', () => {
         });
       }
     });
-    expect(kept.stdout).toMatch(/npx quorumfence status demo\/orders --cluster .*cluster\.json --identity .*me\.key/);
+    expect(kept.stdout).toMatch(/export QUORUMFENCE_CLUSTER=.*cluster\.json QUORUMFENCE_IDENTITY=.*me\.key\n/);
+    expect(kept.stdout).toContain('npm run -s quorumfence -- status demo/orders\n');
     expect(kept.code).toBe(130);
     expect(await Promise.all(ports.map(portOpen))).toEqual([false, false, false, false]);
   });

@@ -72,7 +72,8 @@ describe('docs match the code', () => {
       JSON.parse(
         read(file)
           .match(new RegExp(`const ${constant} = (\\[[^\\]]*\\])`))![1]!
-          .replace(/'/g, '"'),
+          .replace(/'/g, '"')
+          .replace(/,\s*\]$/, ']'),
       ) as string[];
     expect(named('src/cli/main.ts', 'DEV_VERBS').sort()).toEqual([...programs[1].verbs].sort());
     expect(named('src/devtools/main.ts', 'OPERATOR_VERBS').sort()).toEqual([...programs[0].verbs].sort());

@@ -6,13 +6,15 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dealLocalCluster, replicaEntryPoint, startLocalCluster } from '../../src/cluster/launcher.js';
 import { CloseCode } from '../../src/protocol/messages.js';
 import { outcomeOf, RawClient } from '../support/raw-client.js';
 import { makeSelfSignedCert } from '../support/self-signed-cert.js';
+import { CLI_PATH } from '../support/cli.js';
+import { freePortRange, freePorts } from '../support/free-ports.js';
 
 let root: string;
 let keys: string;
@@ -146,6 +148,97 @@ describe('replica start-up refuses what it cannot trust', () => {
   });
 });
 
+describe('where a replica listens', () => {
+  /** Starts replica `index` of `clusterDir` with `extra` flags; resolves with its log lines once it listens. */
+  async function startAndStop(clusterDir: string, index: number, data: string, extra: string[] = []) {
+    const child = spawn(
+      process.execPath,
+      [
+        replicaEntryPoint(),
+        '--cluster',
+        join(clusterDir, 'cluster.json'),
+        '--key',
+        join(clusterDir, `replica-${index}.key`),
+        '--data',
+        data,
+        ...extra,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+    try {
+      let stdout = '';
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no "listening" line: ${stdout}`)), 30_000);
+        child.stdout.on('data', (chunk: Buffer) => {
+          stdout += chunk.toString();
+          if (stdout.includes('"listening"')) {
+            clearTimeout(timer);
+            resolve();
+          }
+        });
+      });
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      return stdout
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as { msg: string; url?: string; level: number });
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }
+
+  it('without --listen, on the host and port of its own endpoint in cluster.json; a --listen on another port is logged as a warning', async () => {
+    const base = await freePortRange(4);
+    const dir = join(root, 'endpoint-listen');
+    const made = spawnSync(
+      process.execPath,
+      [CLI_PATH, 'keygen', '--replicas', '4', '--out', dir, '--base-port', String(base)],
+      { encoding: 'utf8', timeout: 30_000 },
+    );
+    expect(made.status, made.stderr).toBe(0);
+    const lines = await startAndStop(dir, 3, join(root, 'd-endpoint-listen'));
+    expect(lines.find((l) => l.msg === 'listening')?.url).toBe(`ws://127.0.0.1:${base + 2}`);
+    expect(lines.filter((l) => l.level >= 40)).toEqual([]);
+
+    const [other] = await freePorts(1);
+    const moved = await startAndStop(dir, 3, join(root, 'd-endpoint-listen'), ['--listen', `127.0.0.1:${other}`]);
+    expect(moved.find((l) => l.msg === 'listening')?.url).toBe(`ws://127.0.0.1:${other}`);
+    expect(moved.find((l) => l.level === 40)?.msg).toContain(`is not the port of this replica's endpoint`);
+  });
+
+  it('refuses an endpoint that is not an address of this machine, naming it (INVALID_OPTION, exit 2)', () => {
+    const dir = join(root, 'remote-endpoint');
+    // Documentation addresses (RFC 5737), less one this machine happens to have (a sandbox may use TEST-NET-1).
+    const own = new Set(Object.values(networkInterfaces()).flatMap((list) => (list ?? []).map((e) => e.address)));
+    const remote = ['203.0.113.7', '198.51.100.7', '192.0.2.7'].find((address) => !own.has(address))!;
+    const endpoints = [1, 2, 3, 4].map((i) => `ws://${remote}:${7000 + i}`).join(',');
+    const made = spawnSync(
+      process.execPath,
+      [CLI_PATH, 'keygen', '--replicas', '4', '--out', dir, '--endpoints', endpoints],
+      {
+        encoding: 'utf8',
+        timeout: 30_000,
+      },
+    );
+    expect(made.status, made.stderr).toBe(0);
+    const result = startFails({
+      cluster: join(dir, 'cluster.json'),
+      key: join(dir, 'replica-2.key'),
+      data: join(root, 'd-remote'),
+    });
+    expect(result.status).toBe(2);
+    expectOneLine(
+      result,
+      'INVALID_OPTION',
+      new RegExp(
+        `ws://${remote.replace(/\./g, '\\.')}:7002.*not an address of this machine.*--listen 0\\.0\\.0\\.0:7002`,
+      ),
+    );
+  });
+});
+
 describe('S6 leases across a restart', () => {
   it('counts every recorded lease as running for maxTtl after a SIGKILL and restart, released ones too (releases are not fsynced)', async () => {
     const local = await startLocalCluster({
@@ -217,6 +310,8 @@ describe('replica shutdown and transport', () => {
         join(keys, 'replica-1.key'),
         '--data',
         join(root, 'd-orphan'),
+        '--listen',
+        '127.0.0.1:0',
       ],
       {
         stdio: ['pipe', 'pipe', 'inherit'],

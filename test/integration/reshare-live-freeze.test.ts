@@ -209,7 +209,10 @@ describe('reshare freeze --url over wss:// with --ca', () => {
       ]);
       writeFileSync(join(tlsDir, 'not-a-cert.pem'), 'hello\n');
       const notPem = await freeze('--ca', join(tlsDir, 'not-a-cert.pem'));
-      expect([notPem.code, notPem.stderr]).toEqual([2, expect.stringMatching(/no PEM certificate \(INVALID_OPTION\)/)]);
+      expect([notPem.code, notPem.stderr]).toEqual([
+        2,
+        expect.stringMatching(/no PEM certificate; run "quorumfence reshare --help" \(INVALID_OPTION\)\n$/),
+      ]);
       writeFileSync(join(tlsDir, 'broken.pem'), '-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n');
       const broken = await freeze('--ca', join(tlsDir, 'broken.pem'));
       expect([broken.code, broken.stderr]).toEqual([2, expect.stringMatching(/does not parse.*\(INVALID_OPTION\)/)]);

@@ -6,30 +6,26 @@
  *
  * Needs Debian's chromium (.ci/run installs it); without it the test fails saying so.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium } from '../support/chromium.js';
 import { QuorumFenceClient, generateIdentity } from '../../src/client/index.js';
 import { clusterToJson } from '../../src/cluster/description.js';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import type { ConformanceVectors } from '../../src/testing/conformance.js';
 
 const BUNDLE = fileURLToPath(new URL('../../dist/verify/quorumfence-verify.js', import.meta.url));
+/** The minified bundle, `quorumfence/verify/bundle.min`: held to the same vectors. */
+const MINIFIED = fileURLToPath(new URL('../../dist/verify/quorumfence-verify.min.js', import.meta.url));
 const vectors = JSON.parse(
   readFileSync(new URL('../vectors/tokens-v1.json', import.meta.url), 'utf8'),
 ) as ConformanceVectors;
-
-function chromiumPath(): string {
-  const found = spawnSync('sh', ['-c', 'command -v chromium || command -v chromium-browser'], { encoding: 'utf8' });
-  const path = found.stdout.trim();
-  if (found.status !== 0 || path === '') throw new Error('chromium is not installed (apt-get install chromium)');
-  return path;
-}
 
 const root = mkdtempSync(join(tmpdir(), 'qf-verify-browser-'));
 let server: Server;
@@ -41,9 +37,9 @@ let issued: { token: string; pinned: { clusterId: string; groupPublicKey: string
 beforeAll(async () => {
   const html = '<!doctype html><meta charset="utf-8"><title>quorumfence verify</title>';
   server = createServer((req, res) => {
-    if (req.url === '/quorumfence-verify.js') {
+    if (req.url === '/quorumfence-verify.js' || req.url === '/quorumfence-verify.min.js') {
       res.writeHead(200, { 'content-type': 'text/javascript' });
-      res.end(readFileSync(BUNDLE));
+      res.end(readFileSync(req.url.endsWith('.min.js') ? MINIFIED : BUNDLE));
     } else {
       res.writeHead(200, { 'content-type': 'text/html' });
       res.end(html);
@@ -68,7 +64,7 @@ beforeAll(async () => {
   } finally {
     await client.close();
   }
-  browser = await chromium.launch({ executablePath: chromiumPath(), args: ['--no-sandbox'] });
+  browser = await launchChromium(root);
 }, 120_000);
 
 afterAll(async () => {
@@ -81,13 +77,14 @@ afterAll(async () => {
 /** Runs checks in the page: each [pinned cluster, token] gives a verdict in the vectors' form. */
 async function checkInBrowser(
   checks: readonly { pinned: { clusterId: string; groupPublicKey: string }; token: string }[],
+  bundle = '/quorumfence-verify.js',
 ): Promise<unknown[]> {
   const page = await browser.newPage();
   try {
     await page.goto(base + '/');
     // The page script is a string so the test runner's module transform never rewrites its import().
     const script = `(async (list) => {
-      const { createTokenVerifier } = await import('/quorumfence-verify.js');
+      const { createTokenVerifier } = await import(${JSON.stringify(bundle)});
       return list.map(({ pinned, token }) => {
         const result = createTokenVerifier(pinned).check(token);
         if (result.ok) return { ok: true };
@@ -114,10 +111,20 @@ describe('the universal verifier in a browser', () => {
     expect(results[1]).not.toEqual({ ok: true });
   }, 60_000);
 
-  it('reaches every verdict of the conformance vectors in Chromium', async () => {
-    const results = await checkInBrowser(vectors.cases.map((c) => ({ pinned: vectors.cluster, token: c.token })));
-    vectors.cases.forEach((c, k) => expect(results[k], c.name).toEqual(c.expected));
-  }, 60_000);
+  it.each(['/quorumfence-verify.js', '/quorumfence-verify.min.js'])(
+    'reaches every verdict of the conformance vectors in Chromium (%s)',
+    async (bundle) => {
+      expect(statSync(bundle.endsWith('.min.js') ? MINIFIED : BUNDLE).size).toBeGreaterThan(0);
+      const checks = vectors.cases.map((c) => ({ pinned: vectors.cluster, token: c.token }));
+      const results = await checkInBrowser(checks, bundle);
+      vectors.cases.forEach((c, k) => expect(results[k], c.name).toEqual(c.expected));
+    },
+    60_000,
+  );
+
+  it('the minified bundle is smaller than the readable one', () => {
+    expect(statSync(MINIFIED).size).toBeLessThan(statSync(BUNDLE).size * 0.7);
+  });
 
   it('runs in Node from a folder with no node_modules (no native binding to load)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'qf-verify-bare-'));

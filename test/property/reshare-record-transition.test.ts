@@ -8,7 +8,7 @@
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { isQuorumFenceError } from '../../src/common/errors.js';
@@ -45,7 +45,8 @@ let dir: string;
 beforeEach(() => {
   dir = join(mkdtempSync(join(tmpdir(), 'qf-reshare-record-')), 'data');
 });
-afterEach(() => rmSync(dir, { recursive: true, force: true }));
+// The mkdtemp folder, not only its data/.
+afterEach(() => rmSync(dirname(dir), { recursive: true, force: true }));
 
 describe('reshare: old members are frozen before they deal', () => {
   it('a frozen store refuses every grant with REPLICA_FROZEN, on this open and after a reopen; its export holds every grant before the freeze', async () => {

@@ -3,33 +3,16 @@
  * this process with its own transport (the CLI tests run them as processes).
  */
 import { statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { expect } from 'vitest';
 import { runCli } from './cli.js';
+import { freePorts } from './free-ports.js';
 import { generateNodeKey, type NodeKey } from '../../src/ceremony/node-key.js';
 import { makeProposal, type Proposal } from '../../src/ceremony/proposal.js';
 import { runCeremony, type CeremonyOutcome } from '../../src/ceremony/runner.js';
 import type { OutgoingRewrite, ProgressEvent } from '../../src/ceremony/events.js';
 import type { CeremonyMember } from '../../src/ceremony/state.js';
 import { openWebSocketTransport, type CeremonyTransport } from '../../src/ceremony/transport.js';
-
-/** Ports the OS says are free right now (loopback only). */
-export async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(
-    Array.from(
-      { length: count },
-      () =>
-        new Promise<import('node:net').Server>((resolve) => {
-          const server = createServer();
-          server.listen(0, '127.0.0.1', () => resolve(server));
-        }),
-    ),
-  );
-  const ports = servers.map((s) => (s.address() as { port: number }).port);
-  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
-  return ports;
-}
 
 export async function proposalFor(
   nodeKeys: readonly NodeKey[],

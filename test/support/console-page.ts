@@ -3,25 +3,19 @@
  * the line it prints), Debian's chromium through playwright-core with a fresh profile in a temporary folder,
  * the replica rows as the page shows them, and screenshots kept under test-artefacts/ by scenario name.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { chromiumLaunchOptions } from './chromium.js';
 import { CLI_PATH } from './cli.js';
 
 export const ARTEFACTS = fileURLToPath(new URL('../../test-artefacts/', import.meta.url));
 
 /** Page checks wait this long (a loaded 2-core box, a poll interval of 500 ms). */
 export const PAGE_WAIT = { timeout: 20_000 };
-
-function chromiumPath(): string {
-  const found = spawnSync('sh', ['-c', 'command -v chromium || command -v chromium-browser'], { encoding: 'utf8' });
-  const path = found.stdout.trim();
-  if (found.status !== 0 || path === '') throw new Error('chromium is not installed (apt-get install chromium)');
-  return path;
-}
 
 export interface ConsoleBrowser {
   readonly page: Page;
@@ -34,18 +28,8 @@ export async function openConsoleBrowser(): Promise<ConsoleBrowser> {
   let context: BrowserContext;
   try {
     context = await chromium.launchPersistentContext(profile, {
-      executablePath: chromiumPath(),
-      headless: true,
+      ...chromiumLaunchOptions(profile),
       viewport: { width: 1400, height: 1000 },
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
     });
   } catch (error) {
     rmSync(profile, { recursive: true, force: true });

@@ -4,7 +4,7 @@
  */
 import { existsSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isQuorumFenceError, type ErrorCode } from '../../src/common/errors.js';
 import { grantDigest } from '../../src/token/grant.js';
@@ -46,7 +46,7 @@ beforeEach(() => {
 afterEach(async () => {
   await Promise.all(open.map((s) => s.close()));
   open = [];
-  rmSync(dir, { recursive: true, force: true });
+  rmSync(dirname(dir), { recursive: true, force: true }); // the mkdtemp folder, not only its data/
 });
 
 describe('signing record layout', () => {

@@ -1,0 +1,219 @@
+/**
+ * The operator command's decisions, pure: durations need a unit, lock's exit codes, where a replica without
+ * --listen binds, how `health` judges a replica's answer, what `completion` reads from a verb's help, and
+ * `status` naming a state once.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { loadBackend } from '../../src/crypto/load.js';
+import { parseDuration, requiredOrEnvironment } from '../../src/command/args.js';
+import { chooseEndpointListen, endpointPort } from '../../src/command/endpoint-listen.js';
+import { completionOf } from '../../src/cli/completion.js';
+import { formatHealthReport, formatUptime, healthReport, judgeReplica } from '../../src/cli/health.js';
+import { LOCK_EXIT_CODES, lockExitCode, splitCommandLine } from '../../src/cli/lock.js';
+import { parseEpochArgument } from '../../src/cli/release.js';
+import { unansweredText } from '../../src/cli/status.js';
+import { codeOf } from '../support/error-code.js';
+import { dealCluster } from '../support/dealt-cluster.js';
+
+describe('durations', () => {
+  it('a number without a unit is refused (INVALID_OPTION), whatever the number; "0" alone needs none', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 10_000_000 }), fc.boolean(), (n, decimal) => {
+        const text = decimal ? `${n}.5` : String(n);
+        expect(codeOf(() => parseDuration(text, 'ttl', 1))).toBe('INVALID_OPTION');
+      }),
+    );
+    expect(parseDuration('0', 'wait', 5)).toBe(0);
+  });
+
+  it('a number with a unit is that many of the unit', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 100_000 }),
+        fc.constantFrom(['ms', 1], ['s', 1000], ['m', 60_000], ['h', 3_600_000]),
+        (n, [unit, ms]) => {
+          expect(parseDuration(`${n}${unit}`, 'ttl', 1)).toBe(n * (ms as number));
+        },
+      ),
+    );
+    expect(parseDuration('1.5s', 'ttl', 1)).toBe(1500);
+    expect(parseDuration(undefined, 'ttl', 42)).toBe(42);
+  });
+
+  it('the refusal says a unit is needed and suggests one', () => {
+    expect(() => parseDuration('10', 'ttl', 1)).toThrow(/--ttl expects a duration with a unit.*10ms or 10s/);
+    for (const bad of ['', 's', '10 s', '10sec', '-1s', '1e3ms', 'ten'])
+      expect(
+        codeOf(() => parseDuration(bad, 'ttl', 1)),
+        bad,
+      ).toBe('INVALID_OPTION');
+  });
+});
+
+describe('flags from the environment', () => {
+  it('the flag wins over the variable; the variable stands in for a missing flag; neither is INVALID_OPTION', () => {
+    const env = { QUORUMFENCE_CLUSTER: 'from-env.json' };
+    expect(requiredOrEnvironment('flag.json', 'cluster', 'QUORUMFENCE_CLUSTER', env)).toBe('flag.json');
+    expect(requiredOrEnvironment(undefined, 'cluster', 'QUORUMFENCE_CLUSTER', env)).toBe('from-env.json');
+    expect(codeOf(() => requiredOrEnvironment(undefined, 'cluster', 'QUORUMFENCE_CLUSTER', {}))).toBe('INVALID_OPTION');
+    expect(() => requiredOrEnvironment('', 'cluster', 'QUORUMFENCE_CLUSTER', { QUORUMFENCE_CLUSTER: '' })).toThrow(
+      '--cluster is required (or set $QUORUMFENCE_CLUSTER)',
+    );
+  });
+});
+
+describe('lock', () => {
+  it("exits with CMD's code, 128 + a signal's number, or its own codes for a lost lease and a CMD that did not start", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 255 }), (code) => {
+        expect(lockExitCode({ kind: 'exited', code, signal: null, lost: false })).toBe(code);
+        expect(lockExitCode({ kind: 'exited', code, signal: null, lost: true })).toBe(LOCK_EXIT_CODES.lost);
+      }),
+    );
+    expect(lockExitCode({ kind: 'exited', code: null, signal: 'SIGTERM', lost: false })).toBe(128 + 15);
+    expect(lockExitCode({ kind: 'exited', code: null, signal: 'SIGKILL', lost: false })).toBe(128 + 9);
+    expect(lockExitCode({ kind: 'exited', code: null, signal: 'SIGKILL', lost: true })).toBe(124);
+    expect(lockExitCode({ kind: 'lost_before_start' })).toBe(124);
+    expect(lockExitCode({ kind: 'not_started', errorCode: 'ENOENT', message: '' })).toBe(127);
+    expect(lockExitCode({ kind: 'not_started', errorCode: 'EACCES', message: '' })).toBe(126);
+    expect(new Set(Object.values(LOCK_EXIT_CODES)).size).toBe(4);
+  });
+
+  it('splits its own words from the command at the first "--"; no command is INVALID_OPTION', () => {
+    expect(splitCommandLine(['r', '--ttl', '1s', '--', 'sh', '-c', 'x -- y'])).toEqual({
+      own: ['r', '--ttl', '1s'],
+      file: 'sh',
+      args: ['-c', 'x -- y'],
+    });
+    for (const argv of [['r'], ['r', '--'], ['r', '--', '']])
+      expect(
+        codeOf(() => splitCommandLine(argv)),
+        argv.join(' '),
+      ).toBe('INVALID_OPTION');
+  });
+});
+
+describe('release', () => {
+  it('EPOCH is a decimal integer in 1 .. 2^63-1', () => {
+    expect(parseEpochArgument('1')).toBe(1n);
+    expect(parseEpochArgument('9223372036854775807')).toBe(2n ** 63n - 1n);
+    for (const bad of ['0', '-1', '01', '1.0', 'x', '9223372036854775808', '', '1e3'])
+      expect(
+        codeOf(() => parseEpochArgument(bad)),
+        bad,
+      ).toBe('INVALID_OPTION');
+  });
+});
+
+describe('a replica without --listen', () => {
+  const local = new Set(['10.1.2.3', 'fe80::1']);
+
+  it("binds the endpoint's own host when it is an address of this machine, with the endpoint's port", () => {
+    expect(chooseEndpointListen('ws://127.0.0.1:7101', ['127.0.0.1'], local)).toEqual({
+      host: '127.0.0.1',
+      port: 7101,
+    });
+    // All of 127/8 is loopback (the compose test gives each service its own).
+    expect(chooseEndpointListen('ws://replica-1:7001', ['127.0.3.4'], local)).toEqual({
+      host: '127.0.3.4',
+      port: 7001,
+    });
+    expect(chooseEndpointListen('ws://replica-1:7001', ['192.0.2.1', '10.1.2.3'], local)).toEqual({
+      host: '10.1.2.3',
+      port: 7001,
+    });
+    expect(chooseEndpointListen('wss://[::1]', ['::1'], local)).toEqual({ host: '::1', port: 443 });
+    expect(endpointPort(new URL('ws://h'))).toBe(80);
+  });
+
+  it('refuses an endpoint that is not an address of this machine (INVALID_OPTION), suggesting --listen', () => {
+    expect(codeOf(() => chooseEndpointListen('ws://replica-1.example:7001', ['192.0.2.1'], local))).toBe(
+      'INVALID_OPTION',
+    );
+    expect(() => chooseEndpointListen('ws://nowhere.invalid:7001', [], local)).toThrow(
+      /resolves to no address.*--listen 0\.0\.0\.0:7001/,
+    );
+  });
+});
+
+describe('health', () => {
+  const { cluster } = dealCluster(4, loadBackend('noble'));
+  const answer = (body: Record<string, unknown>) => ({
+    ok: true as const,
+    body: JSON.stringify({ status: 'ok', clusterId: cluster.idHex, version: '0.1.0', uptimeSeconds: 75, ...body }),
+  });
+
+  it('a replica is healthy only when it answers ok, for this cluster and its own index, and is not frozen', () => {
+    expect(judgeReplica(cluster, 2, answer({ replica: 2 }))).toMatchObject({
+      reachable: true,
+      healthy: true,
+      version: '0.1.0',
+      uptimeSeconds: 75,
+      problem: null,
+    });
+    const unhealthy = {
+      'another index': answer({ replica: 3 }),
+      'another cluster': answer({ replica: 2, clusterId: 'ab'.repeat(32) }),
+      frozen: answer({ replica: 2, frozen: true }),
+      stopping: answer({ replica: 2, status: 'stopping' }),
+    };
+    for (const [what, body] of Object.entries(unhealthy))
+      expect(judgeReplica(cluster, 2, body), what).toMatchObject({ reachable: true, healthy: false });
+    expect(judgeReplica(cluster, 2, { ok: true, body: '<html>' })).toMatchObject({ reachable: false, healthy: false });
+    expect(judgeReplica(cluster, 2, { ok: false, message: 'connect ECONNREFUSED' })).toMatchObject({
+      reachable: false,
+      healthy: false,
+      problem: 'connect ECONNREFUSED',
+    });
+  });
+
+  it('the margin is healthy replicas minus 2f+1, and the table says so', () => {
+    const judged = [1, 2, 3, 4].map((i) =>
+      judgeReplica(cluster, i, i <= 2 ? answer({ replica: i }) : { ok: false, message: 'down' }),
+    );
+    const report = healthReport(cluster, judged);
+    expect(report).toMatchObject({ healthy: 2, t: 3, margin: -1 });
+    expect(formatHealthReport(report)).toMatch(
+      /2 of 4 replicas healthy, 3 needed: margin -1 \(acquires cannot succeed\)/,
+    );
+    expect(healthReport(cluster, judged.slice(0, 2).concat(judged.slice(0, 2))).margin).toBe(1);
+    expect([formatUptime(null), formatUptime(45), formatUptime(75), formatUptime(7260), formatUptime(90_000)]).toEqual([
+      '-',
+      '45s',
+      '1m 15s',
+      '2h 1m',
+      '1d 1h',
+    ]);
+  });
+});
+
+describe('completion', () => {
+  it("reads subcommands from the verb's usage lines and flags from its synopsis and option lines, not its prose", () => {
+    const completion = completionOf('quorumfence', 'thing', {
+      summary: 'a verb',
+      usage: `usage: quorumfence thing [run] --data DIR [--fast]
+       quorumfence thing export|import --in FILE
+       quorumfence other --elsewhere
+
+Prose that mentions --not-a-flag and "quorumfence thing RESOURCE".
+
+options:
+  --data DIR     where
+  --in FILE      what
+  --json         print JSON
+`,
+    });
+    expect(completion.subcommands).toEqual(['export', 'import', 'run']);
+    expect(completion.flags).toEqual(['--data', '--fast', '--help', '--in', '--json']);
+  });
+});
+
+describe('status', () => {
+  it('names the state once, whether or not the message already starts with it', () => {
+    expect(unansweredText('unreachable', 'unreachable: connect ECONNREFUSED')).toBe(
+      'unreachable: connect ECONNREFUSED',
+    );
+    expect(unansweredText('timeout', 'no answer within 2000 ms')).toBe('timeout: no answer within 2000 ms');
+  });
+});
