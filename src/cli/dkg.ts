@@ -238,7 +238,7 @@ function describeEvent(event: ProgressEvent): string | undefined {
     case 'refused':
       return `  refused a frame (${event.code}): ${event.reason}`;
     case 'done':
-      return `done: cluster ${event.clusterId}, qualified dealers ${event.qualified.join(', ')}`;
+      return `done: cluster ${event.clusterId}, qualified dealers ${event.qualified.join(', ')}${event.adopted ? ' (confirmed by t members; this member had drafted another result and takes theirs)' : ''}`;
     case 'aborted':
       return `aborted: ${event.reason}`;
   }

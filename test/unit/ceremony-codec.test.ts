@@ -1,7 +1,7 @@
 /**
  * Ceremony inputs at the boundary: packets (another ceremony, a forged
- * signature, malformed bodies), proposals, member cards, node key files and
- * sealed shares. Each bad input gets its error code and changes nothing.
+ * signature, malformed bodies), relays, proposals, member cards, node key
+ * files and sealed shares. Each bad input gets its error code and changes nothing.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -87,6 +87,22 @@ describe('ceremony packets', () => {
         ),
       ),
     ).toBe('PROTOCOL_ERROR');
+  });
+
+  it('a relay (kind 6) round-trips; more envelopes than broadcast instances, or a non-bytes envelope, is PROTOCOL_ERROR', () => {
+    const complaint = encodePacket(p, 1, 'complaint', { against: [2] }, sign);
+    const relay = decodePacket(encodePacket(p, 1, 'relay', { echoes: [complaint], readies: [] }, sign), p);
+    expect(relay).toMatchObject({ phase: 'relay', from: 1, body: { readies: [] } });
+    expect((relay.body as { echoes: Uint8Array[] }).echoes.map((e) => Buffer.from(e))).toEqual([
+      Buffer.from(complaint),
+    ]);
+    // n complaints and n justifications: 8 instances at n = 4.
+    const many = Array.from({ length: 9 }, () => complaint);
+    expect(codeOf(() => decodePacket(encodePacket(p, 1, 'relay', { echoes: many, readies: [] }, sign), p))).toBe(
+      'PROTOCOL_ERROR',
+    );
+    const wrong = { echoes: ['not bytes'], readies: [] } as unknown as { echoes: Uint8Array[]; readies: Uint8Array[] };
+    expect(codeOf(() => decodePacket(encodePacket(p, 1, 'relay', wrong, sign), p))).toBe('PROTOCOL_ERROR');
   });
 });
 
