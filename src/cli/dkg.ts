@@ -280,7 +280,7 @@ async function run(argv: string[]): Promise<number> {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   recordAttempt(dataDir, proposal);
   const listen = values.listen ? parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }) : undefined;
-  const transport = await openWebSocketTransport({ proposal, self, listen });
+  const transport = await openWebSocketTransport({ proposal, self, nodeKey, listen });
   const log = (line: string) => process.stderr.write(`dkg member ${self}: ${line}\n`);
   log(
     `ceremony ${toHex(proposal.ceremonyId).slice(0, 16)}…, n = ${proposal.n}, t = ${proposal.t}, listening for members`,
