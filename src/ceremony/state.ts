@@ -142,7 +142,7 @@ export class CeremonyMember {
   /** Participants (sender numbers) whose packet for the current phase has not arrived. */
   missing(): number[] {
     if (this.#phase === 'done' || this.#phase === 'aborted') return [];
-    const got = this.#kept.of(this.#phase)!;
+    const got = this.#kept.of(this.#phase);
     return this.#expected(this.#phase).filter((i) => !got.has(i));
   }
 
@@ -268,7 +268,7 @@ export class CeremonyMember {
       case 'justification': {
         const mine = this.#myDealer;
         if (this.#polynomial.length === 0 || mine === undefined || !this.#deals.has(mine)) return { reveals: [] };
-        const accusers = [...this.#kept.of('complaint')!.values()]
+        const accusers = [...this.#kept.of('complaint').values()]
           .filter((p) => (p as Packet<'complaint'>).body.against.includes(mine))
           .map((p) => p.from);
         return { reveals: accusers.map((to) => ({ to, share: scalarToBytes(evaluate(this.#polynomial, to)) })) };
@@ -297,7 +297,7 @@ export class CeremonyMember {
       if (this.#phase === 'done' || this.#phase === 'aborted') return;
       const phase = this.#phase;
       const expected = this.#expected(phase);
-      const got = this.#kept.of(phase)!;
+      const got = this.#kept.of(phase);
       const missing = expected.filter((i) => !got.has(i));
       const byDeadline = now >= this.#deadline();
       // A certificate ends the confirm phase at once: no other cluster id can gather t confirmations.
