@@ -50,7 +50,8 @@ async function oneCeremony(n: number): Promise<number> {
   );
   const transports: CeremonyTransport[] = [];
   try {
-    for (let i = 1; i <= n; i++) transports.push(await openWebSocketTransport({ proposal, self: i }));
+    for (let i = 1; i <= n; i++)
+      transports.push(await openWebSocketTransport({ proposal, self: i, nodeKey: keys[i - 1]! }));
     const outcomes = await Promise.all(
       keys.map((nodeKey, k) => runCeremony({ proposal, nodeKey, self: k + 1, transport: transports[k]! })),
     );

@@ -3,7 +3,7 @@
  * progress events, and the result it keeps. Types only.
  */
 import type { ClusterDescriptionJson } from '../cluster/description.js';
-import type { BodyByPhase, PacketPhase } from './packets.js';
+import type { BodyByPhase, PacketKind, PacketPhase } from './packets.js';
 import type { Polynomial } from './vss.js';
 
 export type CeremonyPhase = PacketPhase | 'done' | 'aborted';
@@ -13,7 +13,8 @@ export type ProgressEvent =
   | { kind: 'phase-closed'; phase: PacketPhase; received: number[]; missing: number[]; byDeadline: boolean }
   | { kind: 'excluded'; dealer: number; reason: string }
   | { kind: 'refused'; reason: string; code: string }
-  | { kind: 'done'; clusterId: string; qualified: number[] }
+  /** `adopted`: t members confirmed another result than this member drafted, and its deals and shares make it. */
+  | { kind: 'done'; clusterId: string; qualified: number[]; adopted?: boolean }
   | { kind: 'aborted'; reason: string; members: number[] };
 
 export interface Outgoing {
@@ -47,8 +48,11 @@ export interface DealerOnlyResult {
   readonly excluded: { dealer: number; reason: string }[];
 }
 
-/** Hooks a test uses to make this member Byzantine: rewrite (or drop: null) what it sends to one recipient. */
-export type OutgoingRewrite = <P extends PacketPhase>(
+/**
+ * Hooks a test uses to make this member Byzantine: rewrite (or drop: null) what it sends to one recipient, its
+ * relays of other members' complaints and justifications included.
+ */
+export type OutgoingRewrite = <P extends PacketKind>(
   phase: P,
   body: BodyByPhase[P],
   recipient: number,

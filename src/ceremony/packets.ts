@@ -1,6 +1,6 @@
 /**
  * Ceremony packets: one msgpack envelope per packet,
- *   { v: 1, c: proposal digest (32), p: phase (0..5), from: member index, body: bytes, sig: Ed25519 (64) }
+ *   { v: 1, c: proposal digest (32), p: kind (0..7), from: member index, body: bytes, sig: Ed25519 (64) }
  * signed by the sender's node key over
  *   "quorumfence/dkg/packet/v1" ‖ c ‖ u8 p ‖ u16 from ‖ SHA-256(body).
  * A packet is refused unless its digest is this ceremony's, its sender is a
@@ -23,6 +23,16 @@ export const MAX_PACKET_BYTES = 512 * 1024;
 
 export const PHASES = ['accept', 'deal', 'echo', 'complaint', 'justification', 'confirm'] as const;
 export type PacketPhase = (typeof PHASES)[number];
+/**
+ * Every kind of packet, numbered by `p`: one per phase, then two that belong to no phase: `relay`, the reliable
+ * broadcast's echoes and readies of complaints and justifications (members relay whenever they see something),
+ * and `certificate`, the t confirmations a member finished with, sent to the others once it is done.
+ */
+export const PACKET_KINDS = [...PHASES, 'relay', 'certificate'] as const;
+export type PacketKind = (typeof PACKET_KINDS)[number];
+/** The phases whose packets go through the reliable broadcast (broadcast-ledger.ts). */
+export const BROADCAST_PHASES = ['complaint', 'justification'] as const;
+export type BroadcastPhase = (typeof BROADCAST_PHASES)[number];
 
 export interface DealBody {
   /** t compressed G1 points. */
@@ -50,6 +60,16 @@ export interface ConfirmBody {
   /** Ed25519 over "quorumfence/dkg/cluster/v1" ‖ proposal digest ‖ clusterId: the member's signature on the result. */
   readonly signature: Uint8Array;
 }
+export interface RelayBody {
+  /** Signed complaint or justification packets (whole envelopes, as signed by their sender) the sender echoes. */
+  readonly echoes: Uint8Array[];
+  /** The same, for which the sender is ready. */
+  readonly readies: Uint8Array[];
+}
+export interface CertificateBody {
+  /** Signed confirm packets (whole envelopes) of t or more members, all of one cluster id. */
+  readonly confirms: Uint8Array[];
+}
 export type AcceptBody = Record<string, never>;
 
 export interface BodyByPhase {
@@ -59,9 +79,12 @@ export interface BodyByPhase {
   complaint: ComplaintBody;
   justification: JustificationBody;
   confirm: ConfirmBody;
+  relay: RelayBody;
+  certificate: CertificateBody;
 }
 
-export interface Packet<P extends PacketPhase = PacketPhase> {
+export interface Packet<P extends PacketKind = PacketKind> {
+  /** The packet's kind: its phase, `relay` or `certificate`. */
   readonly phase: P;
   readonly from: number;
   readonly body: BodyByPhase[P];
@@ -71,7 +94,8 @@ export interface Packet<P extends PacketPhase = PacketPhase> {
   readonly bytes: Uint8Array;
 }
 
-const packr = new Packr({
+/** The msgpack codec of everything a ceremony sends: packets and the connection hello (hello.ts). */
+export const ceremonyCodec = new Packr({
   useRecords: false,
   mapsAsObjects: true,
   moreTypes: false,
@@ -82,8 +106,8 @@ const packr = new Packr({
 
 const PACKET_TAG = new TextEncoder().encode('quorumfence/dkg/packet/v1');
 
-function refuse(message: string): never {
-  throw new QuorumFenceError('PROTOCOL_ERROR', `ceremony packet: ${message}`);
+function refuse(message: string, what = 'ceremony packet'): never {
+  throw new QuorumFenceError('PROTOCOL_ERROR', `${what}: ${message}`);
 }
 
 function signedMessage(ceremony: Uint8Array, phase: number, from: number, bodyDigest: Uint8Array): Uint8Array {
@@ -94,22 +118,24 @@ function signedMessage(ceremony: Uint8Array, phase: number, from: number, bodyDi
 export { clusterSignatureMessage } from '../cluster/ceremony-record.js';
 
 /** Encodes and signs one packet. */
-export function encodePacket<P extends PacketPhase>(
+export function encodePacket<P extends PacketKind>(
   proposal: Proposal,
   from: number,
   phase: P,
   body: BodyByPhase[P],
   sign: (message: Uint8Array) => Uint8Array,
 ): Uint8Array {
-  const bodyBytes = packr.pack(body) as Uint8Array;
-  const p = PHASES.indexOf(phase);
+  const bodyBytes = ceremonyCodec.pack(body) as Uint8Array;
+  const p = PACKET_KINDS.indexOf(phase);
   const sig = sign(signedMessage(proposal.digest, p, from, sha256(bodyBytes)));
-  return packr.pack({ v: PACKET_VERSION, c: proposal.digest, p, from, body: bodyBytes, sig }) as Uint8Array;
+  return ceremonyCodec.pack({ v: PACKET_VERSION, c: proposal.digest, p, from, body: bodyBytes, sig }) as Uint8Array;
 }
 
-function bytesField(value: unknown, length: number | null, field: string): Uint8Array {
-  if (!(value instanceof Uint8Array)) refuse(`"${field}" expected bytes, got ${describe(value)}`);
-  if (length !== null && value.length !== length) refuse(`"${field}" expected ${length} bytes, got ${value.length}`);
+/** A byte field of a decoded frame, copied. @throws QuorumFenceError PROTOCOL_ERROR naming `what` and the field */
+export function bytesField(value: unknown, length: number | null, field: string, what?: string): Uint8Array {
+  if (!(value instanceof Uint8Array)) refuse(`"${field}" expected bytes, got ${describe(value)}`, what);
+  if (length !== null && value.length !== length)
+    refuse(`"${field}" expected ${length} bytes, got ${value.length}`, what);
   // A plain copy: msgpack yields Buffers, whose slice() is a view, and checks that slice-and-mask would write through.
   return new Uint8Array(value);
 }
@@ -124,20 +150,31 @@ function indexList(value: unknown, n: number, field: string): number[] {
   return out;
 }
 
-function object(value: unknown, field: string): Record<string, unknown> {
+/** A map of a decoded frame. @throws QuorumFenceError PROTOCOL_ERROR naming `what` and the field */
+export function mapField(value: unknown, field: string, what?: string): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value) || value instanceof Uint8Array)
-    refuse(`"${field}" expected a map, got ${describe(value)}`);
+    refuse(`"${field}" expected a map, got ${describe(value)}`, what);
   return value as Record<string, unknown>;
 }
 
-function decodeBody(phase: PacketPhase, bytes: Uint8Array, proposal: Proposal): BodyByPhase[PacketPhase] {
+/** Instances a relay can speak of: one complaint per member, one justification per participant. */
+function broadcastInstances(proposal: Proposal): number {
+  return proposal.n + proposal.participants.length;
+}
+
+function envelopeList(value: unknown, most: number, field: string): Uint8Array[] {
+  if (!Array.isArray(value) || value.length > most) refuse(`"${field}" expected at most ${most} packets`);
+  return value.map((d, k) => bytesField(d, null, `${field}[${k}]`));
+}
+
+function decodeBody(phase: PacketKind, bytes: Uint8Array, proposal: Proposal): BodyByPhase[PacketKind] {
   let raw: unknown;
   try {
-    raw = packr.unpack(bytes);
+    raw = ceremonyCodec.unpack(bytes);
   } catch {
     refuse('body is not msgpack');
   }
-  const b = object(raw, 'body');
+  const b = mapField(raw, 'body');
   const { n, t } = proposal;
   // Dealer numbers are old indices in a reshare, above n when replicas are removed.
   const dealers = largestDealer(proposal);
@@ -163,7 +200,7 @@ function decodeBody(phase: PacketPhase, bytes: Uint8Array, proposal: Proposal): 
     case 'justification': {
       if (!Array.isArray(b.reveals) || b.reveals.length > n) refuse(`"reveals" expected at most ${n} entries`);
       const reveals = b.reveals.map((r, k) => {
-        const e = object(r, `reveals[${k}]`);
+        const e = mapField(r, `reveals[${k}]`);
         return {
           to: indexList([e.to], n, `reveals[${k}].to`)[0]!,
           share: bytesField(e.share, 32, `reveals[${k}].share`),
@@ -182,12 +219,19 @@ function decodeBody(phase: PacketPhase, bytes: Uint8Array, proposal: Proposal): 
         qualified: indexList(b.qualified, dealers, 'qualified'),
         signature: bytesField(b.signature, 64, 'signature'),
       };
+    case 'relay':
+      return {
+        echoes: envelopeList(b.echoes, broadcastInstances(proposal), 'echoes'),
+        readies: envelopeList(b.readies, broadcastInstances(proposal), 'readies'),
+      };
+    case 'certificate':
+      return { confirms: envelopeList(b.confirms, n, 'confirms') };
   }
 }
 
 /**
  * Decodes and authenticates one packet of this ceremony.
- * @throws QuorumFenceError PROTOCOL_ERROR (malformed, oversized, unknown phase,
+ * @throws QuorumFenceError PROTOCOL_ERROR (malformed, oversized, unknown kind,
  *   bad body), CLUSTER_MISMATCH (another ceremony), UNAUTHENTICATED (bad signature)
  */
 export function decodePacket(bytes: Uint8Array, proposal: Proposal): Packet {
@@ -195,18 +239,19 @@ export function decodePacket(bytes: Uint8Array, proposal: Proposal): Packet {
   if (bytes.length > MAX_PACKET_BYTES) refuse(`${bytes.length} bytes exceeds the ${MAX_PACKET_BYTES}-byte limit`);
   let raw: unknown;
   try {
-    raw = packr.unpack(bytes);
+    raw = ceremonyCodec.unpack(bytes);
   } catch {
     refuse('not a msgpack value');
   }
-  const e = object(raw, 'packet');
+  const e = mapField(raw, 'packet');
   if (e.v !== PACKET_VERSION) refuse(`unknown version ${JSON.stringify(e.v)}`);
   const ceremony = bytesField(e.c, 32, 'c');
   if (!bytesEqual(ceremony, proposal.digest)) {
     throw new QuorumFenceError('CLUSTER_MISMATCH', 'ceremony packet: from another ceremony (or other proposal terms)');
   }
-  if (typeof e.p !== 'number' || !Number.isInteger(e.p) || e.p < 0 || e.p >= PHASES.length) refuse('unknown phase');
-  const phase = PHASES[e.p]!;
+  if (typeof e.p !== 'number' || !Number.isInteger(e.p) || e.p < 0 || e.p >= PACKET_KINDS.length)
+    refuse('unknown packet kind');
+  const phase = PACKET_KINDS[e.p]!;
   if (typeof e.from !== 'number' || !Number.isInteger(e.from) || e.from < 1 || e.from > proposal.participants.length)
     refuse('"from" is not a member');
   const body = bytesField(e.body, null, 'body');

@@ -17,7 +17,10 @@ export const PROPOSAL_FORMAT = 'quorumfence/dkg-proposal/v1';
 
 /** Members start by hand or by an orchestrator: a minute for all of them to be up. */
 export const DEFAULT_ACCEPT_TIMEOUT_MS = 60_000;
-/** Each later phase is one round of small messages; 10 s is far above a WAN round trip plus the crypto at N = 31. */
+/**
+ * Each later phase is one round of small messages (three for complaints and justifications: the reliable
+ * broadcast's send, echo and ready); 10 s is far above that on a WAN plus the crypto at N = 31.
+ */
 export const DEFAULT_PHASE_TIMEOUT_MS = 10_000;
 const MAX_TIMEOUT_MS = 3_600_000;
 

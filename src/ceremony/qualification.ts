@@ -88,33 +88,40 @@ export function settleDeals(
   return complaints;
 }
 
-/** Every complaint against a dealer needs a revealed share that matches its commitments. */
+/**
+ * Every complaint against a dealer needs a revealed share that matches its commitments: the complaints delivered,
+ * and this member's own even when it was not delivered here in time (this member holds no share of that dealer
+ * otherwise, and a result without it would not be this member's share).
+ */
 export function settleJustifications(
   ledger: QualificationLedger,
   complaints: ReadonlyMap<number, Packet>,
   justifications: ReadonlyMap<number, Packet>,
+  ownComplaints: readonly number[],
 ): void {
   for (const [dealer, deal] of ledger.deals) {
     if (ledger.excluded.has(dealer)) continue;
     const accusers = [...complaints.values()]
       .filter((p) => (p as Packet<'complaint'>).body.against.includes(dealer))
       .map((p) => p.from);
+    if (ownComplaints.includes(dealer) && !accusers.includes(ledger.self)) accusers.push(ledger.self);
     const sender = ledger.senderOf(dealer);
     const reveals = (
       (sender === undefined ? undefined : justifications.get(sender)) as Packet<'justification'> | undefined
     )?.body.reveals;
     for (const accuser of accusers) {
       const reveal = reveals?.find((r) => r.to === accuser);
-      if (!reveal) {
-        ledger.exclude(dealer, `did not answer the complaint of member ${accuser}`);
-        break;
-      }
-      const share = scalarFromBytes(reveal.share);
-      if (share === null || !shareMatchesCommitments(share, accuser, deal.commitments)) {
-        ledger.exclude(dealer, `answered the complaint of member ${accuser} with a share that fails its commitments`);
-        break;
-      }
-      if (accuser === ledger.self) ledger.myShares.set(dealer, share);
+      const share = reveal ? scalarFromBytes(reveal.share) : null;
+      const valid = share !== null && shareMatchesCommitments(share, accuser, deal.commitments);
+      // A valid reveal to this member is its share of that dealer, whatever became of the other complaints.
+      if (valid && accuser === ledger.self) ledger.myShares.set(dealer, share!);
+      if (valid) continue;
+      ledger.exclude(
+        dealer,
+        reveal
+          ? `answered the complaint of member ${accuser} with a share that fails its commitments`
+          : `did not answer the complaint of member ${accuser}`,
+      );
     }
   }
 }

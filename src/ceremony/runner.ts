@@ -124,6 +124,10 @@ function drive(member: CeremonyMember, options: RunOptions): Promise<{ elapsedMs
     transport.onFrame((bytes) => {
       if (!settled) handle(member.receive(bytes, clock.now()));
     });
+    // Connections refused at their hello never reach the member; the progress log still counts them.
+    transport.onRefused(({ reason, code }) => {
+      if (!settled) options.onEvent?.({ kind: 'refused', reason: `connection: ${reason}`, code }, member);
+    });
     handle(member.start(clock.now()));
   });
 }

@@ -15,6 +15,9 @@
  *   justification  each accused dealer reveals the disputed shares in the clear
  *   confirm        each member signs the resulting cluster id; t matching
  *                  signatures are needed, so honest members never keep two keys
+ * Complaints and justifications go through a reliable broadcast (echo and
+ * ready rounds, broadcast-ledger.ts): a member counts one only once it is
+ * delivered, so honest members count the same ones.
  *
  * Roles. A member receives shares and keeps a result; in a fresh key every
  * member also deals. A reshare that removes replicas has outside dealers
@@ -25,12 +28,12 @@
  * set took the deal. Dealer numbers (old indices in a reshare) name deals,
  * complaints and the qualified set; sender numbers name packets.
  *
- * This file keeps the phases, the packets kept and their bounds; which dealers
- * qualify is decided in qualification.ts, and the result drafted and the
- * confirmations counted in confirmation.ts.
+ * This file keeps the phases and what is sent; the packets kept and their
+ * bounds are packet-store.ts's, which dealers qualify is decided in
+ * qualification.ts, and the result drafted and the confirmations counted in
+ * confirmation.ts.
  */
 import { QuorumFenceError } from '../common/errors.js';
-import { bytesEqual } from '../common/bytes.js';
 import type {
   CeremonyPhase,
   CeremonyResult,
@@ -49,11 +52,14 @@ import {
   PHASES,
   type BodyByPhase,
   type Packet,
+  type PacketKind,
   type PacketPhase,
 } from './packets.js';
+import { emptyLedgerOutput, type LedgerOutput } from './broadcast-ledger.js';
+import { expectedSenders, PacketStore } from './packet-store.js';
 import { senderOfDealer, type Proposal } from './proposal.js';
 import { settleDeals, settleJustifications, type QualificationLedger, type SettledDeal } from './qualification.js';
-import { confirmDealing, confirmResult, draftResult, type ResultDraft } from './confirmation.js';
+import { confirmDealing, confirmResult, draftOf, draftResult, type ResultDraft } from './confirmation.js';
 import { ephemeralKey } from './share-box.js';
 import { commit, evaluate, scalarToBytes, type Polynomial } from './vss.js';
 
@@ -68,7 +74,6 @@ export interface MemberOptions {
   readonly rewrite?: OutgoingRewrite;
 }
 
-/** Packets kept per sender per phase are bounded (one, two for deals: the second proves equivocation). */
 export class CeremonyMember {
   readonly proposal: Proposal;
   readonly self: number;
@@ -82,10 +87,8 @@ export class CeremonyMember {
   readonly #receives: boolean;
   readonly #polynomial: Polynomial;
   readonly #ephemeral = ephemeralKey();
-  /** packets[phase][from] — the first valid packet of each member in each phase. */
-  readonly #packets = new Map<PacketPhase, Map<number, Packet>>(PHASES.map((p) => [p, new Map()]));
-  /** Distinct signed versions of each dealer's deal, by body digest. */
-  readonly #dealVersions = new Map<number, Packet<'deal'>[]>();
+  /** The packets kept: each sender's first per phase, deal versions, delivered complaints and justifications. */
+  readonly #kept: PacketStore;
   /** Deals in force after the echo round, with their decoded commitments, by dealer number. */
   readonly #deals = new Map<number, SettledDeal>();
   readonly #excluded = new Map<number, string>();
@@ -109,6 +112,7 @@ export class CeremonyMember {
       throw new QuorumFenceError('INVALID_ARGUMENT', `outside dealer ${options.self} is not among the rule's dealers`);
     this.#polynomial =
       this.#myDealer !== undefined ? options.rule.polynomial(this.#myDealer, options.proposal.t, options.random) : [];
+    this.#kept = new PacketStore(options.proposal, options.self, me.receives);
   }
 
   /** "member" receives a share; "dealer-only" is a reshare's outside dealer, which deals and receives nothing. */
@@ -138,7 +142,7 @@ export class CeremonyMember {
   /** Participants (sender numbers) whose packet for the current phase has not arrived. */
   missing(): number[] {
     if (this.#phase === 'done' || this.#phase === 'aborted') return [];
-    const got = this.#packets.get(this.#phase)!;
+    const got = this.#kept.of(this.#phase);
     return this.#expected(this.#phase).filter((i) => !got.has(i));
   }
 
@@ -150,7 +154,7 @@ export class CeremonyMember {
       this.#enter('accept', now, step);
     }
     this.#advance(now, step);
-    return step;
+    return this.#flush(step);
   }
 
   /** Feeds one frame from the network. Bad frames change nothing and yield a `refused` event. */
@@ -167,14 +171,14 @@ export class CeremonyMember {
     }
     this.#store(packet, step);
     this.#advance(now, step);
-    return step;
+    return this.#flush(step);
   }
 
   /** Lets deadlines pass. */
   tick(now: number): { out: Outgoing[]; events: ProgressEvent[] } {
     const step = new Step();
     if (this.#started) this.#advance(now, step);
-    return step;
+    return this.#flush(step);
   }
 
   /** Every participant: packets go to all of them (outside dealers read the complaints they must answer). */
@@ -191,51 +195,21 @@ export class CeremonyMember {
     return senderOfDealer(this.proposal, dealer);
   }
 
-  /** Whose packet closes a phase early: everyone accepts and answers complaints; dealers deal; members do the rest. */
   #expected(phase: PacketPhase): number[] {
-    switch (phase) {
-      case 'accept':
-      case 'justification':
-        return this.#everyone();
-      case 'deal':
-        return this.#options.rule.dealers.flatMap((d) => this.#senderOf(d) ?? []);
-      case 'echo':
-      case 'complaint':
-      case 'confirm':
-        return this.#receivers();
-    }
+    return expectedSenders(this.proposal, this.#options.rule.dealers, phase);
   }
 
   #store(packet: Packet, step: Step): void {
-    if (packet.phase === 'deal') {
-      this.#noteDealVersion(packet as Packet<'deal'>);
-      // Deals count only until the echo round closes.
-      if (PHASES.indexOf(this.#phase as PacketPhase) > PHASES.indexOf('echo')) return;
-    }
-    const byMember = this.#packets.get(packet.phase)!;
-    if (!byMember.has(packet.from)) byMember.set(packet.from, packet);
-    if (packet.phase === 'echo' && PHASES.indexOf(this.#phase as PacketPhase) <= PHASES.indexOf('echo')) {
-      for (const relayed of (packet as Packet<'echo'>).body.deals) {
-        try {
-          const deal = decodePacket(relayed, this.proposal);
-          if (deal.phase === 'deal') this.#noteDealVersion(deal as Packet<'deal'>);
-        } catch (error) {
-          if (!(error instanceof QuorumFenceError)) throw error;
-          step.events.push({
-            kind: 'refused',
-            reason: `relayed by ${packet.from}: ${error.message}`,
-            code: error.code,
-          });
-        }
-      }
-    }
+    this.#kept.store(packet, this.#phase, step.relay, step.events);
   }
 
-  #noteDealVersion(deal: Packet<'deal'>): void {
-    if (this.#deals.size > 0 || PHASES.indexOf(this.#phase as PacketPhase) > PHASES.indexOf('echo')) return;
-    const versions = this.#dealVersions.get(deal.from) ?? [];
-    if (versions.length < 2 && !versions.some((v) => bytesEqual(v.bodyDigest, deal.bodyDigest))) versions.push(deal);
-    this.#dealVersions.set(deal.from, versions);
+  /** Sends this step's echoes and readies, in one relay packet to every participant. */
+  #flush(step: Step): { out: Outgoing[]; events: ProgressEvent[] } {
+    const { echoes, readies } = step.relay;
+    if (echoes.length > 0 || readies.length > 0) {
+      this.#broadcast('relay', { echoes: echoes.splice(0), readies: readies.splice(0) }, step);
+    }
+    return step;
   }
 
   #enter(phase: PacketPhase, now: number, step: Step): void {
@@ -246,7 +220,7 @@ export class CeremonyMember {
     if (body !== null) this.#broadcast(phase, body, step);
   }
 
-  #broadcast<P extends PacketPhase>(phase: P, body: BodyByPhase[P], step: Step): void {
+  #broadcast<P extends PacketKind>(phase: P, body: BodyByPhase[P], step: Step): void {
     const { proposal, nodeKey, rewrite } = this.#options;
     const sign = (message: Uint8Array) => nodeKey.sign(message);
     const plain = rewrite ? undefined : encodePacket(proposal, this.self, phase, body, sign);
@@ -260,8 +234,10 @@ export class CeremonyMember {
         if (changed === null) continue;
         bytes = encodePacket(proposal, this.self, phase, changed, sign);
       }
-      if (to === this.self) this.#store(decodePacket(bytes!, proposal), step);
-      else step.out.push({ to, bytes: bytes! });
+      // Our own echoes and readies were counted when made, and our certificate is our result.
+      if (to === this.self) {
+        if (phase !== 'relay' && phase !== 'certificate') this.#store(decodePacket(bytes!, proposal), step);
+      } else step.out.push({ to, bytes: bytes! });
     }
   }
 
@@ -285,14 +261,14 @@ export class CeremonyMember {
         };
       case 'echo':
         if (!this.#receives) return null;
-        return { deals: [...this.#dealVersions.values()].flat().map((p) => p.bytes) };
+        return { deals: [...this.#kept.dealVersions.values()].flat().map((p) => p.bytes) };
       case 'complaint':
         if (!this.#receives) return null;
         return { against: this.#myComplaints };
       case 'justification': {
         const mine = this.#myDealer;
         if (this.#polynomial.length === 0 || mine === undefined || !this.#deals.has(mine)) return { reveals: [] };
-        const accusers = [...this.#packets.get('complaint')!.values()]
+        const accusers = [...this.#kept.of('complaint').values()]
           .filter((p) => (p as Packet<'complaint'>).body.against.includes(mine))
           .map((p) => p.from);
         return { reveals: accusers.map((to) => ({ to, share: scalarToBytes(evaluate(this.#polynomial, to)) })) };
@@ -321,10 +297,12 @@ export class CeremonyMember {
       if (this.#phase === 'done' || this.#phase === 'aborted') return;
       const phase = this.#phase;
       const expected = this.#expected(phase);
-      const got = this.#packets.get(phase)!;
+      const got = this.#kept.of(phase);
       const missing = expected.filter((i) => !got.has(i));
       const byDeadline = now >= this.#deadline();
-      if (missing.length > 0 && !byDeadline) return;
+      // A certificate ends the confirm phase at once: no other cluster id can gather t confirmations.
+      const certified = phase === 'confirm' && this.#kept.certificate !== undefined;
+      if (missing.length > 0 && !byDeadline && !certified) return;
       step.events.push({
         kind: 'phase-closed',
         phase,
@@ -375,7 +353,7 @@ export class CeremonyMember {
   }
 
   /** What qualification.ts reads and writes of this participant's state. */
-  #ledger(step: Step): QualificationLedger {
+  #qualification(step: Step): QualificationLedger {
     return {
       proposal: this.proposal,
       self: this.self,
@@ -391,11 +369,16 @@ export class CeremonyMember {
   }
 
   #settleDeals(step: Step): void {
-    this.#myComplaints = settleDeals(this.#ledger(step), this.#dealVersions);
+    this.#myComplaints = settleDeals(this.#qualification(step), this.#kept.dealVersions);
   }
 
   #settleJustifications(step: Step): void {
-    settleJustifications(this.#ledger(step), this.#packets.get('complaint')!, this.#packets.get('justification')!);
+    settleJustifications(
+      this.#qualification(step),
+      this.#kept.of('complaint'),
+      this.#kept.of('justification'),
+      this.#myComplaints,
+    );
   }
 
   #draftResult(step: Step): boolean {
@@ -408,19 +391,36 @@ export class CeremonyMember {
     return true;
   }
 
+  /** The confirmations received, and those of a certificate another member sent. */
+  #confirms(): Packet<'confirm'>[] {
+    return [...(this.#kept.of('confirm').values() as Iterable<Packet<'confirm'>>), ...(this.#kept.certificate ?? [])];
+  }
+
   #finish(step: Step): void {
-    const draft = this.#resultDraft!;
-    const confirms = [...this.#packets.get('confirm')!.values()] as Packet<'confirm'>[];
-    const confirmed = confirmResult(this.proposal, draft, confirms, this.#receivers(), this.#excluded);
+    const { proposal } = this;
+    const rule = this.#options.rule;
+    const confirmed = confirmResult(
+      proposal,
+      this.#resultDraft!,
+      this.#confirms(),
+      this.#receivers(),
+      this.#excluded,
+      rule.dealers,
+      (qualified) => draftOf(proposal, rule, this.#deals, this.#myShares, qualified),
+    );
     if (!confirmed.ok) return this.#fail(confirmed.reason, confirmed.members, step);
     this.#phase = 'done';
     this.#result = confirmed.result;
     this.#resultDraft = undefined;
-    step.events.push({ kind: 'done', clusterId: draft.cluster.clusterId, qualified: draft.qualified });
+    const { clusterId } = confirmed.result.cluster;
+    step.events.push({ kind: 'done', clusterId, qualified: confirmed.result.qualified, adopted: confirmed.adopted });
+    // Members still in the confirm phase end at once with these t confirmations, even ones not sent to them.
+    const certificate = { confirms: confirmed.confirms.map((p) => p.bytes) };
+    this.#broadcast('certificate', certificate, step);
   }
 
   #finishDealing(step: Step): void {
-    const confirms = [...this.#packets.get('confirm')!.values()] as Packet<'confirm'>[];
+    const confirms = this.#confirms();
     const confirmed = confirmDealing(this.proposal, this.#myDealer!, confirms, this.#receivers(), this.#excluded);
     if (!confirmed.ok) return this.#fail(confirmed.reason, confirmed.members, step);
     this.#phase = 'done';
@@ -432,4 +432,6 @@ export class CeremonyMember {
 class Step {
   readonly out: Outgoing[] = [];
   readonly events: ProgressEvent[] = [];
+  /** The reliable broadcast's output in this step: relayed at its end, deliveries taken at once. */
+  readonly relay: LedgerOutput = emptyLedgerOutput();
 }

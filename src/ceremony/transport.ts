@@ -1,40 +1,81 @@
 /**
  * How ceremony packets move: an interface the runner uses, and the real one
- * over WebSocket. Each member listens at its ceremony endpoint and dials every
- * other member's; it sends on the connections it dialled and receives on the
- * ones it accepted. Nothing on the wire is trusted (packets are signed and
- * shares sealed), so connections carry no authentication of their own; they
- * are bounded in count, frame size and frames per connection.
+ * over WebSocket. Each participant listens at its ceremony endpoint and dials
+ * every other one; it sends on the connections it dialled and receives on the
+ * ones it accepted.
+ *
+ * The endpoints are public (they are in the proposal), so an accepted
+ * connection holds nothing until it says who dialled: the listener sends a
+ * fresh challenge and the dialler signs it with its node key (hello.ts).
+ * Until then it waits in a small pool apart from the members' places
+ * (admission.ts: bounded in all and per address, the oldest displaced by a
+ * newcomer), and is dropped after HANDSHAKE_TIMEOUT_MS, whether it is stuck
+ * in its HTTP upgrade or silent after it. Each participant has one place: its
+ * new connection replaces its old one. A place whose connection answers no
+ * ping for two heartbeats is freed. What one participant may send over the
+ * whole ceremony is bounded (framesAllowed). Packets stay signed and shares
+ * sealed end to end: the hello only keeps outsiders from holding places.
  */
+import { createServer, type IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import { QuorumFenceError } from '../common/errors.js';
-import { MAX_PACKET_BYTES } from './packets.js';
+import { admissionLimits, displacedBy, type WaitingConnection } from './admission.js';
+import { decodeChallenge, encodeChallenge, encodeHello, MAX_HELLO_BYTES, newChallenge, verifyHello } from './hello.js';
+import type { NodeKey } from './node-key.js';
+import { MAX_PACKET_BYTES, PHASES } from './packets.js';
 import type { Proposal } from './proposal.js';
 
 export interface CeremonyTransport {
-  /** Queues a frame for a member; delivered once its connection is up (bounded queue). */
+  /** Queues a frame for a participant; delivered once its connection is up (bounded queue). */
   send(to: number, bytes: Uint8Array): void;
-  /** Every frame received, from anyone. */
+  /** Every frame received from an authenticated participant. */
   onFrame(handler: (bytes: Uint8Array) => void): void;
-  /** Frames still queued for members not yet reached. */
+  /** Connections refused at the hello (garbage, another ceremony, a bad signature), for the progress log. */
+  onRefused(handler: (refusal: { reason: string; code: string }) => void): void;
+  /** Frames still queued for participants not yet reached. */
   pending(): number;
   close(): Promise<void>;
 }
 
-/** An honest member sends 6 packets; a reconnecting one maybe twice that. 64 bounds a flooding connection. */
-const MAX_FRAMES_PER_CONNECTION = 64;
-/** Queued frames per peer: 6 phases, with room to spare; a full queue drops the oldest (the peer is far behind). */
-const MAX_QUEUED_PER_PEER = 16;
-/** Redial a member that is not up yet this often. */
+/**
+ * How long a connection may take from TCP accept to a valid hello: one round trip and a signature for an honest
+ * member, so 5 s covers a slow WAN and a loaded host, and is all an idle outsider holds a waiting place for.
+ */
+export const HANDSHAKE_TIMEOUT_MS = 5000;
+/**
+ * Ping period for connections in use. One that answered none of two pings (10 to 15 s) is dead and is dropped:
+ * two, because after our own event loop was busy the first check runs before the answer is read.
+ */
+export const HEARTBEAT_MS = 5000;
+/** Queued frames per peer: 6 phases and the relays, with room to spare; a full queue drops the oldest. */
+const MAX_QUEUED_PER_PEER = 256;
+/** Redial a participant that is not up yet this often. */
 const REDIAL_MS = 200;
+
+/**
+ * Frames one participant may send a listener over the whole ceremony, all its connections together: one packet
+ * per phase and a certificate, at most two relays (an echo, a ready) per reliable-broadcast instance (a complaint
+ * per member, a justification per participant); twice that, since nothing is resent and it only stops a flood.
+ */
+export function framesAllowed(proposal: Proposal): number {
+  return 2 * (PHASES.length + 1 + 2 * (proposal.n + proposal.participants.length));
+}
 
 interface Peer {
   readonly index: number;
   readonly url: string;
   socket: WebSocket | undefined;
+  /** True once the hello is sent: frames then go out in order behind it. */
   open: boolean;
   readonly queue: Uint8Array[];
   timer: NodeJS.Timeout | undefined;
+}
+
+interface Waiting extends WaitingConnection {
+  readonly socket: Duplex;
+  readonly timer: NodeJS.Timeout;
 }
 
 /** Where a member listens by default: the host and port of its ceremony endpoint. */
@@ -44,51 +85,160 @@ export function listenAddressOf(url: string): { host: string; port: number } {
   return { host: parsed.hostname.replace(/^\[(.*)\]$/, '$1'), port };
 }
 
+function frameBytes(data: RawData): Uint8Array {
+  const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
+  return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/** Pings connections in use and drops the ones that answered none of two pings. */
+class Heartbeat {
+  /** Pings sent to each connection since it was last heard from. */
+  readonly #unanswered = new Map<WebSocket, number>();
+  readonly #timer: NodeJS.Timeout;
+
+  constructor() {
+    this.#timer = setInterval(() => {
+      for (const [socket, unanswered] of this.#unanswered) {
+        if (unanswered >= 2) socket.terminate();
+        else {
+          this.#unanswered.set(socket, unanswered + 1);
+          socket.ping();
+        }
+      }
+    }, HEARTBEAT_MS);
+    this.#timer.unref();
+  }
+
+  watch(socket: WebSocket): void {
+    this.#unanswered.set(socket, 0);
+    const heard = () => {
+      if (this.#unanswered.has(socket)) this.#unanswered.set(socket, 0);
+    };
+    socket.on('pong', heard);
+    socket.on('message', heard);
+    socket.on('close', () => this.#unanswered.delete(socket));
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+  }
+}
+
 /**
- * Listens and starts dialling every other member.
+ * Listens and starts dialling every other participant, authenticating with `nodeKey`.
  * @throws QuorumFenceError IO_ERROR when the address cannot be bound
  */
 export async function openWebSocketTransport(options: {
   proposal: Proposal;
   self: number;
+  nodeKey: NodeKey;
   listen?: { host: string; port: number };
 }): Promise<CeremonyTransport> {
-  const { proposal, self } = options;
+  const { proposal, self, nodeKey } = options;
   const listen = options.listen ?? listenAddressOf(proposal.participants[self - 1]!.ceremonyEndpoint);
-  let handler: (bytes: Uint8Array) => void = () => undefined;
+  let onFrame: (bytes: Uint8Array) => void = () => undefined;
+  let onRefused: (refusal: { reason: string; code: string }) => void = () => undefined;
   let closed = false;
+  const heartbeat = new Heartbeat();
+  const limits = admissionLimits(proposal.participants.length);
+  const allowed = framesAllowed(proposal);
+  const waiting = new Map<Duplex, Waiting>();
+  /** Every TCP connection accepted and not yet closed, so close() ends them all. */
+  const sockets = new Set<Socket>();
+  let arrivals = 0;
+  /** Each participant's one place: its authenticated connection. */
+  const places = new Map<number, WebSocket>();
+  const framesFrom = new Map<number, number>();
+
+  const http = createServer((_request, response) => {
+    response.writeHead(426, { connection: 'close' }).end();
+  });
   const server = new WebSocketServer({
-    host: listen.host,
-    port: listen.port,
+    noServer: true,
     maxPayload: MAX_PACKET_BYTES + 1024,
     perMessageDeflate: false,
-    // Every member dials once, and may redial after a drop; garbage senders get what is left.
-    clientTracking: true,
+    clientTracking: false,
   });
   await new Promise<void>((resolve, reject) => {
-    server.once('listening', resolve);
-    server.once('error', (error) =>
+    http.once('listening', resolve);
+    http.once('error', (error) =>
       reject(new QuorumFenceError('IO_ERROR', `cannot listen on ${listen.host}:${listen.port}: ${error.message}`)),
     );
+    http.listen(listen.port, listen.host);
   });
-  server.on('error', () => undefined);
-  server.on('connection', (socket) => {
-    if (server.clients.size > 4 * proposal.participants.length) {
-      socket.close(1013, 'too many connections');
-      return;
-    }
-    let frames = 0;
+  http.on('error', () => undefined);
+  http.on('clientError', (_error, socket) => socket.destroy());
+  http.on('connection', (socket: Socket) => {
+    if (closed) return void socket.destroy();
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+    const address = socket.remoteAddress ?? 'unknown';
+    const victim = displacedBy([...waiting.values()], address, limits) as Waiting | undefined;
+    if (victim) victim.socket.destroy();
+    const entry: Waiting = {
+      order: arrivals++,
+      address,
+      socket,
+      timer: setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS),
+    };
+    waiting.set(socket, entry);
     socket.on('error', () => undefined);
-    socket.on('message', (data: RawData, isBinary) => {
-      if (++frames > MAX_FRAMES_PER_CONNECTION) {
-        socket.close(1008, 'too many frames');
-        return;
-      }
-      if (!isBinary) return;
-      const bytes = Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data as ArrayBuffer);
-      handler(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+    socket.once('close', () => {
+      clearTimeout(entry.timer);
+      waiting.delete(socket);
     });
   });
+  http.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    // Only a connection still waiting may upgrade (once).
+    if (closed || !waiting.has(socket)) return void socket.destroy();
+    server.handleUpgrade(request, socket, head, (ws) => accept(ws, socket));
+  });
+
+  /** A connection upgraded: challenge it; its first frame must be the hello, then it holds its sender's place. */
+  const accept = (ws: WebSocket, raw: Duplex) => {
+    ws.on('error', () => undefined);
+    const challenge = newChallenge();
+    let from: number | undefined;
+    let refused = false;
+    ws.send(encodeChallenge(proposal, challenge));
+    ws.on('message', (data: RawData, isBinary) => {
+      // Frames already read behind a refused hello are dropped with it.
+      if (refused) return;
+      if (from === undefined) {
+        try {
+          if (!isBinary) throw new QuorumFenceError('PROTOCOL_ERROR', 'ceremony hello: a text frame');
+          from = verifyHello(frameBytes(data), proposal, self, challenge);
+        } catch (error) {
+          if (!(error instanceof QuorumFenceError)) throw error;
+          refused = true;
+          onRefused({ reason: error.message, code: error.code });
+          return void ws.terminate();
+        }
+        const entry = waiting.get(raw);
+        if (entry) clearTimeout(entry.timer);
+        waiting.delete(raw);
+        if ((framesFrom.get(from) ?? 0) >= allowed) {
+          refused = true;
+          return void ws.terminate();
+        }
+        places.get(from)?.terminate();
+        places.set(from, ws);
+        heartbeat.watch(ws);
+        const sender = from;
+        ws.on('close', () => {
+          if (places.get(sender) === ws) places.delete(sender);
+        });
+        return;
+      }
+      const count = (framesFrom.get(from) ?? 0) + 1;
+      framesFrom.set(from, count);
+      if (count > allowed) {
+        refused = true;
+        return void ws.terminate();
+      }
+      if (isBinary) onFrame(frameBytes(data));
+    });
+  };
 
   const peers = new Map<number, Peer>();
   const flush = (peer: Peer) => {
@@ -96,14 +246,32 @@ export async function openWebSocketTransport(options: {
   };
   const dial = (peer: Peer) => {
     if (closed) return;
-    const socket = new WebSocket(peer.url, { perMessageDeflate: false, handshakeTimeout: 5000 });
+    // A listener sends only its challenge: a small payload bound keeps a false one from filling our memory.
+    const socket = new WebSocket(peer.url, {
+      perMessageDeflate: false,
+      handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+      maxPayload: MAX_HELLO_BYTES,
+    });
     peer.socket = socket;
-    socket.on('open', () => {
+    peer.open = false;
+    const giveUp = setTimeout(() => socket.terminate(), HANDSHAKE_TIMEOUT_MS);
+    socket.on('message', (data: RawData) => {
+      if (peer.open || peer.socket !== socket) return;
+      try {
+        const challenge = decodeChallenge(frameBytes(data), proposal);
+        socket.send(encodeHello(proposal, self, peer.index, challenge, (m) => nodeKey.sign(m)));
+      } catch {
+        return void socket.terminate();
+      }
+      clearTimeout(giveUp);
       peer.open = true;
+      heartbeat.watch(socket);
       flush(peer);
     });
     socket.on('error', () => undefined);
     socket.on('close', () => {
+      clearTimeout(giveUp);
+      if (peer.socket !== socket) return;
       peer.open = false;
       if (!closed) peer.timer = setTimeout(() => dial(peer), REDIAL_MS);
     });
@@ -132,7 +300,10 @@ export async function openWebSocketTransport(options: {
       flush(peer);
     },
     onFrame(next) {
-      handler = next;
+      onFrame = next;
+    },
+    onRefused(next) {
+      onRefused = next;
     },
     pending() {
       let count = 0;
@@ -141,13 +312,15 @@ export async function openWebSocketTransport(options: {
     },
     async close() {
       closed = true;
+      heartbeat.stop();
       for (const peer of peers.values()) {
         clearTimeout(peer.timer);
         // close, not terminate: what was sent last (our confirmation) still reaches the member.
         peer.socket?.close();
       }
-      for (const client of server.clients) client.terminate();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const entry of waiting.values()) clearTimeout(entry.timer);
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => http.close(() => resolve()));
     },
   };
 }

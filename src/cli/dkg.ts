@@ -265,7 +265,7 @@ function describeEvent(event: ProgressEvent): string {
     case 'refused':
       return `  refused a frame (${event.code}): ${event.reason}`;
     case 'done':
-      return `done: cluster ${event.clusterId}, qualified dealers ${event.qualified.join(', ')}`;
+      return `done: cluster ${event.clusterId}, qualified dealers ${event.qualified.join(', ')}${event.adopted ? ' (confirmed by t members; this member had drafted another result and takes theirs)' : ''}`;
     case 'aborted':
       return `aborted: ${event.reason}`;
   }
@@ -309,7 +309,7 @@ async function run(argv: string[]): Promise<number> {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   recordAttempt(dataDir, proposal);
   const listen = values.listen ? parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }) : undefined;
-  const transport = await openWebSocketTransport({ proposal, self, listen });
+  const transport = await openWebSocketTransport({ proposal, self, nodeKey, listen });
   const logger = ceremonyLogger(proposal, self);
   const prefix = `dkg member ${self}`;
   logger.info(

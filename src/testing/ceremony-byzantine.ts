@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { SCALAR_ORDER } from '../crypto/threshold.js';
-import type { BodyByPhase, PacketPhase } from '../ceremony/packets.js';
+import type { BodyByPhase, PacketKind } from '../ceremony/packets.js';
 import type { OutgoingRewrite } from '../ceremony/events.js';
 import { commit, evaluate, scalarToBytes } from '../ceremony/vss.js';
 
@@ -17,6 +17,9 @@ export const CEREMONY_BEHAVIOURS = [
   'two-deals',
   'false-complaint',
   'selective-complaint',
+  'complaint-to-minority',
+  'justification-to-victim',
+  'two-justifications',
   'bad-justification',
   'missing-justification',
   'silent',
@@ -29,19 +32,37 @@ function victimOf(self: number): number {
   return self === 1 ? 2 : 1;
 }
 
+/** The one member other than the victim and the Byzantine one that a "minority" behaviour shows a packet to. */
+function bystanderOf(self: number): number {
+  return [1, 2, 3].find((i) => i !== self && i !== victimOf(self))!;
+}
+
+/** Behaviours that split what members see, and so relay nothing themselves: honest relays alone must carry them. */
+const SPLITTING = new Set<CeremonyBehaviour>([
+  'selective-complaint',
+  'complaint-to-minority',
+  'justification-to-victim',
+  'two-justifications',
+]);
+
 /**
  * @param self the Byzantine member's index
  * @param n members in the ceremony
  */
 export function ceremonyBehaviour(behaviour: CeremonyBehaviour, self: number, n: number): OutgoingRewrite {
   const victim = victimOf(self);
-  type AnyBody = BodyByPhase[PacketPhase];
+  type AnyBody = BodyByPhase[PacketKind];
+  const wrongDeal = (deal: BodyByPhase['deal'], own: Parameters<OutgoingRewrite>[3]): BodyByPhase['deal'] => {
+    const wrong = (evaluate(own.polynomial, victim) + 1n) % SCALAR_ORDER;
+    return { ...deal, shares: deal.shares.map((s, k) => (k + 1 === victim ? own.seal(victim, wrong) : s)) };
+  };
   const rewrite = (
-    phase: PacketPhase,
+    phase: PacketKind,
     body: AnyBody,
     recipient: number,
     own: Parameters<OutgoingRewrite>[3],
   ): AnyBody | null => {
+    if (phase === 'relay' && SPLITTING.has(behaviour)) return null;
     switch (behaviour) {
       case 'silent':
         return null;
@@ -51,12 +72,7 @@ export function ceremonyBehaviour(behaviour: CeremonyBehaviour, self: number, n:
       case 'wrong-share-justified':
       case 'bad-justification':
       case 'missing-justification': {
-        if (phase === 'deal') {
-          const deal = body as BodyByPhase['deal'];
-          const wrong = (evaluate(own.polynomial, victim) + 1n) % SCALAR_ORDER;
-          const shares = deal.shares.map((s, k) => (k + 1 === victim ? own.seal(victim, wrong) : s));
-          return { ...deal, shares };
-        }
+        if (phase === 'deal') return wrongDeal(body as BodyByPhase['deal'], own);
         if (phase === 'justification') {
           if (behaviour === 'wrong-share-justified') return body;
           if (behaviour === 'bad-justification') {
@@ -85,9 +101,22 @@ export function ceremonyBehaviour(behaviour: CeremonyBehaviour, self: number, n:
       case 'false-complaint':
         return phase === 'complaint' ? { against: [victim] } : body;
       case 'selective-complaint':
-        // Accuses the victim before everyone but the victim, who so never answers (the known gap in docs/ceremony.md).
+        // Accuses the victim before everyone but the victim, who without a reliable broadcast never answers.
         if (phase !== 'complaint') return body;
         return recipient === victim ? { against: [] } : { against: [victim] };
+      case 'complaint-to-minority':
+        // Accuses the victim before one bystander only, and sends no complaint to anyone else.
+        if (phase !== 'complaint') return body;
+        return recipient === bystanderOf(self) ? { against: [victim] } : null;
+      case 'justification-to-victim':
+      case 'two-justifications': {
+        // A wrong share to the victim, then the valid reveal to the victim alone; the others get nothing or an empty one.
+        if (phase === 'deal') return wrongDeal(body as BodyByPhase['deal'], own);
+        if (phase !== 'justification') return body;
+        if (recipient === victim)
+          return { reveals: [{ to: victim, share: scalarToBytes(evaluate(own.polynomial, victim)) }] };
+        return behaviour === 'two-justifications' ? { reveals: [] } : null;
+      }
     }
   };
   return rewrite as unknown as OutgoingRewrite;

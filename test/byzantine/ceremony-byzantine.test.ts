@@ -12,6 +12,13 @@ import type { CeremonyResult } from '../../src/ceremony/events.js';
 import { ceremonyBehaviour, garbageFrames, type CeremonyBehaviour } from '../../src/testing/ceremony-byzantine.js';
 import { runNetworkCeremony, type NetworkRun } from '../support/ceremony-net.js';
 
+/**
+ * Complaints and justifications take three message rounds each (the reliable broadcast), and here every member's
+ * crypto shares one thread of a 2-core machine that other test files load too (load averages of 15 to 30 seen):
+ * seven members get the production default. Only behaviours that leave a phase to its deadline wait this long.
+ */
+const PHASE_TIMEOUT_MS: Record<number, number> = { 4: 4000, 7: 10_000 };
+
 /** Byzantine members are the last f. */
 function byzantineOf(n: number): number[] {
   const f = (n - 1) / 3;
@@ -25,7 +32,7 @@ async function runWith(
   const byzantine = byzantineOf(n);
   const run = await runNetworkCeremony(n, {
     rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour(behaviour, b, n)])),
-    phaseTimeoutMs: 1500,
+    phaseTimeoutMs: PHASE_TIMEOUT_MS[n]!,
   });
   const honestOutcomes = run.outcomes.filter((_, k) => !byzantine.includes(k + 1));
   const finished = honestOutcomes.filter((o) => o?.ok);
@@ -121,6 +128,31 @@ describe('ceremony with f Byzantine members', () => {
     expectExcluded(honest, byzantine, /sent no deal/);
     expectUsableShares(run, honest, byzantine);
   });
+
+  it.each([4, 7])(
+    'a complaint shown to all but the accused (who gets an empty one), or to one bystander only, relayed by no Byzantine member: delivered and answered everywhere or nowhere; every honest member holds a share of one key with every dealer qualified (n = %i)',
+    async (n) => {
+      for (const behaviour of ['selective-complaint', 'complaint-to-minority'] as const) {
+        const { run, honest, byzantine } = await runWith(behaviour, n);
+        expect(honest, behaviour).toHaveLength(n - byzantine.length);
+        expect(honest[0]!.qualified).toEqual(Array.from({ length: n }, (_, i) => i + 1));
+        expectUsableShares(run, honest, byzantine);
+      }
+    },
+  );
+
+  it.each([4, 7])(
+    'a justification shown to the victim alone, or another one to the rest: every honest member holds a share of one key, the dealer qualified everywhere or nowhere (n = %i)',
+    async (n) => {
+      const shown = await runWith('justification-to-victim', n);
+      expect(shown.honest).toHaveLength(n - shown.byzantine.length);
+      expect(shown.honest[0]!.qualified).toEqual(Array.from({ length: n }, (_, i) => i + 1));
+      expectUsableShares(shown.run, shown.honest, shown.byzantine);
+      const split = await runWith('two-justifications', n);
+      expect(split.honest).toHaveLength(n - split.byzantine.length);
+      expectUsableShares(split.run, split.honest, split.byzantine);
+    },
+  );
 
   it('garbage frames from outside: refused, counted, nothing changes; the ceremony finishes', async () => {
     const garbage = garbageFrames();

@@ -17,6 +17,8 @@ import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage, makeGrant } from '../../src/token/grant.js';
 import { ceremonyBehaviour, type CeremonyBehaviour } from '../../src/testing/ceremony-byzantine.js';
 import { simulateCeremony } from '../support/ceremony-sim.js';
+import { ceremonyCodec } from '../../src/ceremony/packets.js';
+import type { OutgoingRewrite } from '../../src/ceremony/events.js';
 
 const backend = loadBackend('blst');
 
@@ -142,27 +144,92 @@ describe(
 );
 
 describe(
-  'ceremony core: never two keys (R5), even through the known gap',
+  'ceremony core: complaints and justifications are reliably broadcast',
   { timeout: CEREMONY_PROPERTY_TIMEOUT_MS },
   () => {
-    it('a complaint shown to all but the accused splits the honest view; whoever finishes holds the one confirmed key', () => {
+    // Each splits what honest members are shown and relays nothing itself. Whether the Byzantine dealers qualify:
+    const splitting: Record<string, 'qualified' | 'either'> = {
+      // Two versions (the victim's is empty): delivered and answered everywhere, or delivered nowhere.
+      'selective-complaint': 'qualified',
+      // The victim (an honest dealer) hears of the complaint through the bystander's relay and answers it.
+      'complaint-to-minority': 'qualified',
+      // The reveal shown to the victim alone reaches everyone through the victim's relay.
+      'justification-to-victim': 'qualified',
+      // Either version may be delivered, or neither (then the dealer did not answer): the same everywhere.
+      'two-justifications': 'either',
+    };
+    it('a complaint or justification shown to some members only, or two versions of one: every honest member finishes with the same qualified set and key', () => {
       fc.assert(
-        fc.property(fc.constantFrom(4, 7), fc.array(fc.nat(), { minLength: 1, maxLength: 50 }), (n, choices) => {
-          const f = (n - 1) / 3;
-          const byzantine = Array.from({ length: f }, (_, k) => n - k);
+        fc.property(
+          fc.constantFrom(4, 7),
+          fc.constantFrom(...(Object.keys(splitting) as CeremonyBehaviour[])),
+          fc.array(fc.nat(), { minLength: 1, maxLength: 50 }),
+          (n, behaviour, choices) => {
+            const f = (n - 1) / 3;
+            const byzantine = Array.from({ length: f }, (_, k) => n - k);
+            let k = 0;
+            const sim = simulateCeremony(n, {
+              rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour(behaviour, b, n)])),
+              pick: () => choices[k++ % choices.length]!,
+            });
+            const honest = sim.members.filter((m) => !byzantine.includes(m.self));
+            expect(honest.map((m) => m.phase)).toEqual(honest.map(() => 'done'));
+            expect(new Set(honest.map((m) => m.result!.cluster.clusterId)).size).toBe(1);
+            expect(new Set(honest.map((m) => m.result!.qualified.join(','))).size).toBe(1);
+            // Never two keys (R5): the one key was confirmed by t members.
+            for (const m of honest) expect(m.result!.signatures.length).toBeGreaterThanOrEqual(sim.proposal.t);
+            if (splitting[behaviour] === 'qualified')
+              for (const b of byzantine) expect(honest[0]!.result!.qualified).toContain(b);
+          },
+        ),
+        { numRuns: 12 },
+      );
+    });
+  },
+);
+
+describe(
+  'ceremony core: a member that drafted another result takes the one t members confirmed',
+  { timeout: CEREMONY_PROPERTY_TIMEOUT_MS },
+  () => {
+    it("a Byzantine member's accept reaches member 3 late and its confirmation never does: the others drop 3 as a dealer and finish; 3 takes their result from their certificate and holds a share of that key", () => {
+      fc.assert(
+        fc.property(fc.array(fc.nat(), { minLength: 1, maxLength: 50 }), (choices) => {
           let k = 0;
-          const sim = simulateCeremony(n, {
-            rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour('selective-complaint', b, n)])),
+          const late: OutgoingRewrite = (phase, body, recipient) =>
+            phase === 'confirm' && recipient === 3 ? null : body;
+          const sim = simulateCeremony(4, {
+            rewrites: new Map([[4, late]]),
+            // Member 4's accept reaches member 3 after the others' deal deadline (1 s of fake time).
+            hold: (from, to, bytes) =>
+              from === 4 && to === 3 && (ceremonyCodec.unpack(bytes) as { p: number }).p === 0 ? 2500 : undefined,
             pick: () => choices[k++ % choices.length]!,
           });
-          const honest = sim.members.filter((m) => !byzantine.includes(m.self));
-          const finished = honest.filter((m) => m.phase === 'done');
-          expect(new Set(finished.map((m) => m.result!.cluster.clusterId)).size).toBeLessThanOrEqual(1);
-          // Every finisher's key was confirmed by t members.
-          for (const m of finished) expect(m.result!.signatures.length).toBeGreaterThanOrEqual(sim.proposal.t);
-          for (const m of honest.filter((x) => x.phase !== 'done')) expect(m.phase).toBe('aborted');
+          const honest = sim.members.slice(0, 3);
+          expect(honest.map((m) => m.phase)).toEqual(['done', 'done', 'done']);
+          const ids = new Set(honest.map((m) => m.result!.cluster.clusterId));
+          expect(ids.size).toBe(1);
+          expect(honest.map((m) => m.result!.qualified)).toEqual([
+            [1, 2, 4],
+            [1, 2, 4],
+            [1, 2, 4],
+          ]);
+          expect(sim.events[2]!.some((e) => e.kind === 'done' && e.adopted === true)).toBe(true);
+          // Member 3's share is a share of that key: its public share matches.
+          const cluster = parseCluster(honest[2]!.result!.cluster, { backend });
+          const key = parseReplicaKey(
+            replicaKeyJson(cluster.idHex, {
+              index: 3,
+              scaledSecretShare: honest[2]!.result!.scaledSecretShare,
+              publicKeyShare: new Uint8Array(),
+            }),
+            cluster,
+          );
+          expect(key.index).toBe(3);
+          // It never signed that result: the signatures are the three that confirmed it.
+          expect(honest[2]!.result!.signatures.map((s) => s.index)).toEqual([1, 2, 4]);
         }),
-        { numRuns: 8 },
+        { numRuns: 6 },
       );
     });
   },

@@ -55,6 +55,12 @@ export async function runNetworkCeremony(
     tap?: (from: number, to: number, bytes: Uint8Array) => void;
     /** Called once every transport is listening, to poke at members from outside. */
     meanwhile?: (proposal: Proposal) => Promise<void>;
+    /**
+     * Members whose transports open (listen and start dialling) first; `beforeOthers` runs once they listen and
+     * before anyone else's opens, so an outsider can reach them before the other members dial.
+     */
+    openFirst?: number[];
+    beforeOthers?: (proposal: Proposal) => Promise<void>;
   } = {},
 ): Promise<NetworkRun> {
   const nodeKeys = options.nodeKeys ?? Array.from({ length: n }, () => generateNodeKey());
@@ -69,17 +75,25 @@ export async function runNetworkCeremony(
   const transports: CeremonyTransport[] = [];
   const members = new Map<number, CeremonyMember>();
   try {
+    const first = new Set(options.openFirst ?? []);
+    const openOne = async (nodeKey: NodeKey, k: number) => {
+      const real = await openWebSocketTransport({ proposal, self: k + 1, nodeKey });
+      transports.push(real);
+      const tap = options.tap;
+      const transport: CeremonyTransport = tap
+        ? { ...real, send: (to, bytes) => (tap(k + 1, to, bytes), real.send(to, bytes)) }
+        : real;
+      return { nodeKey, self: k + 1, transport };
+    };
+    const none = Promise.resolve(undefined);
+    const opened = await Promise.all(
+      nodeKeys.map((nodeKey, k) => (!absent.has(k + 1) && first.has(k + 1) ? openOne(nodeKey, k) : none)),
+    );
+    await options.beforeOthers?.(proposal);
     const running = await Promise.all(
-      nodeKeys.map(async (nodeKey, k) => {
-        if (absent.has(k + 1)) return undefined;
-        const real = await openWebSocketTransport({ proposal, self: k + 1 });
-        transports.push(real);
-        const tap = options.tap;
-        const transport: CeremonyTransport = tap
-          ? { ...real, send: (to, bytes) => (tap(k + 1, to, bytes), real.send(to, bytes)) }
-          : real;
-        return { nodeKey, self: k + 1, transport };
-      }),
+      nodeKeys.map((nodeKey, k) =>
+        absent.has(k + 1) ? none : first.has(k + 1) ? Promise.resolve(opened[k]) : openOne(nodeKey, k),
+      ),
     );
     const outcomes = Promise.all(
       running.map((r) =>

@@ -29,6 +29,8 @@ export function simulateCeremony(
     pick?: (queueLength: number) => number;
     /** Extra frames injected to each member at start. */
     inject?: Uint8Array[];
+    /** Holds a frame back: the fake time before which it is not delivered (undefined: deliver as usual). */
+    hold?: (from: number, to: number, bytes: Uint8Array) => number | undefined;
     phaseTimeoutMs?: number;
     /** Each participant's dealing rule (default: joint Feldman); a reshare passes its own. */
     rule?: (self: number, proposal: Proposal) => DealingRule;
@@ -85,10 +87,10 @@ export function simulateCeremony(
       }),
   );
   const events: ProgressEvent[][] = members.map(() => []);
-  const queue: { to: number; bytes: Uint8Array }[] = [];
+  const queue: { to: number; bytes: Uint8Array; notBefore: number }[] = [];
   let now = 0;
   const take = (k: number, step: { out: { to: number; bytes: Uint8Array }[]; events: ProgressEvent[] }) => {
-    queue.push(...step.out);
+    for (const o of step.out) queue.push({ ...o, notBefore: options.hold?.(k + 1, o.to, o.bytes) ?? 0 });
     events[k]!.push(...step.events);
   };
   members.forEach((m, k) => take(k, m.start(now)));
@@ -96,13 +98,14 @@ export function simulateCeremony(
   const finished = () => members.every((m) => m.phase === 'done' || m.phase === 'aborted');
   // Bounded: at most n² frames per phase, and time moves only when the queue is empty.
   for (let round = 0; round < 100_000 && !finished(); round++) {
-    if (queue.length === 0) {
+    const ready = queue.filter((f) => f.notBefore <= now);
+    if (ready.length === 0) {
       now += 100;
       members.forEach((m, k) => take(k, m.tick(now)));
       continue;
     }
-    const index = options.pick ? options.pick(queue.length) % queue.length : 0;
-    const [frame] = queue.splice(index, 1);
+    const chosen = ready[options.pick ? options.pick(ready.length) % ready.length : 0]!;
+    const [frame] = queue.splice(queue.indexOf(chosen), 1);
     take(frame!.to - 1, members[frame!.to - 1]!.receive(frame!.bytes, now));
   }
   return { proposal, members, nodeKeys, events, elapsedMs: now };

@@ -1,7 +1,7 @@
 /**
  * Ceremony inputs at the boundary: packets (another ceremony, a forged
- * signature, malformed bodies), proposals, member cards, node key files and
- * sealed shares. Each bad input gets its error code and changes nothing.
+ * signature, malformed bodies), relays, connection hellos, proposals, member
+ * cards, node key files and sealed shares. Each bad input gets its error code and changes nothing.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,6 +24,7 @@ import {
   type Proposal,
 } from '../../src/ceremony/proposal.js';
 import { ephemeralKey, openShare } from '../../src/ceremony/share-box.js';
+import { decodeChallenge, encodeChallenge, encodeHello, newChallenge, verifyHello } from '../../src/ceremony/hello.js';
 import { codeOf } from '../support/error-code.js';
 
 const dirs: string[] = [];
@@ -87,6 +88,50 @@ describe('ceremony packets', () => {
         ),
       ),
     ).toBe('PROTOCOL_ERROR');
+  });
+
+  it('a relay (kind 6) round-trips; more envelopes than broadcast instances, or a non-bytes envelope, is PROTOCOL_ERROR', () => {
+    const complaint = encodePacket(p, 1, 'complaint', { against: [2] }, sign);
+    const relay = decodePacket(encodePacket(p, 1, 'relay', { echoes: [complaint], readies: [] }, sign), p);
+    expect(relay).toMatchObject({ phase: 'relay', from: 1, body: { readies: [] } });
+    expect((relay.body as { echoes: Uint8Array[] }).echoes.map((e) => Buffer.from(e))).toEqual([
+      Buffer.from(complaint),
+    ]);
+    // n complaints and n justifications: 8 instances at n = 4.
+    const many = Array.from({ length: 9 }, () => complaint);
+    expect(codeOf(() => decodePacket(encodePacket(p, 1, 'relay', { echoes: many, readies: [] }, sign), p))).toBe(
+      'PROTOCOL_ERROR',
+    );
+    const wrong = { echoes: ['not bytes'], readies: [] } as unknown as { echoes: Uint8Array[]; readies: Uint8Array[] };
+    expect(codeOf(() => decodePacket(encodePacket(p, 1, 'relay', wrong, sign), p))).toBe('PROTOCOL_ERROR');
+  });
+});
+
+describe('ceremony connection hello', () => {
+  const p = proposal();
+  const challenge = newChallenge();
+  const hello = (from: number, to: number, signer: number, c = challenge, of = p) =>
+    encodeHello(of, from, to, c, (m) => keys[signer - 1]!.sign(m));
+
+  it("names its sender when signed by that participant's node key over this challenge, to this listener", () => {
+    expect(verifyHello(hello(2, 1, 2), p, 1, challenge)).toBe(2);
+    expect(decodeChallenge(encodeChallenge(p, challenge), p)).toEqual(challenge);
+  });
+
+  it('refuses another challenge, another listener or another signer (UNAUTHENTICATED), another ceremony (CLUSTER_MISMATCH), and malformed or oversized frames (PROTOCOL_ERROR)', () => {
+    expect(codeOf(() => verifyHello(hello(2, 1, 2, newChallenge()), p, 1, challenge))).toBe('UNAUTHENTICATED');
+    expect(codeOf(() => verifyHello(hello(2, 3, 2), p, 1, challenge))).toBe('UNAUTHENTICATED');
+    expect(codeOf(() => verifyHello(hello(2, 1, 3), p, 1, challenge))).toBe('UNAUTHENTICATED');
+    expect(codeOf(() => verifyHello(hello(2, 1, 2, challenge, proposal()), p, 1, challenge))).toBe('CLUSTER_MISMATCH');
+    expect(codeOf(() => verifyHello(hello(1, 1, 1), p, 1, challenge))).toBe('PROTOCOL_ERROR');
+    expect(codeOf(() => verifyHello(hello(5, 1, 1), p, 1, challenge))).toBe('PROTOCOL_ERROR');
+    expect(codeOf(() => verifyHello(new Uint8Array(600), p, 1, challenge))).toBe('PROTOCOL_ERROR');
+    expect(codeOf(() => verifyHello(Uint8Array.of(0xc1), p, 1, challenge))).toBe('PROTOCOL_ERROR');
+    expect(codeOf(() => verifyHello(packr.pack({ v: 1, c: p.digest, from: 2 }), p, 1, challenge))).toBe(
+      'PROTOCOL_ERROR',
+    );
+    expect(codeOf(() => decodeChallenge(encodeChallenge(proposal(), challenge), p))).toBe('CLUSTER_MISMATCH');
+    expect(codeOf(() => decodeChallenge(encodeChallenge(p, new Uint8Array(31)), p))).toBe('PROTOCOL_ERROR');
   });
 });
 

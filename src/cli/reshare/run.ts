@@ -125,7 +125,7 @@ export async function run(argv: string[]): Promise<number> {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   recordAttempt(dataDir, proposal);
   const listen = values.listen ? parseListen(values.listen, 'listen', { host: '127.0.0.1', port: 0 }) : undefined;
-  const transport = await openWebSocketTransport({ proposal, self, listen });
+  const transport = await openWebSocketTransport({ proposal, self, nodeKey, listen });
   const name = me.receives ? `member ${self}` : `dealer ${self} (old replica ${me.dealer}, deals only)`;
   const logger = ceremonyLogger(proposal, self);
   const prefix = `reshare ${name}`;
