@@ -43,6 +43,8 @@ options:
   --identity FILE     the client identity the console authenticates with; default $QUORUMFENCE_IDENTITY
   --listen HOST:PORT  where to serve the page     (default ${DEFAULT_CONSOLE_LISTEN.host}:${DEFAULT_CONSOLE_LISTEN.port}; port 0 picks one)
   --allow-remote      serve a non-loopback address (the page has no login: put it behind one)
+  --allowed-host H:P  with --allow-remote: answer the page and its API only under this Host (repeat it for
+                      each name: the port-forward's localhost:7460, a proxy's); /metrics answers any
   --interval DURATION how often to poll the replicas                         (default 1s)
   --timeout DURATION  how long each request of a poll may take               (default 2s)
   --watch RESOURCE    also ask the status of RESOURCE at every poll (repeatable, at most ${MAX_WATCHED})
@@ -58,6 +60,7 @@ export const command: Command = {
       ...CLIENT_FLAGS,
       listen: { type: 'string' },
       'allow-remote': { type: 'boolean' },
+      'allowed-host': { type: 'string', multiple: true },
       interval: { type: 'string' },
       timeout: { type: 'string' },
       watch: { type: 'string', multiple: true },
@@ -113,6 +116,7 @@ export const command: Command = {
         host: listen.host,
         port: listen.port,
         allowRemote: values['allow-remote'] === true,
+        allowedHosts: values['allowed-host'] ?? [],
       });
     } catch (error) {
       await client.close();

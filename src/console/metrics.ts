@@ -35,6 +35,7 @@ export class ConsoleMetrics {
       labelNames: ['kind'],
       registers,
     });
-    collectDefaultMetrics({ register: this.registry, prefix: 'quorumfence_console_' });
+    // The standard process_* and nodejs_* names, as the replicas and the resource export them: stock dashboards read them.
+    collectDefaultMetrics({ register: this.registry });
   }
 }

@@ -29,11 +29,30 @@ export interface ConsoleServerOptions {
   readonly port: number;
   /** Serve a non-loopback address (the operator asked for it with --allow-remote). */
   readonly allowRemote?: boolean;
+  /**
+   * The Host headers (host:port) the page and its API answer to when serving a non-loopback address, e.g. the
+   * names a port-forward or a proxy gives it (--allowed-host); none: any. On a loopback address the console's own
+   * loopback names are the only ones, whatever this says.
+   */
+  readonly allowedHosts?: readonly string[];
 }
 
 /** Whether `host` (an address to listen on) is a loopback one. */
 export function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127(?:\.\d{1,3}){3}$/.test(host);
+}
+
+/**
+ * The Host headers the page and its API answer to (undefined: any). On a loopback address only the console's own
+ * loopback names, so a web page elsewhere cannot rebind a name of its own to it; on another address the names the
+ * operator allowed (--allowed-host), or any when none were given.
+ */
+export function allowedHostsFor(host: string, port: number, allowedHosts: readonly string[]): Set<string> | undefined {
+  if (isLoopback(host)) {
+    const urlHost = host.includes(':') ? `[${host}]` : host;
+    return new Set([`${urlHost}:${port}`, `localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`]);
+  }
+  return allowedHosts.length > 0 ? new Set(allowedHosts) : undefined;
 }
 
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -100,9 +119,7 @@ export class ConsoleServer {
     const address = http.address();
     const port = typeof address === 'object' && address ? address.port : options.port;
     const urlHost = options.host.includes(':') ? `[${options.host}]` : options.host;
-    const allowed = remote
-      ? undefined
-      : new Set([`${urlHost}:${port}`, `localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`]);
+    const allowed = allowedHostsFor(options.host, port, options.allowedHosts ?? []);
     const server = new ConsoleServer(http, `http://${urlHost}:${port}`, options, allowed);
     http.on('request', (req, res) => {
       try {
@@ -118,9 +135,11 @@ export class ConsoleServer {
   }
 
   #onRequest(req: IncomingMessage, res: ServerResponse): void {
-    if (this.#allowedHosts && !this.#allowedHosts.has(req.headers.host ?? ''))
-      return json(res, 421, { error: 'this console answers only to its loopback address', code: 'FORBIDDEN_HOST' });
     const path = (req.url ?? '/').split('?')[0]!;
+    // A page elsewhere that rebinds a name of its own to this address must not read the state. /metrics is the
+    // scraper's, which names the console by its service address, and holds nothing the page would not show.
+    if (this.#allowedHosts && !this.#allowedHosts.has(req.headers.host ?? '') && path !== '/metrics')
+      return json(res, 421, { error: 'this console does not answer to that Host', code: 'FORBIDDEN_HOST' });
     const { watcher, metrics } = this.#options;
     if (req.method === 'GET' && path === '/') {
       const nonce = randomBytes(16).toString('base64');
