@@ -20,6 +20,11 @@ export interface AlertInput {
   readonly t: number;
   /** Per replica: its /metrics answered at this poll (Prometheus's `up` for the replica job). */
   readonly metricsUp: ReadonlyMap<number, boolean>;
+  /**
+   * Some replica's /metrics has answered since the console started: it stands for the rules' memory of the threshold
+   * t (a day of `max_over_time`), without which Prometheus has no scrape margin to alert on.
+   */
+  readonly thresholdKnown: boolean;
   /** Evidence recorded since the console started, by kind (quorumfence_console_evidence_total). */
   readonly evidenceByKind: Readonly<Record<string, number>>;
   /** Per replica: its /metrics samples over the last RULE_WINDOW_MS, oldest first. */
@@ -87,10 +92,11 @@ export const ALERT_CONDITIONS: readonly AlertCondition[] = [
     alert: 'QuorumFenceQuorumMarginExhaustedByScrape',
     severity: 'critical',
     forMs: 120_000,
-    // (sum(up{job="quorumfence-replicas"}) or vector(0)) - max(threshold) < 1
-    holds: ({ metricsUp, t }) => {
+    // (count of the replicas whose threshold series is fresh, or 0) - the threshold remembered for a day < 1: a
+    // failed scrape makes the series stale at once, so fresh series are the replicas whose /metrics answered.
+    holds: ({ metricsUp, t, thresholdKnown }) => {
       const value = [...metricsUp.values()].filter(Boolean).length - t;
-      return value < 1 ? [{ labels: {}, value }] : [];
+      return thresholdKnown && value < 1 ? [{ labels: {}, value }] : [];
     },
   },
   {

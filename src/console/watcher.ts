@@ -124,6 +124,8 @@ export class ConsoleWatcher {
   /** Replica → its latest /metrics sample, and its samples over the alert rules' window. */
   readonly #samples = new Map<number, MetricsSample>();
   readonly #ruleSamples = new Map<number, MetricsSample[]>();
+  /** Some replica's /metrics has answered since the start (the alerts' stand-in for Prometheus remembering the threshold). */
+  #metricsSeen = false;
   /** Replica → the connection state object of the previous poll (a new object: a new connection). */
   readonly #connections = new Map<number, ConnectionState>();
   readonly #downSince = new Map<number, string>();
@@ -306,6 +308,7 @@ export class ConsoleWatcher {
       margin,
       t: cluster.t,
       metricsUp: new Map(healthReads.map((read, k) => [leaseViews[k]!.replica, read.sample !== undefined])),
+      thresholdKnown: (this.#metricsSeen ||= healthReads.some((read) => read.sample !== undefined)),
       evidenceByKind: this.#evidenceByKind,
       samples: this.#ruleSamples,
     });

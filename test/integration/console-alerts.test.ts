@@ -162,6 +162,7 @@ function consoleVerdicts(phases: Phase[], conditions: readonly AlertCondition[])
       margin: s.margin[minute]!,
       t: T,
       metricsUp: new Map(Array.from({ length: N }, (_, r) => [r + 1, s.up[r]![minute] === 1])),
+      thresholdKnown: s.up.some((up) => up.slice(0, minute + 1).includes(1)),
       evidenceByKind: Object.fromEntries(KINDS.map((kind, k) => [kind, s.evidence[k]![minute]!])),
       samples: new Map(
         Array.from({ length: N }, (_, r) => [
@@ -200,7 +201,8 @@ function promtoolAgrees(phases: Phase[], conditions: readonly AlertCondition[]):
     input.push({ series: `up{job="quorumfence-replicas",replica="${replica}"}`, values: values(s.up[r]!) });
     input.push({
       series: `quorumfence_replica_cluster_threshold{replica="${replica}"}`,
-      values: values(s.margin.map(() => T)),
+      // A failed scrape marks the replica's series stale at once, as Prometheus does.
+      values: s.up[r]!.map((up) => (up === 1 ? String(T) : 'stale')).join(' '),
     });
     REASONS.forEach((reason, k) =>
       input.push({

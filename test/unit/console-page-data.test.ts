@@ -81,6 +81,7 @@ describe('the alert evaluator', () => {
     margin: m,
     t: 3,
     metricsUp: new Map(),
+    thresholdKnown: true,
     evidenceByKind: {},
     samples: new Map(),
   });
