@@ -151,40 +151,19 @@ export function readFrozenExport(json: unknown, old: Cluster, source: string): F
         '"replica export --key KEY --cluster OLD" after a live freeze)',
       { source },
     );
-  let parsed;
-  try {
-    parsed = parseInterchange(json, old.id);
-  } catch (error) {
-    if (error instanceof QuorumFenceError)
-      throw new QuorumFenceError(error.code, `${source}: ${error.message}`, { ...error.details, source });
-    throw error;
-  }
+  const parsed = parseNamingSource(json, old, source);
   const d = json as Record<string, unknown>;
   const replica = old.replicas[parsed.replica - 1];
   if (!replica)
     throw new QuorumFenceError('BAD_INTERCHANGE', `${source}: replica ${parsed.replica} is not in the old cluster`, {
       source,
     });
-  const version = d.membershipVersion;
-  if (typeof version !== 'number' || !Number.isInteger(version) || version < 0 || version > MAX_MEMBERSHIP_VERSION)
-    throw new QuorumFenceError('BAD_INTERCHANGE', `${source}: "membershipVersion" expected 0..2^32-1`, { source });
-  if (version !== old.membershipVersion)
-    throw new QuorumFenceError(
-      'RESHARE_REFUSED',
-      `${source}: exported under membership ${version}, but the old cluster is membership ${old.membershipVersion}`,
-      { source },
-    );
+  const version = membershipOf(d.membershipVersion, old, source);
   const marker = typeof d.frozen === 'object' && d.frozen !== null ? (d.frozen as Record<string, unknown>) : {};
   const frozen = {
     at: markerField(marker.at, 'frozen.at', source),
     reason: markerField(marker.reason, 'frozen.reason', source),
   };
-  let signature;
-  try {
-    signature = old.backend.decodeSignature(fromHex(d.signature, SIGNATURE_BYTES, 'signature'), 'signature');
-  } catch (error) {
-    throw new QuorumFenceError('EXPORT_SIGNATURE_INVALID', `${source}: ${(error as Error).message}`, { source });
-  }
   const message = frozenExportMessage({
     clusterId: old.id,
     membershipVersion: version,
@@ -193,7 +172,7 @@ export function readFrozenExport(json: unknown, old: Cluster, source: string): F
     floor: parsed.floor,
     entries: parsed.entries,
   });
-  if (!old.backend.verify(replica.publicKeyShare, message, signature))
+  if (!old.backend.verify(replica.publicKeyShare, message, signatureOf(d.signature, old, source)))
     throw new QuorumFenceError(
       'EXPORT_SIGNATURE_INVALID',
       `${source}: the signature does not verify under old replica ${parsed.replica}'s public share over this ` +
@@ -201,4 +180,37 @@ export function readFrozenExport(json: unknown, old: Cluster, source: string): F
       { source },
     );
   return { replica: parsed.replica, floor: parsed.floor, entries: parsed.entries, frozen, source };
+}
+
+/** parseInterchange, its errors naming the file. */
+function parseNamingSource(json: unknown, old: Cluster, source: string) {
+  try {
+    return parseInterchange(json, old.id);
+  } catch (error) {
+    if (error instanceof QuorumFenceError)
+      throw new QuorumFenceError(error.code, `${source}: ${error.message}`, { ...error.details, source });
+    throw error;
+  }
+}
+
+/** The export's membership version, which must be the old cluster's. @throws BAD_INTERCHANGE, RESHARE_REFUSED */
+function membershipOf(version: unknown, old: Cluster, source: string): number {
+  if (typeof version !== 'number' || !Number.isInteger(version) || version < 0 || version > MAX_MEMBERSHIP_VERSION)
+    throw new QuorumFenceError('BAD_INTERCHANGE', `${source}: "membershipVersion" expected 0..2^32-1`, { source });
+  if (version !== old.membershipVersion)
+    throw new QuorumFenceError(
+      'RESHARE_REFUSED',
+      `${source}: exported under membership ${version}, but the old cluster is membership ${old.membershipVersion}`,
+      { source },
+    );
+  return version;
+}
+
+/** @throws QuorumFenceError EXPORT_SIGNATURE_INVALID for anything but a canonical G2 point */
+function signatureOf(field: unknown, old: Cluster, source: string) {
+  try {
+    return old.backend.decodeSignature(fromHex(field, SIGNATURE_BYTES, 'signature'), 'signature');
+  } catch (error) {
+    throw new QuorumFenceError('EXPORT_SIGNATURE_INVALID', `${source}: ${(error as Error).message}`, { source });
+  }
 }

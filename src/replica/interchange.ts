@@ -84,9 +84,30 @@ export function parseInterchange(
       `interchange: "format" expected "${INTERCHANGE_FORMAT}" (or v1, v3), got ${JSON.stringify(d.format)?.slice(0, 60)}`,
     );
   }
+  expectSameCluster(d.clusterId, clusterId);
+  if (typeof d.replica !== 'number' || !Number.isInteger(d.replica) || d.replica < 1 || d.replica > MAX_REPLICAS)
+    bad('replica', `expected a replica index 1..${MAX_REPLICAS}, got ${describe(d.replica)}`);
+  // v1 predates compaction: its floor is 0.
+  const floor = d.format === INTERCHANGE_FORMAT_V1 ? 0n : parseFloor(d.floor);
+  if (!Array.isArray(d.entries)) bad('entries', `expected an array, got ${describe(d.entries)}`);
+  const entries: RecordEntry[] = [];
+  let previousKey: Buffer | undefined;
+  d.entries.forEach((raw: unknown, k) => {
+    const entry = parseEntry(raw, `entries[${k}]`, clusterId);
+    const key = Buffer.from(entry.resource, 'utf8');
+    if (previousKey && Buffer.compare(previousKey, key) >= 0)
+      bad(`entries[${k}].resource`, 'entries must be in strictly increasing resource order, without duplicates');
+    previousKey = key;
+    entries.push(entry);
+  });
+  return { replica: d.replica, floor, entries };
+}
+
+/** @throws QuorumFenceError BAD_INTERCHANGE (not 32 bytes of hex), CLUSTER_MISMATCH (another cluster's file) */
+function expectSameCluster(field: unknown, clusterId: Uint8Array): void {
   let fileCluster: Uint8Array;
   try {
-    fileCluster = fromHex(d.clusterId, 32, 'clusterId');
+    fileCluster = fromHex(field, 32, 'clusterId');
   } catch {
     bad('clusterId', 'expected 32 bytes of lowercase hex');
   }
@@ -96,49 +117,39 @@ export function parseInterchange(
       `interchange file is from cluster ${toHex(fileCluster).slice(0, 16)}…, not this cluster ${toHex(clusterId).slice(0, 16)}…; nothing was imported`,
     );
   }
-  if (typeof d.replica !== 'number' || !Number.isInteger(d.replica) || d.replica < 1 || d.replica > MAX_REPLICAS)
-    bad('replica', `expected a replica index 1..${MAX_REPLICAS}, got ${describe(d.replica)}`);
-  let floor = 0n;
-  if (d.format !== INTERCHANGE_FORMAT_V1) {
-    if (typeof d.floor !== 'string' || !/^(0|[1-9][0-9]{0,18})$/.test(d.floor))
-      bad('floor', 'expected a decimal string without leading zeros');
-    floor = BigInt(d.floor);
-    if (floor > MAX_EPOCH) bad('floor', 'expected 0 .. 2^63-1');
+}
+
+function parseFloor(field: unknown): bigint {
+  if (typeof field !== 'string' || !/^(0|[1-9][0-9]{0,18})$/.test(field))
+    bad('floor', 'expected a decimal string without leading zeros');
+  const floor = BigInt(field);
+  if (floor > MAX_EPOCH) bad('floor', 'expected 0 .. 2^63-1');
+  return floor;
+}
+
+/** One entry, its digest recomputed from its grant. @throws QuorumFenceError BAD_INTERCHANGE naming `field` */
+function parseEntry(raw: unknown, field: string, clusterId: Uint8Array): RecordEntry {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) bad(field, 'expected an object');
+  const e = raw as Record<string, unknown>;
+  try {
+    expectResource(e.resource, `${field}.resource`);
+  } catch (error) {
+    bad(`${field}.resource`, `is not a valid resource name (${(error as QuorumFenceError).code})`);
   }
-  if (!Array.isArray(d.entries)) bad('entries', `expected an array, got ${describe(d.entries)}`);
-  const entries: RecordEntry[] = [];
-  let previousKey: Buffer | undefined;
-  d.entries.forEach((raw: unknown, k) => {
-    const field = `entries[${k}]`;
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) bad(field, 'expected an object');
-    const e = raw as Record<string, unknown>;
-    let resource: string;
-    try {
-      expectResource(e.resource, `${field}.resource`);
-      resource = e.resource as string;
-    } catch (error) {
-      bad(`${field}.resource`, `is not a valid resource name (${(error as QuorumFenceError).code})`);
-    }
-    if (typeof e.epoch !== 'string' || !/^[1-9][0-9]{0,18}$/.test(e.epoch))
-      bad(`${field}.epoch`, 'expected a decimal string without leading zeros');
-    const epoch = BigInt(e.epoch);
-    if (epoch < MIN_EPOCH || epoch > MAX_EPOCH) bad(`${field}.epoch`, 'expected 1 .. 2^63-1');
-    let holder: Uint8Array;
-    let digest: Uint8Array;
-    try {
-      holder = fromHex(e.holder, 32, `${field}.holder`);
-      digest = fromHex(e.grantDigest, 32, `${field}.grantDigest`);
-    } catch (error) {
-      bad(field, (error as Error).message);
-    }
-    if (!bytesEqual(digest, grantDigest({ clusterId, resource, epoch, holder }))) {
-      bad(`${field}.grantDigest`, 'does not match the grant (cluster, resource, epoch, holder)');
-    }
-    const key = Buffer.from(resource, 'utf8');
-    if (previousKey && Buffer.compare(previousKey, key) >= 0)
-      bad(`${field}.resource`, 'entries must be in strictly increasing resource order, without duplicates');
-    previousKey = key;
-    entries.push({ resource, record: { epoch, holder, grantDigest: digest } });
-  });
-  return { replica: d.replica, floor, entries };
+  const resource = e.resource as string;
+  if (typeof e.epoch !== 'string' || !/^[1-9][0-9]{0,18}$/.test(e.epoch))
+    bad(`${field}.epoch`, 'expected a decimal string without leading zeros');
+  const epoch = BigInt(e.epoch);
+  if (epoch < MIN_EPOCH || epoch > MAX_EPOCH) bad(`${field}.epoch`, 'expected 1 .. 2^63-1');
+  let holder: Uint8Array;
+  let digest: Uint8Array;
+  try {
+    holder = fromHex(e.holder, 32, `${field}.holder`);
+    digest = fromHex(e.grantDigest, 32, `${field}.grantDigest`);
+  } catch (error) {
+    bad(field, (error as Error).message);
+  }
+  if (!bytesEqual(digest, grantDigest({ clusterId, resource, epoch, holder })))
+    bad(`${field}.grantDigest`, 'does not match the grant (cluster, resource, epoch, holder)');
+  return { resource, record: { epoch, holder, grantDigest: digest } };
 }
