@@ -171,27 +171,46 @@ export function decide(
   switch (request.type) {
     case 'acquire':
       return decideAcquire(record, request, holder, now, config, floor, support);
-    case 'renew': {
-      if (!record || record.released || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
-        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
-      }
-      const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
-      return {
-        action: 'renew',
-        leaseEndsAt,
-        outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) },
-      };
-    }
-    case 'release': {
-      if (!record || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
-        return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
-      }
-      if (record.released) return { action: 'reply', outcome: { status: 'released' } };
-      return { action: 'release', outcome: { status: 'released' } };
-    }
+    case 'renew':
+      return decideRenew(record, request, holder, now, floor);
+    case 'release':
+      return decideRelease(record, request, holder, floor);
     case 'status':
       return { action: 'reply', outcome: statusOf(record, now, floor) };
   }
+}
+
+/** renew: only the recorded holder's unreleased lease at the recorded epoch, to max(current end, now + ttl). */
+function decideRenew(
+  record: PolicyRecord | undefined,
+  request: { readonly epoch: bigint; readonly ttlMs: number },
+  holder: Uint8Array,
+  now: number,
+  floor: bigint,
+): Decision {
+  if (!record || record.released || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
+    return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
+  }
+  const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
+  return {
+    action: 'renew',
+    leaseEndsAt,
+    outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) },
+  };
+}
+
+/** release: only the recorded holder at the recorded epoch; a second release answers `released` again. */
+function decideRelease(
+  record: PolicyRecord | undefined,
+  request: { readonly epoch: bigint },
+  holder: Uint8Array,
+  floor: bigint,
+): Decision {
+  if (!record || record.epoch !== request.epoch || !bytesEqual(record.holder, holder)) {
+    return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor } };
+  }
+  if (record.released) return { action: 'reply', outcome: { status: 'released' } };
+  return { action: 'release', outcome: { status: 'released' } };
 }
 
 function decideAcquire(

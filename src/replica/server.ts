@@ -21,11 +21,11 @@ import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import type { ReplicaKey } from '../cluster/replica-key.js';
 import type { Request, WireRequest } from '../protocol/messages.js';
-import { OPEN_ACCESS, type AccessRules } from './access.js';
+import type { AccessRules } from './access.js';
 import { ReplicaConnections, type Connection } from './connections.js';
 import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
 import { ReplicaMetrics } from './metrics.js';
-import { replicaLimits, type ReplicaLimits } from './options.js';
+import { policyConfig, replicaLimits, type ReplicaLimits } from './options.js';
 import { EvidenceChecker } from './grant-evidence.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
@@ -178,17 +178,7 @@ export class ReplicaServer {
       () => undefined,
       (error: unknown) => error,
     );
-    const signer =
-      limits.signingWorkers === 0
-        ? inThreadSigner(cluster.backend, key.secretKey)
-        : await startWorkerSigner({
-            workers: limits.signingWorkers,
-            cluster: options.clusterJson,
-            key: options.keyJson,
-            backend: cluster.backend.name,
-            inline: { backend: cluster.backend, secretKey: key.secretKey },
-            onFatal: (error) => fatal?.(error),
-          });
+    const signer = await startSigner(options, limits, (error) => fatal?.(error));
     let store: SigningRecord | undefined;
     try {
       const probeFailure = await probing;
@@ -216,38 +206,11 @@ export class ReplicaServer {
         timers: clock,
         maxWaitersPerResource: limits.maxWaitersPerResource,
         generation: cluster.membershipVersion,
-        policy: {
-          clusterId: cluster.id,
-          minTtlMs: limits.minTtlMs,
-          maxTtlMs: limits.maxTtlMs,
-          freeEpochStep: limits.freeEpochStep,
-          maxEpochStep: limits.maxEpochStep,
-          faultTolerance: cluster.f,
-          access: options.access ?? OPEN_ACCESS,
-        },
+        policy: policyConfig(cluster, limits, options.access),
         evidence: new EvidenceChecker(cluster, key.index),
       });
       late.service = service;
-      let http: HttpServer;
-      try {
-        // A request head (an upgrade, /healthz, /metrics) gets authTimeoutMs, as an unauthenticated socket does:
-        // Node's defaults (60 s, checked every 30 s) let a slow client hold sockets that maxConnections does not count.
-        const deadlines = {
-          headersTimeout: limits.authTimeoutMs,
-          requestTimeout: limits.authTimeoutMs,
-          connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(limits.authTimeoutMs / 10))),
-        };
-        http = options.tls
-          ? createHttpsServer({ ...deadlines, cert: options.tls.cert, key: options.tls.key })
-          : createHttpServer(deadlines);
-      } catch (error) {
-        throw new QuorumFenceError(
-          'INVALID_OPTION',
-          `TLS certificate or key unusable: ${(error as Error).message}`,
-          undefined,
-          { cause: error },
-        );
-      }
+      const http = createReplicaHttp(limits, options.tls);
       const wss = new WebSocketServer({
         noServer: true,
         maxPayload: limits.maxFrameBytes,
@@ -255,20 +218,7 @@ export class ReplicaServer {
         clientTracking: false,
       });
       const host = options.host ?? '127.0.0.1';
-      await new Promise<void>((resolve, reject) => {
-        http.once('error', reject);
-        http.listen(options.port ?? 0, host, () => {
-          http.off('error', reject);
-          resolve();
-        });
-      }).catch((error: NodeJS.ErrnoException) => {
-        throw new QuorumFenceError(
-          'IO_ERROR',
-          `cannot listen on ${host}:${options.port ?? 0}: ${error.message}`,
-          undefined,
-          { cause: error },
-        );
-      });
+      await listen(http, host, options.port ?? 0);
       const address = http.address();
       const port = typeof address === 'object' && address ? address.port : (options.port ?? 0);
       const urlHost = host.includes(':') ? `[${host}]` : host;
@@ -410,4 +360,63 @@ export class ReplicaServer {
     await this.#signer.close();
     this.#logger.info({ replica: this.#index }, 'stopped');
   }
+}
+
+/** The signing threads (or the calling thread with signingWorkers 0); `onFatal` hears a thread that died. */
+function startSigner(
+  options: ReplicaServerOptions,
+  limits: ReplicaLimits,
+  onFatal: (error: Error) => void,
+): Promise<PartialSigner> {
+  const { cluster, key } = options;
+  if (limits.signingWorkers === 0) return Promise.resolve(inThreadSigner(cluster.backend, key.secretKey));
+  return startWorkerSigner({
+    workers: limits.signingWorkers,
+    cluster: options.clusterJson,
+    key: options.keyJson,
+    backend: cluster.backend.name,
+    inline: { backend: cluster.backend, secretKey: key.secretKey },
+    onFatal,
+  });
+}
+
+/**
+ * The HTTP(S) server. A request head (an upgrade, /healthz, /metrics) gets authTimeoutMs, as an unauthenticated
+ * socket does: Node's defaults (60 s, checked every 30 s) let a slow client hold sockets that maxConnections does
+ * not count.
+ * @throws QuorumFenceError INVALID_OPTION for an unusable certificate or key
+ */
+function createReplicaHttp(limits: ReplicaLimits, tls: ReplicaServerOptions['tls']): HttpServer {
+  const deadlines = {
+    headersTimeout: limits.authTimeoutMs,
+    requestTimeout: limits.authTimeoutMs,
+    connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(limits.authTimeoutMs / 10))),
+  };
+  try {
+    return tls ? createHttpsServer({ ...deadlines, cert: tls.cert, key: tls.key }) : createHttpServer(deadlines);
+  } catch (error) {
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      `TLS certificate or key unusable: ${(error as Error).message}`,
+      undefined,
+      {
+        cause: error,
+      },
+    );
+  }
+}
+
+/** @throws QuorumFenceError IO_ERROR when the address cannot be listened on */
+async function listen(http: HttpServer, host: string, port: number): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    http.once('error', reject);
+    http.listen(port, host, () => {
+      http.off('error', reject);
+      resolve();
+    });
+  }).catch((error: NodeJS.ErrnoException) => {
+    throw new QuorumFenceError('IO_ERROR', `cannot listen on ${host}:${port}: ${error.message}`, undefined, {
+      cause: error,
+    });
+  });
 }
