@@ -9,7 +9,6 @@
  * running lease) get a `released` notice when its holder releases it, so
  * waiters need not poll fast; the waiter sets are bounded (ReplicaLimits).
  */
-import { BoundedMap } from '../common/bounded-map.js';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
@@ -27,6 +26,7 @@ import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
 import { ReplicaMetrics } from './metrics.js';
 import { policyConfig, replicaLimits, type ReplicaLimits } from './options.js';
 import { EvidenceChecker } from './grant-evidence.js';
+import { noticeAfter, ReleaseWatchers } from './release-notices.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
 import { probeSigningRecord, SigningRecord } from './signing-record.js';
@@ -64,8 +64,8 @@ export interface ReplicaServerOptions {
 
 export class ReplicaServer {
   readonly url: string;
-  /** Resource → connections told `busy` for it since its last release (insertion order = age). */
-  readonly #waiters: BoundedMap<string, Set<Connection>>;
+  /** Connections told a resource is held, to be told of its release (release-notices.ts). */
+  readonly #watchers: ReleaseWatchers<Connection>;
   readonly healthUrl: string;
   readonly port: number;
   readonly service: ReplicaService;
@@ -109,7 +109,7 @@ export class ReplicaServer {
     this.#signer = fields.signer;
     this.metrics = fields.metrics;
     this.limits = fields.limits;
-    this.#waiters = new BoundedMap(this.limits.maxWatchedResources);
+    this.#watchers = new ReleaseWatchers(this.limits.maxWatchedResources, this.limits.maxWaitersPerResource);
     this.#index = fields.index;
     this.#logger = fields.logger;
     this.#clock = fields.clock;
@@ -288,13 +288,11 @@ export class ReplicaServer {
         (outcome) => {
           this.#connections.send(connection, { type: 'reply', id: request.id, outcome });
           // Whoever learned that someone holds the lease (a busy acquire, or a status showing it) hears of its release.
-          if (
-            (request.type === 'acquire' && outcome.status === 'busy') ||
-            (request.type === 'status' && outcome.status === 'ok' && outcome.leased)
-          ) {
-            this.#watch(request.resource, connection);
-          } else if (request.type === 'release' && outcome.status === 'released')
-            this.#announceRelease(request.resource);
+          const duty = noticeAfter(request, outcome);
+          if (duty === 'watch') this.#watchers.watch(request.resource, connection);
+          else if (duty === 'announce')
+            for (const waiter of this.#watchers.take(request.resource))
+              this.#connections.send(waiter, { type: 'released', resource: request.resource });
         },
         (error: unknown) => {
           // Frozen for a reshare: an expected answer of its own (clients count this replica as unable to vote),
@@ -318,24 +316,6 @@ export class ReplicaServer {
         connection.inFlight--;
         this.#inFlight--;
       });
-  }
-
-  /** Remembers that `connection` waits for `resource` (bounded; see maxWatchedResources). */
-  #watch(resource: string, connection: Connection): void {
-    let waiters = this.#waiters.get(resource);
-    if (!waiters) {
-      waiters = new Set();
-      this.#waiters.set(resource, waiters);
-    }
-    if (waiters.size < this.limits.maxWaitersPerResource) waiters.add(connection);
-  }
-
-  /** Tells the connections waiting for `resource` that its holder released it. */
-  #announceRelease(resource: string): void {
-    const waiters = this.#waiters.get(resource);
-    if (!waiters) return;
-    this.#waiters.delete(resource);
-    for (const waiter of waiters) this.#connections.send(waiter, { type: 'released', resource });
   }
 
   /**
