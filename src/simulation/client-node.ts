@@ -123,7 +123,6 @@ export class SimClient {
   /** Connects to the replicas of `cluster` (at the start, and after a reshare to the new members). */
   connect(cluster: Cluster, replicaAddress: (index: number) => string): void {
     for (const channel of this.#channels) channel.close();
-    this.#ctx = this.#context(cluster);
     this.#channels = cluster.replicas.map(
       (replica) =>
         new SimChannel(replica.index, replicaAddress(replica.index), {
@@ -140,7 +139,7 @@ export class SimClient {
           onFault: () => undefined,
         }),
     );
-    this.#ctx = { ...this.#ctx, channels: { channels: this.#channels, subscribe: (l) => this.#subscribe(l) } };
+    this.#ctx = this.#context(cluster);
     for (const channel of this.#channels) channel.start();
   }
 

@@ -107,13 +107,6 @@ export class World {
     await this.scheduler.run(limitMs, maxEvents, () => this.finished);
   }
 
-  /** Every replica of every generation (for the checks). */
-  get allReplicas(): readonly SimReplica[] {
-    return [...this.#retired, ...this.replicas];
-  }
-
-  readonly #retired: SimReplica[] = [];
-
   #replicas(keys: SimKeys, generation: number): SimReplica[] {
     const { plan } = this;
     const byzantine = new Map(plan.byzantine.map((b) => [b.replica, b.behaviours]));
@@ -215,7 +208,6 @@ export class World {
     void reshare(this, generation).then((next) => {
       this.#resharing = false;
       if (!next) return;
-      this.#retired.push(...this.replicas);
       for (const replica of this.replicas) replica.crash();
       this.reshares.push(next.reshare);
       this.keys = next.keys;
