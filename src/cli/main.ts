@@ -5,7 +5,7 @@
 import { runCommandLine, type VerbTable } from '../command/dispatch.js';
 
 /** The development tools' verbs, named (not imported) so a user who types one here is told where it lives. */
-const DEV_VERBS = ['demo', 'chaos', 'bench', 'worker', 'vectors'];
+const DEV_VERBS = ['demo', 'chaos', 'simulate', 'bench', 'worker', 'vectors'];
 
 /** Every verb, loaded on first use; `completion` reads its scripts from this table too. */
 export const VERBS: VerbTable = {

@@ -4,10 +4,14 @@
  * f+1 honest ones refuse every other holder, and no one else can gather t
  * partials); the lease is lost once f+1 replicas say we are not its holder.
  */
+import type { ReleaseOutcome, RenewOutcome } from '../protocol/messages.js';
+import { releaseBody, renewBody } from './core/bodies.js';
+import { RoundCall } from './core/round-call.js';
+import type { RoundEnd } from './core/round.js';
+import { connectionViews, drive } from './drive.js';
 import type { ReplicaFault } from './evidence.js';
 import { CallFaults, type QuorumContext } from './quorum-context.js';
-import { collectReplies, QuorumTally } from './quorum-tally.js';
-import { Round } from './round.js';
+import { QuorumTally } from './quorum-tally.js';
 
 export type RenewResult =
   | {
@@ -35,42 +39,47 @@ export interface GrantRef {
 }
 
 /** One renewal round for `grant`, extending the lease by `ttlMs` from now. */
-export async function renewGrant(
+export function renewGrant(
   ctx: QuorumContext,
   grant: GrantRef,
   ttlMs: number,
   signal?: AbortSignal,
 ): Promise<RenewResult> {
   const { f, t } = ctx.cluster;
-  const { clock, requestTimeoutMs } = ctx.options;
+  const { requestTimeoutMs } = ctx.options;
   const faults = new CallFaults();
-  const sentAt = clock.now();
-  const round = new Round<'renew'>(
-    ctx.channels,
-    () => ({ type: 'renew', resource: grant.resource, epoch: grant.epoch, ttlMs }),
-    {
-      clock,
-      deadline: sentAt + requestTimeoutMs,
-      signal,
-      only: grant.asked && new Set(grant.asked),
-    },
-  );
   const tally = new QuorumTally<'not_holder' | 'forbidden' | 'invalid'>(f, t);
-  let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
-  try {
-    ended = await collectReplies(
-      round,
-      faults,
-      () => tally.open(round.possible),
-      (_replica, outcome) => {
+  const core = new RoundCall<RenewResult>(
+    {
+      body: () => renewBody(grant.resource, grant.epoch, ttlMs),
+      timeoutMs: requestTimeoutMs,
+      only: grant.asked && new Set(grant.asked),
+      keepGoing: (possible) => tally.open(possible),
+      onAnswer: (replica, answer) => {
+        faults.fromAnswer(replica, answer);
+        if (answer.kind !== 'reply') return;
+        const outcome = answer.outcome as RenewOutcome;
         if (outcome.status === 'renewed') tally.accept();
         else tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
       },
-    );
-  } finally {
-    round.close();
-  }
-  const list = faults.list();
+      finish: (ended, sentAt) => renewResult(tally, ended, sentAt, faults.list(), grant, requestTimeoutMs),
+    },
+    connectionViews(ctx),
+    signal?.aborted,
+  );
+  return drive(ctx, core, { signal });
+}
+
+/** How a renewal round ended, by its tally (pure). */
+export function renewResult(
+  tally: QuorumTally<'not_holder' | 'forbidden' | 'invalid'>,
+  ended: RoundEnd | undefined,
+  sentAt: number,
+  list: readonly ReplicaFault[],
+  grant: GrantRef,
+  requestTimeoutMs: number,
+): RenewResult {
+  const t = tally.need;
   const renewed = tally.accepted;
   if (renewed >= t) return { ok: true, sentAt, faults: list };
   if (ended === 'aborted')
@@ -113,37 +122,42 @@ export type ReleaseResult =
  * Releases `grant` at every reachable replica. Succeeds once t confirm (then
  * no f+1 honest replicas still hold the lease, so another holder can get in).
  */
-export async function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: AbortSignal): Promise<ReleaseResult> {
+export function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: AbortSignal): Promise<ReleaseResult> {
   const { f, t } = ctx.cluster;
-  const { clock, requestTimeoutMs } = ctx.options;
+  const { requestTimeoutMs } = ctx.options;
   const faults = new CallFaults();
-  const round = new Round<'release'>(
-    ctx.channels,
-    () => ({ type: 'release', resource: grant.resource, epoch: grant.epoch }),
-    {
-      clock,
-      deadline: clock.now() + requestTimeoutMs,
-      signal,
-      only: grant.asked && new Set(grant.asked),
-    },
-  );
   // forbidden and invalid answers count for neither side: a release is judged only by who confirms or denies holding.
   const tally = new QuorumTally<'not_holder'>(f, t);
-  let ended: 'exhausted' | 'deadline' | 'aborted' | undefined;
-  try {
-    ended = await collectReplies(
-      round,
-      faults,
-      () => tally.open(round.possible),
-      (_replica, { status }) => {
+  const core = new RoundCall<ReleaseResult>(
+    {
+      body: () => releaseBody(grant.resource, grant.epoch),
+      timeoutMs: requestTimeoutMs,
+      only: grant.asked && new Set(grant.asked),
+      keepGoing: (possible) => tally.open(possible),
+      onAnswer: (replica, answer) => {
+        faults.fromAnswer(replica, answer);
+        if (answer.kind !== 'reply') return;
+        const { status } = answer.outcome as ReleaseOutcome;
         if (status === 'released') tally.accept();
         else if (status === 'not_holder') tally.refuse('not_holder');
       },
-    );
-  } finally {
-    round.close();
-  }
-  const list = faults.list();
+      finish: (ended) => releaseResult(tally, ended, faults.list(), grant, requestTimeoutMs),
+    },
+    connectionViews(ctx),
+    signal?.aborted,
+  );
+  return drive(ctx, core, { signal });
+}
+
+/** How a release round ended, by its tally (pure). */
+export function releaseResult(
+  tally: QuorumTally<'not_holder'>,
+  ended: RoundEnd | undefined,
+  list: readonly ReplicaFault[],
+  grant: GrantRef,
+  requestTimeoutMs: number,
+): ReleaseResult {
+  const t = tally.need;
   const released = tally.accepted;
   if (released >= t) return { ok: true, released, faults: list };
   if (ended === 'aborted')

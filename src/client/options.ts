@@ -113,72 +113,65 @@ function positive(value: number, field: string, min = 0, integer = true): void {
   }
 }
 
+/** Integer options and the least each may be (a ttl, a timeout or a poll of 0 would never let a call end or start). */
+const INTEGER_MINIMUMS: Readonly<Record<string, number>> = {
+  handshakeTimeoutMs: 1,
+  reconnectBaseMs: 0,
+  reconnectMaxMs: 0,
+  maxInFlightPerReplica: 1,
+  maxQueuedPerReplica: 0,
+  maxFrameBytes: 0,
+  defaultTtlMs: 1,
+  acquireTimeoutMs: 0,
+  retryBaseMs: 0,
+  retryMaxMs: 0,
+  busyPollMs: 1,
+  stragglerMinMs: 0,
+  minExpiryMarginMs: 0,
+  requestTimeoutMs: 1,
+  maxEvidence: 0,
+  epochHintCacheSize: 0,
+  partialMemorySize: 0,
+};
+
+function refuse(field: string, message: string): never {
+  throw new QuorumFenceError('INVALID_ARGUMENT', message, { field });
+}
+
+/** The defaults with the caller's values on top; an unknown name is refused. */
+function mergeClientOptions(options: Partial<ClientOptions>): ClientOptions {
+  const o: ClientOptions = { ...DEFAULT_CLIENT_OPTIONS };
+  for (const [key, value] of Object.entries(options)) {
+    if (value === undefined) continue;
+    if (!(key in DEFAULT_CLIENT_OPTIONS)) refuse(key, `unknown client option "${key}"`);
+    (o as unknown as Record<string, unknown>)[key] = value;
+  }
+  return o;
+}
+
+/** Values that contradict each other, or are not what their field holds. */
+function checkRelations(o: ClientOptions): void {
+  if (typeof o.maxEpochStep !== 'bigint' || o.maxEpochStep < 1n || o.maxEpochStep > DEFAULT_MAX_EPOCH_STEP)
+    refuse('maxEpochStep', `"maxEpochStep" expected a bigint in 1..${DEFAULT_MAX_EPOCH_STEP}`);
+  if (o.expiryMarginFraction >= 0.5) refuse('expiryMarginFraction', '"expiryMarginFraction" must be below 0.5');
+  if (o.renewAtFraction <= 0 || o.renewAtFraction >= 1)
+    refuse('renewAtFraction', '"renewAtFraction" must be in (0, 1)');
+  if (o.reconnectMaxMs < o.reconnectBaseMs) refuse('reconnectMaxMs', '"reconnectMaxMs" must be >= "reconnectBaseMs"');
+  if (o.retryMaxMs < o.retryBaseMs) refuse('retryMaxMs', '"retryMaxMs" must be >= "retryBaseMs"');
+  if (typeof o.clock?.now !== 'function') refuse('clock', '"clock" expected an object with now()');
+  if (typeof o.random !== 'function') refuse('random', '"random" expected a function');
+}
+
 /**
  * Fills defaults and refuses contradictory values.
  * @throws QuorumFenceError INVALID_ARGUMENT naming the field.
  */
 export function resolveClientOptions(options: Partial<ClientOptions> = {}): ClientOptions {
-  const o: ClientOptions = { ...DEFAULT_CLIENT_OPTIONS };
-  for (const [key, value] of Object.entries(options)) {
-    if (value === undefined) continue;
-    if (!(key in DEFAULT_CLIENT_OPTIONS))
-      throw new QuorumFenceError('INVALID_ARGUMENT', `unknown client option "${key}"`, { field: key });
-    (o as unknown as Record<string, unknown>)[key] = value;
-  }
-  for (const key of [
-    'handshakeTimeoutMs',
-    'reconnectBaseMs',
-    'reconnectMaxMs',
-    'maxInFlightPerReplica',
-    'maxQueuedPerReplica',
-    'maxFrameBytes',
-    'defaultTtlMs',
-    'acquireTimeoutMs',
-    'retryBaseMs',
-    'retryMaxMs',
-    'busyPollMs',
-    'stragglerMinMs',
-    'minExpiryMarginMs',
-    'requestTimeoutMs',
-    'maxEvidence',
-    'epochHintCacheSize',
-    'partialMemorySize',
-  ] as const) {
-    positive(
-      o[key],
-      key,
-      key === 'maxInFlightPerReplica' ||
-        key === 'defaultTtlMs' ||
-        key === 'handshakeTimeoutMs' ||
-        key === 'requestTimeoutMs' ||
-        key === 'busyPollMs'
-        ? 1
-        : 0,
-    );
-  }
-  if (typeof o.maxEpochStep !== 'bigint' || o.maxEpochStep < 1n || o.maxEpochStep > DEFAULT_MAX_EPOCH_STEP)
-    throw new QuorumFenceError('INVALID_ARGUMENT', `"maxEpochStep" expected a bigint in 1..${DEFAULT_MAX_EPOCH_STEP}`, {
-      field: 'maxEpochStep',
-    });
+  const o = mergeClientOptions(options);
+  for (const [key, min] of Object.entries(INTEGER_MINIMUMS))
+    positive((o as unknown as Record<string, number>)[key]!, key, min);
   positive(o.expiryMarginFraction, 'expiryMarginFraction', 0, false);
   positive(o.renewAtFraction, 'renewAtFraction', 0, false);
-  if (o.expiryMarginFraction >= 0.5)
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"expiryMarginFraction" must be below 0.5', {
-      field: 'expiryMarginFraction',
-    });
-  if (o.renewAtFraction <= 0 || o.renewAtFraction >= 1) {
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"renewAtFraction" must be in (0, 1)', { field: 'renewAtFraction' });
-  }
-  if (o.reconnectMaxMs < o.reconnectBaseMs) {
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"reconnectMaxMs" must be >= "reconnectBaseMs"', {
-      field: 'reconnectMaxMs',
-    });
-  }
-  if (o.retryMaxMs < o.retryBaseMs)
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"retryMaxMs" must be >= "retryBaseMs"', { field: 'retryMaxMs' });
-  if (typeof o.clock?.now !== 'function')
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"clock" expected an object with now()', { field: 'clock' });
-  if (typeof o.random !== 'function')
-    throw new QuorumFenceError('INVALID_ARGUMENT', '"random" expected a function', { field: 'random' });
+  checkRelations(o);
   return o;
 }

@@ -9,9 +9,15 @@ import type { BlsBackend } from '../crypto/backend.js';
 import type { EvidenceLog, FaultKind, ReplicaFault } from './evidence.js';
 import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
-import type { ReplicaAnswer, RequestKind } from './replica-connection.js';
-import type { ChannelSet } from './round.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestKind } from './replica-connection.js';
 import type { GrantLatency } from './signer-choice.js';
+
+/** The connections a call draws on, with a way to hear when any of them changes state. */
+export interface ChannelSet {
+  readonly channels: readonly ReplicaChannel[];
+  /** Calls `listener` after any channel's state changes; returns a function that unsubscribes. */
+  subscribe(listener: () => void): () => void;
+}
 
 export interface QuorumContext {
   readonly cluster: Cluster;

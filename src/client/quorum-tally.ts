@@ -4,10 +4,6 @@
  * give it (so at least one honest replica does); and a round stops early once neither can happen any more.
  * Pure: the caller feeds answers and how many replicas could still answer.
  */
-import type { OutcomeByRequest } from '../protocol/messages.js';
-import type { CallFaults } from './quorum-context.js';
-import type { RequestKind } from './replica-connection.js';
-import type { Round } from './round.js';
 
 export class QuorumTally<Refusal extends string> {
   readonly f: number;
@@ -54,25 +50,4 @@ export class QuorumTally<Refusal extends string> {
     for (const list of this.#refusals.values()) if (list.length > this.f) return false;
     return this.#accepted + possible >= this.need;
   }
-}
-
-/**
- * Drives a round while `keepGoing()` holds: notes every answer's faults, and hands each reply's outcome to
- * `onReply`. Resolves with why the round ended on its own (`exhausted`, `deadline`, `aborted`), or undefined
- * when `keepGoing` stopped it. The caller closes the round.
- */
-export async function collectReplies<K extends RequestKind>(
-  round: Round<K>,
-  faults: CallFaults,
-  keepGoing: () => boolean,
-  onReply: (replica: number, outcome: OutcomeByRequest[K]) => void,
-): Promise<'exhausted' | 'deadline' | 'aborted' | undefined> {
-  while (keepGoing()) {
-    const event = await round.next();
-    if (event.type === 'end') return event.why;
-    if (event.type !== 'answer') continue; // a connection changed: keepGoing() looks at `possible` again
-    faults.fromAnswer(event.replica, event.answer);
-    if (event.answer.kind === 'reply') onReply(event.replica, event.answer.outcome);
-  }
-  return undefined;
 }

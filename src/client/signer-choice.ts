@@ -5,7 +5,8 @@
  * but a usable partial, or is late. Spreading the first t over the replicas
  * by resource name keeps the load even when many resources are in use.
  */
-import type { ChannelSet } from './round.js';
+import type { ConnectionView } from './core/io.js';
+import type { ChannelSet } from './quorum-context.js';
 
 /** The replica contended attempts ask first: spread over replicas by resource name (FNV-1a of the UTF-16 units). */
 export function leaderOf(resource: string, n: number): number {
@@ -18,7 +19,11 @@ export function leaderOf(resource: string, n: number): number {
  * The first `t` connected replicas in ring order from the resource's leader, or undefined when fewer than `t`
  * are connected (then everyone reachable is asked at once).
  */
-export function firstSigners(channels: ChannelSet, resource: string, t: number): ReadonlySet<number> | undefined {
+export function firstSigners(
+  channels: ChannelSet | { readonly channels: readonly ConnectionView[] },
+  resource: string,
+  t: number,
+): ReadonlySet<number> | undefined {
   const all = channels.channels;
   const n = all.length;
   const start = leaderOf(resource, n) - 1;

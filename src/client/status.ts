@@ -7,8 +7,10 @@
 import type { ConnectionFailure } from './connection-state.js';
 import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
 import type { QuorumContext } from './quorum-context.js';
+import type { StatusOutcome } from '../protocol/messages.js';
+import { RoundCall } from './core/round-call.js';
+import { connectionViews, drive } from './drive.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestKind } from './replica-connection.js';
-import { Round } from './round.js';
 
 export type ReplicaView =
   | {
@@ -79,51 +81,47 @@ export function failedAnswerView(
 }
 
 /** Asks every replica for its view of `resource`, waiting up to `timeoutMs` for answers. */
-export async function resourceStatus(
+export function resourceStatus(
   ctx: QuorumContext,
   resource: string,
   timeoutMs: number,
   signal?: AbortSignal,
 ): Promise<ResourceStatus> {
-  const { f } = ctx.cluster;
-  const round = new Round<'status'>(ctx.channels, () => ({ type: 'status', resource }), {
-    clock: ctx.options.clock,
-    deadline: ctx.options.clock.now() + timeoutMs,
-    signal,
-  });
   const views = new Map<number, ReplicaView>();
-  try {
-    for (;;) {
-      const event = await round.next();
-      if (event.type === 'end') break;
-      if (event.type !== 'answer') continue;
-      const { replica, answer } = event;
-      const endpoint = ctx.cluster.replicas[replica - 1]!.endpoint;
-      switch (answer.kind) {
-        case 'reply': {
-          const o = answer.outcome;
-          views.set(
-            replica,
-            o.status === 'ok'
-              ? { replica, endpoint, state: 'ok', epoch: o.epoch, leased: o.leased, remainingMs: o.remainingMs }
-              : {
-                  replica,
-                  endpoint,
-                  state: 'refused',
-                  message: o.status === 'invalid' ? `invalid: ${o.message}` : 'forbidden',
-                },
-          );
-          break;
-        }
-        default: {
-          const failed = failedAnswerView(replica, endpoint, answer, timeoutMs);
-          if (failed) views.set(replica, failed);
-        }
-      }
-    }
-  } finally {
-    round.close();
-  }
+  const core = new RoundCall<ResourceStatus>(
+    {
+      body: () => ({ type: 'status', resource }),
+      timeoutMs,
+      onAnswer: (replica, answer) => {
+        const endpoint = ctx.cluster.replicas[replica - 1]!.endpoint;
+        const view =
+          answer.kind === 'reply'
+            ? statusView(replica, endpoint, answer.outcome as StatusOutcome)
+            : failedAnswerView(replica, endpoint, answer, timeoutMs);
+        if (view) views.set(replica, view);
+      },
+      finish: () => summarise(ctx, resource, views, timeoutMs),
+    },
+    connectionViews(ctx),
+    signal?.aborted,
+  );
+  return drive(ctx, core, { signal });
+}
+
+function statusView(replica: number, endpoint: string, o: StatusOutcome): ReplicaView {
+  return o.status === 'ok'
+    ? { replica, endpoint, state: 'ok', epoch: o.epoch, leased: o.leased, remainingMs: o.remainingMs }
+    : { replica, endpoint, state: 'refused', message: o.status === 'invalid' ? `invalid: ${o.message}` : 'forbidden' };
+}
+
+/** Every replica's view, and the quorum's by the (f+1)-th rules. */
+function summarise(
+  ctx: QuorumContext,
+  resource: string,
+  views: ReadonlyMap<number, ReplicaView>,
+  timeoutMs: number,
+): ResourceStatus {
+  const { f } = ctx.cluster;
   const replicas: ReplicaView[] = ctx.channels.channels.map(
     (channel) => views.get(channel.index) ?? unansweredView(ctx, channel, timeoutMs),
   );

@@ -12,7 +12,8 @@ export const PUBLIC_KEY_BYTES = 48;
 export const SIGNATURE_BYTES = 96;
 export const SECRET_KEY_BYTES = 32;
 
-export type BackendName = 'noble' | 'blst';
+/** `sim`: the simulator's stand-in (src/simulation/crypto.ts), never loaded by loadBackend and never in a process that serves. */
+export type BackendName = 'noble' | 'blst' | 'sim';
 
 /** A G1 point that passed every check (canonical, on curve, in subgroup, not identity). */
 export interface PublicKey {

@@ -35,14 +35,17 @@ interface Pending extends VerificationSet {
 export class VerifyBatcher {
   readonly #backend: BlsBackend;
   readonly #maxBatch: number;
+  readonly #schedule: (run: () => void) => void;
   #queue: Pending[] = [];
   #scheduled = false;
   #batches = 0;
   #checks = 0;
 
-  constructor(backend: BlsBackend, maxBatch = MAX_VERIFY_BATCH) {
+  /** @param schedule runs a batch later (default: after the I/O already waiting; the simulator's is virtual time). */
+  constructor(backend: BlsBackend, maxBatch = MAX_VERIFY_BATCH, schedule = afterPendingIo) {
     this.#backend = backend;
     this.#maxBatch = Math.max(1, Math.floor(maxBatch));
+    this.#schedule = schedule;
   }
 
   /** Batches run so far, of any size (for tests and the bench). */
@@ -61,7 +64,7 @@ export class VerifyBatcher {
       this.#queue.push({ publicKey, message, signature, settle });
       if (!this.#scheduled) {
         this.#scheduled = true;
-        afterPendingIo(() => this.#run());
+        this.#schedule(() => this.#run());
       }
     });
   }
@@ -69,7 +72,7 @@ export class VerifyBatcher {
   /** One batch per turn: I/O that arrives meanwhile is served between batches, and its checks join the next. */
   #run(): void {
     const batch = this.#queue.splice(0, this.#maxBatch);
-    if (this.#queue.length > 0) afterPendingIo(() => this.#run());
+    if (this.#queue.length > 0) this.#schedule(() => this.#run());
     else this.#scheduled = false;
     this.#settle(batch);
   }
@@ -101,6 +104,14 @@ export class VerifyBatcher {
 }
 
 const batchers = new WeakMap<BlsBackend, VerifyBatcher>();
+
+/**
+ * Makes `batcher` the one `verifyBatcherFor(backend)` returns: the simulator's backends defer their checks on
+ * virtual time (src/simulation/crypto.ts).
+ */
+export function installVerifyBatcher(backend: BlsBackend, batcher: VerifyBatcher): void {
+  batchers.set(backend, batcher);
+}
 
 /** The process's batcher for `backend` (made on first use). */
 export function verifyBatcherFor(backend: BlsBackend): VerifyBatcher {

@@ -44,6 +44,8 @@ export interface GuardOptions {
   readonly observer?: GuardObserver;
   /** Where the conflict alarm is logged. Default: silent. */
   readonly logger?: Logger;
+  /** The fence (default fence.ts's `decideFence`); the simulator (src/simulation) plants its mutation here. */
+  readonly fence?: typeof decideFence;
 }
 
 /** Keys live inside the store's own keys (with the resource); 512 bytes keeps them far below LMDB's 1978-byte key limit. */
@@ -147,6 +149,7 @@ export class GuardCore {
   readonly maxKeyBytes: number;
   readonly #observer: GuardObserver | undefined;
   readonly #logger: Logger;
+  readonly #fence: typeof decideFence;
 
   /** @throws QuorumFenceError INVALID_ARGUMENT for a bad option. */
   constructor(cluster: Cluster, options: GuardOptions = {}) {
@@ -160,6 +163,7 @@ export class GuardCore {
     this.maxKeyBytes = expectInteger(options.maxKeyBytes ?? DEFAULT_MAX_KEY_BYTES, 1, 1024, 'maxKeyBytes');
     this.#observer = options.observer;
     this.#logger = options.logger ?? silentLogger;
+    this.#fence = options.fence ?? decideFence;
   }
 
   /**
@@ -221,7 +225,7 @@ export class GuardCore {
 
   /** The fence and the replay window, on the barrier read inside the transaction. */
   decide(admitted: Extract<Admission, { ok: true }>, barrier: Barrier | undefined): FenceDecision {
-    return decideFence(
+    return this.#fence(
       barrier,
       { epoch: admitted.token.grant.epoch, digest: admitted.digest, bytes: admitted.token.bytes },
       admitted.counter,

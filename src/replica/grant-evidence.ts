@@ -34,11 +34,14 @@ export class EvidenceChecker {
   readonly #batcher: VerifyBatcher;
   readonly #verified = new BoundedMap<string, true>(VERIFIED_CACHE_ENTRIES);
 
-  /** @param self this replica's index: its own partials are no evidence of anyone else's record. */
-  constructor(cluster: EvidenceCluster, self: number) {
+  /**
+   * @param self this replica's index: its own partials are no evidence of anyone else's record.
+   * @param batcher where its pairing checks are batched (default: its own, deferred after the I/O waiting).
+   */
+  constructor(cluster: EvidenceCluster, self: number, batcher = new VerifyBatcher(cluster.backend)) {
     this.#cluster = cluster;
     this.#self = self;
-    this.#batcher = new VerifyBatcher(cluster.backend);
+    this.#batcher = batcher;
   }
 
   /**

@@ -43,6 +43,15 @@ interface Line {
   again: boolean;
 }
 
+/**
+ * Where a new waiter takes its place in a line that holds `waiting` requests: the back (`waiting`) in every
+ * replica; the simulator (src/simulation) plants a line that serves the newest first through it, to prove its
+ * arrival-order check can fail.
+ */
+export type LinePlacement = (waiting: number) => number;
+
+const AT_THE_BACK: LinePlacement = (waiting) => waiting;
+
 /** Tries an acquire once; `queued` is true for a request that waited its turn (the nextEpoch rule applies). */
 export type TryAcquire = (request: AcquireRequest, caller: Caller, queued: boolean) => Promise<Outcome>;
 
@@ -52,13 +61,21 @@ export class HandoffQueue {
   readonly #tryAcquire: TryAcquire;
   readonly #maxPerResource: number;
   readonly #onExit: (how: LineExit) => void;
+  readonly #placement: LinePlacement;
 
   /** `onExit` hears how each waiter left its line (for the replica's metrics). */
-  constructor(clock: Clock, tryAcquire: TryAcquire, maxPerResource: number, onExit?: (how: LineExit) => void) {
+  constructor(
+    clock: Clock,
+    tryAcquire: TryAcquire,
+    maxPerResource: number,
+    onExit?: (how: LineExit) => void,
+    placement: LinePlacement = AT_THE_BACK,
+  ) {
     this.#clock = clock;
     this.#tryAcquire = tryAcquire;
     this.#maxPerResource = maxPerResource;
     this.#onExit = onExit ?? (() => undefined);
+    this.#placement = placement;
   }
 
   /** Requests waiting now, over all resources. */
@@ -122,7 +139,7 @@ export class HandoffQueue {
         this.wake(request.resource); // the next one is first now
       }, waitMs);
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
-      current.waiters.push(waiter);
+      current.waiters.splice(this.#placement(current.waiters.length), 0, waiter);
       this.#armLeaseTimer(request.resource, current, busy.remainingMs);
       // First in line: a try now, whose decision (inside the record's critical section) is either its grant or the
       // `busy` that names the lease in the way, and so the epoch its turn will grant. `busy` above may be stale by

@@ -5,6 +5,8 @@
 import { QuorumFenceError } from '../common/errors.js';
 import { DEFAULT_FREE_EPOCH_STEP, DEFAULT_MAX_EPOCH_STEP } from '../common/limits.js';
 import { DEFAULT_MAX_FRAME_BYTES } from '../protocol/codec.js';
+import { OPEN_ACCESS, type AccessRules } from './access.js';
+import type { PolicyConfig } from './policy.js';
 
 export interface ReplicaLimits {
   /** Largest WebSocket frame accepted; larger ones close the connection with 1009. */
@@ -189,4 +191,21 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
   if (limits.freeEpochStep > limits.maxEpochStep)
     bad('freeEpochStep', `(${limits.freeEpochStep}) must not exceed maxEpochStep (${limits.maxEpochStep})`);
   return limits;
+}
+
+/** The replica rules' configuration (policy.ts) for a cluster (its id and f) under these limits. */
+export function policyConfig(
+  cluster: { readonly id: Uint8Array; readonly f: number },
+  limits: ReplicaLimits,
+  access: AccessRules = OPEN_ACCESS,
+): PolicyConfig {
+  return {
+    clusterId: cluster.id,
+    minTtlMs: limits.minTtlMs,
+    maxTtlMs: limits.maxTtlMs,
+    freeEpochStep: limits.freeEpochStep,
+    maxEpochStep: limits.maxEpochStep,
+    faultTolerance: cluster.f,
+    access,
+  };
 }

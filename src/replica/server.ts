@@ -9,7 +9,6 @@
  * running lease) get a `released` notice when its holder releases it, so
  * waiters need not poll fast; the waiter sets are bounded (ReplicaLimits).
  */
-import { BoundedMap } from '../common/bounded-map.js';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
@@ -21,13 +20,14 @@ import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import type { ReplicaKey } from '../cluster/replica-key.js';
 import type { Request, WireRequest } from '../protocol/messages.js';
-import { OPEN_ACCESS, type AccessRules } from './access.js';
+import type { AccessRules } from './access.js';
 import { ReplicaConnections, type Connection } from './connections.js';
 import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
 import { ReplicaMetrics } from './metrics.js';
-import { replicaLimits, type ReplicaLimits } from './options.js';
+import { policyConfig, replicaLimits, type ReplicaLimits } from './options.js';
 import { EvidenceChecker } from './grant-evidence.js';
 import { RequestLog } from './request-log.js';
+import { noticeAfter, ReleaseWatchers } from './release-notices.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
 import { probeSigningRecord, SigningRecord } from './signing-record.js';
@@ -65,8 +65,8 @@ export interface ReplicaServerOptions {
 
 export class ReplicaServer {
   readonly url: string;
-  /** Resource → connections told `busy` for it since its last release (insertion order = age). */
-  readonly #waiters: BoundedMap<string, Set<Connection>>;
+  /** Connections told a resource is held, to be told of its release (release-notices.ts). */
+  readonly #watchers: ReleaseWatchers<Connection>;
   readonly healthUrl: string;
   readonly port: number;
   readonly service: ReplicaService;
@@ -112,7 +112,7 @@ export class ReplicaServer {
     this.#signer = fields.signer;
     this.metrics = fields.metrics;
     this.limits = fields.limits;
-    this.#waiters = new BoundedMap(this.limits.maxWatchedResources);
+    this.#watchers = new ReleaseWatchers(this.limits.maxWatchedResources, this.limits.maxWaitersPerResource);
     this.#index = fields.index;
     this.#logger = fields.logger;
     this.#clock = fields.clock;
@@ -189,17 +189,7 @@ export class ReplicaServer {
       () => undefined,
       (error: unknown) => error,
     );
-    const signer =
-      limits.signingWorkers === 0
-        ? inThreadSigner(cluster.backend, key.secretKey)
-        : await startWorkerSigner({
-            workers: limits.signingWorkers,
-            cluster: options.clusterJson,
-            key: options.keyJson,
-            backend: cluster.backend.name,
-            inline: { backend: cluster.backend, secretKey: key.secretKey },
-            onFatal: (error) => fatal?.(error),
-          });
+    const signer = await startSigner(options, limits, (error) => fatal?.(error));
     let store: SigningRecord | undefined;
     try {
       const probeFailure = await probing;
@@ -227,38 +217,11 @@ export class ReplicaServer {
         timers: clock,
         maxWaitersPerResource: limits.maxWaitersPerResource,
         generation: cluster.membershipVersion,
-        policy: {
-          clusterId: cluster.id,
-          minTtlMs: limits.minTtlMs,
-          maxTtlMs: limits.maxTtlMs,
-          freeEpochStep: limits.freeEpochStep,
-          maxEpochStep: limits.maxEpochStep,
-          faultTolerance: cluster.f,
-          access: options.access ?? OPEN_ACCESS,
-        },
+        policy: policyConfig(cluster, limits, options.access),
         evidence: new EvidenceChecker(cluster, key.index),
       });
       late.service = service;
-      let http: HttpServer;
-      try {
-        // A request head (an upgrade, /healthz, /metrics) gets authTimeoutMs, as an unauthenticated socket does:
-        // Node's defaults (60 s, checked every 30 s) let a slow client hold sockets that maxConnections does not count.
-        const deadlines = {
-          headersTimeout: limits.authTimeoutMs,
-          requestTimeout: limits.authTimeoutMs,
-          connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(limits.authTimeoutMs / 10))),
-        };
-        http = options.tls
-          ? createHttpsServer({ ...deadlines, cert: options.tls.cert, key: options.tls.key })
-          : createHttpServer(deadlines);
-      } catch (error) {
-        throw new QuorumFenceError(
-          'INVALID_OPTION',
-          `TLS certificate or key unusable: ${(error as Error).message}`,
-          undefined,
-          { cause: error },
-        );
-      }
+      const http = createReplicaHttp(limits, options.tls);
       const wss = new WebSocketServer({
         noServer: true,
         maxPayload: limits.maxFrameBytes,
@@ -266,20 +229,7 @@ export class ReplicaServer {
         clientTracking: false,
       });
       const host = options.host ?? '127.0.0.1';
-      await new Promise<void>((resolve, reject) => {
-        http.once('error', reject);
-        http.listen(options.port ?? 0, host, () => {
-          http.off('error', reject);
-          resolve();
-        });
-      }).catch((error: NodeJS.ErrnoException) => {
-        throw new QuorumFenceError(
-          'IO_ERROR',
-          `cannot listen on ${host}:${options.port ?? 0}: ${error.message}`,
-          undefined,
-          { cause: error },
-        );
-      });
+      await listen(http, host, options.port ?? 0);
       const address = http.address();
       const port = typeof address === 'object' && address ? address.port : (options.port ?? 0);
       const urlHost = host.includes(':') ? `[${host}]` : host;
@@ -349,13 +299,11 @@ export class ReplicaServer {
           this.#connections.send(connection, { type: 'reply', id: request.id, outcome });
           this.#requestLog.answered(request, holder, outcome);
           // Whoever learned that someone holds the lease (a busy acquire, or a status showing it) hears of its release.
-          if (
-            (request.type === 'acquire' && outcome.status === 'busy') ||
-            (request.type === 'status' && outcome.status === 'ok' && outcome.leased)
-          ) {
-            this.#watch(request.resource, connection);
-          } else if (request.type === 'release' && outcome.status === 'released')
-            this.#announceRelease(request.resource);
+          const duty = noticeAfter(request, outcome);
+          if (duty === 'watch') this.#watchers.watch(request.resource, connection);
+          else if (duty === 'announce')
+            for (const waiter of this.#watchers.take(request.resource))
+              this.#connections.send(waiter, { type: 'released', resource: request.resource });
         },
         (error: unknown) => {
           // Frozen for a reshare: an expected answer of its own (clients count this replica as unable to vote),
@@ -381,24 +329,6 @@ export class ReplicaServer {
       });
   }
 
-  /** Remembers that `connection` waits for `resource` (bounded; see maxWatchedResources). */
-  #watch(resource: string, connection: Connection): void {
-    let waiters = this.#waiters.get(resource);
-    if (!waiters) {
-      waiters = new Set();
-      this.#waiters.set(resource, waiters);
-    }
-    if (waiters.size < this.limits.maxWaitersPerResource) waiters.add(connection);
-  }
-
-  /** Tells the connections waiting for `resource` that its holder released it. */
-  #announceRelease(resource: string): void {
-    const waiters = this.#waiters.get(resource);
-    if (!waiters) return;
-    this.#waiters.delete(resource);
-    for (const waiter of waiters) this.#connections.send(waiter, { type: 'released', resource });
-  }
-
   /**
    * Graceful stop: refuse new connections and requests, let in-flight
    * requests finish (up to shutdownTimeoutMs), close connections with 1001,
@@ -422,4 +352,63 @@ export class ReplicaServer {
     this.#requestLog.close();
     this.#logger.info({ replica: this.#index }, 'stopped');
   }
+}
+
+/** The signing threads (or the calling thread with signingWorkers 0); `onFatal` hears a thread that died. */
+function startSigner(
+  options: ReplicaServerOptions,
+  limits: ReplicaLimits,
+  onFatal: (error: Error) => void,
+): Promise<PartialSigner> {
+  const { cluster, key } = options;
+  if (limits.signingWorkers === 0) return Promise.resolve(inThreadSigner(cluster.backend, key.secretKey));
+  return startWorkerSigner({
+    workers: limits.signingWorkers,
+    cluster: options.clusterJson,
+    key: options.keyJson,
+    backend: cluster.backend.name,
+    inline: { backend: cluster.backend, secretKey: key.secretKey },
+    onFatal,
+  });
+}
+
+/**
+ * The HTTP(S) server. A request head (an upgrade, /healthz, /metrics) gets authTimeoutMs, as an unauthenticated
+ * socket does: Node's defaults (60 s, checked every 30 s) let a slow client hold sockets that maxConnections does
+ * not count.
+ * @throws QuorumFenceError INVALID_OPTION for an unusable certificate or key
+ */
+function createReplicaHttp(limits: ReplicaLimits, tls: ReplicaServerOptions['tls']): HttpServer {
+  const deadlines = {
+    headersTimeout: limits.authTimeoutMs,
+    requestTimeout: limits.authTimeoutMs,
+    connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(limits.authTimeoutMs / 10))),
+  };
+  try {
+    return tls ? createHttpsServer({ ...deadlines, cert: tls.cert, key: tls.key }) : createHttpServer(deadlines);
+  } catch (error) {
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      `TLS certificate or key unusable: ${(error as Error).message}`,
+      undefined,
+      {
+        cause: error,
+      },
+    );
+  }
+}
+
+/** @throws QuorumFenceError IO_ERROR when the address cannot be listened on */
+async function listen(http: HttpServer, host: string, port: number): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    http.once('error', reject);
+    http.listen(port, host, () => {
+      http.off('error', reject);
+      resolve();
+    });
+  }).catch((error: NodeJS.ErrnoException) => {
+    throw new QuorumFenceError('IO_ERROR', `cannot listen on ${host}:${port}: ${error.message}`, undefined, {
+      cause: error,
+    });
+  });
 }

@@ -35,11 +35,13 @@ import {
   type EpochSupport,
   type PolicyConfig,
 } from './policy.js';
+import type { RecordStore } from './record-store.js';
 import type { PartialSigner } from './signer.js';
-import type { SigningRecord } from './signing-record.js';
+import type { LinePlacement } from './handoff-queue.js';
 
 export interface ReplicaServiceOptions {
-  readonly store: SigningRecord;
+  /** The signing record: LMDB's SigningRecord in production, a simulated one in src/simulation. */
+  readonly store: RecordStore;
   readonly signer: PartialSigner;
   readonly clock: MonotonicClock;
   readonly policy: PolicyConfig;
@@ -60,7 +62,13 @@ export interface ReplicaServiceOptions {
   /** Acquires that may wait their turn per resource; more are answered `busy` at once (default 256). */
   readonly maxWaitersPerResource?: number;
   /** Checks acquires' catch-up evidence (docs/protocol.md, "Epoch steps"); without it evidence counts for nothing. */
-  readonly evidence?: EvidenceChecker;
+  readonly evidence?: Pick<EvidenceChecker, 'support'>;
+  /** Runs `run` after the I/O already waiting (default setImmediate): lets a record's write start before its signing. */
+  readonly defer?: (run: () => void) => void;
+  /** The replica rules (default policy.ts's `decide`); the simulator plants its mutations here. */
+  readonly decide?: typeof decide;
+  /** Where a new waiter takes its place in a resource's line (default: at the back; see handoff-queue.ts). */
+  readonly linePlacement?: LinePlacement;
 }
 
 /** What a caller of `handle` may add to a request besides its holder. */
@@ -89,7 +97,7 @@ export interface CompactionSummary {
 export const DEFAULT_COMPACTION_BATCH = 1_000;
 
 export class ReplicaService {
-  readonly store: SigningRecord;
+  readonly store: RecordStore;
   readonly leases: LeaseTable;
   readonly #signer: PartialSigner;
   readonly #clock: MonotonicClock;
@@ -99,7 +107,9 @@ export class ReplicaService {
   readonly #retentionMs: number;
   readonly #compactionBatch: number;
   readonly #wallClock: () => number;
-  readonly #evidence: EvidenceChecker | undefined;
+  readonly #evidence: Pick<EvidenceChecker, 'support'> | undefined;
+  readonly #defer: (run: () => void) => void;
+  readonly #decide: typeof decide;
   #compacting: Promise<CompactionSummary> | undefined;
   readonly handoffs: HandoffQueue;
 
@@ -114,12 +124,15 @@ export class ReplicaService {
     this.#compactionBatch = options.compactionBatch ?? DEFAULT_COMPACTION_BATCH;
     this.#wallClock = options.wallClock ?? Date.now;
     this.#evidence = options.evidence;
+    this.#defer = options.defer ?? setImmediate;
+    this.#decide = options.decide ?? decide;
     this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
     this.handoffs = new HandoffQueue(
       options.timers ?? systemClock,
       (request, caller, queued) => this.#handleOnce(request, caller, queued),
       options.maxWaitersPerResource ?? 256,
       (how) => this.#metrics?.lineExits.inc({ how }),
+      options.linePlacement,
     );
   }
 
@@ -178,7 +191,7 @@ export class ReplicaService {
         released: this.leases.isReleased(resource, current),
         session: this.leases.sessionOf(resource),
       };
-      const d = decide(record, request, holder, now, this.#policy, this.store.floor, support, session);
+      const d = this.#decide(record, request, holder, now, this.#policy, this.store.floor, support, session);
       // Others wait in this resource's line: the lease in their way just ended (a release, whose wake of the line
       // is on its way, or its end on this clock) and the next grant is the first waiter's. A newcomer granted now
       // would overtake the whole line (typically the holder that just released, asking again at once); `busy` sends
@@ -194,7 +207,7 @@ export class ReplicaService {
         case 'grant':
           this.leases.set(resource, current, d.leaseEndsAt, session);
           // Deferred to the next turn, so the record's write is queued first and the flush overlaps the signing.
-          early = new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.#sign(message()));
+          early = new Promise<void>((resolve) => this.#defer(resolve)).then(() => this.#sign(message()));
           early.catch(() => undefined); // Awaited below unless the write failed; then nobody needs it.
           return { record: d.record, result: d };
         case 'release':
@@ -285,16 +298,17 @@ export class ReplicaService {
       scanned += step.scanned;
       from = step.next;
       // Let requests run between batches: each batch is one synchronous transaction.
-      if (from) await new Promise<void>((resolve) => setImmediate(resolve));
+      if (from) await new Promise<void>((resolve) => this.#defer(resolve));
     } while (from);
     this.leases.sweep();
     return { compacted, scanned, floor: this.store.floor, records: this.store.size };
   }
 
   async #sign(message: Uint8Array): Promise<Uint8Array> {
+    if (!this.#metrics) return this.#signer.sign(message);
     const started = performance.now();
     const partial = await this.#signer.sign(message);
-    this.#metrics?.signSeconds.observe((performance.now() - started) / 1000);
+    this.#metrics.signSeconds.observe((performance.now() - started) / 1000);
     return partial;
   }
 

@@ -45,103 +45,140 @@ export function openStore(
   options: Pick<SigningRecordOptions, 'readOnly' | 'probe'>,
 ): OpenedStore {
   const readOnly = options.readOnly ?? false;
-  if (!readOnly && !expected)
-    throw new QuorumFenceError('INVALID_ARGUMENT', 'a writable signing record needs its cluster id and replica index');
-  if (readOnly && !existsSync(join(dir, 'data.mdb')))
-    throw corrupt(dir, 'no signing record here (data.mdb is missing)');
-  if (!readOnly) {
-    try {
-      mkdirSync(dir, { recursive: true, mode: 0o700 });
-    } catch (error) {
-      throw new QuorumFenceError(
-        'IO_ERROR',
-        `cannot create data directory ${dir}: ${(error as Error).message}`,
-        { dir },
-        { cause: error },
-      );
-    }
-  }
+  prepareDirectory(dir, expected, readOnly);
   const releaseLock = readOnly ? undefined : takeLock(dir);
   let env: RootDatabase | undefined;
   try {
     const fileIdentityPath = join(dir, IDENTITY_FILE);
-    const fileIdentity = existsSync(fileIdentityPath)
-      ? parseIdentity(readFileSync(fileIdentityPath, 'utf8'), dir)
-      : undefined;
-    if (fileIdentity && !existsSync(join(dir, 'data.mdb'))) {
-      throw corrupt(
-        dir,
-        `data.mdb is missing but ${IDENTITY_FILE} says a store was created here; refusing to start from empty watermarks`,
-      );
-    }
+    const fileIdentity = readFileIdentity(dir, fileIdentityPath);
     if ((options.probe ?? true) && existsSync(join(dir, 'data.mdb'))) probeStore(dir);
-    try {
-      // overlappingSync: false makes a commit's promise mean "flushed" (S3): the argument from lmdb-js's
-      // source is at the top of signing-record.ts.
-      env = open({ path: dir, overlappingSync: false, readOnly, maxDbs: 4 });
-    } catch (error) {
-      throw corrupt(dir, `LMDB cannot open it: ${(error as Error).message}`, error);
-    }
-    let records: Database<Buffer, Buffer>;
-    let meta: Database<string, string>;
-    try {
-      records = env.openDB<Buffer, Buffer>('records', { encoding: 'binary', keyEncoding: 'binary' });
-      meta = env.openDB<string, string>('meta', { encoding: 'string' });
-    } catch (error) {
-      throw corrupt(dir, `LMDB cannot open its tables: ${(error as Error).message}`, error);
-    }
-    let storedText: string | undefined;
-    try {
-      storedText = meta.get(IDENTITY_KEY);
-    } catch (error) {
-      throw corrupt(dir, `cannot read its identity: ${(error as Error).message}`, error);
-    }
-    let identity: StoreIdentity;
-    if (storedText === undefined) {
-      if (fileIdentity)
-        throw corrupt(
-          dir,
-          `its LMDB data was reset (${IDENTITY_FILE} exists but the store has no identity); refusing to start from empty watermarks`,
-        );
-      let empty: boolean;
-      try {
-        empty = records.getKeysCount() === 0;
-      } catch (error) {
-        throw corrupt(dir, `cannot read it: ${(error as Error).message}`, error);
-      }
-      if (!empty) throw corrupt(dir, 'it holds records but no identity');
-      if (readOnly || !expected) throw corrupt(dir, 'it was never initialised');
-      // Identity in LMDB first, then the file: a crash in between leaves a store the next open completes.
-      meta.putSync(IDENTITY_KEY, identityText(expected));
-      identity = expected;
-    } else {
-      identity = parseIdentity(storedText, dir);
-      if (
-        fileIdentity &&
-        (!bytesEqual(fileIdentity.clusterId, identity.clusterId) || fileIdentity.replicaIndex !== identity.replicaIndex)
-      ) {
-        throw corrupt(dir, `${IDENTITY_FILE} and the LMDB identity disagree`);
-      }
-    }
-    if (expected && !bytesEqual(identity.clusterId, expected.clusterId)) {
-      throw new QuorumFenceError(
-        'CLUSTER_MISMATCH',
-        `data directory ${dir} holds the signing record of cluster ${toHex(identity.clusterId).slice(0, 16)}…, not of this cluster ${toHex(expected.clusterId).slice(0, 16)}…`,
-        { dir },
-      );
-    }
-    if (expected && identity.replicaIndex !== expected.replicaIndex) {
-      throw new QuorumFenceError(
-        'CLUSTER_MISMATCH',
-        `data directory ${dir} holds the signing record of replica ${identity.replicaIndex}, not of replica ${expected.replicaIndex}`,
-        { dir },
-      );
-    }
+    const tables = openTables(dir, readOnly);
+    env = tables.env;
+    const identity = storeIdentityOf(dir, tables, fileIdentity, readOnly ? undefined : expected);
+    checkExpected(dir, identity, expected);
     if (!readOnly && !fileIdentity) writeFileDurably(fileIdentityPath, identityText(identity) + '\n', { mode: 0o600 });
-    return { identity, env, records, meta, releaseLock };
+    return { identity, ...tables, releaseLock };
   } catch (error) {
     void env?.close().catch(() => undefined);
     releaseLock?.();
     throw error;
+  }
+}
+
+/** Refuses what cannot be opened as asked, and creates the directory of a writable open. */
+function prepareDirectory(dir: string, expected: StoreIdentity | undefined, readOnly: boolean): void {
+  if (!readOnly && !expected)
+    throw new QuorumFenceError('INVALID_ARGUMENT', 'a writable signing record needs its cluster id and replica index');
+  if (readOnly && !existsSync(join(dir, 'data.mdb')))
+    throw corrupt(dir, 'no signing record here (data.mdb is missing)');
+  if (readOnly) return;
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+  } catch (error) {
+    throw new QuorumFenceError(
+      'IO_ERROR',
+      `cannot create data directory ${dir}: ${(error as Error).message}`,
+      { dir },
+      { cause: error },
+    );
+  }
+}
+
+/** The identity file, when there is one; a store it says was created must still have its data. */
+function readFileIdentity(dir: string, path: string): StoreIdentity | undefined {
+  const fileIdentity = existsSync(path) ? parseIdentity(readFileSync(path, 'utf8'), dir) : undefined;
+  if (fileIdentity && !existsSync(join(dir, 'data.mdb'))) {
+    throw corrupt(
+      dir,
+      `data.mdb is missing but ${IDENTITY_FILE} says a store was created here; refusing to start from empty watermarks`,
+    );
+  }
+  return fileIdentity;
+}
+
+interface Tables {
+  readonly env: RootDatabase;
+  readonly records: Database<Buffer, Buffer>;
+  readonly meta: Database<string, string>;
+}
+
+function openTables(dir: string, readOnly: boolean): Tables {
+  let env: RootDatabase;
+  try {
+    // overlappingSync: false makes a commit's promise mean "flushed" (S3): the argument from lmdb-js's
+    // source is at the top of signing-record.ts.
+    env = open({ path: dir, overlappingSync: false, readOnly, maxDbs: 4 });
+  } catch (error) {
+    throw corrupt(dir, `LMDB cannot open it: ${(error as Error).message}`, error);
+  }
+  try {
+    const records = env.openDB<Buffer, Buffer>('records', { encoding: 'binary', keyEncoding: 'binary' });
+    const meta = env.openDB<string, string>('meta', { encoding: 'string' });
+    return { env, records, meta };
+  } catch (error) {
+    void env.close().catch(() => undefined);
+    throw corrupt(dir, `LMDB cannot open its tables: ${(error as Error).message}`, error);
+  }
+}
+
+/**
+ * The identity LMDB holds, checked against the file's; a new, empty store is given `initialise` (absent for a
+ * read-only open, which never initialises).
+ */
+function storeIdentityOf(
+  dir: string,
+  { records, meta }: Tables,
+  fileIdentity: StoreIdentity | undefined,
+  initialise: StoreIdentity | undefined,
+): StoreIdentity {
+  let storedText: string | undefined;
+  try {
+    storedText = meta.get(IDENTITY_KEY);
+  } catch (error) {
+    throw corrupt(dir, `cannot read its identity: ${(error as Error).message}`, error);
+  }
+  if (storedText === undefined) {
+    if (fileIdentity)
+      throw corrupt(
+        dir,
+        `its LMDB data was reset (${IDENTITY_FILE} exists but the store has no identity); refusing to start from empty watermarks`,
+      );
+    let empty: boolean;
+    try {
+      empty = records.getKeysCount() === 0;
+    } catch (error) {
+      throw corrupt(dir, `cannot read it: ${(error as Error).message}`, error);
+    }
+    if (!empty) throw corrupt(dir, 'it holds records but no identity');
+    if (!initialise) throw corrupt(dir, 'it was never initialised');
+    // Identity in LMDB first, then the file: a crash in between leaves a store the next open completes.
+    meta.putSync(IDENTITY_KEY, identityText(initialise));
+    return initialise;
+  }
+  const identity = parseIdentity(storedText, dir);
+  if (
+    fileIdentity &&
+    (!bytesEqual(fileIdentity.clusterId, identity.clusterId) || fileIdentity.replicaIndex !== identity.replicaIndex)
+  ) {
+    throw corrupt(dir, `${IDENTITY_FILE} and the LMDB identity disagree`);
+  }
+  return identity;
+}
+
+/** A store of another cluster or replica is refused. */
+function checkExpected(dir: string, identity: StoreIdentity, expected: StoreIdentity | undefined): void {
+  if (expected && !bytesEqual(identity.clusterId, expected.clusterId)) {
+    throw new QuorumFenceError(
+      'CLUSTER_MISMATCH',
+      `data directory ${dir} holds the signing record of cluster ${toHex(identity.clusterId).slice(0, 16)}…, not of this cluster ${toHex(expected.clusterId).slice(0, 16)}…`,
+      { dir },
+    );
+  }
+  if (expected && identity.replicaIndex !== expected.replicaIndex) {
+    throw new QuorumFenceError(
+      'CLUSTER_MISMATCH',
+      `data directory ${dir} holds the signing record of replica ${identity.replicaIndex}, not of replica ${expected.replicaIndex}`,
+      { dir },
+    );
   }
 }

@@ -34,7 +34,7 @@ describe('docs match the code', () => {
     expect(programs[0].verbs).toEqual(
       expect.arrayContaining(['keygen', 'verify', 'replica', 'resource', 'acquire', 'status', 'identity', 'dkg']),
     );
-    expect(programs[1].verbs).toEqual(['demo', 'chaos', 'bench', 'worker', 'vectors']);
+    expect(programs[1].verbs).toEqual(['demo', 'chaos', 'simulate', 'bench', 'worker', 'vectors']);
   });
 
   it.each(errorCodes)('README documents error code %s', (code) => {

@@ -218,7 +218,7 @@ function byzantineStatus(behaviour: Behaviour): bigint | undefined {
 }
 
 /**
- * The honest client, by the rules of src/client (acquire.ts, acquire-attempt.ts): asks every reachable replica,
+ * The honest client, by the rules of src/client/core (acquire.ts, answers.ts): asks every reachable replica,
  * catches laggards up with the partials it holds (catchUpStep), escalates above a blocker (escalationEpoch) when
  * grants fall short, else takes the (f+1)-th choice. Returns the epoch of its token, or undefined.
  */

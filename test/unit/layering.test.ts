@@ -42,7 +42,22 @@ const RULES: Record<string, readonly string[]> = {
   token: ['replica', 'client', 'guard', 'protocol'],
   // The console watches through the client's rules; it never reaches into a replica, a guard or the test tools.
   console: ['replica', 'guard', 'testing', 'devtools', 'cli', 'bench', 'ceremony', 'verify'],
+  // The simulator runs the production cores; the operator's command and the benchmark never see it.
+  simulation: ['cli', 'devtools', 'bench'],
 };
+
+/** What a core (src/client/core, docs/testing.md) must never touch: time, timers, randomness, I/O. */
+const CORE_FORBIDDEN = [
+  /from 'node:/,
+  /\bsetTimeout\(/,
+  /\bsetImmediate\(/,
+  /\bsetInterval\(/,
+  /\bDate\.now\(/,
+  /\bperformance\.now\(/,
+  /\bMath\.random\(/,
+  /\bawait\b/,
+  /\bnew Promise\b/,
+];
 
 describe('src folder rules', () => {
   it('reads the import graph', () => {
@@ -52,6 +67,19 @@ describe('src folder rules', () => {
 
   it.each(Object.entries(RULES))('src/%s imports none of %j', (folder, forbidden) => {
     const broken = edges.filter((e) => e.from === folder && forbidden.includes(e.to)).map((e) => `${e.file} → ${e.to}`);
+    expect(broken).toEqual([]);
+  });
+
+  it("the client's cores read no clock, set no timer, draw no randomness and await nothing", () => {
+    const core = sourceFiles(join(SRC, 'client', 'core'));
+    expect(core.length).toBeGreaterThan(5);
+    const broken = core.flatMap((file) => {
+      // Comments may name what the core does not do.
+      const code = readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, '');
+      return CORE_FORBIDDEN.filter((pattern) => pattern.test(code)).map(
+        (pattern) => `${relative(SRC, file)}: ${pattern}`,
+      );
+    });
     expect(broken).toEqual([]);
   });
 });

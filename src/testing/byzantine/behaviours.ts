@@ -121,3 +121,17 @@ export function byzantineParams(
   }
   return params;
 }
+
+/**
+ * The behaviour one request is handled by: with chance `rate`, one of `behaviours` picked by the seeded PRNG (so a
+ * seed replays the choice); undefined means honestly.
+ */
+export function pickBehaviour(
+  random: { chance(p: number): boolean; pick<T>(items: readonly T[]): T },
+  behaviours: readonly ByzantineBehaviour[],
+  rate: number,
+): ByzantineBehaviour | undefined {
+  if (behaviours.length === 0) return undefined;
+  if (rate < 1 && !random.chance(rate)) return undefined;
+  return random.pick(behaviours);
+}

@@ -23,13 +23,21 @@ export function identityPointBytes(): Uint8Array {
 export class PartialForger {
   readonly #backend: BlsBackend;
   readonly #own: SecretKey;
-  readonly #other: ReplicaKey | undefined;
+  readonly #other: Pick<ReplicaKey, 'secretKey'> | undefined;
   readonly #sent: { digest: string; partial: Uint8Array }[] = [];
+  readonly #random: (length: number) => Uint8Array;
 
-  constructor(backend: BlsBackend, own: ReplicaKey, other?: ReplicaKey) {
+  /** @param random bytes for the wrong keys and garbage (default: the OS's; the simulator's are seeded). */
+  constructor(
+    backend: BlsBackend,
+    own: Pick<ReplicaKey, 'secretKey'>,
+    other?: Pick<ReplicaKey, 'secretKey'>,
+    random: (length: number) => Uint8Array = (length) => new Uint8Array(randomBytes(length)),
+  ) {
     this.#backend = backend;
     this.#own = own.secretKey;
     this.#other = other;
+    this.#random = random;
   }
 
   get hasOtherKey(): boolean {
@@ -45,10 +53,8 @@ export class PartialForger {
   wrongShare(grant: Grant): Uint8Array {
     for (;;) {
       try {
-        return this.#backend.sign(
-          this.#backend.secretKeyFromBytes(new Uint8Array(randomBytes(SECRET_KEY_BYTES))),
-          grantMessage(grant),
-        ).bytes;
+        return this.#backend.sign(this.#backend.secretKeyFromBytes(this.#random(SECRET_KEY_BYTES)), grantMessage(grant))
+          .bytes;
       } catch {
         // A random 32-byte string is at or above the group order about half the time; draw again.
       }
@@ -56,7 +62,7 @@ export class PartialForger {
   }
 
   garbage(): Uint8Array {
-    return new Uint8Array(randomBytes(SIGNATURE_BYTES));
+    return this.#random(SIGNATURE_BYTES);
   }
 
   identity(): Uint8Array {

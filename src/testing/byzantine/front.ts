@@ -36,6 +36,7 @@ import {
   PROCESS_BEHAVIOURS,
   byzantineParams,
   parseBehaviours,
+  pickBehaviour,
   type ByzantineBehaviour,
   type ByzantineParams,
 } from './behaviours.js';
@@ -203,10 +204,9 @@ export class ByzantineFront {
 
   #choose(): ByzantineBehaviour | undefined {
     this.#requests++;
-    if (this.#behaviours.length === 0) return undefined;
-    if (this.#params.rate < 1 && !this.#random.chance(this.#params.rate)) return undefined;
-    this.#chosen++;
-    return this.#random.pick(this.#behaviours);
+    const behaviour = pickBehaviour(this.#random, this.#behaviours, this.#params.rate);
+    if (behaviour) this.#chosen++;
+    return behaviour;
   }
 
   // ---------- HTTP: control, and the real replica's endpoints ----------

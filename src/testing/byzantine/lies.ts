@@ -30,6 +30,8 @@ export interface BehaviourContext {
   readonly params: ByzantineParams;
   /** Counts that `behaviour` changed what a client saw (GET /byzantine's `acts`). */
   readonly act: (behaviour: ByzantineBehaviour) => void;
+  /** Runs `run` after `ms` (default: a real timer; the simulator's runs on virtual time). */
+  readonly later?: (ms: number, run: () => void) => void;
 }
 
 /** Applies the request's behaviour to the real replica's answer and sends what the client should see. */
@@ -102,7 +104,8 @@ export function answerWithBehaviour(
     }
     case 'slow': {
       context.act('slow');
-      setTimeout(() => io.toClient(honestFrame), context.params.slowMs).unref();
+      const later = context.later ?? ((ms: number, run: () => void) => setTimeout(run, ms).unref());
+      later(context.params.slowMs, () => io.toClient(honestFrame));
       return;
     }
     case 'flood': {

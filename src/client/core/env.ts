@@ -1,0 +1,56 @@
+/**
+ * What every client core works with: the cluster's numbers, the holder, the options it decides by, and the
+ * call's running state (its outbox, the connections as last reported, whether the caller aborted). Built by the
+ * driver (src/client/drive.ts) from a QuorumContext, or by the simulator from its own parts.
+ */
+import type { Grant } from '../../token/grant.js';
+import type { ClientOptions } from '../options.js';
+import type { PartialCollector } from '../partial-collector.js';
+import type { GrantLatency } from '../signer-choice.js';
+import type { ConnectionView } from './io.js';
+import { Outbox } from './io.js';
+
+/** The parts of a cluster description the cores decide by. */
+export interface CoreCluster {
+  readonly n: number;
+  readonly f: number;
+  /** Partials a token needs (2f+1). */
+  readonly t: number;
+  readonly id: Uint8Array;
+  /** The share generation partials must carry to be combined (docs/resharing.md). */
+  readonly membershipVersion: number;
+}
+
+export type CoreOptions = Pick<
+  ClientOptions,
+  'requestTimeoutMs' | 'stragglerMinMs' | 'maxEpochStep' | 'retryBaseMs' | 'retryMaxMs' | 'busyPollMs'
+>;
+
+export interface CoreEnv {
+  readonly cluster: CoreCluster;
+  /** The caller's identity: the holder of every grant it asks for. */
+  readonly holder: Uint8Array;
+  readonly options: CoreOptions;
+  /** Numbers in [0, 1) for jitter (the client's `random` option). */
+  readonly random: () => number;
+  /** How long acquires take to reach t partials (shared by a client's calls): when first signers count as late. */
+  readonly grantLatency: GrantLatency | undefined;
+  /** The collector of one grant's partials (decoding, evidence, combining). */
+  readonly collect: (grant: Grant) => PartialCollector;
+}
+
+/** The running state one call's cores share. */
+export class CallState {
+  readonly out = new Outbox();
+  connections: readonly ConnectionView[];
+  aborted: boolean;
+
+  constructor(connections: readonly ConnectionView[], aborted: boolean) {
+    this.connections = connections;
+    this.aborted = aborted;
+  }
+
+  isReady(replica: number): boolean {
+    return this.connections.find((c) => c.index === replica)?.state.phase === 'ready';
+  }
+}

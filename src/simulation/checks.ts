@@ -1,0 +1,103 @@
+/**
+ * The verdict on one run (docs/testing.md):
+ *
+ * - safety: the history checker (src/testing/history-checker.ts) over the guard's log, every token a client
+ *   obtained, and the writes it was told were accepted: S1 (one token per resource and epoch), S4 (accepted
+ *   epochs never go down), every accepted token valid, no acknowledged write lost, and across a reshare no epoch
+ *   granted again; the guard refused nothing as stale that was not below its barrier; no client threw and no
+ *   replica failed a request;
+ * - liveness: every operation issued after the heal (at most f replicas faulty, the network calm) got its lease
+ *   within `livenessBoundMs`, and each replica's line granted waiters in arrival order;
+ * - bounded state: once every lease has ended, no replica keeps a waiter, a running lease, more records or
+ *   watched resources than the run has resources, and no client keeps a request, a listener, a lease or a write
+ *   open; nothing is left in flight.
+ */
+import { checkHistory, formatViolation, type History } from '../testing/history-checker.js';
+import { livenessBoundMs } from './scenario.js';
+import type { World } from './world.js';
+
+export interface Verdict {
+  readonly violations: string[];
+  readonly livenessFailures: string[];
+}
+
+/** @param finished the run reached its end (every operation done, the quiet period passed) within its limits. */
+export function judge(world: World, finished: boolean): Verdict {
+  const violations = [...safety(world), ...boundedState(world, finished)];
+  const livenessFailures = [...liveness(world, finished), ...world.lines.violations()];
+  return { violations, livenessFailures };
+}
+
+function safety(world: World): string[] {
+  const { clients, guard } = world;
+  const tokenGenerations = new Map<string, number>();
+  for (const client of clients)
+    for (const [token, generation] of client.generations) tokenGenerations.set(token, generation);
+  const history: History = {
+    guardLogs: [guard.log],
+    capturedTokens: clients.flatMap((client) => client.tokens),
+    acknowledged: clients.flatMap((client) => client.acknowledged),
+    finalVersions: [guard.versions],
+    tokenGenerations,
+    reshares: world.reshares,
+  };
+  const checked = checkHistory(history, world.reshares[0]?.before ?? world.keys.cluster);
+  const found = checked.ok ? [] : checked.violations.map(formatViolation);
+  for (const entry of guard.log)
+    if (entry.outcome === 'stale' && entry.epoch !== null && BigInt(entry.epoch) >= BigInt(entry.barrierBefore ?? 0))
+      found.push(
+        `guard refused #${entry.seq} at epoch ${entry.epoch} as stale, not below its barrier ${entry.barrierBefore}`,
+      );
+  for (const client of clients)
+    for (const error of client.errors) found.push(`client ${client.address} threw: ${error}`);
+  found.push(...world.failures);
+  return found;
+}
+
+function liveness(world: World, finished: boolean): string[] {
+  const failures: string[] = [];
+  if (!finished) failures.push('the run did not finish within its limits (an operation never ended)');
+  const bound = livenessBoundMs(world.plan.clients);
+  for (const client of world.clients) {
+    for (const outcome of client.outcomes) {
+      if (!outcome.op.judged) continue;
+      const took = outcome.acquiredAt - outcome.startedAt;
+      if (!outcome.ok)
+        failures.push(`${client.address}: acquire of ${outcome.op.resource} after the heal failed: ${outcome.reason}`);
+      else if (took > bound)
+        failures.push(`${client.address}: acquire of ${outcome.op.resource} took ${took} ms, bound ${bound}`);
+    }
+  }
+  return failures;
+}
+
+function boundedState(world: World, finished: boolean): string[] {
+  if (!finished) return [];
+  const found: string[] = [];
+  const resources = world.plan.resources.length;
+  for (const replica of world.replicas) {
+    const service = replica.service;
+    // A Byzantine replica's memory is its own (an ignored release keeps its line's request until its ttl).
+    if (!service || replica.byzantine) continue;
+    const where = `replica ${replica.address}`;
+    if (service.handoffs.size > 0)
+      found.push(`${where} keeps ${service.handoffs.size} waiters after every lease ended`);
+    if (service.leases.activeCount() > 0)
+      found.push(`${where} counts ${service.leases.activeCount()} leases running after every lease ended`);
+    if (service.leases.size > resources)
+      found.push(`${where} keeps ${service.leases.size} lease entries for ${resources} resources`);
+    if (service.store.size > resources)
+      found.push(`${where} keeps ${service.store.size} records for ${resources} resources`);
+    if (replica.watched > resources) found.push(`${where} watches ${replica.watched} resources of ${resources}`);
+  }
+  for (const client of world.clients) {
+    const open = client.openState;
+    for (const [what, count] of Object.entries(open))
+      if (count > 0) found.push(`client ${client.address} keeps ${count} ${what} open after its last operation`);
+  }
+  if (world.guard.barriers > resources)
+    found.push(`the guard keeps ${world.guard.barriers} barriers for ${resources} resources`);
+  if (world.network.inFlight > 0)
+    found.push(`${world.network.inFlight} messages still in flight after the quiet period`);
+  return found;
+}

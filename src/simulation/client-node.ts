@@ -1,0 +1,278 @@
+/**
+ * A simulated client: the SDK's own acquire, lease (renewal, release) and driver code (src/client: the cores and
+ * drive.ts), over simulated connections (channel.ts) on the client's own drifting clock, running a workload: per
+ * operation, acquire a resource (with a wait), write through the guard with the token while holding it, release.
+ * What it saw (tokens, acknowledged writes, each operation's outcome and duration, any exception) is what the
+ * run's checks read.
+ */
+import { BoundedMap } from '../common/bounded-map.js';
+import { toHex } from '../common/bytes.js';
+import { acquireGrant, type AcquireGrantResult } from '../client/acquire.js';
+import { EvidenceLog } from '../client/evidence.js';
+import { identityFromSecretKey, type Identity } from '../client/identity.js';
+import { Lease } from '../client/lease.js';
+import { resolveClientOptions, type ClientOptions } from '../client/options.js';
+import type { QuorumContext } from '../client/quorum-context.js';
+import { ResourceListeners } from '../client/resource-listeners.js';
+import { GrantLatency } from '../client/signer-choice.js';
+import type { Cluster } from '../cluster/description.js';
+import type { AcknowledgedWrite } from '../testing/history-checker.js';
+import type { SeededRandom } from '../testing/seeded-random.js';
+import { tokenDigest } from '../token/admission-token.js';
+import { SimChannel } from './channel.js';
+import { NodeClock } from './clock.js';
+import { GUARD_ADDRESS, type WriteAnswer, type WriteRequest } from './guard-node.js';
+import type { SimNetwork } from './network.js';
+import type { Scheduler } from './scheduler.js';
+import type { ToClient } from './wire.js';
+
+export interface ClientOp {
+  readonly resource: string;
+  readonly ttlMs: number;
+  readonly waitMs: number;
+  readonly holdMs: number;
+  /** Guarded writes made while holding the lease. */
+  readonly writes: number;
+  /** Pause before the acquire (client ms). */
+  readonly delayMs: number;
+  /** Issued after the run healed: the liveness check judges it. */
+  readonly judged: boolean;
+  /** Not before this virtual time (the heal, for judged operations). */
+  readonly startAt: number;
+}
+
+export interface OpOutcome {
+  readonly op: ClientOp;
+  /** Virtual ms: the acquire began, returned, and the operation ended (after the release). */
+  readonly startedAt: number;
+  readonly acquiredAt: number;
+  readonly endedAt: number;
+  readonly ok: boolean;
+  readonly reason: string;
+}
+
+export interface ClientSetup {
+  readonly index: number;
+  readonly scheduler: Scheduler;
+  readonly network: SimNetwork;
+  readonly random: SeededRandom;
+  readonly cluster: Cluster;
+  readonly rate: number;
+  readonly options: Partial<ClientOptions>;
+  /** A mutation: the threshold this client's cores and collectors believe in (default the cluster's t). */
+  readonly believedThreshold?: number;
+}
+
+/** A judged acquire answered `unavailable` asks again this much later (client ms): a reconnect takes about that. */
+const UNAVAILABLE_RETRY_MS = 100;
+
+/** How long a client waits for the guard's answer to a write (client ms). */
+const WRITE_TIMEOUT_MS = 1_000;
+
+export class SimClient {
+  readonly address: string;
+  readonly identity: Identity;
+  readonly clock: NodeClock;
+  readonly tokens: string[] = [];
+  readonly acknowledged: AcknowledgedWrite[] = [];
+  readonly outcomes: OpOutcome[] = [];
+  readonly errors: string[] = [];
+  /** Tokens by the share generation of the description they were granted under (the reshare check). */
+  readonly generations = new Map<string, number>();
+  readonly #setup: ClientSetup;
+  readonly #options: ClientOptions;
+  readonly #releaseListeners = new ResourceListeners<[]>();
+  readonly #turnListeners = new ResourceListeners<[replica: number, epoch: bigint]>();
+  readonly #changeListeners = new Set<() => void>();
+  readonly #writes = new Map<number, (answer: WriteAnswer | undefined) => void>();
+  readonly #leases = new Set<Lease>();
+  #channels: SimChannel[] = [];
+  #ctx: QuorumContext;
+  #nextWrite = 1;
+  #done = false;
+
+  constructor(setup: ClientSetup) {
+    this.#setup = setup;
+    this.address = `c${setup.index}`;
+    this.clock = new NodeClock(setup.scheduler, this.address, 1_000 * setup.index, setup.rate);
+    const seed = Uint8Array.from({ length: 32 }, () => setup.random.int(0, 255));
+    this.identity = identityFromSecretKey(seed);
+    this.#options = resolveClientOptions({ ...setup.options, clock: this.clock, random: () => setup.random.next() });
+    this.#ctx = this.#context(setup.cluster);
+    setup.network.attach(this.address, (from, message) => this.#receive(from, message));
+  }
+
+  get done(): boolean {
+    return this.#done;
+  }
+
+  get context(): QuorumContext {
+    return this.#ctx;
+  }
+
+  /** Requests open on its connections, listeners and leases held (bounded-state check). */
+  get openState(): { requests: number; listeners: number; leases: number; writes: number } {
+    return {
+      requests: this.#channels.reduce((sum, channel) => sum + channel.open, 0),
+      listeners: this.#changeListeners.size,
+      leases: this.#leases.size,
+      writes: this.#writes.size,
+    };
+  }
+
+  /** Connects to the replicas of `cluster` (at the start, and after a reshare to the new members). */
+  connect(cluster: Cluster, replicaAddress: (index: number) => string): void {
+    for (const channel of this.#channels) channel.close();
+    this.#channels = cluster.replicas.map(
+      (replica) =>
+        new SimChannel(replica.index, replicaAddress(replica.index), {
+          address: this.address,
+          network: this.#setup.network,
+          clock: this.clock,
+          options: this.#options,
+          holder: this.identity.publicKey,
+          onChange: () => {
+            for (const listener of [...this.#changeListeners]) listener();
+          },
+          onReleased: (resource) => this.#releaseListeners.notify(resource),
+          onTurn: (replica, resource, epoch) => this.#turnListeners.notify(resource, replica, epoch),
+          onFault: () => undefined,
+        }),
+    );
+    this.#ctx = this.#context(cluster);
+    for (const channel of this.#channels) channel.start();
+  }
+
+  /** Runs the operations one after another; resolves when all are done. Never rejects. */
+  async run(ops: readonly ClientOp[]): Promise<void> {
+    for (const op of ops) {
+      const { scheduler } = this.#setup;
+      if (scheduler.now < op.startAt)
+        await new Promise<void>((resolve) =>
+          scheduler.schedule(op.startAt - scheduler.now, `${this.address}:start`, resolve),
+        );
+      await this.#sleep(op.delayMs);
+      const startedAt = this.#setup.scheduler.now;
+      let acquiredAt = startedAt;
+      try {
+        const reason = await this.#operate(op, () => (acquiredAt = this.#setup.scheduler.now));
+        const endedAt = this.#setup.scheduler.now;
+        this.outcomes.push({ op, startedAt, acquiredAt, endedAt, ok: reason === 'ok', reason });
+      } catch (error) {
+        this.errors.push(`${op.resource}: ${error instanceof Error ? error.message : String(error)}`);
+      }
+    }
+    this.#done = true;
+  }
+
+  /** The run is over: every connection closes. */
+  close(): void {
+    for (const channel of this.#channels) channel.close();
+  }
+
+  /**
+   * One acquire; a judged one that finds too few replicas connected (`unavailable`, answered at once by design:
+   * a connection the client has not yet seen reset, a replica reconnecting) asks again after a pause, as an
+   * application would, within its wait.
+   */
+  async #acquire(op: ClientOp): Promise<AcquireGrantResult> {
+    const { scheduler } = this.#setup;
+    const until = scheduler.now + op.waitMs;
+    for (;;) {
+      const waitMs = Math.max(0, Math.floor(until - scheduler.now));
+      const result = await acquireGrant(this.#ctx, {
+        resource: op.resource,
+        ttlMs: op.ttlMs,
+        waitMs,
+        timeoutMs: waitMs + this.#options.acquireTimeoutMs,
+      });
+      if (result.ok || !op.judged || result.reason !== 'unavailable' || scheduler.now >= until) return result;
+      await this.#sleep(UNAVAILABLE_RETRY_MS);
+    }
+  }
+
+  async #operate(op: ClientOp, acquired: () => void): Promise<string> {
+    const ctx = this.#ctx;
+    const result = await this.#acquire(op);
+    acquired();
+    if (!result.ok) return `${result.reason}: ${result.message}`;
+    const lease = new Lease(ctx, result.grant, result.faults, { autoRenew: true }, (held) => {
+      this.#leases.add(held);
+      return () => this.#leases.delete(held);
+    });
+    this.tokens.push(lease.tokenText);
+    this.generations.set(lease.tokenText, ctx.cluster.membershipVersion);
+    const digest = toHex(tokenDigest(lease.token));
+    const between = op.holdMs / (op.writes + 1);
+    for (let k = 0; k < op.writes; k++) {
+      await this.#sleep(between);
+      if (!lease.active) break;
+      const key = `k${this.#setup.random.int(0, 2)}`;
+      const answer = await this.#write(lease.tokenText, op.resource, key);
+      if (answer?.accepted && answer.version !== null)
+        this.acknowledged.push({ guard: 0, resource: op.resource, key, tokenDigest: digest, version: answer.version });
+    }
+    await this.#sleep(between);
+    await lease.release();
+    return 'ok';
+  }
+
+  #write(token: string, resource: string, key: string): Promise<WriteAnswer | undefined> {
+    const id = this.#nextWrite++;
+    const request: WriteRequest = { kind: 'write', id, token, resource, key };
+    return new Promise((resolve) => {
+      const timer = this.clock.setTimeout(() => {
+        this.#writes.delete(id);
+        resolve(undefined);
+      }, WRITE_TIMEOUT_MS);
+      this.#writes.set(id, (answer) => {
+        this.clock.clearTimeout(timer);
+        resolve(answer);
+      });
+      this.#setup.network.send(this.address, GUARD_ADDRESS, request, `write#${id} ${resource}/${key}`);
+    });
+  }
+
+  #receive(from: string, message: unknown): void {
+    if (from === GUARD_ADDRESS) {
+      const answer = message as WriteAnswer;
+      const settle = this.#writes.get(answer.id);
+      this.#writes.delete(answer.id);
+      settle?.(answer);
+      return;
+    }
+    const index = Number(from.slice(1).split('.')[0]);
+    this.#channels
+      .find((channel) => channel.index === index && channel.replicaAddress === from)
+      ?.receive(message as ToClient);
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => this.clock.setTimeout(resolve, ms));
+  }
+
+  #subscribe(listener: () => void): () => void {
+    this.#changeListeners.add(listener);
+    return () => this.#changeListeners.delete(listener);
+  }
+
+  #context(cluster: Cluster): QuorumContext {
+    const believed =
+      this.#setup.believedThreshold === undefined ? cluster : { ...cluster, t: this.#setup.believedThreshold };
+    return {
+      cluster: believed,
+      backend: cluster.backend,
+      identity: this.identity,
+      options: this.#options,
+      channels: { channels: this.#channels, subscribe: (l) => this.#subscribe(l) },
+      evidence: new EvidenceLog({
+        maxEvidence: this.#options.maxEvidence,
+        partialMemorySize: this.#options.partialMemorySize,
+      }),
+      epochHints: new BoundedMap(this.#options.epochHintCacheSize),
+      grantLatency: new GrantLatency(),
+      onReleased: (resource, listener) => this.#releaseListeners.listen(resource, listener),
+      onTurn: (resource, listener) => this.#turnListeners.listen(resource, listener),
+    };
+  }
+}

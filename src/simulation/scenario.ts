@@ -1,0 +1,222 @@
+/**
+ * A run's plan, drawn from its seed (docs/testing.md): the cluster's size, which replicas are Byzantine and how
+ * they lie, the clients and what each does, the network's conditions, the faults and when (partitions, crashes,
+ * power losses, a crash at the moment disks flush, clock jumps, a malicious client pushing replicas apart, a
+ * reshare), and when everything heals. A plan is plain data: shrinking (shrink.ts) removes parts of it and runs
+ * the rest with the same seed.
+ *
+ * Two phases. Until `healAt` faults come and go and the clients' operations are judged for safety only; from then
+ * on the network is calm, every crashed replica has restarted, at most f replicas (the Byzantine ones) are faulty,
+ * and each client's last operations must complete within the liveness bound (checks.ts).
+ */
+import { BYZANTINE_BEHAVIOURS, type ByzantineBehaviour } from '../testing/byzantine/behaviours.js';
+import { seededRandom, type SeededRandom } from '../testing/seeded-random.js';
+import type { ClientOp } from './client-node.js';
+import type { NetworkConditions } from './network.js';
+
+export type Fault =
+  /** Cuts every link between the two groups of nodes for `forMs`. */
+  | {
+      readonly at: number;
+      readonly kind: 'partition';
+      readonly groups: readonly [string[], string[]];
+      readonly forMs: number;
+    }
+  /** Replica `replica` crashes and restarts `downMs` later. */
+  | { readonly at: number; readonly kind: 'crash'; readonly replica: number; readonly downMs: number }
+  /** Every replica loses power at once and restarts `downMs` later. */
+  | { readonly at: number; readonly kind: 'power-loss'; readonly downMs: number }
+  /**
+   * Every replica loses power `afterMs` after the `flushes`-th disk flush that begins after `at` (a grant round's
+   * flushes begin together: its writes are then in flight, some flushed, some not).
+   */
+  | {
+      readonly at: number;
+      readonly kind: 'power-loss-on-flush';
+      readonly flushes: number;
+      readonly afterMs: number;
+      readonly downMs: number;
+    }
+  /** A node's monotonic clock jumps forward. */
+  | { readonly at: number; readonly kind: 'clock-jump'; readonly node: string; readonly ms: number }
+  /** Worse network conditions for `forMs`. */
+  | { readonly at: number; readonly kind: 'conditions'; readonly conditions: NetworkConditions; readonly forMs: number }
+  /** The malicious client grants itself epochs ahead at a few replicas alone (docs/protocol.md, "Epoch steps"). */
+  | {
+      readonly at: number;
+      readonly kind: 'push-ahead';
+      readonly resource: string;
+      readonly replicas: number[];
+      readonly grants: number;
+    }
+  /** One replica is replaced by a reshare: every old replica frozen, records inherited, new shares of the same key. */
+  | { readonly at: number; readonly kind: 'reshare' };
+
+export interface Plan {
+  readonly seed: number;
+  readonly n: number;
+  readonly clients: number;
+  readonly resources: readonly string[];
+  readonly byzantine: readonly { readonly replica: number; readonly behaviours: readonly ByzantineBehaviour[] }[];
+  readonly faults: readonly Fault[];
+  /** Per client, its operations in order. */
+  readonly ops: readonly (readonly ClientOp[])[];
+  /** Virtual ms: every fault is over, the network calm, crashed replicas restarted. */
+  readonly healAt: number;
+}
+
+/** The replicas' limits in a run: short leases and small epoch steps, so a run of seconds exercises them. */
+export const RUN_LIMITS = {
+  minTtlMs: 100,
+  maxTtlMs: 2_000,
+  retentionMs: 1_000,
+  compactionIntervalMs: 400,
+  freeEpochStep: 8n,
+  maxEpochStep: 128n,
+  maxWaitersPerResource: 256,
+} as const;
+
+/** The clients' options in a run, matched to RUN_LIMITS (maxEpochStep) and short enough for seconds of virtual time. */
+export const RUN_CLIENT_OPTIONS = {
+  handshakeTimeoutMs: 300,
+  reconnectBaseMs: 20,
+  reconnectMaxMs: 300,
+  requestTimeoutMs: 600,
+  acquireTimeoutMs: 2_000,
+  maxEpochStep: RUN_LIMITS.maxEpochStep,
+} as const;
+
+/** Behaviours a Byzantine replica of a run may draw (every one of the project's, `flood` kept small). */
+const LIES: readonly ByzantineBehaviour[] = BYZANTINE_BEHAVIOURS;
+
+/** The chaos phase's length and how far into it faults may start (virtual ms). */
+const CHAOS_MS = 2_500;
+
+export function planRun(seed: number): Plan {
+  const random = seededRandom(seed);
+  const n = random.pick([4, 4, 4, 4, 7, 7, 10]);
+  const f = (n - 1) / 3;
+  const clients = random.int(2, n === 10 ? 3 : 4);
+  const resources = random.chance(0.6) ? ['hot'] : ['hot', 'cold'];
+  const byzantine = random
+    .shuffle(Array.from({ length: n }, (_, k) => k + 1))
+    .slice(0, random.int(0, f))
+    .map((replica) => ({ replica, behaviours: random.shuffle(LIES).slice(0, random.int(1, 3)) }));
+  const healAt = CHAOS_MS + random.int(0, 500);
+  const faults = drawFaults(random, n, resources, healAt);
+  const ops = Array.from({ length: clients }, () => drawOps(random, resources, healAt, clients));
+  return { seed, n, clients, resources, byzantine, faults, ops, healAt };
+}
+
+function drawFaults(random: SeededRandom, n: number, resources: readonly string[], healAt: number): Fault[] {
+  const faults: Fault[] = [];
+  const replicas = Array.from({ length: n }, (_, k) => `r${k + 1}`);
+  const count = random.int(0, 5);
+  for (let k = 0; k < count; k++) {
+    const at = random.int(50, healAt - 400);
+    const room = healAt - at - 50;
+    switch (random.int(0, 8)) {
+      case 0: {
+        const split = random.shuffle([...replicas, ...Array.from({ length: 4 }, (_, c) => `c${c + 1}`)]);
+        const cut = random.int(1, split.length - 1);
+        faults.push({
+          at,
+          kind: 'partition',
+          groups: [split.slice(0, cut), split.slice(cut)],
+          forMs: random.int(50, room),
+        });
+        break;
+      }
+      case 1:
+      case 2:
+        faults.push({ at, kind: 'crash', replica: random.int(1, n), downMs: random.int(20, room) });
+        break;
+      case 3:
+        faults.push({ at, kind: 'power-loss', downMs: random.int(20, Math.min(room, 300)) });
+        break;
+      case 4:
+      case 5:
+        faults.push({
+          at,
+          kind: 'power-loss-on-flush',
+          // A grant round's t flushes begin together: strike at the end of one, or soon after.
+          flushes: random.int(1, 3) + (2 * (n - 1)) / 3,
+          afterMs: random.next(),
+          downMs: random.int(20, Math.min(room, 300)),
+        });
+        break;
+      case 6:
+        faults.push({ at, kind: 'clock-jump', node: random.pick(replicas), ms: random.int(100, 3_000) });
+        break;
+      case 7: {
+        const conditions = {
+          baseDelayMs: random.next() * 3,
+          jitterMs: random.next() * 20,
+          loss: random.next() * 0.2,
+          duplicate: random.next() * 0.1,
+        };
+        faults.push({ at, kind: 'conditions', conditions, forMs: random.int(50, room) });
+        break;
+      }
+      default: {
+        const pushed = random.shuffle(Array.from({ length: n }, (_, r) => r + 1)).slice(0, random.int(1, 2));
+        faults.push({
+          at,
+          kind: 'push-ahead',
+          resource: random.pick(resources),
+          replicas: pushed,
+          grants: random.int(1, 6),
+        });
+      }
+    }
+  }
+  if (random.chance(0.15)) faults.push({ at: random.int(300, healAt - 600), kind: 'reshare' });
+  return faults.sort((a, b) => a.at - b.at);
+}
+
+/**
+ * The liveness bound of a judged operation (virtual ms; docs/testing.md): a lease kept by a restarted replica's
+ * rule (maxTtl), two turn waits a lying leader can cost (2 × 5 s, docs/protocol.md), and each other client's
+ * hold and handoff ahead of it.
+ */
+export function livenessBoundMs(clients: number): number {
+  return RUN_LIMITS.maxTtlMs + 2 * 5_000 + clients * (MAX_HOLD_MS + 500);
+}
+
+const MAX_HOLD_MS = 300;
+
+/**
+ * Judged operations begin this long after the heal: a client whose handshake went to a replica that was down
+ * finds out after handshakeTimeoutMs and tries again within reconnectMaxMs (RUN_CLIENT_OPTIONS), and an acquire
+ * with fewer than t replicas connected answers `unavailable` at once, by design.
+ */
+const RECONNECT_MS = RUN_CLIENT_OPTIONS.handshakeTimeoutMs + RUN_CLIENT_OPTIONS.reconnectMaxMs + 400;
+
+function drawOps(random: SeededRandom, resources: readonly string[], healAt: number, clients: number): ClientOp[] {
+  const ops: ClientOp[] = [];
+  const chaos = random.int(1, 5);
+  for (let k = 0; k < chaos; k++)
+    ops.push({
+      resource: random.pick(resources),
+      ttlMs: random.int(300, 1_500),
+      waitMs: random.pick([0, random.int(50, 1_500)]),
+      holdMs: random.int(0, MAX_HOLD_MS),
+      writes: random.int(0, 3),
+      delayMs: random.int(0, 300),
+      judged: false,
+      startAt: 0,
+    });
+  const judged = random.int(1, 2);
+  for (let k = 0; k < judged; k++)
+    ops.push({
+      resource: random.pick(resources),
+      ttlMs: random.int(300, 1_500),
+      waitMs: livenessBoundMs(clients),
+      holdMs: random.int(0, MAX_HOLD_MS),
+      writes: random.int(0, 2),
+      delayMs: random.int(0, 50),
+      judged: true,
+      startAt: healAt + RECONNECT_MS,
+    });
+  return ops;
+}

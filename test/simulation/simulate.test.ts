@@ -1,0 +1,92 @@
+/**
+ * The deterministic simulator through its command (docs/testing.md), as CI runs it: a fixed budget of seeded
+ * scenarios with no violation and no liveness failure, the same digest for the same seeds whatever the number of
+ * worker threads, every planted bug caught within 300 runs of seed 1 (so the checks can fail), a caught run
+ * replayed from its seed with the same verdict, and bad flags refused with their code. Build first (it runs
+ * dist/).
+ */
+import { describe, expect, it } from 'vitest';
+import { MUTATIONS } from '../../src/simulation/mutations.js';
+import { runDevCli } from '../support/cli.js';
+
+/** About a minute of CPU on the 2-core CI machine with simulated crypto (about 30 ms a scenario). */
+const BUDGET_RUNS = 1_000;
+const SEED = 20261126;
+
+interface Summary {
+  readonly runs: number;
+  readonly violations: number;
+  readonly livenessFailures: number;
+  readonly digest: string;
+  readonly failedRuns: readonly {
+    readonly seed: number;
+    readonly violations: readonly string[];
+    readonly livenessFailures: readonly string[];
+  }[];
+  readonly caught?: boolean;
+  readonly caughtAtRun?: number | null;
+}
+
+async function simulate(args: string[], timeoutMs: number): Promise<Summary> {
+  const result = await runDevCli(['simulate', '--json', ...args], { timeoutMs });
+  expect(result.stderr).toBe('');
+  return JSON.parse(result.stdout) as Summary;
+}
+
+describe('quorumfence-dev simulate', () => {
+  it(`${BUDGET_RUNS} seeded scenarios: no violation, no liveness failure, a digest over every event`, async () => {
+    const summary = await simulate(['--seed', String(SEED), '--runs', String(BUDGET_RUNS), '--workers', '2'], 600_000);
+    expect(summary.failedRuns).toEqual([]);
+    expect(summary).toMatchObject({ runs: BUDGET_RUNS, violations: 0, livenessFailures: 0 });
+    expect(summary.digest).toMatch(/^[0-9a-f]{64}$/);
+  }, 620_000);
+
+  it('the same seeds give the same digest, in one thread or two; another seed gives another', async () => {
+    const one = await simulate(['--seed', '7', '--runs', '60', '--workers', '1'], 300_000);
+    const two = await simulate(['--seed', '7', '--runs', '60', '--workers', '2'], 300_000);
+    const other = await simulate(['--seed', '8', '--runs', '60', '--workers', '2'], 300_000);
+    expect(two.digest).toBe(one.digest);
+    expect(other.digest).not.toBe(one.digest);
+  }, 620_000);
+
+  it.each(MUTATIONS.map((mutation) => [mutation.name]))(
+    'the planted bug %s is caught within 300 runs of seed 1, and its run replays from its seed',
+    async (name) => {
+      const summary = await simulate(['--seed', '1', '--runs', '300', '--mutate', name, '--trace', '0'], 300_000);
+      expect(summary.caught).toBe(true);
+      expect(summary.caughtAtRun).toBeLessThan(300);
+      const failed = summary.failedRuns[0]!;
+      const replay = await runDevCli(
+        ['simulate', '--replay', String(failed.seed), '--mutate', name, '--json', '--trace', '0'],
+        {
+          timeoutMs: 120_000,
+        },
+      );
+      // With --mutate, exit 0 means the run failed a check again.
+      expect(replay.code).toBe(0);
+      const replayed = JSON.parse(replay.stdout) as { violations: string[]; livenessFailures: string[] };
+      expect([...replayed.violations, ...replayed.livenessFailures]).toEqual([
+        ...failed.violations,
+        ...failed.livenessFailures,
+      ]);
+    },
+    320_000,
+  );
+
+  it('refuses an unknown mutation, crypto or flag with INVALID_OPTION (exit 2)', async () => {
+    for (const args of [['--mutate', 'no-such-bug'], ['--crypto', 'quantum'], ['--surprise']]) {
+      const result = await runDevCli(['simulate', ...args], { timeoutMs: 30_000 });
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain('INVALID_OPTION');
+      expect(result.stdout).toBe('');
+    }
+  }, 120_000);
+
+  it('lists its mutations with what each breaks', async () => {
+    const result = await runDevCli(['simulate', '--list-mutations', '--json'], { timeoutMs: 30_000 });
+    expect(result.code).toBe(0);
+    const listed = JSON.parse(result.stdout) as { name: string; breaks: string }[];
+    expect(listed.map((m) => m.name)).toEqual(MUTATIONS.map((m) => m.name));
+    for (const m of listed) expect(m.breaks.length).toBeGreaterThan(0);
+  }, 60_000);
+});
