@@ -98,10 +98,10 @@ export type AcquireGrantResult =
  * @throws QuorumFenceError EPOCH_OUT_OF_RANGE when the resource's epochs are used up (2^63-1 grants).
  */
 export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest): Promise<AcquireGrantResult> {
-  const { resource, ttlMs, waitMs, timeoutMs, signal } = request;
+  const { resource, ttlMs, waitMs, timeoutMs, signal, resume } = request;
   const core = new AcquireCore(
     coreEnv(ctx),
-    { resource, ttlMs, waitMs, timeoutMs },
+    { resource, ttlMs, waitMs, timeoutMs, resume },
     connectionViews(ctx),
     ctx.epochHints.get(resource),
     signal?.aborted ?? false,

@@ -37,6 +37,8 @@ export interface AcquireCall {
   readonly waitMs: number;
   /** The whole call ends by then (ms from the start), whatever happens. */
   readonly timeoutMs: number;
+  /** Crash recovery: end this identity's lease held under another session (docs/protocol.md, "Sessions"). */
+  readonly resume?: boolean | undefined;
 }
 
 /** The call's end: the result, and what to remember about the resource for the next call (granted only). */
