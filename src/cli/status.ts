@@ -21,14 +21,6 @@ ${IDENTITY_FLAG_USAGE}
   --json            print one JSON object instead of a table
 `;
 
-/**
- * "unreachable: connect ECONNREFUSED ...": the state once, though the client's message may already start with
- * it (a connection failure's kind is also the view's state).
- */
-export function unansweredText(state: string, message: string): string {
-  return message.startsWith(`${state}: `) ? message : `${state}: ${message}`;
-}
-
 function toJson(status: ResourceStatus): unknown {
   return {
     resource: status.resource,
@@ -74,7 +66,7 @@ export const command: Command = {
         const view =
           v.state === 'ok'
             ? `epoch ${v.epoch}, ${v.leased ? `leased (${v.remainingMs} ms left)` : 'free'}`
-            : unansweredText(v.state, v.message);
+            : `${v.state}: ${v.message}`;
         lines.push(`${String(v.replica).padEnd(8)} ${v.endpoint.padEnd(29)} ${view}`);
       }
       process.stdout.write(lines.join('\n') + '\n');

@@ -52,11 +52,17 @@ export function unansweredView(ctx: QuorumContext, channel: ReplicaChannel, time
   const failure = channel.state.lastFailure;
   if (channel.state.phase === 'ready')
     return { replica: channel.index, endpoint, state: 'timeout', message: `no answer within ${timeoutMs} ms` };
+  const state = failure && (failure.kind === 'protocol' || failure.kind === 'bad_challenge') ? 'faulty' : 'unreachable';
   return {
     replica: channel.index,
     endpoint,
-    state: failure && (failure.kind === 'protocol' || failure.kind === 'bad_challenge') ? 'faulty' : 'unreachable',
-    message: failure ? `${failure.kind}: ${failure.message}` : `not connected (${channel.state.phase})`,
+    state,
+    // The failure's kind once: readers print `${state}: ${message}`, and an unreachable replica's kind is its state.
+    message: failure
+      ? failure.kind === state
+        ? failure.message
+        : `${failure.kind}: ${failure.message}`
+      : `not connected (${channel.state.phase})`,
     ...(failure ? { failure: failure.kind } : {}),
   };
 }

@@ -12,7 +12,6 @@ import { completionOf } from '../../src/cli/completion.js';
 import { formatHealthReport, formatUptime, healthReport, judgeReplica } from '../../src/cli/health.js';
 import { LOCK_EXIT_CODES, lockExitCode, splitCommandLine } from '../../src/cli/lock.js';
 import { parseEpochArgument } from '../../src/cli/release.js';
-import { unansweredText } from '../../src/cli/status.js';
 import { codeOf } from '../support/error-code.js';
 import { dealCluster } from '../support/dealt-cluster.js';
 
@@ -206,14 +205,5 @@ options:
     });
     expect(completion.subcommands).toEqual(['export', 'import', 'run']);
     expect(completion.flags).toEqual(['--data', '--fast', '--help', '--in', '--json']);
-  });
-});
-
-describe('status', () => {
-  it('names the state once, whether or not the message already starts with it', () => {
-    expect(unansweredText('unreachable', 'unreachable: connect ECONNREFUSED')).toBe(
-      'unreachable: connect ECONNREFUSED',
-    );
-    expect(unansweredText('timeout', 'no answer within 2000 ms')).toBe('timeout: no answer within 2000 ms');
   });
 });
