@@ -1,5 +1,6 @@
 /**
- * The lock a user would pick instead: a 3-member etcd cluster on loopback,
+ * The lock a user would pick instead: a 3-member etcd cluster (on loopback, or with every link, the members'
+ * own too, through the bench's network),
  * driven exactly as a fencing user would (lock, the lock key's create revision
  * as the fencing token, a write conditional on that revision, unlock), by two
  * clients: etcd's lock API through its HTTP/JSON gateway over an undici
@@ -16,8 +17,10 @@ import type { Etcd3, Lease } from 'etcd3';
 import type { Dispatcher } from 'undici';
 import { processCpuMs } from './counters.js';
 import { base64, post, startEtcdCluster } from './etcd-cluster.js';
+import type { Links } from './network.js';
 import {
   closedLoop,
+  freshNames,
   LOOP_PLAN,
   summarise,
   type BenchSize,
@@ -285,11 +288,12 @@ async function etcdLoop(
       seconds,
       async (k) => {
         const locker = made.lockers[k]!;
+        const name = nameOf(k);
         const t0 = performance.now();
-        const { key, fence } = await locker.acquire(nameOf(k));
+        const { key, fence } = await locker.acquire(name);
         const acquireMs = performance.now() - t0;
-        if (write && !(await locker.fencedWrite(key, fence, `data/${nameOf(k)}`, 'x')))
-          throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${nameOf(k)}`);
+        if (write && !(await locker.fencedWrite(key, fence, `data/${name}`, 'x')))
+          throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${name}`);
         await locker.release(key);
         return acquireMs;
       },
@@ -342,7 +346,7 @@ async function benchDriver(
     progress(`${tag}: ${clients} clients on distinct locks ...`);
     let before = cpuNow();
     let after = before;
-    const distinct = await etcdLoop(driver, urls, clients, seconds, (k) => `bench/${driver}/${kind}/d/${k}`, write, {
+    const distinct = await etcdLoop(driver, urls, clients, seconds, freshNames(`bench/${driver}/${kind}/d`), write, {
       opened: () => (before = cpuNow()),
       done: () => (after = cpuNow()),
     });
@@ -375,13 +379,15 @@ export async function benchEtcd(
     clients?: number;
     drivers?: readonly EtcdDriver[];
     progress?: (line: string) => void;
+    /** Every link, the members' peer links too (default: loopback). */
+    links?: Links;
   } = {},
 ): Promise<EtcdFigures> {
   const plan = LOOP_PLAN[options.size ?? 'full'];
   const clients = options.clients ?? 16;
   const progress = options.progress ?? (() => undefined);
   progress('etcd: starting a 3-member cluster ...');
-  const cluster = await startEtcdCluster();
+  const cluster = await startEtcdCluster(options.links ? { links: options.links } : {});
   try {
     const drivers: Partial<Record<EtcdDriver, EtcdDriverFigures>> = {};
     for (const driver of options.drivers ?? (['gateway', 'grpc'] as const))
