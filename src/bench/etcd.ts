@@ -57,6 +57,7 @@ export interface EtcdLocker {
 export class GatewayLocker implements EtcdLocker {
   readonly #pool: Dispatcher;
   #lease = '';
+  #keepAlive: NodeJS.Timeout | undefined;
 
   constructor(pool: Dispatcher) {
     this.#pool = pool;
@@ -64,6 +65,13 @@ export class GatewayLocker implements EtcdLocker {
 
   async open(ttlSeconds = 60): Promise<void> {
     this.#lease = (await post(this.#pool, '/v3/lease/grant', { TTL: ttlSeconds })).ID as string;
+    // Kept alive a third of the TTL apart, as etcd's concurrency.Session does: a locker open longer than the
+    // TTL (600 timed acquires at a long round trip) must not lose its lock keys.
+    this.#keepAlive = setInterval(
+      () => void post(this.#pool, '/v3/lease/keepalive', { ID: this.#lease }).catch(() => undefined),
+      (ttlSeconds * 1000) / 3,
+    );
+    this.#keepAlive.unref();
   }
 
   async acquire(name: string): Promise<{ key: string; fence: bigint }> {
@@ -88,6 +96,7 @@ export class GatewayLocker implements EtcdLocker {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.#keepAlive);
     if (this.#lease) await post(this.#pool, '/v3/lease/revoke', { ID: this.#lease }).catch(() => undefined);
   }
 }
@@ -117,7 +126,8 @@ export class GrpcLocker implements EtcdLocker {
   }
 
   async open(ttlSeconds = 60): Promise<void> {
-    this.#lease = this.#client.lease(ttlSeconds, { autoKeepAlive: false });
+    // etcd3 keeps the lease alive itself (a third of the TTL apart), as a user's session would.
+    this.#lease = this.#client.lease(ttlSeconds, { autoKeepAlive: true });
     const id = await this.#lease.grant();
     this.#leaseHex = BigInt(id).toString(16);
   }

@@ -14,6 +14,7 @@ import { afterAll, describe, expect, test } from 'vitest';
 import { chromium } from 'playwright-core';
 import type * as NetworkModule from '../../src/bench/network.js';
 import { base64, findEtcd, post, startEtcdCluster } from '../../src/bench/etcd-cluster.js';
+import { GatewayLocker, GrpcLocker } from '../../src/bench/etcd.js';
 import { CHART, findChromium, networkChartSvg, rasterise, writeNetworkChart } from '../../src/bench/network-chart.js';
 import type { NetworkPoint } from '../../src/bench/network-bench.js';
 import type { EtcdDriverFigures } from '../../src/bench/etcd.js';
@@ -82,6 +83,33 @@ describe.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)('etcd behind the delay proxies 
       await pool.close();
       await etcd.close();
       await delayed.close();
+    }
+  });
+});
+
+describe.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)("etcd's lockers (needs etcd on PATH)", () => {
+  test("keep their session lease alive while open, as etcd's concurrency.Session does: a lock held past the TTL still fences", async () => {
+    // A run at a long round trip holds one locker open for minutes (600 timed acquires of several round
+    // trips each): with a lease that is never kept alive, its lock keys vanished when the TTL ran out.
+    const ttlSeconds = 2;
+    const etcd = await startEtcdCluster();
+    const { Pool } = await import('undici');
+    const { Etcd3 } = await import('etcd3');
+    const pool = new Pool(etcd.clientUrls[0]!, { connections: 1 });
+    const lockers = [new GatewayLocker(pool), new GrpcLocker(new Etcd3({ hosts: etcd.clientUrls[1]! }))];
+    try {
+      await Promise.all(lockers.map((locker) => locker.open(ttlSeconds)));
+      const held = await Promise.all(lockers.map((locker, k) => locker.acquire(`ttl/${k}`)));
+      await new Promise((resolve) => setTimeout(resolve, 3 * ttlSeconds * 1000));
+      for (const [k, locker] of lockers.entries()) {
+        const { key, fence } = held[k]!;
+        expect(await locker.fencedWrite(key, fence, `data/ttl/${k}`, 'still held'), `locker ${k}`).toBe(true);
+        await locker.release(key);
+      }
+    } finally {
+      await Promise.all(lockers.map((locker) => locker.close()));
+      await pool.close();
+      await etcd.close();
     }
   });
 });
