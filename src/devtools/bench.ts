@@ -9,7 +9,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
-import { dirname, resolve } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { loadBackend } from '../crypto/load.js';
 import { benchCrypto, type CryptoFigures } from '../bench/crypto.js';
@@ -182,7 +182,8 @@ export const command: Command = {
         const caption = `${machine.cores} cores (${machine.cpu}), every process on this one box, load average ${Math.min(...loads).toFixed(1)}-${Math.max(...loads).toFixed(1)}; ${size} run, ${String(report.startedAt).slice(0, 10)}`;
         mkdirSync(dirname(file), { recursive: true });
         const chart = await writeNetworkChart(file, points, caption, n);
-        report.network = { rtts, points, chart: chart.file };
+        // Its name only: the chart lies next to the JSON wherever the two are moved (a machine's path means nothing).
+        report.network = { rtts, points, chart: basename(chart.file) };
         out.push(chart.line);
         const parts = networkFailures(points);
         if (parts.length > 0) {
