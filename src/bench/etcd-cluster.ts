@@ -10,10 +10,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer } from 'node:net';
 import { QuorumFenceError } from '../common/errors.js';
+import { LOOPBACK, type Links } from './network.js';
 // Type-only: undici is a dev dependency, loaded when the etcd section runs.
 import type { Dispatcher } from 'undici';
 
 export interface EtcdCluster {
+  /** The URLs clients dial: the members' own, or routes to them. */
   readonly clientUrls: readonly string[];
   /** The members' process ids (for their CPU time). */
   readonly pids: readonly number[];
@@ -68,10 +70,15 @@ export async function post(pool: Dispatcher, path: string, body: unknown, signal
 
 export const base64 = (text: string) => Buffer.from(text).toString('base64');
 
-/** Starts a 3-member etcd cluster on 127.0.0.1 and waits until it elects a leader. */
+/**
+ * Starts a 3-member etcd cluster on 127.0.0.1 and waits until it elects a leader. With `links`, each member
+ * listens on its own ports and advertises routes to them, to its peers (so every Raft message crosses the
+ * network, as between machines) and to clients.
+ */
 export async function startEtcdCluster(
-  options: { members?: number; startTimeoutMs?: number } = {},
+  options: { members?: number; startTimeoutMs?: number; links?: Links } = {},
 ): Promise<EtcdCluster> {
+  const links = options.links ?? LOOPBACK;
   const binary = findEtcd();
   if (!binary) throw new QuorumFenceError('IO_ERROR', 'etcd is not on PATH (Debian: apt-get install etcd-server)');
   const members = options.members ?? 3;
@@ -79,9 +86,11 @@ export async function startEtcdCluster(
   const host = '127.0.0.1';
   const ports = await Promise.all(Array.from({ length: members * 2 }, () => freePort(host)));
   const names = Array.from({ length: members }, (_, k) => `etcd-${k + 1}`);
-  const peerUrl = (k: number) => `http://${host}:${ports[2 * k + 1]}`;
-  const clientUrls = names.map((_, k) => `http://${host}:${ports[2 * k]}`);
-  const initialCluster = names.map((name, k) => `${name}=${peerUrl(k)}`).join(',');
+  const peerUrls = names.map((_, k) => `http://${host}:${ports[2 * k + 1]}`);
+  const listenUrls = names.map((_, k) => `http://${host}:${ports[2 * k]}`);
+  const advertisedPeerUrls = await Promise.all(peerUrls.map((url) => links.route(url)));
+  const clientUrls = await Promise.all(listenUrls.map((url) => links.route(url)));
+  const initialCluster = names.map((name, k) => `${name}=${advertisedPeerUrls[k]}`).join(',');
   const children: ChildProcess[] = names.map((name, k) =>
     spawn(
       binary,
@@ -91,13 +100,13 @@ export async function startEtcdCluster(
         '--data-dir',
         join(dir, name),
         '--listen-client-urls',
-        clientUrls[k]!,
+        listenUrls[k]!,
         '--advertise-client-urls',
         clientUrls[k]!,
         '--listen-peer-urls',
-        peerUrl(k),
+        peerUrls[k]!,
         '--initial-advertise-peer-urls',
-        peerUrl(k),
+        advertisedPeerUrls[k]!,
         '--initial-cluster',
         initialCluster,
         '--initial-cluster-state',

@@ -1,5 +1,6 @@
 /**
- * The lock a user would pick instead: a 3-member etcd cluster on loopback,
+ * The lock a user would pick instead: a 3-member etcd cluster (on loopback, or with every link, the members'
+ * own too, through the bench's network),
  * driven exactly as a fencing user would (lock, the lock key's create revision
  * as the fencing token, a write conditional on that revision, unlock), by two
  * clients: etcd's lock API through its HTTP/JSON gateway over an undici
@@ -16,8 +17,10 @@ import type { Etcd3, Lease } from 'etcd3';
 import type { Dispatcher } from 'undici';
 import { processCpuMs } from './counters.js';
 import { base64, post, startEtcdCluster } from './etcd-cluster.js';
+import type { Links } from './network.js';
 import {
   closedLoop,
+  freshNames,
   LOOP_PLAN,
   summarise,
   type BenchSize,
@@ -54,6 +57,7 @@ export interface EtcdLocker {
 export class GatewayLocker implements EtcdLocker {
   readonly #pool: Dispatcher;
   #lease = '';
+  #keepAlive: NodeJS.Timeout | undefined;
 
   constructor(pool: Dispatcher) {
     this.#pool = pool;
@@ -61,6 +65,13 @@ export class GatewayLocker implements EtcdLocker {
 
   async open(ttlSeconds = 60): Promise<void> {
     this.#lease = (await post(this.#pool, '/v3/lease/grant', { TTL: ttlSeconds })).ID as string;
+    // Kept alive a third of the TTL apart, as etcd's concurrency.Session does: a locker open longer than the
+    // TTL (600 timed acquires at a long round trip) must not lose its lock keys.
+    this.#keepAlive = setInterval(
+      () => void post(this.#pool, '/v3/lease/keepalive', { ID: this.#lease }).catch(() => undefined),
+      (ttlSeconds * 1000) / 3,
+    );
+    this.#keepAlive.unref();
   }
 
   async acquire(name: string): Promise<{ key: string; fence: bigint }> {
@@ -85,6 +96,7 @@ export class GatewayLocker implements EtcdLocker {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.#keepAlive);
     if (this.#lease) await post(this.#pool, '/v3/lease/revoke', { ID: this.#lease }).catch(() => undefined);
   }
 }
@@ -114,7 +126,8 @@ export class GrpcLocker implements EtcdLocker {
   }
 
   async open(ttlSeconds = 60): Promise<void> {
-    this.#lease = this.#client.lease(ttlSeconds, { autoKeepAlive: false });
+    // etcd3 keeps the lease alive itself (a third of the TTL apart), as a user's session would.
+    this.#lease = this.#client.lease(ttlSeconds, { autoKeepAlive: true });
     const id = await this.#lease.grant();
     this.#leaseHex = BigInt(id).toString(16);
   }
@@ -285,11 +298,12 @@ async function etcdLoop(
       seconds,
       async (k) => {
         const locker = made.lockers[k]!;
+        const name = nameOf(k);
         const t0 = performance.now();
-        const { key, fence } = await locker.acquire(nameOf(k));
+        const { key, fence } = await locker.acquire(name);
         const acquireMs = performance.now() - t0;
-        if (write && !(await locker.fencedWrite(key, fence, `data/${nameOf(k)}`, 'x')))
-          throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${nameOf(k)}`);
+        if (write && !(await locker.fencedWrite(key, fence, `data/${name}`, 'x')))
+          throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${name}`);
         await locker.release(key);
         return acquireMs;
       },
@@ -342,7 +356,7 @@ async function benchDriver(
     progress(`${tag}: ${clients} clients on distinct locks ...`);
     let before = cpuNow();
     let after = before;
-    const distinct = await etcdLoop(driver, urls, clients, seconds, (k) => `bench/${driver}/${kind}/d/${k}`, write, {
+    const distinct = await etcdLoop(driver, urls, clients, seconds, freshNames(`bench/${driver}/${kind}/d`), write, {
       opened: () => (before = cpuNow()),
       done: () => (after = cpuNow()),
     });
@@ -375,13 +389,15 @@ export async function benchEtcd(
     clients?: number;
     drivers?: readonly EtcdDriver[];
     progress?: (line: string) => void;
+    /** Every link, the members' peer links too (default: loopback). */
+    links?: Links;
   } = {},
 ): Promise<EtcdFigures> {
   const plan = LOOP_PLAN[options.size ?? 'full'];
   const clients = options.clients ?? 16;
   const progress = options.progress ?? (() => undefined);
   progress('etcd: starting a 3-member cluster ...');
-  const cluster = await startEtcdCluster();
+  const cluster = await startEtcdCluster(options.links ? { links: options.links } : {});
   try {
     const drivers: Partial<Record<EtcdDriver, EtcdDriverFigures>> = {};
     for (const driver of options.drivers ?? (['gateway', 'grpc'] as const))

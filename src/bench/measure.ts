@@ -3,6 +3,8 @@
  * over repeated runs, bounded by both an iteration count and a time budget so
  * the slow reference backend cannot stretch a run.
  */
+import { QuorumFenceError } from '../common/errors.js';
+
 /**
  * How long a bench run takes: `full` (the figures the docs quote), `quick` (about a tenth), `smoke` (the
  * least that still runs every step of a section, for the test suite: it checks a section completes and prints
@@ -13,6 +15,21 @@ export type BenchSize = 'full' | 'quick' | 'smoke';
 /** A part of the bench that did not run, and why (its server is missing); in the JSON in place of its figures. */
 export interface Skipped {
   readonly skipped: string;
+}
+
+/** What a part of the bench that threw leaves in the JSON in place of its figures. */
+export interface Failed {
+  readonly failed: { readonly code: string; readonly message: string };
+}
+
+/** `error` as a Failed: the project's error code, INTERNAL for anything else (a bug). */
+export function failedOf(error: unknown): Failed {
+  return {
+    failed: {
+      code: error instanceof QuorumFenceError ? error.code : 'INTERNAL',
+      message: error instanceof Error ? error.message : String(error),
+    },
+  };
 }
 
 export interface Timing {
@@ -137,11 +154,20 @@ export const LOOP_PLAN: Record<BenchSize, { seconds: number; acquires: number; w
   smoke: { seconds: 0.25, acquires: 15, warmupAcquires: 5 },
 };
 
+/**
+ * Names for the distinct loop, both sides: a fresh one for every cycle (`prefix/<client>/<cycle>`), as
+ * per-order locks are the common case, so a cycle never reuses what an earlier one left at the servers.
+ */
+export function freshNames(prefix: string): (client: number) => string {
+  let cycle = 0;
+  return (client) => `${prefix}/${client}/${++cycle}`;
+}
+
 /** The three loops each side runs, for one kind of cycle. */
 export interface LoopSet {
   /** 1 client. */
   readonly one: LoopRate;
-  /** 16 clients (by default), each on its own resource. */
+  /** 16 clients (by default), each on its own resources, a fresh one every cycle. */
   readonly distinct: LoopRate;
   /** 16 clients on one hot resource: each cycle is one handoff. */
   readonly hot: LoopRate;

@@ -304,6 +304,21 @@ export interface TargetRow {
 }
 
 /**
+ * The stronger etcd driver for one figure, and its value: the lower where less is better (latency), the
+ * higher where more is (rate). Undefined when no driver was measured.
+ */
+export function strongerEtcd(
+  etcd: Partial<Record<EtcdDriver, EtcdDriverFigures>> | undefined,
+  read: (figures: EtcdDriverFigures) => number,
+  lowerIsBetter: boolean,
+): { driver: EtcdDriver; value: number } | undefined {
+  return Object.entries(etcd ?? {})
+    .filter((entry): entry is [EtcdDriver, EtcdDriverFigures] => !!entry[1])
+    .map(([driver, figures]) => ({ driver, value: read(figures) }))
+    .sort((a, b) => (lowerIsBetter ? a.value - b.value : b.value - a.value))[0];
+}
+
+/**
  * Issue 13's targets, each with both figures, the ratio and pass or miss. Each row compares against the
  * stronger of the etcd drivers measured for that row (the lower latency, the higher rate): the baseline is
  * the best a user of etcd could run, whichever client that is for the loop.
@@ -314,7 +329,6 @@ export function targetRows(
   floorMs: number,
 ): TargetRow[] {
   const loops = system.loops.fencedWrite;
-  const drivers = Object.entries(etcd ?? {}).filter((entry): entry is [EtcdDriver, EtcdDriverFigures] => !!entry[1]);
   const rows: TargetRow[] = [];
   const compare = (
     target: string,
@@ -324,10 +338,7 @@ export function targetRows(
     bound: number,
     atMost: boolean,
   ) => {
-    // The stronger driver: the lower figure where less is better (latency), the higher where more is (rate).
-    const best = drivers
-      .map(([driver, figures]) => ({ driver, value: read(figures) }))
-      .sort((a, b) => (atMost ? a.value - b.value : b.value - a.value))[0];
+    const best = strongerEtcd(etcd, read, atMost);
     const ratio = best === undefined ? undefined : q / best.value;
     rows.push({
       target,

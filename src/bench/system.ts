@@ -4,8 +4,9 @@
  *
  *   latency      1 client, uncontended acquire of a resource it held before (p50, p99)
  *   loops        closed loops of acquire + release, and of acquire + one write through
- *                the guard + release: 1 client, 16 clients on distinct resources,
- *                16 clients on one hot resource (each acquire's wait is kept: the hot p99)
+ *                the guard + release: 1 client, 16 clients on distinct resources (a
+ *                fresh name each cycle: per-order locks), 16 clients on one hot resource
+ *                (each acquire's wait is kept: the hot p99)
  *   cpu          CPU time of every process (replicas, resource, this client process)
  *                per grant during the 1- and 16-client write loops, against the crypto floor
  *   profile      (optional) the write loops again on fresh processes under --cpu-prof:
@@ -13,13 +14,15 @@
  *
  * CPU is read from /proc for the children and process.cpuUsage() for this
  * process, so it includes everything a grant costs: sockets, JSON, fsync, crypto.
+ * With `links` (bench --rtt), the clients reach every replica and the resource
+ * through them (network.ts); the bench's own reads of /metrics do not.
  */
 import { Agent, request as httpRequest } from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
-import { clusterToJson } from '../cluster/description.js';
+import { clusterToJson, withEndpoints, type Cluster } from '../cluster/description.js';
 import { dealLocalCluster, startLocalCluster, startLocalResource, type LocalCluster } from '../cluster/launcher.js';
 import type { LocalProcess } from '../cluster/local-process.js';
 import { Session } from 'node:inspector/promises';
@@ -29,8 +32,10 @@ import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import { generateIdentity } from '../client/identity.js';
 import { cpuNow, cpuPerGrant, guardBatches, replicaCounters, type CpuPerGrant } from './counters.js';
 import type { MetricsSample } from '../console/replica-health.js';
+import { LOOPBACK, type Links } from './network.js';
 import {
   closedLoop,
+  freshNames,
   LOOP_PLAN,
   summarise,
   type BenchSize,
@@ -92,6 +97,30 @@ export interface SystemBenchOptions {
   readonly progress?: (line: string) => void;
   /** Also profile the 1- and 16-client fenced-write loops (fresh processes under --cpu-prof). */
   readonly profile?: boolean;
+  /** How the clients reach the replicas and the resource (default: directly, on loopback). */
+  readonly links?: Links;
+}
+
+/** The processes a loop runs against, and how its clients reach them. */
+interface Running {
+  readonly local: LocalCluster;
+  /** The cluster with the endpoints the clients dial (the replicas' own, or routes to them). */
+  readonly cluster: Cluster;
+  /** Where the clients send their guarded writes. */
+  readonly resourceUrl: string;
+  /** The resource's own address, for the bench's reads of its /metrics. */
+  readonly metricsUrl: string;
+}
+
+/** `local` and `resource` as the clients reach them through `links`. */
+async function reach(local: LocalCluster, resource: LocalProcess, links: Links): Promise<Running> {
+  const endpoints = await Promise.all(local.cluster.replicas.map((r) => links.route(r.endpoint)));
+  return {
+    local,
+    cluster: withEndpoints(local.cluster, endpoints),
+    resourceUrl: await links.route(resource.url),
+    metricsUrl: resource.url,
+  };
 }
 
 /** One guarded write through the reference resource over a keep-alive connection of `agent`. */
@@ -118,8 +147,7 @@ async function guardedWrite(
 }
 
 async function loop(
-  local: LocalCluster,
-  resourceUrl: string,
+  running: Running,
   clients: number,
   seconds: number,
   resourceOf: (k: number) => string,
@@ -127,8 +155,9 @@ async function loop(
   window?: CycleWindow,
 ): Promise<LoopRate> {
   // Default client options throughout: waiters on a hot resource hear of each release from the replicas.
+  const { local, resourceUrl, metricsUrl } = running;
   const connected = await Promise.all(
-    Array.from({ length: clients }, () => QuorumFenceClient.connect(local.cluster, generateIdentity())),
+    Array.from({ length: clients }, () => QuorumFenceClient.connect(running.cluster, generateIdentity())),
   );
   // Keep-alive connections to the resource, one per client, as etcd's side gets (global fetch costs the client more CPU).
   const agent = new Agent({ keepAlive: true, maxSockets: clients });
@@ -136,7 +165,7 @@ async function loop(
     const signedBefore = (await replicaCounters(local)).grantsSigned;
     const batcher = verifyBatcherFor(local.cluster.backend);
     const batchesBefore = { batches: batcher.batches, checks: batcher.checks };
-    const guardBefore = await guardBatches(resourceUrl);
+    const guardBefore = await guardBatches(metricsUrl);
     const rate = await closedLoop(
       clients,
       seconds,
@@ -163,7 +192,7 @@ async function loop(
       window,
     );
     const signed = (await replicaCounters(local)).grantsSigned - signedBefore;
-    const guardAfter = await guardBatches(resourceUrl);
+    const guardAfter = await guardBatches(metricsUrl);
     return {
       ...rate,
       signaturesPerGrant: signed / (rate.operations + clients),
@@ -249,7 +278,7 @@ async function profileLoop(
     let toUs = fromUs;
     let before = cpuNow(pids);
     let after = before;
-    loopRate = await loop(local, resource.url, clients, seconds, (k) => `bench/profile/${k}`, true, {
+    loopRate = await loop(await reach(local, resource, LOOPBACK), clients, seconds, freshNames('bench/profile'), true, {
       opened: () => {
         fromUs = monotonicUs();
         before = cpuNow(pids);
@@ -297,8 +326,9 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
   let resource: LocalProcess | undefined;
   try {
     ({ local, resource } = await startSystem(dir, n, options.signingWorkers));
+    const running = await reach(local, resource, options.links ?? LOOPBACK);
     progress('system: uncontended acquire latency ...');
-    const client = await QuorumFenceClient.connect(local.cluster, generateIdentity());
+    const client = await QuorumFenceClient.connect(running.cluster, generateIdentity());
     const samples: number[] = [];
     let countersBefore: MetricsSample | undefined;
     try {
@@ -329,7 +359,7 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     const measured = async (loopClients: number, resourceOf: (k: number) => string, write: boolean) => {
       let before = cpuNow(pids);
       let after = before;
-      const rate = await loop(local!, resource!.url, loopClients, seconds, resourceOf, write, {
+      const rate = await loop(running, loopClients, seconds, resourceOf, write, {
         opened: () => (before = cpuNow(pids)),
         done: () => (after = cpuNow(pids)),
       });
@@ -341,9 +371,9 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
       progress(`system: 1 client, ${what} ...`);
       const one = await measured(1, () => `bench/${kind}/one`, write);
       progress(`system: ${clients} clients on distinct resources, ${what} ...`);
-      const distinct = await measured(clients, (k) => `bench/${kind}/d/${k}`, write);
+      const distinct = await measured(clients, freshNames(`bench/${kind}/d`), write);
       progress(`system: ${clients} clients on one hot resource, ${what} ...`);
-      const hot = await loop(local!, resource!.url, clients, seconds, () => `bench/${kind}/hot`, write);
+      const hot = await loop(running, clients, seconds, () => `bench/${kind}/hot`, write);
       return { loops: { one: one.rate, distinct: distinct.rate, hot }, cpuOne: one.cpu, cpu: distinct.cpu };
     };
     const lockRelease = await set(false);

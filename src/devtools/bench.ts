@@ -9,7 +9,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg } from 'node:os';
-import { dirname, resolve } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { writeFileDurably } from '../common/files.js';
 import { loadBackend } from '../crypto/load.js';
@@ -21,8 +21,12 @@ import { benchReplica } from '../bench/replica.js';
 import { measureTransportFloor, type TransportFloor } from '../bench/transport.js';
 import { benchCeremony } from '../bench/ceremony.js';
 import { benchGrowth } from '../bench/growth.js';
-import type { BenchSize, Skipped } from '../bench/measure.js';
+import { failedOf, type BenchSize, type Skipped } from '../bench/measure.js';
 import { benchSystem, type SystemFigures } from '../bench/system.js';
+import { benchNetwork, networkFailures } from '../bench/network-bench.js';
+import { writeNetworkChart } from '../bench/network-chart.js';
+import { networkSummary, pointText } from '../bench/network-report.js';
+import { parseRtts } from '../bench/network.js';
 import {
   comparisonTable,
   cpuTable,
@@ -40,6 +44,7 @@ const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony', 'g
 type Section = (typeof SECTIONS)[number];
 
 const usage = `usage: quorumfence-dev bench [SECTION...] [--quick | --smoke] [--replicas 4|7] [--postgres URL] [--out FILE] [--json] [--profile]
+       quorumfence-dev bench [system] [etcd] --rtt LIST [--quick | --smoke] [--replicas 4|7] [--out FILE] [--json]
 
 Measures quorumfence on this machine, every process on this one box, and
 writes every figure as JSON. It never fails on speed. A section whose server
@@ -78,16 +83,19 @@ options:
   --profile        system: also run the 1- and 16-client fenced-write loops on fresh
                    processes under node --cpu-prof (the client through the inspector)
                    and print where each process kind spends CPU, ms per grant
+  --rtt LIST       the system and etcd sections once per round-trip time (e.g. 0,2ms,20ms;
+                   0 = loopback), every link of both systems through delay proxies in a
+                   process of their own (a fixed one-way delay of half the round trip per
+                   direction): the client to each replica and to the guarded resource, the
+                   client to each etcd member, and etcd's peer links. Prints both sides and
+                   issue 31's targets per round trip, then a summary across them (Markdown),
+                   and writes a chart (PNG through the system's chromium; SVG without it)
+                   next to the JSON, same name
 `;
 
 function progress(line: string): void {
   if (process.stderr.isTTY) process.stderr.write(`\r\x1b[2K${line}`);
   else process.stderr.write(`${line}\n`);
-}
-
-/** What a failed section leaves in the JSON in place of its figures. */
-interface Failed {
-  readonly failed: { readonly code: string; readonly message: string };
 }
 
 export const command: Command = {
@@ -104,6 +112,7 @@ export const command: Command = {
         replicas: { type: 'string' },
         postgres: { type: 'string' },
         profile: { type: 'boolean' },
+        rtt: { type: 'string' },
       },
       { max: SECTIONS.length },
     );
@@ -112,7 +121,13 @@ export const command: Command = {
         throw new QuorumFenceError('INVALID_OPTION', `unknown section "${p}"; sections are ${SECTIONS.join(', ')}`);
     }
     if (values.quick && values.smoke) throw new QuorumFenceError('INVALID_OPTION', '--quick and --smoke: pick one');
-    const sections = new Set((positionals.length > 0 ? positionals : [...SECTIONS]) as Section[]);
+    const rtts = values.rtt === undefined ? undefined : parseRtts(values.rtt);
+    if (rtts && positionals.some((p) => p !== 'system' && p !== 'etcd'))
+      throw new QuorumFenceError('INVALID_OPTION', '--rtt measures the system and etcd sections only');
+    if (rtts && values.profile) throw new QuorumFenceError('INVALID_OPTION', '--rtt and --profile: pick one');
+    const sections = new Set(
+      (positionals.length > 0 ? positionals : rtts ? ['system', 'etcd'] : [...SECTIONS]) as Section[],
+    );
     const size: BenchSize = values.smoke ? 'smoke' : values.quick ? 'quick' : 'full';
     const n = integerFlag(values.replicas, 'replicas', 4, 4, 7);
     if (n !== 4 && n !== 7) throw new QuorumFenceError('INVALID_OPTION', `--replicas is 4 or 7, got ${n}`);
@@ -139,9 +154,9 @@ export const command: Command = {
       try {
         await run();
       } catch (error) {
-        const code = error instanceof QuorumFenceError ? error.code : 'INTERNAL';
-        const message = error instanceof Error ? error.message : String(error);
-        report[name] = { failed: { code, message } } satisfies Failed;
+        const section = failedOf(error);
+        const { code, message } = section.failed;
+        report[name] = section;
         out.push(`${name}: FAILED (${code}): ${message}`);
         failed.push(name);
         progress(`${name}: FAILED (${code}): ${message}`);
@@ -150,9 +165,36 @@ export const command: Command = {
       }
     };
 
+    const file = resolve(values.out ?? `bench-results/bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+    if (rtts)
+      await attempt('network', async () => {
+        const points = await benchNetwork({
+          rtts,
+          size,
+          replicas: n,
+          system: sections.has('system'),
+          etcd: sections.has('etcd'),
+          progress,
+        });
+        report.network = { rtts, points };
+        out.push(...points.map((point) => pointText(point, n)), networkSummary(points));
+        const machine = report.machine as { cores: number; cpu: string };
+        const loads = points.flatMap((p) => [p.loadAverage.start, p.loadAverage.end]);
+        const caption = `${machine.cores} cores (${machine.cpu}), every process on this one box, load average ${Math.min(...loads).toFixed(1)}-${Math.max(...loads).toFixed(1)}; ${size} run, ${String(report.startedAt).slice(0, 10)}`;
+        mkdirSync(dirname(file), { recursive: true });
+        const chart = await writeNetworkChart(file, points, caption, n);
+        // Its name only: the chart lies next to the JSON wherever the two are moved (a machine's path means nothing).
+        report.network = { rtts, points, chart: basename(chart.file) };
+        out.push(chart.line);
+        const parts = networkFailures(points);
+        if (parts.length > 0) {
+          out.push(`network: FAILED: ${parts.join(', ')}`);
+          failed.push('network');
+        }
+      });
     const crypto: CryptoFigures[] = [];
     // The system section's floor needs the native crypto figures from this same run.
-    if (sections.has('crypto') || sections.has('system')) {
+    if (!rtts && (sections.has('crypto') || sections.has('system'))) {
       await attempt('crypto', async () => {
         for (const backend of sections.has('crypto') ? (['blst', 'noble'] as const) : (['blst'] as const)) {
           progress(`crypto: ${backend} ...`);
@@ -190,7 +232,7 @@ export const command: Command = {
 
     let system: SystemFigures | undefined;
     let transport: TransportFloor[] = [];
-    if (sections.has('system'))
+    if (!rtts && sections.has('system'))
       await attempt('system', async () => {
         const figures = await benchSystem({ replicas: n, size, progress, profile: values.profile ?? false });
         progress('system: the bare wire (WebSocket + codec, nothing behind it), 1 and 16 connections ...');
@@ -209,7 +251,7 @@ export const command: Command = {
         if (system.profile) out.push(profileTable(system.profile));
       });
     let etcd: EtcdFigures | undefined;
-    if (sections.has('etcd'))
+    if (!rtts && sections.has('etcd'))
       await attempt('etcd', async () => {
         if (findEtcd()) {
           etcd = await benchEtcd({ size, progress });
@@ -237,7 +279,6 @@ export const command: Command = {
     (report.machine as Record<string, unknown>).loadAverageAtEnd = loadavg()[0];
     report.failedSections = failed;
 
-    const file = resolve(values.out ?? `bench-results/bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
     mkdirSync(dirname(file), { recursive: true });
     const json = JSON.stringify(report, (_, v) => (typeof v === 'bigint' ? v.toString() : v), 2) + '\n';
     writeFileDurably(file, json);

@@ -18,6 +18,7 @@ import { createServer, request, type IncomingMessage, type Server, type ServerRe
 import { request as requestTls } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
+import { DeliveryQueue, type Delivery } from './delivery-queue.js';
 import { seededRandom, type SeededRandom } from './seeded-random.js';
 
 export interface LinkFaults {
@@ -73,34 +74,6 @@ export interface FaultProxyOptions {
 
 /** A held-back message is released after this long if no later message overtakes it. */
 const REORDER_HOLD_MS = 50;
-
-interface Delivery {
-  /** performance.now() time before which it must not leave. */
-  at: number;
-  deliver(): void;
-}
-
-/**
- * Deliveries leave strictly in the order they were queued, each no earlier
- * than its time: one timer drains the head, so timer rounding can never let a
- * later message overtake an earlier one.
- */
-class DeliveryQueue {
-  readonly #items: Delivery[] = [];
-  #timer: NodeJS.Timeout | undefined;
-
-  push(delivery: Delivery): void {
-    this.#items.push(delivery);
-    if (!this.#timer) this.#drain();
-  }
-
-  #drain = (): void => {
-    this.#timer = undefined;
-    while (this.#items.length > 0 && this.#items[0]!.at <= performance.now()) this.#items.shift()!.deliver();
-    if (this.#items.length > 0)
-      this.#timer = setTimeout(this.#drain, Math.max(1, this.#items[0]!.at - performance.now()));
-  };
-}
 
 class Link {
   readonly #faults: () => LinkFaults;

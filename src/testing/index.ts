@@ -4,6 +4,7 @@
  */
 export * from './history-checker.js';
 export * from './fault-proxy.js';
+export * from './delay-proxy.js';
 export * from './seeded-random.js';
 export * from './workload.js';
 export * from './byzantine-clients.js';

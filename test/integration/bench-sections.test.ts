@@ -13,7 +13,7 @@
  */
 import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
 import { findEtcd } from '../../src/bench/etcd-cluster.js';
 import { runDevCli } from '../support/cli.js';
@@ -46,7 +46,7 @@ async function bench(args: string[], env?: NodeJS.ProcessEnv) {
   } catch {
     throw new Error(`bench ${args.join(' ')} wrote no JSON\n${context}`);
   }
-  return { ...result, report: JSON.parse(text) as Json, context };
+  return { ...result, report: JSON.parse(text) as Json, context, out };
 }
 
 /** A run that completed: exit 0, no section failed, the table and where the JSON went printed. */
@@ -244,6 +244,62 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
       ]);
     },
   );
+
+  test.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)(
+    '--rtt 0,2ms (needs etcd on PATH): both sides per round trip, every link through the delay proxies, the targets, the summary, the chart',
+    async () => {
+      const run = await bench(['system', 'etcd', '--rtt', '0,2ms']);
+      expectCompleted(run);
+      expect(run.report.system).toBeUndefined();
+      expect(run.report.etcd).toBeUndefined();
+      const network = run.report.network as Json;
+      expect(network.rtts).toEqual([0, 2]);
+      expect(network.points.map((p: Json) => p.rttMs)).toEqual([0, 2]);
+      for (const point of network.points as Json[]) {
+        expectNumbers(point.loadAverage, ['start', 'end']);
+        expectTiming(point.measuredRttMs, 10);
+        expectTiming(point.system.acquireMs, 10);
+        expectLoopKinds(point.system.loops);
+        for (const driver of ['gateway', 'grpc']) {
+          expect(point.etcd.drivers[driver].fencing).toMatchObject({ staleRefused: true, currentAccepted: true });
+          expectLoopKinds(point.etcd.drivers[driver].loops);
+        }
+      }
+      const [loopback, delayed] = network.points as Json[];
+      expect(loopback!.proxy).toBeUndefined();
+      // Every ping crossed the proxies: none came back sooner than the round trip set.
+      expect(delayed!.measuredRttMs.median).toBeGreaterThanOrEqual(2);
+      // The clients' links to 4 replicas and the resource, etcd's clients' and the members' peer links.
+      expect(delayed!.proxy.stats.connections).toBeGreaterThan(5);
+      for (const side of ['quorumfence', 'etcd']) expectNumbers(delayed!.proxy[side], ['cpuMs', 'wallMs', 'coreShare']);
+      // The chart's name in the JSON, the file next to it.
+      const chart = run.out.replace(/\.json$/, '.png');
+      expect(network.chart).toBe(basename(chart));
+      expect(readFileSync(chart).subarray(1, 4).toString()).toBe('PNG');
+      expectLines(run.stdout, [
+        /^network, loopback, no proxy \(a direct round trip: p50 /m,
+        /^network, round trip 2 ms on every link \(measured through the proxies: p50 /m,
+        /^ {2}the proxies' process \(on the same cores\) used \d+ % of a core during quorumfence's runs/m,
+        /^targets \(issue 31\) at 2 ms, etcd = its stronger client per row/m,
+        /^acquire \+ release: 1 client, cycles\/s .* >= 2\.0x +(pass|MISS)$/m,
+        /^\| acquire \+ release, round trip per link \(measured p50\) \|/m,
+        /^\| 2 ms \(\d/m,
+        `chart written to ${chart}`,
+      ]);
+    },
+  );
+
+  test('--rtt with a section other than system and etcd, or with --profile, is refused (INVALID_OPTION, exit 2)', async () => {
+    for (const args of [
+      ['bench', 'crypto', '--rtt', '2ms'],
+      ['bench', '--rtt', '2ms', '--profile'],
+      ['bench', '--rtt', '2ms,2ms'],
+    ]) {
+      const result = await runDevCli(args);
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr).toMatch(/\(INVALID_OPTION\)/);
+    }
+  });
 
   test('ceremony: N = 4 and 7 on loopback', async () => {
     const run = await bench(['ceremony']);
