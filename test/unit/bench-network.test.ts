@@ -64,11 +64,13 @@ describe('freshNames', () => {
 describe('parseRtts', () => {
   test('reads durations in any order, 0 as loopback, and sorts them', () => {
     expect(parseRtts('20ms,0,2ms')).toEqual([0, 2, 20]);
-    expect(parseRtts(' 5 , 1s')).toEqual([5, 1000]);
+    expect(parseRtts(' 5ms , 1s')).toEqual([5, 1000]);
+    // Durations need a unit, as everywhere on the command line; 0 alone (loopback) needs none.
+    expect(codeOf(() => parseRtts('5'))).toBe('INVALID_OPTION');
   });
 
   test('refuses an empty item, a bad duration, one above the most it measures, and a repeat', () => {
-    for (const bad of ['', '2ms,', ',2ms', '2ms,,20ms', 'fast', '-2ms', '2ms,2', `${MAX_RTT_MS + 1}ms`, '2s'])
+    for (const bad of ['', '2ms,', ',2ms', '2ms,,20ms', 'fast', '-2ms', '2ms,2ms', `${MAX_RTT_MS + 1}ms`, '2s'])
       expect(
         codeOf(() => parseRtts(bad)),
         bad,
