@@ -114,7 +114,8 @@ export const command: Command = {
         );
         return 1;
       }
-      const released = await lease.release();
+      // Waits for the replicas' answers: the line it prints says whether t confirmed.
+      const released = await lease.release({ wait: true });
       process.stderr.write(
         released.ok
           ? `released "${resource}" at epoch ${lease.epoch}\n`

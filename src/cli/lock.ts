@@ -221,7 +221,8 @@ export const command: Command = {
         );
       }
       if (lease.active) {
-        const released = await lease.release();
+        // Waits for the replicas' answers: the line it prints says whether t confirmed.
+        const released = await lease.release({ wait: true });
         if (!released.ok)
           process.stderr.write(
             `warning: release of "${resource}" not confirmed (${released.reason}): ${released.message}; the lease ends by itself after the ttl\n`,

@@ -93,6 +93,8 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   readonly #leases = new Set<Lease>();
   readonly #evidence: EvidenceLog;
   readonly #ctx: QuorumContext;
+  /** Release rounds still running (a release resolves once sent): close() waits for them. */
+  readonly #releases = new Set<Promise<unknown>>();
   #closed = false;
 
   /**
@@ -154,6 +156,7 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
       evidence: this.#evidence,
       epochHints: new BoundedMap(this.options.epochHintCacheSize),
       grantLatency: new GrantLatency(),
+      releases: this.#releases,
       onReleased: (resource, listener) => this.#releaseListeners.listen(resource, listener),
       onTurn: (resource, listener) => this.#turnListeners.listen(resource, listener),
     };
@@ -309,17 +312,19 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
     this.#assertOpen();
     expectResource(resource);
     expectEpoch(epoch);
-    return releaseGrant(this.#ctx, { resource, epoch }, options.signal);
+    return releaseGrant(this.#ctx, { resource, epoch }, options.signal).done;
   }
 
   /**
-   * Releases every lease still held (waiting at most requestTimeoutMs), then
-   * closes every connection. Idempotent.
+   * Releases every lease still held, waits for every release round still running (those of leases released
+   * before, which resolved once sent, too: each at most requestTimeoutMs), then closes every connection.
+   * Idempotent.
    */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await Promise.allSettled([...this.#leases].map((lease) => lease.release()));
+    for (const lease of [...this.#leases]) void lease.release();
+    await Promise.allSettled([...this.#releases]);
     for (const lease of [...this.#leases]) lease.clientClosed();
     for (const connection of this.#connections) connection.close();
     this.#listeners.clear();

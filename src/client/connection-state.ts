@@ -9,6 +9,8 @@
  *        ↑                    │ failed / fault (any phase but closed)                 │
  *        └──retry── backoff ←─┴───────────────────────────────────────────────────────┘
  *   close (any phase) → closed, for good
+ *
+ * Besides its phase, a connection keeps the replica's epoch floor as it last said it (the welcome, acquire answers).
  */
 
 export type ConnectionPhase = 'connecting' | 'awaiting_challenge' | 'awaiting_welcome' | 'ready' | 'backoff' | 'closed';
@@ -34,12 +36,20 @@ export interface ConnectionState {
   readonly failures: number;
   /** How the last attempt ended, for status displays. */
   readonly lastFailure: { readonly kind: ConnectionFailure; readonly message: string } | undefined;
+  /**
+   * The replica's epoch floor as it said it on this connection (its welcome, then its acquire answers, which only
+   * raise it); absent: 0. A client proposes the first acquire of a resource above its first signers' floors
+   * (docs/protocol.md, "Epoch choice").
+   */
+  readonly floor?: bigint;
 }
 
 export type ConnectionEvent =
   | { readonly type: 'socket_open' }
   | { readonly type: 'challenge_accepted' }
-  | { readonly type: 'welcome' }
+  | { readonly type: 'welcome'; readonly floor?: bigint }
+  /** The replica named its floor in an answer. */
+  | { readonly type: 'floor'; readonly floor: bigint }
   | { readonly type: 'failed'; readonly kind: ConnectionFailure; readonly message: string }
   | { readonly type: 'retry' }
   | { readonly type: 'close' };
@@ -64,8 +74,16 @@ export function transition(state: ConnectionState, event: ConnectionEvent): Conn
       return state.phase === 'connecting' ? { ...state, phase: 'awaiting_challenge' } : state;
     case 'challenge_accepted':
       return state.phase === 'awaiting_challenge' ? { ...state, phase: 'awaiting_welcome' } : state;
-    case 'welcome':
-      return state.phase === 'awaiting_welcome' ? { phase: 'ready', failures: 0, lastFailure: undefined } : state;
+    case 'welcome': {
+      // Each connection takes the replica's word afresh (a replaced replica may have a lower floor).
+      if (state.phase !== 'awaiting_welcome') return state;
+      const floor = event.floor;
+      return { phase: 'ready', failures: 0, lastFailure: undefined, ...(floor === undefined ? {} : { floor }) };
+    }
+    case 'floor': {
+      const floor = higherFloor(state.floor, event.floor);
+      return state.phase === 'ready' && floor !== state.floor ? { ...state, floor } : state;
+    }
     case 'failed':
       if (state.phase === 'backoff') return state;
       return {
@@ -76,6 +94,12 @@ export function transition(state: ConnectionState, event: ConnectionEvent): Conn
     case 'retry':
       return state.phase === 'backoff' ? { ...state, phase: 'connecting' } : state;
   }
+}
+
+/** The higher of two floors (undefined: none said). */
+function higherFloor(known: bigint | undefined, said: bigint | undefined): bigint | undefined {
+  if (said === undefined) return known;
+  return known === undefined || said > known ? said : known;
 }
 
 /** A request can be sent now. */

@@ -23,7 +23,14 @@ export {
   type ReplicaConnectionInfo,
 } from './client.js';
 export type { AcquireRefusal, AcquireRefusalReason } from './acquire.js';
-export { Lease, type LeaseEnd, type LeaseEndReason, type LeaseEvents } from './lease.js';
+export {
+  Lease,
+  type LeaseEnd,
+  type LeaseEndReason,
+  type LeaseEvents,
+  type ReleaseOptions,
+  type ReleaseSent,
+} from './lease.js';
 export type { RenewResult, ReleaseResult } from './lease-calls.js';
 export type { ResourceStatus, ReplicaView } from './status.js';
 export type { ReplicaLeases } from './active-leases.js';

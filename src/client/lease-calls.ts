@@ -8,6 +8,7 @@ import type { ReleaseOutcome, RenewOutcome } from '../protocol/messages.js';
 import { releaseBody, renewBody } from './core/bodies.js';
 import { RoundCall } from './core/round-call.js';
 import type { RoundEnd } from './core/round.js';
+import { isReady } from './connection-state.js';
 import { connectionViews, drive } from './drive.js';
 import type { ReplicaFault } from './evidence.js';
 import { CallFaults, type QuorumContext } from './quorum-context.js';
@@ -118,21 +119,36 @@ export type ReleaseResult =
       readonly faults: readonly ReplicaFault[];
     };
 
+/** A release on its way (`releaseGrant`): how many replicas it was sent to at once, and its round's result. */
+export interface ReleaseInFlight {
+  /** Replicas the release was handed to at once (the connected ones among those that may hold the lease). */
+  readonly sent: number;
+  /** Resolves once t replicas confirmed, f+1 denied, or the round ended (requestTimeoutMs at most). */
+  readonly done: Promise<ReleaseResult>;
+}
+
 /**
- * Releases `grant` at every reachable replica. Succeeds once t confirm (then
- * no f+1 honest replicas still hold the lease, so another holder can get in).
+ * Releases `grant` at every reachable replica. The requests leave before this returns (`sent`); `done` succeeds
+ * once t confirm (then no f+1 honest replicas still hold the lease, so another holder can get in). The round is
+ * kept in the context's `releases` until it ends, so closing the client waits for it rather than cutting it off.
  */
-export function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: AbortSignal): Promise<ReleaseResult> {
+export function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: AbortSignal): ReleaseInFlight {
   const { f, t } = ctx.cluster;
   const { requestTimeoutMs } = ctx.options;
   const faults = new CallFaults();
+  const only = grant.asked && new Set(grant.asked);
+  const views = connectionViews(ctx);
+  // The round's start sends to every ready connection it may ask, before drive() returns.
+  const sent = signal?.aborted
+    ? 0
+    : views.filter((view) => isReady(view.state) && (only === undefined || only.has(view.index))).length;
   // forbidden and invalid answers count for neither side: a release is judged only by who confirms or denies holding.
   const tally = new QuorumTally<'not_holder'>(f, t);
   const core = new RoundCall<ReleaseResult>(
     {
       body: () => releaseBody(grant.resource, grant.epoch),
       timeoutMs: requestTimeoutMs,
-      only: grant.asked && new Set(grant.asked),
+      only,
       keepGoing: (possible) => tally.open(possible),
       onAnswer: (replica, answer) => {
         faults.fromAnswer(replica, answer);
@@ -143,10 +159,17 @@ export function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: Abort
       },
       finish: (ended) => releaseResult(tally, ended, faults.list(), grant, requestTimeoutMs),
     },
-    connectionViews(ctx),
+    views,
     signal?.aborted,
   );
-  return drive(ctx, core, { signal });
+  const done = drive(ctx, core, { signal });
+  const releases = ctx.releases;
+  if (releases) {
+    releases.add(done);
+    const forget = () => releases.delete(done);
+    done.then(forget, forget);
+  }
+  return { sent, done };
 }
 
 /** How a release round ended, by its tally (pure). */

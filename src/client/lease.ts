@@ -1,7 +1,9 @@
 /**
  * A held lease: the admission token, the holder's own view of how long the
  * lease lasts, automatic renewal, release, and a signal that fires the moment
- * the lease can no longer be relied on.
+ * the lease can no longer be relied on. Neither renewal nor release holds the
+ * holder up: renewals run on their own timer, and a release resolves once it is
+ * sent (the replicas' answers change nothing for the holder).
  *
  * The view ends at sentAt + ttl - margin (lease-timing.ts), where sentAt was
  * read before the request left; so the holder stops before any replica's
@@ -17,7 +19,14 @@ import { tokenToText, type AdmissionToken } from '../token/admission-token.js';
 import type { AcquiredGrant } from './acquire.js';
 import { backoffDelay } from './backoff.js';
 import type { ReplicaFault } from './evidence.js';
-import { releaseGrant, renewGrant, type GrantRef, type ReleaseResult, type RenewResult } from './lease-calls.js';
+import {
+  releaseGrant,
+  renewGrant,
+  type GrantRef,
+  type ReleaseInFlight,
+  type ReleaseResult,
+  type RenewResult,
+} from './lease-calls.js';
 import { localExpiry, renewalTime } from './lease-timing.js';
 import type { QuorumContext } from './quorum-context.js';
 
@@ -44,6 +53,25 @@ export interface LeaseEvents {
   lost: [LeaseEnd];
   /** The lease ended for any reason, release included. */
   ended: [LeaseEnd];
+}
+
+/**
+ * What `lease.release()` resolves with by default: the release is on its way to `sent` replicas (the connected
+ * ones among those asked to grant; 0 when none was connected, and the lease then ends at the replicas with its
+ * ttl). The lease is over for the holder either way; a release that is lost only keeps the next holder out until
+ * the lease ends at the replicas.
+ */
+export interface ReleaseSent {
+  readonly ok: true;
+  readonly sent: number;
+}
+
+export interface ReleaseOptions {
+  /**
+   * Resolve with the replicas' answers (`ReleaseResult`: t confirmed, or why not) instead of once the release
+   * is sent (default false).
+   */
+  readonly wait?: boolean;
 }
 
 export interface LeaseOptions {
@@ -80,7 +108,7 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   #expiryTimer: TimerHandle;
   #renewTimer: TimerHandle;
   #renewFailures = 0;
-  #releasing: Promise<ReleaseResult> | undefined;
+  #releasing: ReleaseInFlight | undefined;
   readonly #detach: () => void;
 
   /** @internal */
@@ -178,22 +206,28 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     return result;
   }
 
-  /**
-   * Ends the lease: the signal fires at once (so dependent work stops before
-   * the replicas let anyone else in), then the replicas are asked to release.
-   * Calling it again returns the first call's result.
-   */
   #ref(): GrantRef {
     return { resource: this.resource, epoch: this.epoch, asked: this.#asked };
   }
 
-  release(): Promise<ReleaseResult> {
+  /**
+   * Ends the lease: the signal fires at once (so dependent work stops before the replicas let anyone else in),
+   * then the release is sent to every replica that may hold the lease. Resolves once it is sent
+   * (`{ ok: true, sent }`): the lease is over for the holder either way, and the next holder need not wait for
+   * this one to hear the answers. With `{ wait: true }`, resolves with the replicas' answers instead
+   * (`ReleaseResult`). Calling it again sends nothing more and returns what that call asks for of the first release.
+   */
+  release(options?: { readonly wait?: false }): Promise<ReleaseSent>;
+  release(options: { readonly wait: true }): Promise<ReleaseResult>;
+  release(options?: ReleaseOptions): Promise<ReleaseSent | ReleaseResult>;
+  release(options: ReleaseOptions = {}): Promise<ReleaseSent | ReleaseResult> {
     if (!this.#releasing) {
       this.#finish({ reason: 'released', message: 'released by the holder' });
       // Sent even when the lease already expired locally: the replicas may still hold it, and this frees it sooner.
       this.#releasing = releaseGrant(this.#ctx, this.#ref());
     }
-    return this.#releasing;
+    const releasing = this.#releasing;
+    return options.wait ? releasing.done : Promise.resolve({ ok: true, sent: releasing.sent });
   }
 
   /** `await using lease = ...` releases the lease when the block exits. */

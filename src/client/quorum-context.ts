@@ -33,6 +33,11 @@ export interface QuorumContext {
   readonly epochHints: BoundedMap<string, EpochHint>;
   /** How long acquires take to reach t partials: when the first t replicas asked count as late. */
   readonly grantLatency?: GrantLatency;
+  /**
+   * Release rounds still running (lease-calls.ts adds each and removes it when it ends): a release resolves once
+   * it is sent, and closing the client waits for these rather than cutting them off.
+   */
+  readonly releases?: Set<Promise<unknown>>;
   /** Listens for replicas' release notices on `resource`; returns a function that stops listening. */
   onReleased(resource: string, listener: () => void): () => void;
   /** Listens for turn notices on `resource` (which replica says our turn comes next, at which epoch). */

@@ -342,7 +342,7 @@ export class ReplicaConnection implements ReplicaChannel {
       return;
     }
     this.#context.options.clock.clearTimeout(this.#handshakeTimer);
-    this.#apply({ type: 'welcome' });
+    this.#apply(message.floor === undefined ? { type: 'welcome' } : { type: 'welcome', floor: message.floor });
   }
 
   #onReady(message: ServerMessage): void {
@@ -359,6 +359,7 @@ export class ReplicaConnection implements ReplicaChannel {
         this.#fault('invalid_reply', text);
         return;
       }
+      this.#noteFloor(outcome);
       this.#settle(message.id, { kind: 'reply', outcome });
       return;
     }
@@ -376,6 +377,15 @@ export class ReplicaConnection implements ReplicaChannel {
       return;
     }
     this.#fault('protocol', `an unexpected ${message.type} after the handshake`);
+  }
+
+  /**
+   * An acquire's answer names the replica's floor (when above 0): kept for the next first acquire's epoch. Not a
+   * state change anyone waits on, so nobody is told (onChange).
+   */
+  #noteFloor(outcome: OutcomeByRequest[RequestKind]): void {
+    if ('floor' in outcome && outcome.floor !== undefined)
+      this.#state = transition(this.#state, { type: 'floor', floor: outcome.floor });
   }
 
   /** The replica broke the protocol: report it, drop the connection, fail what is in flight, reconnect later. */

@@ -11,6 +11,7 @@ import { integerFlag, parseFlags, type Command } from '../command/args.js';
 const usage = `usage: quorumfence-dev simulate [--seed S] [--runs N] [--json] [--crypto sim|real] [--mutate NAME]
                                [--workers N] [--trace N]
        quorumfence-dev simulate --replay SEED [--crypto sim|real] [--mutate NAME] [--trace N] [--json]
+       quorumfence-dev simulate --timing [--mutate NAME] [--json]
        quorumfence-dev simulate --list-mutations
 
 Runs N seeded scenarios (run i's seed is derived from S and i), each a whole
@@ -25,12 +26,19 @@ the run heals. Each run is checked: safety (the history checker: one token
 per resource and epoch, accepted epochs never go down, no acknowledged write
 lost, nothing granted again across a reshare; no stale refusal at the
 barrier; no exception), liveness (after the heal every acquire completes
-within a bound; each replica's line grants in arrival order) and bounded
+within a bound; each replica's line grants in its order) and bounded
 state. The same seed gives the same runs and the same digest.
 
 A failing run prints its seed (replay it alone with --replay SEED) and a
 shrunk plan with the trace of its last events. --mutate NAME plants one of
 the bugs --list-mutations names and stops at the first run that catches it.
+
+--timing runs the timing scenarios instead (docs/testing.md, "Timing"): no
+fault, every link 10 ms one way, and each fast path measured in round trips
+on virtual time against the bound docs/protocol.md promises: a hot handoff,
+one client's acquire + release cycle, and the first acquire of a resource
+while the replicas' floors differ each cost one round trip. The mutations
+marked (timing) are caught there, not by the seeded runs.
 
 Exit codes: 0 no run failed a check (with --mutate: the mutation was caught);
 1 a run failed a check (with --mutate: not caught within --runs); 2 bad flags.
@@ -41,6 +49,7 @@ options:
   --crypto sim|real   simulated threshold BLS (fast) or the native BLS12-381  (default sim)
   --mutate NAME       plant a bug (see --list-mutations)
   --replay SEED       run the scenario of one run seed and print its verdict and trace
+  --timing            run the timing scenarios (round trips of the fast paths)
   --list-mutations    the bugs --mutate can plant
   --workers N         worker threads                            (default: the machine's cores, at most 4)
   --trace N           events of a failing run's trace to print  (default 200)
@@ -64,6 +73,7 @@ export const command: Command = {
       mutate: { type: 'string' },
       replay: { type: 'string' },
       'list-mutations': { type: 'boolean' },
+      timing: { type: 'boolean' },
       workers: { type: 'string' },
       trace: { type: 'string' },
     });
@@ -71,10 +81,20 @@ export const command: Command = {
     if (values['list-mutations']) {
       if (values.json)
         process.stdout.write(
-          json(MUTATIONS.map(({ name, description, breaks }) => ({ name, description, breaks }))) + '\n',
+          json(
+            MUTATIONS.map(({ name, description, breaks, caughtBy }) => ({
+              name,
+              description,
+              breaks,
+              caughtBy: caughtBy ?? 'runs',
+            })),
+          ) + '\n',
         );
       else
-        for (const m of MUTATIONS) process.stdout.write(`${m.name.padEnd(28)} ${m.description} (breaks ${m.breaks})\n`);
+        for (const m of MUTATIONS)
+          process.stdout.write(
+            `${m.name.padEnd(28)} ${m.description} (breaks ${m.breaks})${m.caughtBy ? ` (${m.caughtBy})` : ''}\n`,
+          );
       return 0;
     }
     const crypto = values.crypto ?? 'sim';
@@ -84,6 +104,13 @@ export const command: Command = {
       throw new QuorumFenceError(
         'INVALID_OPTION',
         `--mutate: unknown mutation "${values.mutate}" (known: ${MUTATIONS.map((m) => m.name).join(', ')})`,
+      );
+    const timingMutation = values.mutate !== undefined && mutationNamed(values.mutate)?.caughtBy === 'timing';
+    if (values.timing) return timingCommand(values.mutate, values.json === true);
+    if (timingMutation)
+      throw new QuorumFenceError(
+        'INVALID_OPTION',
+        `--mutate ${values.mutate} costs time, not safety: the timing scenarios catch it (add --timing)`,
       );
     const traceLength = integerFlag(values.trace, 'trace', 200, 0, 100_000);
     const options = { crypto, mutation: values.mutate, traceLength } as const;
@@ -101,6 +128,28 @@ interface Options {
   readonly crypto: 'sim' | 'real';
   readonly mutation: string | undefined;
   readonly traceLength: number;
+}
+
+/** `--timing`: every timing scenario against its bound; with a mutation, exit 0 only when some scenario failed. */
+async function timingCommand(mutationName: string | undefined, asJson: boolean): Promise<number> {
+  const { runTiming } = await import('../simulation/timing.js');
+  const { mutationNamed } = await import('../simulation/mutations.js');
+  const results = await runTiming(mutationName === undefined ? {} : mutationNamed(mutationName)!.effects);
+  const failed = results.filter((result) => result.failures.length > 0);
+  if (asJson) process.stdout.write(json({ mutation: mutationName ?? null, results }) + '\n');
+  else {
+    process.stdout.write(
+      `${'scenario'.padEnd(48)} ${'measures'.padEnd(60)} samples  median    max  bound (round trips of 20 ms)\n`,
+    );
+    for (const r of results)
+      process.stdout.write(
+        `${r.name.padEnd(48)} ${r.measures.padEnd(60)} ${String(r.samples).padStart(7)} ${r.medianRoundTrips.toFixed(2).padStart(7)} ` +
+          `${r.maxRoundTrips.toFixed(2).padStart(6)} ${r.boundRoundTrips.toFixed(2).padStart(6)}\n`,
+      );
+    for (const r of failed) for (const line of r.failures) process.stdout.write(`failed: ${r.name}: ${line}\n`);
+    process.stdout.write(`${results.length - failed.length} of ${results.length} scenarios within their bound\n`);
+  }
+  return (failed.length === 0) === (mutationName === undefined) ? 0 : 1;
 }
 
 async function replay(seed: number, options: Options, asJson: boolean): Promise<number> {

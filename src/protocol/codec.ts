@@ -245,9 +245,12 @@ export function decodeServerMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
         clusterId: bytes(f, 'clusterId', 32),
         replica: int(f, 'replica', 1, 0xffff),
       };
-    case 'welcome':
-      onlyKeys(f, ['id', 'replica']);
-      return { type: 'welcome', id: int(f, 'id', 0, MAX_ID), replica: int(f, 'replica', 1, 0xffff) };
+    case 'welcome': {
+      onlyKeys(f, ['id', 'replica', 'floor']);
+      const welcome = { type: 'welcome', id: int(f, 'id', 0, MAX_ID), replica: int(f, 'replica', 1, 0xffff) } as const;
+      // A floor of 0 is said by leaving the field out: one encoding per message.
+      return f.floor === undefined ? welcome : { ...welcome, floor: reportedEpoch(f, 'floor', 1n) };
+    }
     case 'reply': {
       onlyKeys(f, ['id', 'outcome']);
       const outcome = f.outcome;
@@ -307,24 +310,33 @@ export function parseOutcome<K extends WireRequest['type']>(kind: K, outcome: Re
   let parsed: object;
   switch (status) {
     case 'granted':
-      keys('partial', 'epoch', 'generation');
+      keys('partial', 'epoch', 'generation', 'floor');
       parsed = {
         status,
         partial: bytes(o, 'partial', PARTIAL_BYTES),
         ...(o.epoch === undefined ? {} : { epoch: reportedEpoch(o, 'epoch', 1n) }),
         // Generation 0 is said by leaving the field out: one encoding per answer.
         ...(o.generation === undefined ? {} : { generation: int(o, 'generation', 1, MAX_MEMBERSHIP_VERSION) }),
+        ...floorOf(o),
       };
       break;
     case 'stale':
     case 'too_far':
+      keys('epoch', 'floor');
+      parsed = { status, epoch: reportedEpoch(o, 'epoch', 0n), ...floorOf(o) };
+      break;
     case 'not_holder':
       keys('epoch');
       parsed = { status, epoch: reportedEpoch(o, 'epoch', 0n) };
       break;
     case 'busy':
-      keys('epoch', 'remainingMs');
-      parsed = { status, epoch: reportedEpoch(o, 'epoch', 1n), remainingMs: int(o, 'remainingMs', 0, MAX_MS) };
+      keys('epoch', 'remainingMs', 'floor');
+      parsed = {
+        status,
+        epoch: reportedEpoch(o, 'epoch', 1n),
+        remainingMs: int(o, 'remainingMs', 0, MAX_MS),
+        ...floorOf(o),
+      };
       break;
     case 'renewed':
       keys('remainingMs');
@@ -353,6 +365,11 @@ export function parseOutcome<K extends WireRequest['type']>(kind: K, outcome: Re
       parsed = { status, message: string(o, 'message') };
   }
   return parsed as OutcomeByRequest[K];
+}
+
+/** An acquire answer's `floor` (docs/protocol.md, "Epoch choice"): absent means 0, so a present one is at least 1. */
+function floorOf(o: Fields): { floor?: bigint } {
+  return o.floor === undefined ? {} : { floor: reportedEpoch(o, 'floor', 1n) };
 }
 
 /** The list in a `leases` answer: at most MAX_LEASES_PER_REPLY entries, each exactly { resource, epoch, holder, remainingMs }. */

@@ -5,7 +5,7 @@
  * Connection flow:
  *   replica → client  challenge { nonce, clusterId, replica }
  *   client  → replica hello     { id, holder, signature }   signature = Ed25519(authTranscript)
- *   replica → client  welcome   { id, replica }
+ *   replica → client  welcome   { id, replica, floor? }
  *   then requests (acquire, renew, release, status, leases), each answered by a
  *   reply { id, outcome } or an error { id, code, message }; and, unasked,
  *   released { resource } to clients the replica told it was held.
@@ -168,6 +168,11 @@ export interface Welcome {
   readonly type: 'welcome';
   readonly id: number;
   readonly replica: number;
+  /**
+   * The replica's epoch floor (docs/storage.md) when it is above 0: a resource it has no record of starts above it.
+   * A client proposes a first acquire above its first signers' floors (docs/protocol.md, "Epoch choice").
+   */
+  readonly floor?: bigint;
 }
 
 /** Outcomes refused for every request type: bad bounds, or the access policy. */
@@ -184,12 +189,15 @@ export type AcquireOutcome =
       readonly partial: Uint8Array;
       readonly epoch?: bigint;
       readonly generation?: number;
+      readonly floor?: bigint;
     }
   /** `epoch` is the highest epoch this replica has signed for the resource. */
-  | { readonly status: 'stale'; readonly epoch: bigint }
-  | { readonly status: 'busy'; readonly epoch: bigint; readonly remainingMs: number }
-  | { readonly status: 'too_far'; readonly epoch: bigint }
+  | { readonly status: 'stale'; readonly epoch: bigint; readonly floor?: bigint }
+  | { readonly status: 'busy'; readonly epoch: bigint; readonly remainingMs: number; readonly floor?: bigint }
+  | { readonly status: 'too_far'; readonly epoch: bigint; readonly floor?: bigint }
   | CommonRefusal;
+// `floor` in an acquire's answer: the replica's epoch floor now, when above 0 (as in Welcome), so a client's view of
+// it follows compaction without a reconnect.
 
 export type RenewOutcome =
   | { readonly status: 'renewed'; readonly remainingMs: number }

@@ -83,6 +83,8 @@ export interface ReplicaConnectionsOptions {
   readonly logger: Logger;
   /** False once the server is stopping: no new connections, no new requests. */
   readonly ready: () => boolean;
+  /** The replica's epoch floor now, told in the welcome (docs/protocol.md, "Epoch choice"). */
+  readonly floor: () => bigint;
   /** Handles an authenticated request that passed the rate limits. */
   readonly dispatch: (connection: Connection, request: WireRequest, holder: Uint8Array) => void;
 }
@@ -225,7 +227,13 @@ export class ReplicaConnections {
       this.#authenticated(connection);
       connection.holder = message.holder;
       connection.session = message.session ? toHex(message.session) : '';
-      this.send(connection, { type: 'welcome', id: message.id, replica: this.#options.index });
+      const floor = this.#options.floor();
+      this.send(connection, {
+        type: 'welcome',
+        id: message.id,
+        replica: this.#options.index,
+        ...(floor > 0n ? { floor } : {}),
+      });
       return;
     }
     if (message.type === 'hello') return this.close(connection, CloseCode.PROTOCOL_ERROR, 'already authenticated');

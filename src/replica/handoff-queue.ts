@@ -1,11 +1,16 @@
 /**
- * Fair hot handoffs at one replica (docs/protocol.md, Hot handoffs). An acquire that finds the resource held by
- * someone else and says it may wait (`waitMs`) is kept here instead of being answered `busy`, in arrival order
- * with the other waiting ones. When the lease ends (its holder released it, or it ran out), the oldest waiting
- * request is tried again, and answered once the replica's rules decide anything but `busy`; the next one waits
- * for the lease that grant starts. So a waiter is answered as soon as its turn comes, with no polling, and no
- * later arrival overtakes it here: the service answers `busy` to an acquire that would be granted while others
- * wait (the lease just ended and the line's turn is on its way), which with `waitMs` takes its place at the back.
+ * Fair hot handoffs at one replica (docs/protocol.md, "Lines (hot handoffs)"). An acquire that finds the resource
+ * held by someone else and says it may wait (`waitMs`) is kept here instead of being answered `busy`. When the
+ * lease ends (its holder released it, or it ran out), the first waiting request is tried again, and answered once
+ * the replica's rules decide anything but `busy`; the next one waits for the lease that grant starts. So a waiter
+ * is answered as soon as its turn comes, with no polling, and no later arrival overtakes it here: the service
+ * answers `busy` to an acquire that would be granted while others wait, which with `waitMs` takes its place in line.
+ *
+ * Two kinds of waiter share a line. At the resource's leader, `nextEpoch` waiters, in arrival order: the first
+ * TURNS_TOLD_AHEAD of them are told (`onTurn`) the epoch their turn will grant, each one above the one before it,
+ * and their turns are decided at exactly that epoch; so a waiter asks the other signers for its epoch a whole
+ * turn or more before it comes. At those signers, waiters for a fixed epoch (the epoch their leader told them), in
+ * epoch order: the lowest is tried first when a lease ends, so the leader's order is every signer's order.
  *
  * This changes when a replica answers, never what it may sign: every try goes through the same rules and the
  * same signing record as any acquire. The queue is volatile (a restart answers nobody; clients time out and
@@ -18,6 +23,15 @@ import type { AcquireRequest, Outcome } from '../protocol/messages.js';
 import type { LineExit } from './metrics.js';
 import type { Caller } from './policy.js';
 
+/**
+ * How many waiters at the head of a leader's line know their turn's epoch. Two: the one whose turn comes next,
+ * and the one after it, who then has a whole turn (the next holder's hold plus a handoff) to reach the other
+ * signers before the lease in its way ends, even when holders release the moment they are granted. One (the
+ * first in line only) left that waiter racing the holder's release to the signers. More would only lengthen the
+ * waits at the signers and the gaps that waiters who leave leave behind.
+ */
+export const TURNS_TOLD_AHEAD = 2;
+
 /** One kept request: tried again with `retry`, answered through `answer`. */
 interface Waiter {
   readonly request: AcquireRequest;
@@ -27,10 +41,10 @@ interface Waiter {
   readonly fail: (error: unknown) => void;
   readonly signal: AbortSignal | undefined;
   readonly onAbort: () => void;
-  /** Told the epoch its turn will grant once it is first in line (nextEpoch requests only). */
-  readonly onFirst: ((epoch: bigint) => void) | undefined;
-  /** The epoch it was told, if any (told once per epoch). */
-  announced: bigint | undefined;
+  /** Told the epoch its turn will grant (nextEpoch requests only). */
+  readonly onTurn: ((epoch: bigint) => void) | undefined;
+  /** The epoch it was told (nextEpoch requests): its turn is decided at it, or above if the record passed it. */
+  turnEpoch: bigint | undefined;
   timer: TimerHandle;
 }
 
@@ -38,15 +52,17 @@ interface Line {
   readonly waiters: Waiter[];
   /** Wakes the line when the lease in its way runs out (a release wakes it sooner). */
   leaseTimer: TimerHandle;
+  /** The lease in the way as last decided: its epoch and its end on this replica's clock. */
+  lease: { readonly epoch: bigint; readonly endsAt: number } | undefined;
   /** A try is under way: wakes meanwhile only ask for another pass. */
   trying: boolean;
   again: boolean;
 }
 
 /**
- * Where a new waiter takes its place in a line that holds `waiting` requests: the back (`waiting`) in every
- * replica; the simulator (src/simulation) plants a line that serves the newest first through it, to prove its
- * arrival-order check can fail.
+ * Where a new nextEpoch waiter takes its place in a line that holds `waiting` requests: the back (`waiting`) in
+ * every replica; the simulator (src/simulation) plants a line that serves the newest first through it, to prove
+ * its arrival-order check can fail.
  */
 export type LinePlacement = (waiting: number) => number;
 
@@ -55,6 +71,24 @@ const AT_THE_BACK: LinePlacement = (waiting) => waiting;
 /** Tries an acquire once; `queued` is true for a request that waited its turn (the nextEpoch rule applies). */
 export type TryAcquire = (request: AcquireRequest, caller: Caller, queued: boolean) => Promise<Outcome>;
 
+/** The lease a new waiter was told is in its way (the decision that said `busy`). */
+export interface BusyLease {
+  readonly epoch: bigint;
+  readonly remainingMs: number;
+}
+
+export interface LineOptions {
+  /** Hears how each waiter left its line (for the replica's metrics). */
+  readonly onExit?: (how: LineExit) => void;
+  /** Where a new nextEpoch waiter goes (default: the back). */
+  readonly placement?: LinePlacement;
+  /**
+   * How many waiters at the head know their turn's epoch (default TURNS_TOLD_AHEAD); the simulator plants 0
+   * through it, to prove its handoff bound can fail.
+   */
+  readonly turnsToldAhead?: number;
+}
+
 export class HandoffQueue {
   readonly #lines = new Map<string, Line>();
   readonly #clock: Clock;
@@ -62,20 +96,15 @@ export class HandoffQueue {
   readonly #maxPerResource: number;
   readonly #onExit: (how: LineExit) => void;
   readonly #placement: LinePlacement;
+  readonly #turnsToldAhead: number;
 
-  /** `onExit` hears how each waiter left its line (for the replica's metrics). */
-  constructor(
-    clock: Clock,
-    tryAcquire: TryAcquire,
-    maxPerResource: number,
-    onExit?: (how: LineExit) => void,
-    placement: LinePlacement = AT_THE_BACK,
-  ) {
+  constructor(clock: Clock, tryAcquire: TryAcquire, maxPerResource: number, options: LineOptions = {}) {
     this.#clock = clock;
     this.#tryAcquire = tryAcquire;
     this.#maxPerResource = maxPerResource;
-    this.#onExit = onExit ?? (() => undefined);
-    this.#placement = placement;
+    this.#onExit = options.onExit ?? (() => undefined);
+    this.#placement = options.placement ?? AT_THE_BACK;
+    this.#turnsToldAhead = options.turnsToldAhead ?? TURNS_TOLD_AHEAD;
   }
 
   /** Requests waiting now, over all resources. */
@@ -86,24 +115,24 @@ export class HandoffQueue {
   }
 
   /**
-   * Keeps `request` (answered `busy` just now: the lease at `busy.epoch` runs `busy.remainingMs` more) until its
-   * turn, its wait ends, or `signal` aborts. A nextEpoch request that is (or becomes) first in line hears, through
-   * `onFirst`, the epoch its turn will grant. Resolves with the answer to send; undefined when the line is full
-   * (answer `busy` now).
+   * Keeps `request` until its turn, its wait ends, or `signal` aborts. `busy` is the lease the decision that sent it
+   * here saw in its way; undefined for a nextEpoch request joining a line that already waits (the service sends it
+   * straight here, see service.ts). A nextEpoch request near the head of the line hears, through `onTurn`, the epoch
+   * its turn will grant. Resolves with the answer to send; undefined when the line is full (answer `busy` now).
    */
   wait(
     request: AcquireRequest,
     caller: Caller,
-    busy: { readonly epoch: bigint; readonly remainingMs: number },
+    busy: BusyLease | undefined,
     signal: AbortSignal | undefined,
-    onFirst?: (epoch: bigint) => void,
+    onTurn?: (epoch: bigint) => void,
   ): Promise<Outcome> | undefined {
     const waitMs = request.waitMs ?? 0;
     if (waitMs <= 0 || signal?.aborted) return undefined;
     let line = this.#lines.get(request.resource);
     if (line && line.waiters.length >= this.#maxPerResource) return undefined;
     if (!line) {
-      line = { waiters: [], leaseTimer: undefined, trying: false, again: false };
+      line = { waiters: [], leaseTimer: undefined, lease: undefined, trying: false, again: false };
       this.#lines.set(request.resource, line);
     }
     const current = line;
@@ -117,34 +146,30 @@ export class HandoffQueue {
         // The connection is gone: nobody to answer.
         onAbort: () =>
           this.#leave(request.resource, waiter, { status: 'busy', epoch: request.epoch, remainingMs: 0 }, 'closed'),
-        onFirst: request.nextEpoch ? onFirst : undefined,
-        announced: undefined,
+        onTurn: request.nextEpoch ? onTurn : undefined,
+        turnEpoch: undefined,
         timer: undefined,
       };
       // Its wait is over. First in line: one last try (the lease may be ending right now), answered whatever it
       // says. Behind others: `busy` as the replica last saw it, since a try could overtake those ahead.
-      const busyEndsAt = this.#clock.now() + busy.remainingMs;
       waiter.timer = this.#clock.setTimeout(() => {
         const first = current.waiters[0] === waiter;
         if (!this.#remove(request.resource, waiter, 'expired')) return;
-        const stillBusy: Outcome = {
-          status: 'busy',
-          epoch: busy.epoch,
-          remainingMs: Math.max(0, Math.ceil(busyEndsAt - this.#clock.now())),
-        };
+        const stillBusy = this.#stillBusy(current, request);
         if (!first) return waiter.answer(stillBusy);
-        this.#tryAcquire(request, caller, true).then(waiter.answer, (error: unknown) =>
+        this.#tryAcquire(turnRequest(waiter), caller, true).then(waiter.answer, (error: unknown) =>
           isQuorumFenceError(error, 'REPLICA_FROZEN') ? waiter.fail(error) : waiter.answer(stillBusy),
         );
         this.wake(request.resource); // the next one is first now
       }, waitMs);
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
-      current.waiters.splice(this.#placement(current.waiters.length), 0, waiter);
-      this.#armLeaseTimer(request.resource, current, busy.remainingMs);
+      current.waiters.splice(placeOf(current.waiters, request, this.#placement), 0, waiter);
+      if (busy) this.#armLeaseTimer(request.resource, current, busy);
       // First in line: a try now, whose decision (inside the record's critical section) is either its grant or the
       // `busy` that names the lease in the way, and so the epoch its turn will grant. `busy` above may be stale by
       // now: a grant may have been decided since (the line's previous head, just leaving it).
       if (current.waiters.length === 1) this.wake(request.resource);
+      else this.#tellTurns(current);
     });
   }
 
@@ -153,7 +178,7 @@ export class HandoffQueue {
     return this.#lines.has(resource);
   }
 
-  /** The lease on `resource` ended (released): the oldest waiter tries now. */
+  /** The lease on `resource` ended (released): the first waiter tries now. */
   wake(resource: string): void {
     const line = this.#lines.get(resource);
     if (!line) return;
@@ -212,7 +237,7 @@ export class HandoffQueue {
         let outcome: Outcome;
         let failed = false;
         try {
-          outcome = await this.#tryAcquire(head.request, head.caller, true);
+          outcome = await this.#tryAcquire(turnRequest(head), head.caller, true);
         } catch (error) {
           if (isQuorumFenceError(error, 'REPLICA_FROZEN')) {
             this.failAll(error); // Frozen: no try will ever succeed here; nobody waits for nothing.
@@ -222,28 +247,27 @@ export class HandoffQueue {
           outcome = { status: 'busy', epoch: head.request.epoch, remainingMs: 0 };
           failed = true;
         }
-        if (line.waiters[0] !== head) {
+        if (!line.waiters.includes(head)) {
           // It left meanwhile (wait over, connection closed, withdrawn by its holder, who got its token from the
           // others first): the next one tries. A grant it leaves behind is the lease the next one's turn follows,
-          // so the next one hears its epoch now, as after any grant: were it granted unannounced, it would ask the
-          // others only then, together with the one after it (announced at that grant), and could lose to it there.
-          const next = line.waiters[0];
-          if (next && outcome.status === 'granted' && outcome.epoch !== undefined)
-            announce(next, turnEpoch(next.request, outcome.epoch));
+          // so the next one hears its epoch now, as after any grant.
+          this.#afterGrant(line, outcome);
           line.again = true;
           continue;
         }
         if (outcome.status === 'busy') {
-          // Still held: wait for that lease, unless it ended during the try. No grant but the head's can come before
-          // its turn now (newcomers are sent behind the line), so the lease in the way names the epoch of its turn.
-          if (!failed) announce(head, turnEpoch(head.request, outcome.epoch));
-          this.#armLeaseTimer(resource, line, outcome.remainingMs);
+          // Still held: wait for that lease, unless it ended during the try. No grant but those of the line can
+          // come before its turn now (newcomers are sent into the line), so the lease in the way names the epoch
+          // of its turn.
+          if (!failed) {
+            announce(head, turnEpochAfter(head, outcome.epoch), this.#turnsToldAhead > 0);
+            this.#tellTurns(line);
+          }
+          this.#armLeaseTimer(resource, line, outcome);
           continue;
         }
         this.#leave(resource, head, outcome, 'turn');
-        const next = line.waiters[0];
-        if (next && outcome.status === 'granted' && outcome.epoch !== undefined)
-          announce(next, turnEpoch(next.request, outcome.epoch));
+        this.#afterGrant(line, outcome);
         // The next waiter tries at once: after a grant that says `busy` with the new lease's time, which arms the timer.
         line.again = line.waiters.length > 0;
       } while (line.again);
@@ -252,15 +276,56 @@ export class HandoffQueue {
     }
   }
 
-  #armLeaseTimer(resource: string, line: Line, remainingMs: number): void {
+  /** A grant at the head's try: the new first waiter's turn follows it. */
+  #afterGrant(line: Line, outcome: Outcome): void {
+    const next = line.waiters[0];
+    if (next && outcome.status === 'granted' && outcome.epoch !== undefined) {
+      announce(next, turnEpochAfter(next, outcome.epoch), this.#turnsToldAhead > 0);
+      this.#tellTurns(line);
+    }
+  }
+
+  /**
+   * Tells the waiters near the head their turn's epoch, each one above the epoch the one before it takes: those
+   * behind a waiter whose epoch is known, within TURNS_TOLD_AHEAD of the head. The head's own epoch comes only from a
+   * decision made while it is first (its `busy`, or the grant to the one before it), inside the record's critical
+   * section, so it is the epoch the record allows; the others follow from it.
+   */
+  #tellTurns(line: Line): void {
+    let before: bigint | undefined;
+    for (const [position, waiter] of line.waiters.entries()) {
+      if (position >= this.#turnsToldAhead) break;
+      if (position > 0 && before === undefined) break;
+      if (!waiter.request.nextEpoch) {
+        // A fixed epoch takes that epoch, or none (it is stale by its turn).
+        before = position === 0 || waiter.request.epoch > before! ? waiter.request.epoch : before;
+        continue;
+      }
+      if (position > 0 && waiter.turnEpoch === undefined)
+        announce(waiter, atLeast(waiter.request.epoch, before! + 1n), true);
+      before = waiter.turnEpoch;
+    }
+  }
+
+  #stillBusy(line: Line, request: AcquireRequest): Outcome {
+    const lease = line.lease;
+    return {
+      status: 'busy',
+      epoch: lease?.epoch ?? request.epoch,
+      remainingMs: lease ? Math.max(0, Math.ceil(lease.endsAt - this.#clock.now())) : 0,
+    };
+  }
+
+  #armLeaseTimer(resource: string, line: Line, busy: BusyLease): void {
     this.#clock.clearTimeout(line.leaseTimer);
+    line.lease = { epoch: busy.epoch, endsAt: this.#clock.now() + busy.remainingMs };
     line.leaseTimer = this.#clock.setTimeout(
       () => {
         line.leaseTimer = undefined;
         this.wake(resource);
       },
       // Just after the lease's end, so the try does not find it still running.
-      remainingMs + 1,
+      busy.remainingMs + 1,
     );
   }
 
@@ -279,20 +344,45 @@ export class HandoffQueue {
     if (line.waiters.length === 0) {
       this.#clock.clearTimeout(line.leaseTimer);
       this.#lines.delete(resource);
-    }
+    } else this.#tellTurns(line); // a waiter within the told ones may have moved up
     this.#onExit(how);
     return true;
   }
 }
 
-/** Tells a nextEpoch waiter, first in line now, the epoch its turn will grant (once per epoch). */
-function announce(waiter: Waiter, epoch: bigint): void {
-  if (waiter.announced === epoch) return;
-  waiter.announced = epoch;
-  waiter.onFirst?.(epoch);
+/**
+ * Where a new waiter goes. A nextEpoch request: where the placement says (the back). A request for a fixed epoch:
+ * before the first waiter that will take a higher epoch (a waiter not yet told its epoch will), so the lowest epoch
+ * is tried first and a signer grants in the order its leader told the epochs.
+ */
+function placeOf(waiters: readonly Waiter[], request: AcquireRequest, placement: LinePlacement): number {
+  if (request.nextEpoch) return placement(waiters.length);
+  const at = waiters.findIndex((waiter) =>
+    waiter.request.nextEpoch
+      ? waiter.turnEpoch === undefined || waiter.turnEpoch > request.epoch
+      : waiter.request.epoch > request.epoch,
+  );
+  return at < 0 ? waiters.length : at;
 }
 
-/** The epoch a nextEpoch request's turn grants after the lease at `current`: the next one, or its own if higher. */
-function turnEpoch(request: AcquireRequest, current: bigint): bigint {
-  return current + 1n > request.epoch ? current + 1n : request.epoch;
+/** Tells a nextEpoch waiter the epoch its turn will grant (once per epoch; `tell` false: decided at it, untold). */
+function announce(waiter: Waiter, epoch: bigint, tell: boolean): void {
+  if (!waiter.request.nextEpoch || waiter.turnEpoch === epoch) return;
+  waiter.turnEpoch = epoch;
+  if (tell) waiter.onTurn?.(epoch);
+}
+
+/** The epoch a nextEpoch waiter's turn grants after the lease at `current`: the next one, or its own if higher. */
+function turnEpochAfter(waiter: Waiter, current: bigint): bigint {
+  return atLeast(turnRequest(waiter).epoch, current + 1n);
+}
+
+/** The request a waiter's turn is decided by: a nextEpoch one at the epoch it was told, if that is above its own. */
+function turnRequest(waiter: Waiter): AcquireRequest {
+  const told = waiter.turnEpoch;
+  return told !== undefined && told > waiter.request.epoch ? { ...waiter.request, epoch: told } : waiter.request;
+}
+
+function atLeast(a: bigint, b: bigint): bigint {
+  return a > b ? a : b;
 }

@@ -126,6 +126,7 @@ export class ReplicaServer {
       clock: fields.clock,
       logger: fields.logger,
       ready: () => this.ready,
+      floor: () => this.service.store.floor,
       dispatch: (connection, request, holder) => this.#dispatch(connection, request, holder),
     });
     this.#httpContext = {
@@ -292,7 +293,7 @@ export class ReplicaServer {
         session: connection.session,
         signal: connection.closed.signal,
         evidenceBudget: () => connection.evidenceChecks.take(this.#clock.now()),
-        onFirst: (epoch) => this.#connections.send(connection, { type: 'turn', resource: request.resource, epoch }),
+        onTurn: (epoch) => this.#connections.send(connection, { type: 'turn', resource: request.resource, epoch }),
       })
       .then(
         (outcome) => {

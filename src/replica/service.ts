@@ -69,6 +69,8 @@ export interface ReplicaServiceOptions {
   readonly decide?: typeof decide;
   /** Where a new waiter takes its place in a resource's line (default: at the back; see handoff-queue.ts). */
   readonly linePlacement?: LinePlacement;
+  /** How many waiters at the head of a line know their turn's epoch (default TURNS_TOLD_AHEAD; handoff-queue.ts). */
+  readonly turnsToldAhead?: number;
 }
 
 /** What a caller of `handle` may add to a request besides its holder. */
@@ -80,8 +82,8 @@ export interface HandleContext {
   readonly session?: string;
   /** The connection closed: an acquire waiting its turn leaves the line. */
   readonly signal?: AbortSignal;
-  /** An acquire waiting its turn hears the epoch its turn will grant once it is first in line. */
-  readonly onFirst?: (epoch: bigint) => void;
+  /** An acquire waiting its turn (nextEpoch) hears the epoch its turn will grant once it is near the head of the line. */
+  readonly onTurn?: (epoch: bigint) => void;
   /** The connection's allowance of evidence pairing checks (default: none). */
   readonly evidenceBudget?: EvidenceBudget;
 }
@@ -131,27 +133,52 @@ export class ReplicaService {
       options.timers ?? systemClock,
       (request, caller, queued) => this.#handleOnce(request, caller, queued),
       options.maxWaitersPerResource ?? 256,
-      (how) => this.#metrics?.lineExits.inc({ how }),
-      options.linePlacement,
+      {
+        onExit: (how) => this.#metrics?.lineExits.inc({ how }),
+        placement: options.linePlacement,
+        turnsToldAhead: options.turnsToldAhead,
+      },
     );
   }
 
   /**
    * Answers one authenticated request from `holder`. An acquire that says it may wait (`waitMs`) and finds the
    * resource held is answered when its turn comes (see handoff-queue.ts); `waiting.signal` (the connection
-   * closed) ends that wait, and `waiting.onFirst` hears the epoch its turn will grant once it is first in line.
+   * closed) ends that wait, and `waiting.onTurn` hears the epoch its turn will grant once it is near the head.
    * @throws QuorumFenceError INTERNAL (storage or signing failed), CLOSED
    */
   async handle(request: Request, holder: Uint8Array, waiting?: HandleContext): Promise<Outcome> {
+    const outcome = await this.#handle(request, holder, waiting);
+    return request.type === 'acquire' ? withFloor(outcome, this.store.floor) : outcome;
+  }
+
+  async #handle(request: Request, holder: Uint8Array, waiting?: HandleContext): Promise<Outcome> {
     this.#metrics?.requests.inc({ type: request.type });
     const caller: Caller = { holder, session: waiting?.session ?? '' };
     if (request.type === 'release') this.handoffs.withdraw(request.resource, caller, request.epoch);
+    const joined = this.#joinWaiting(request, caller, waiting);
+    if (joined) return joined;
     const support = await this.#support(request, holder, waiting?.evidenceBudget);
     const outcome = await this.#handleOnce(request, caller, false, support);
     if (request.type === 'acquire' && outcome.status === 'busy' && request.waitMs)
-      return this.handoffs.wait(request, caller, outcome, waiting?.signal, waiting?.onFirst) ?? outcome;
+      return this.handoffs.wait(request, caller, outcome, waiting?.signal, waiting?.onTurn) ?? outcome;
     if (request.type === 'release' && outcome.status === 'released') this.handoffs.wake(request.resource);
     return outcome;
+  }
+
+  /**
+   * A waiting acquire for the next epoch of a resource whose line already waits goes straight to the back of it:
+   * its decision could only be `busy` (the lease in the way, or the line's turn on its way: nobody overtakes the line)
+   * once the bounds and access checks pass, and taking it now, without waiting for the record's critical section (a
+   * grant's flush may hold it), lets the line tell it its turn's epoch a flush sooner. Not for a frozen store, whose
+   * every decision is REPLICA_FROZEN, nor for a request with evidence (a nextEpoch request never needs it).
+   */
+  #joinWaiting(request: Request, caller: Caller, waiting: HandleContext | undefined): Promise<Outcome> | undefined {
+    if (request.type !== 'acquire' || !request.nextEpoch || !request.waitMs || request.evidence?.length)
+      return undefined;
+    if (!this.handoffs.hasWaiters(request.resource) || this.store.frozen) return undefined;
+    if (precheck(request, caller.holder, this.#policy)) return undefined;
+    return this.handoffs.wait(request, caller, undefined, waiting?.signal, waiting?.onTurn);
   }
 
   /**
@@ -332,4 +359,22 @@ function nextEpochOf(
 ): AcquireRequest {
   const next = (current?.epoch ?? floor) + 1n;
   return next > request.epoch ? { ...request, epoch: next } : request;
+}
+
+/**
+ * An acquire's answer names the replica's epoch floor, when above 0 (docs/protocol.md, "Epoch choice"): a client
+ * proposes the first acquire of a resource above its first signers' floors, and learns them here as compaction
+ * raises them, as well as from the welcome.
+ */
+function withFloor(outcome: Outcome, floor: bigint): Outcome {
+  if (floor <= 0n) return outcome;
+  switch (outcome.status) {
+    case 'granted':
+    case 'stale':
+    case 'busy':
+    case 'too_far':
+      return { ...outcome, floor };
+    default:
+      return outcome;
+  }
 }

@@ -29,6 +29,8 @@ export interface ChannelHost {
   readonly clock: NodeClock;
   readonly options: ClientOptions;
   readonly holder: Uint8Array;
+  /** A mutation (mutations.ts): the floors replicas name are not kept. */
+  readonly forgetsFloors?: boolean;
   /** Any connection changed state. */
   onChange(): void;
   onReleased(resource: string): void;
@@ -122,7 +124,12 @@ export class SimChannel implements ReplicaChannel {
       case 'welcome':
         if (this.#state.phase !== 'connecting') return;
         this.#host.clock.clearTimeout(this.#handshakeTimer);
-        for (const type of ['socket_open', 'challenge_accepted', 'welcome'] as const) this.#apply({ type });
+        for (const type of ['socket_open', 'challenge_accepted'] as const) this.#apply({ type });
+        this.#apply(
+          message.floor > 0n && !this.#host.forgetsFloors
+            ? { type: 'welcome', floor: message.floor }
+            : { type: 'welcome' },
+        );
         return;
       case 'closed':
         return this.#fail('closed', 'closed by the replica');
@@ -161,6 +168,9 @@ export class SimChannel implements ReplicaChannel {
           this.#settle(message.id, { kind: 'faulty', message: text });
           return this.#fault(text);
         }
+        // As the SDK's connection does (replica-connection.ts): an acquire answer's floor is kept, nobody told.
+        if ('floor' in outcome && outcome.floor !== undefined && !this.#host.forgetsFloors)
+          this.#state = transition(this.#state, { type: 'floor', floor: outcome.floor });
         return this.#settle(message.id, { kind: 'reply', outcome } as ReplicaAnswer<RequestKind>);
       }
       case 'error':

@@ -61,6 +61,15 @@ export interface ClientSetup {
   readonly options: Partial<ClientOptions>;
   /** A mutation: the threshold this client's cores and collectors believe in (default the cluster's t). */
   readonly believedThreshold?: number;
+  readonly mutation?: ClientMutation;
+}
+
+/** The planted bugs a client can run with (mutations.ts); none in an honest run. */
+export interface ClientMutation {
+  /** Each release waits for the replicas' answers before the next operation (issue 31 made it resolve once sent). */
+  readonly releaseWaits?: boolean;
+  /** Its connections keep no replica's floor, so a first acquire proposes epoch 1 (as before issue 31). */
+  readonly forgetsFloors?: boolean;
 }
 
 /** A judged acquire answered `unavailable` asks again this much later (client ms): a reconnect takes about that. */
@@ -131,6 +140,7 @@ export class SimClient {
           clock: this.clock,
           options: this.#options,
           holder: this.identity.publicKey,
+          forgetsFloors: this.#setup.mutation?.forgetsFloors === true,
           onChange: () => {
             for (const listener of [...this.#changeListeners]) listener();
           },
@@ -213,7 +223,7 @@ export class SimClient {
         this.acknowledged.push({ guard: 0, resource: op.resource, key, tokenDigest: digest, version: answer.version });
     }
     await this.#sleep(between);
-    await lease.release();
+    await lease.release({ wait: this.#setup.mutation?.releaseWaits === true });
     return 'ok';
   }
 

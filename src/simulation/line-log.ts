@@ -1,9 +1,12 @@
 /**
- * What the run saw of the replicas' lines (docs/protocol.md, "Lines"): every acquire that arrived saying it may
- * wait (`waitMs`), in arrival order per replica and resource, and when it was answered and how. The check: among
- * those answered `granted`, none was answered before one that arrived earlier and was still waiting; a line that
- * serves in arrival order never does that, since a later arrival is decided only after everyone ahead of it has
- * been (granted, or gone with another answer). Only new grants count: the same grant again (a resend, which renews
+ * What the run saw of the replicas' lines (docs/protocol.md, "Lines (hot handoffs)"): every acquire that arrived
+ * saying it may wait (`waitMs`), in arrival order per replica and resource, and when it was answered and how. The
+ * check: among those answered `granted`, none was answered before one that arrived earlier and was still waiting;
+ * a line that serves in arrival order never does that, since a later arrival is decided only after everyone ahead
+ * of it has been (granted, or gone with another answer). One exception, the line's rule for requests at a fixed
+ * epoch (those a leader told their turn, sent to the other signers): such a request goes before every waiter that
+ * will take a higher epoch, so it may overtake a `nextEpoch` waiter, or a fixed one at a higher epoch; never a
+ * `nextEpoch` waiter another `nextEpoch` one. Only new grants count: the same grant again (a resend, which renews
  * the holder's own lease, or a duplicated message) overtakes nobody.
  */
 import { toHex } from '../common/bytes.js';
@@ -12,6 +15,8 @@ import type { Outcome } from '../protocol/messages.js';
 interface Arrival {
   readonly key: string;
   readonly arrivedAt: number;
+  /** The epoch asked for, for a request at a fixed epoch; undefined for a `nextEpoch` one. */
+  readonly fixedEpoch: bigint | undefined;
   answeredAt?: number;
   granted?: boolean;
 }
@@ -23,11 +28,11 @@ export class LineLog {
   /** `replica \0 resource \0 epoch \0 holder` of every grant seen. */
   readonly #grants = new Set<string>();
 
-  waiting(replica: string, resource: string, key: string, at: number): void {
+  waiting(replica: string, resource: string, key: string, fixedEpoch: bigint | undefined, at: number): void {
     const slot = `${replica}\u0000${resource}`;
     const line = this.#lines.get(slot) ?? [];
     this.#lines.set(slot, line);
-    const arrival: Arrival = { key, arrivedAt: at };
+    const arrival: Arrival = { key, arrivedAt: at, fixedEpoch };
     line.push(arrival);
     this.#byKey.set(`${replica}\u0000${key}`, arrival);
   }
@@ -59,7 +64,7 @@ export class LineLog {
       const granted = line.filter((arrival) => arrival.granted);
       for (let later = 0; later < granted.length; later++) {
         const b = granted[later]!;
-        const overtaken = granted.slice(0, later).find((a) => a.answeredAt! > b.answeredAt!);
+        const overtaken = granted.slice(0, later).find((a) => a.answeredAt! > b.answeredAt! && !mayOvertake(b, a));
         if (overtaken) {
           const [replica, resource] = slot.split('\u0000');
           found.push(
@@ -70,4 +75,10 @@ export class LineLog {
     }
     return found;
   }
+}
+
+/** A request at a fixed epoch goes before waiters that will take a higher epoch (handoff-queue.ts, placeOf). */
+function mayOvertake(later: Arrival, earlier: Arrival): boolean {
+  if (later.fixedEpoch === undefined) return false;
+  return earlier.fixedEpoch === undefined || later.fixedEpoch < earlier.fixedEpoch;
 }

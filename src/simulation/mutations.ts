@@ -1,15 +1,20 @@
 /**
  * Planted bugs (`quorumfence-dev simulate --list-mutations`, `--mutate NAME`): each turns one rule of the project
  * off in a run, through the parameters the cores take (the replica's decision function and line placement, the
- * simulated store's flush, the client's threshold, the guard's fence, the reshare's count of records), never
- * through a switch in production code. Each must be caught by the run's checks, which proves the checks can fail.
+ * simulated store's flush, the client's threshold, the guard's fence, the reshare's count of records, how many
+ * turns a line tells ahead, whether a client's release waits), never through a switch in production code. Each
+ * must be caught by the checks that watch its rule, which proves those checks can fail: the seeded runs' checks,
+ * or for a bug that costs only time, the timing scenarios' bounds (`simulate --timing`, timing.ts).
  */
 import { decideFence } from '../guard/fence.js';
 import { decide } from '../replica/policy.js';
+import type { ClientMutation } from './client-node.js';
 import type { ReplicaMutation } from './replica-node.js';
 
 export interface MutationEffects {
   readonly replica?: ReplicaMutation;
+  /** What the clients do differently (client-node.ts). */
+  readonly client?: ClientMutation;
   /** The guard's fence instead of decideFence. */
   readonly fence?: typeof decideFence;
   /** The threshold clients combine at, from the cluster's t. */
@@ -25,6 +30,8 @@ export interface Mutation {
   /** The rule it breaks (docs/protocol.md). */
   readonly breaks: string;
   readonly effects: MutationEffects;
+  /** `timing`: it costs round trips, not safety, so the timing scenarios catch it (`simulate --timing --mutate`). */
+  readonly caughtBy?: 'timing';
 }
 
 /** A replica that skips S2: an acquire at or below its record is signed anyway, without recording it. */
@@ -71,6 +78,27 @@ export const MUTATIONS: readonly Mutation[] = [
     description: "a replica's line puts each new waiter at the front",
     breaks: 'lines serve waiters in arrival order',
     effects: { replica: { linePlacement: () => 0 } },
+  },
+  {
+    name: 'line-tells-no-turn-ahead',
+    description: "a leader's line tells no waiter its turn's epoch before that turn is decided",
+    breaks: 'a hot handoff costs one round trip',
+    effects: { replica: { turnsToldAhead: 0 } },
+    caughtBy: 'timing',
+  },
+  {
+    name: 'release-waits-for-answers',
+    description: "a client's release waits for the replicas' answers before its next operation",
+    breaks: 'an acquire + release cycle costs one round trip',
+    effects: { client: { releaseWaits: true } },
+    caughtBy: 'timing',
+  },
+  {
+    name: 'client-forgets-floors',
+    description: "a client keeps no replica's epoch floor, so its first acquire of a resource proposes epoch 1",
+    breaks: 'the first acquire of a resource costs one round trip while floors differ',
+    effects: { client: { forgetsFloors: true } },
+    caughtBy: 'timing',
   },
   {
     name: 'reshare-inherits-f-plus-1',

@@ -16,6 +16,11 @@ export interface NetworkConditions {
   readonly loss: number;
   /** Chance that a message is delivered twice. */
   readonly duplicate: number;
+  /**
+   * Keep each link's order, as TCP does (a message leaves the link no earlier than the one sent before it on the
+   * same link). Off in the seeded sweep, whose messages overtake each other; on in the timing scenarios (timing.ts).
+   */
+  readonly fifo?: boolean;
 }
 
 export const CALM: NetworkConditions = { baseDelayMs: 0.2, jitterMs: 0.6, loss: 0, duplicate: 0 };
@@ -29,6 +34,8 @@ export class SimNetwork {
   /** Cut links, as "a|b" with a < b. */
   readonly #cut = new Set<string>();
   #conditions: NetworkConditions;
+  /** Per link ("from>to"), when its last message is delivered (fifo conditions only). */
+  readonly #lastDelivery = new Map<string, number>();
   #inFlight = 0;
   #sent = 0;
 
@@ -91,9 +98,16 @@ export class SimNetwork {
   }
 
   #deliverLater(from: string, to: string, message: unknown, label: string): void {
-    const { baseDelayMs, jitterMs } = this.#conditions;
+    const { baseDelayMs, jitterMs, fifo } = this.#conditions;
+    let delay = baseDelayMs + this.#random.next() * jitterMs;
+    if (fifo) {
+      const link = `${from}>${to}`;
+      const at = Math.max(this.#scheduler.now + delay, this.#lastDelivery.get(link) ?? 0);
+      this.#lastDelivery.set(link, at);
+      delay = at - this.#scheduler.now;
+    }
     this.#inFlight++;
-    this.#scheduler.schedule(baseDelayMs + this.#random.next() * jitterMs, `${from}>${to} ${label}`, () => {
+    this.#scheduler.schedule(delay, `${from}>${to} ${label}`, () => {
       this.#inFlight--;
       // A link cut while the message travelled loses it too.
       if (!this.connected(from, to)) return;

@@ -33,7 +33,7 @@ import { describeMessage, type ToClient, type ToReplica } from './wire.js';
 /** What the run's checks hear from a replica. */
 export interface ReplicaObserver {
   /** An acquire that may wait its turn (`waitMs`) arrived; `key` names it until it is answered. */
-  waiting(replica: number, resource: string, key: string): void;
+  waiting(replica: number, resource: string, key: string, fixedEpoch: bigint | undefined): void;
   /**
    * Every acquire's answer: `key` is set for one that arrived with `waitMs` (from `waiting`); `grant` names what a
    * `granted` answer signed (its epoch and holder).
@@ -54,6 +54,7 @@ export interface ReplicaMutation {
   readonly decide?: typeof decide;
   readonly acknowledgeBeforeFlush?: boolean;
   readonly linePlacement?: LinePlacement;
+  readonly turnsToldAhead?: number;
 }
 
 export interface ReplicaNodeSetup {
@@ -166,6 +167,7 @@ export class SimReplica {
       evidence: new EvidenceChecker(cluster, index, new VerifyBatcher(cluster.backend, undefined, defer)),
       decide: this.#setup.mutation.decide,
       linePlacement: this.#setup.mutation.linePlacement,
+      turnsToldAhead: this.#setup.mutation.turnsToldAhead,
     });
     this.#watchers = new ReleaseWatchers(limits.maxWatchedResources, limits.maxWaitersPerResource);
     network.attach(this.address, (from, message) => this.#receive(from, message as ToReplica));
@@ -231,7 +233,11 @@ export class SimReplica {
       };
       this.#connections.get(key)?.closed.abort();
       this.#connections.set(key, connection);
-      this.#toClient(connection, { kind: 'welcome', conn: message.conn }, 'welcome');
+      this.#toClient(
+        connection,
+        { kind: 'welcome', conn: message.conn, floor: this.#service?.store.floor ?? 0n },
+        'welcome',
+      );
       return;
     }
     const connection = this.#connections.get(key);
@@ -282,13 +288,19 @@ export class SimReplica {
     const request: Request = received;
     const waitKey = `${key}#${request.id}@${++this.#arrivals}`;
     const waits = request.type === 'acquire' && (request.waitMs ?? 0) > 0;
-    if (waits) this.#setup.observer.waiting(this.index, request.resource, waitKey);
+    if (waits)
+      this.#setup.observer.waiting(
+        this.index,
+        request.resource,
+        waitKey,
+        request.nextEpoch ? undefined : request.epoch,
+      );
     const clock = this.#clock!;
     service
       .handle(request, connection.holder, {
         signal: connection.closed.signal,
         evidenceBudget: () => connection.evidenceChecks.take(clock.now()),
-        onFirst: (epoch) => this.#send(connection, { type: 'turn', resource: request.resource, epoch }),
+        onTurn: (epoch) => this.#send(connection, { type: 'turn', resource: request.resource, epoch }),
       })
       .then(
         (outcome) => {

@@ -63,6 +63,10 @@ export interface Plan {
   readonly ops: readonly (readonly ClientOp[])[];
   /** Virtual ms: every fault is over, the network calm, crashed replicas restarted. */
   readonly healAt: number;
+  /** The network's conditions from the start (default calm); the timing scenarios (timing.ts) set their own. */
+  readonly network?: NetworkConditions;
+  /** Each replica's epoch floor when it first starts (replica k+1's at k; default 0): floors that differ. */
+  readonly floors?: readonly bigint[];
 }
 
 /** The replicas' limits in a run: short leases and small epoch steps, so a run of seconds exercises them. */

@@ -13,7 +13,7 @@ export type ToReplica =
   | { readonly kind: 'close'; readonly conn: number };
 
 export type ToClient =
-  | { readonly kind: 'welcome'; readonly conn: number }
+  | { readonly kind: 'welcome'; readonly conn: number; readonly floor: bigint }
   | { readonly kind: 'message'; readonly conn: number; readonly message: ServerMessage }
   | { readonly kind: 'frame'; readonly conn: number; readonly frame: Uint8Array | string }
   | { readonly kind: 'closed'; readonly conn: number };

@@ -48,6 +48,8 @@ export class World {
   readonly guard: SimGuard;
   readonly clients: SimClient[];
   readonly lines = new LineLog();
+  /** Acquire requests the replicas answered, per resource (the timing scenarios count a first acquire's). */
+  readonly acquiresAnswered = new Map<string, number>();
   readonly failures: string[] = [];
   readonly reshares: Reshare[] = [];
   readonly limits = replicaLimits(RUN_LIMITS);
@@ -68,7 +70,7 @@ export class World {
     this.plan = plan;
     this.options = options;
     this.scheduler = new Scheduler(options.traceLength);
-    this.network = new SimNetwork(this.scheduler, seededRandom(subSeed(plan.seed, 1)), CALM);
+    this.network = new SimNetwork(this.scheduler, seededRandom(subSeed(plan.seed, 1)), plan.network ?? CALM);
     this.keys = dealRunKeys(options.crypto, plan.n, subSeed(plan.seed, 2), (run) => this.#soon('verify', run));
     this.guard = new SimGuard(this.network, this.keys.cluster, options.mutation.fence);
     this.replicas = this.#replicas(this.keys, 0);
@@ -84,6 +86,7 @@ export class World {
           rate: driftOf(subSeed(plan.seed, 400 + k)),
           options: RUN_CLIENT_OPTIONS,
           ...(threshold === undefined ? {} : { believedThreshold: threshold }),
+          ...(options.mutation.client ? { mutation: options.mutation.client } : {}),
         }),
     );
     this.#malicious = new MaliciousClient(
@@ -96,6 +99,7 @@ export class World {
 
   /** Runs to the end or to `limitMs` of virtual time / `maxEvents` events. */
   async run(limitMs: number, maxEvents: number): Promise<void> {
+    for (const [k, floor] of (this.plan.floors ?? []).entries()) this.replicas[k]?.inherit([], floor);
     for (const replica of this.replicas) replica.start();
     for (const client of this.clients) client.connect(this.keys.cluster, (index) => `r${index}`);
     for (const fault of this.plan.faults)
@@ -129,11 +133,12 @@ export class World {
         ...(behaviours ? { byzantine: { behaviours, params: LIE_PARAMS, ...(otherKey ? { otherKey } : {}) } } : {}),
         mutation: this.options.mutation.replica ?? {},
         observer: {
-          waiting: (_replica, resource, key) => {
+          waiting: (_replica, resource, key, fixedEpoch) => {
             this.scheduler.note(`r${index} may wait ${resource} ${key}`);
-            this.lines.waiting(`r${index}.g${generation}`, resource, key, this.scheduler.now);
+            this.lines.waiting(`r${index}.g${generation}`, resource, key, fixedEpoch, this.scheduler.now);
           },
           answered: (_replica, resource, key, outcome, grant) => {
+            this.acquiresAnswered.set(resource, (this.acquiresAnswered.get(resource) ?? 0) + 1);
             if (key !== undefined) this.scheduler.note(`r${index} answered ${resource} ${key} ${outcome.status}`);
             this.lines.answered(`r${index}.g${generation}`, resource, key, outcome, grant, this.scheduler.now);
           },

@@ -112,7 +112,7 @@ describe('Byzantine clients at the guard', () => {
     recorder.token(first.lease.tokenText);
     expect((await writeIncrement(first.lease, guard, resource, 'n', recorder)).kind).toBe('incremented');
     const oldToken = first.lease.tokenText;
-    await first.lease.release();
+    await first.lease.release({ wait: true }); // confirmed: Bob's acquire, from another client, comes after it
 
     const second = await bob.acquire(resource, { ttlMs: 5_000 });
     expect(second.ok).toBe(true);

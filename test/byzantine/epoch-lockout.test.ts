@@ -146,7 +146,8 @@ describe('finding 1: one client cannot lock a resource out', () => {
       const resource = 'orders/101';
       const first = await alice.acquire(resource, { ttlMs: 1_000 });
       expect(first.ok).toBe(true);
-      if (first.ok) await first.lease.release();
+      // Confirmed before Mallory's frames, so they are refused by the epoch steps and not by Alice's lease.
+      if (first.ok) await first.lease.release({ wait: true });
       const before = await epochsOf(mallory, resource);
       const record = before.reduce((a, b) => (a > b ? a : b));
       expect(await grantAt(mallory, [1, 2], resource, record! + 1_000_000n)).toEqual([]);

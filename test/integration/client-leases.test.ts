@@ -8,11 +8,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toHex } from '../../src/common/bytes.js';
+import { withEndpoints } from '../../src/cluster/description.js';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { QuorumFenceClient, type ClientConstructionOptions } from '../../src/client/client.js';
 import { EvidenceLog } from '../../src/client/evidence.js';
 import { generateIdentity } from '../../src/client/identity.js';
 import type { LeaseEnd } from '../../src/client/lease.js';
+import { startFaultProxy, type FaultProxy } from '../../src/testing/fault-proxy.js';
 import { verifyToken, type AdmissionToken } from '../../src/token/admission-token.js';
 
 let dir: string;
@@ -158,8 +160,9 @@ describe('Lease handover', () => {
     // Far sooner than the 30 s ttl: the release ended the lease at the replicas.
     expect(performance.now() - releasedAt).toBeLessThan(1000);
     expect(next.lease.epoch).toBeGreaterThan(held.lease.epoch);
-    // Released right after: a new acquire with no waiting gets in too.
-    await next.lease.release();
+    // Released right after: a new acquire with no waiting gets in too (once the replicas confirmed the release:
+    // another client's acquire could otherwise reach them first).
+    await next.lease.release({ wait: true });
     const again = await first.acquire('releases', { ttlMs: 30_000 });
     expect(again.ok).toBe(true);
     if (again.ok) await again.lease.release();
@@ -211,4 +214,59 @@ describe('Lease handover', () => {
     expect(status.leased).toBe(false);
     expect(status.epoch).toBe(1n);
   });
+});
+
+describe('Release off the critical path', () => {
+  it('release() resolves once the release is sent; closing the client right after still releases at the replicas', async () => {
+    const first = await newClient();
+    const second = await newClient();
+    const held = await first.acquire('release/sent', { ttlMs: 60_000 });
+    expect(held.ok).toBe(true);
+    if (!held.ok) return;
+    const sent = await held.lease.release();
+    expect(sent).toEqual({ ok: true, sent: held.lease.signers.length });
+    expect(held.lease.signal.aborted).toBe(true);
+    // close() waits for the release round instead of cutting the connections under it.
+    await first.close();
+    // Far from the 60 s ttl and with no wait: the replicas have let the lease go.
+    const next = await second.acquire('release/sent', { ttlMs: 5_000 });
+    expect(next.ok, JSON.stringify(!next.ok && next)).toBe(true);
+    if (next.ok) expect(next.lease.epoch).toBeGreaterThan(held.lease.epoch);
+    if (next.ok) await next.lease.release();
+  });
+
+  it('a release that is lost only delays the next holder until the lease ends at the replicas', async () => {
+    // The first holder reaches every replica through a proxy that turns into a black hole before it releases.
+    const proxies: FaultProxy[] = await Promise.all(
+      local!.cluster.replicas.map((replica) => startFaultProxy({ target: replica.endpoint, host: '127.0.0.1' })),
+    );
+    try {
+      const behind = withEndpoints(
+        local!.cluster,
+        proxies.map((proxy) => proxy.url),
+      );
+      const first = await QuorumFenceClient.connect(behind, generateIdentity(), { requestTimeoutMs: 1_000 });
+      clients.push(first);
+      const second = await newClient();
+      const ttlMs = 1_500;
+      const acquiredAt = performance.now();
+      const held = await first.acquire('release/lost', { ttlMs, autoRenew: false });
+      expect(held.ok).toBe(true);
+      if (!held.ok) return;
+      for (const proxy of proxies) proxy.partition(true);
+      // Sent into the black hole: the connections look open, so it counts as sent, and it does not wait for answers.
+      expect(await held.lease.release()).toEqual({ ok: true, sent: held.lease.signers.length });
+      const next = await second.acquire('release/lost', { ttlMs, waitMs: 10_000 });
+      const nextAt = performance.now();
+      expect(next.ok, JSON.stringify(!next.ok && next)).toBe(true);
+      if (!next.ok) return;
+      // The lease was not freed early (the release never arrived), and the next holder got in once it ended.
+      expect(nextAt - acquiredAt).toBeGreaterThanOrEqual(ttlMs - 5);
+      expect(next.lease.epoch).toBeGreaterThan(held.lease.epoch);
+      await next.lease.release();
+      await first.close();
+    } finally {
+      await Promise.all(proxies.map((proxy) => proxy.close()));
+    }
+  }, 60_000);
 });

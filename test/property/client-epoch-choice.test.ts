@@ -7,7 +7,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { MAX_EPOCH } from '../../src/common/limits.js';
-import { chooseEpoch, quorumRemainingMs } from '../../src/client/epoch-choice.js';
+import { chooseEpoch, firstEpoch, quorumRemainingMs } from '../../src/client/epoch-choice.js';
 
 const epoch = fc.bigInt({ min: 0n, max: MAX_EPOCH - 1n });
 const smallEpoch = fc.bigInt({ min: 0n, max: 1000n });
@@ -58,5 +58,46 @@ describe('Liveness: f liars cannot stretch or shrink a busy wait beyond the hone
         expect(wait).toBeLessThanOrEqual(Math.max(...honest));
       }),
     );
+  });
+});
+
+describe('the first epoch of a resource nothing is known of (firstEpoch)', () => {
+  const floors = fc.array(fc.bigInt({ min: 0n, max: 10_000n }), { minLength: 1, maxLength: 10 });
+
+  it('is above every first signer floor when they are within maxEpochStep of the (f+1)-th largest floor', () => {
+    fc.assert(
+      fc.property(floors, fc.integer({ min: 0, max: 3 }), fc.bigInt({ min: 1n, max: 20_000n }), (all, f, step) => {
+        fc.pre(all.length >= f + 1);
+        const signers = all.slice(0, Math.max(1, all.length - f));
+        const epoch = firstEpoch(signers, all, f, step);
+        const bound = [...all].sort((a, b) => (a > b ? -1 : a < b ? 1 : 0))[f]! + step;
+        expect(epoch).toBeGreaterThanOrEqual(1n);
+        expect(epoch).toBeLessThanOrEqual(bound);
+        const highest = signers.reduce((a, b) => (a > b ? a : b));
+        if (highest + 1n <= bound) expect(epoch).toBe(highest + 1n);
+      }),
+    );
+  });
+
+  it('f liars, whatever floors they name, move it at most maxEpochStep above the highest honest floor', () => {
+    fc.assert(
+      fc.property(
+        answers(fc.bigInt({ min: 0n, max: 10_000n })),
+        fc.bigInt({ min: 1n, max: 1_000n }),
+        fc.array(fc.bigInt({ min: 0n, max: MAX_EPOCH }), { maxLength: 10 }),
+        ({ f, honest }, step, lies) => {
+          const all = [...honest, ...lies.slice(0, f)];
+          const highestHonest = honest.reduce((a, b) => (a > b ? a : b));
+          // Liars among the first signers too: the worst case.
+          expect(firstEpoch(all, all, f, step)).toBeLessThanOrEqual(highestHonest + step);
+        },
+      ),
+    );
+  });
+
+  it('is 1 without f+1 floors heard, or without first signers', () => {
+    expect(firstEpoch([50n], [50n], 1, 100n)).toBe(1n);
+    expect(firstEpoch([], [50n, 60n, 70n], 1, 100n)).toBe(1n);
+    expect(firstEpoch([0n, 0n, 0n], [0n, 0n, 0n, 0n], 1, 100n)).toBe(1n);
   });
 });

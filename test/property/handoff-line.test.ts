@@ -3,7 +3,12 @@
  * releases, departures (connection closed, or a release that withdraws) and time passing: waiters are served
  * in arrival order (nobody who arrived later is served while an earlier one still waits), a waiter that left
  * is never served, each is answered exactly once, a lease that runs out serves the next one without any
- * release, and the line never holds more than its bound.
+ * release, and the line never holds more than its bound. And the line's epochs (docs/protocol.md, "Lines (hot
+ * handoffs)"), against a model that decides by epoch as the replica's rules do, over `nextEpoch` waiters (a
+ * leader's line) mixed with waiters for a fixed epoch (those a leader told their turn, at the other signers): the
+ * epochs told to the waiters still waiting rise strictly along the line, a told waiter is granted its told epoch
+ * (or, when a fixed one took that epoch first, a higher one), and a fixed waiter is granted only when no fixed
+ * waiter for a lower epoch that the record has not passed still waits: the lowest epoch goes first.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -152,6 +157,135 @@ describe('a replica line', () => {
         },
       ),
       { numRuns: 150 },
+    );
+  });
+
+  it('tells rising epochs along the line, grants a told waiter its epoch, and serves fixed epochs lowest first', async () => {
+    type Arrival = { readonly kind: 'next' } | { readonly kind: 'fixed'; readonly ahead: number };
+    type EpochStep =
+      | { readonly kind: 'arrive'; readonly arrival: Arrival }
+      | { readonly kind: 'release' }
+      | { readonly kind: 'advance'; readonly ms: number }
+      | { readonly kind: 'leave'; readonly pick: number };
+    const epochStep: fc.Arbitrary<EpochStep> = fc.oneof(
+      {
+        weight: 3,
+        arbitrary: fc.record({
+          kind: fc.constant('arrive' as const),
+          arrival: fc.oneof(
+            fc.constant<Arrival>({ kind: 'next' }),
+            fc.record({ kind: fc.constant('fixed' as const), ahead: fc.integer({ min: 1, max: 4 }) }),
+          ),
+        }),
+      },
+      fc.record({ kind: fc.constant('release' as const) }),
+      fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 150 }) }),
+      fc.record({ kind: fc.constant('leave' as const), pick: fc.nat() }),
+    );
+    await fc.assert(
+      fc.asyncProperty(fc.array(epochStep, { minLength: 1, maxLength: 40 }), async (steps) => {
+        const clock = new ManualClock();
+        const lease = new ModelLease(clock);
+        let fixedSeen = false;
+        const queue = new HandoffQueue(
+          clock,
+          (request, caller) => {
+            const who = caller.holder[0]!;
+            if (lease.running() && lease.holder !== who)
+              return Promise.resolve<Outcome>({
+                status: 'busy',
+                epoch: lease.epoch,
+                remainingMs: Math.max(0, lease.endsAt - clock.now()),
+              });
+            const epoch = request.nextEpoch && request.epoch <= lease.epoch ? lease.epoch + 1n : request.epoch;
+            if (epoch <= lease.epoch) return Promise.resolve<Outcome>({ status: 'stale', epoch: lease.epoch });
+            // Epoch order at the moment of a fixed grant: no fixed waiter for a lower epoch the record has not passed.
+            if (!request.nextEpoch)
+              for (const other of waiting.values())
+                if (other.fixed !== undefined && other.who !== who && other.fixed > lease.epoch && other.fixed < epoch)
+                  throw new Error(`fixed ${epoch} granted while fixed ${other.fixed} waits`);
+            lease.epoch = epoch;
+            lease.holder = who;
+            lease.endsAt = clock.now() + TTL_MS;
+            return Promise.resolve<Outcome>({ status: 'granted', partial: new Uint8Array(96), epoch });
+          },
+          64,
+        );
+        /** Waiters still waiting, in arrival order: their fixed epoch, or the epoch last told. */
+        const waiting = new Map<number, { who: number; fixed: bigint | undefined; told: bigint | undefined }>();
+        const controllers = new Map<number, AbortController>();
+        const failures: string[] = [];
+        let next = 1;
+        for (const s of steps) {
+          if (s.kind === 'arrive') {
+            if (!lease.running()) continue;
+            const who = next++;
+            const fixed = s.arrival.kind === 'fixed' ? lease.epoch + BigInt(s.arrival.ahead) : undefined;
+            if (fixed !== undefined) fixedSeen = true;
+            const request: AcquireRequest = {
+              type: 'acquire',
+              id: who,
+              resource: RESOURCE,
+              epoch: fixed ?? lease.epoch + 1n,
+              ttlMs: TTL_MS,
+              waitMs: 5_000,
+              nextEpoch: fixed === undefined,
+            };
+            const entry = { who, fixed, told: undefined as bigint | undefined };
+            const controller = new AbortController();
+            const promise = queue.wait(
+              request,
+              { holder: Uint8Array.of(who), session: '' },
+              { epoch: lease.epoch, remainingMs: lease.endsAt - clock.now() },
+              controller.signal,
+              (epoch) => {
+                entry.told = epoch;
+              },
+            );
+            if (!promise) continue;
+            waiting.set(who, entry);
+            controllers.set(who, controller);
+            void promise.then(
+              (outcome) => {
+                waiting.delete(who);
+                if (outcome.status !== 'granted') return;
+                const granted = outcome.epoch!;
+                if (entry.told !== undefined && granted < entry.told)
+                  failures.push(`${who} told ${entry.told}, granted ${granted}`);
+                if (entry.told !== undefined && !fixedSeen && granted !== entry.told)
+                  failures.push(`${who} told ${entry.told}, granted ${granted} with no fixed waiter`);
+              },
+              (error: unknown) => failures.push(String(error)),
+            );
+          } else if (s.kind === 'release') {
+            if (lease.holder !== undefined) {
+              lease.holder = undefined;
+              queue.wake(RESOURCE);
+            }
+          } else if (s.kind === 'leave') {
+            const all = [...waiting.keys()];
+            const who = all[s.pick % Math.max(1, all.length)];
+            if (who !== undefined) controllers.get(who)!.abort();
+          } else clock.advance(s.ms);
+          await settle();
+          // Told epochs rise strictly in line order among the nextEpoch waiters still waiting.
+          let last = -1n;
+          for (const entry of waiting.values())
+            if (entry.fixed === undefined && entry.told !== undefined) {
+              if (entry.told <= last) failures.push(`told ${entry.told} after ${last}`);
+              last = entry.told;
+            }
+          expect(failures).toEqual([]);
+        }
+        // Time runs out in steps, with the tries between them, as on a replica's clock.
+        for (let k = 0; k < 100; k++) {
+          clock.advance(100);
+          await settle();
+        }
+        expect(waiting.size).toBe(0);
+        expect(failures).toEqual([]);
+      }),
+      { numRuns: 200 },
     );
   });
 });

@@ -2,8 +2,9 @@
  * The deterministic simulator through its command (docs/testing.md), as CI runs it: a fixed budget of seeded
  * scenarios with no violation and no liveness failure, the same digest for the same seeds whatever the number of
  * worker threads, every planted bug caught within 300 runs of seed 1 (so the checks can fail), a caught run
- * replayed from its seed with the same verdict, and bad flags refused with their code. Build first (it runs
- * dist/).
+ * replayed from its seed with the same verdict, and bad flags refused with their code; and the timing scenarios
+ * (`--timing`): every fast path within its one-round-trip bound, and each planted bug that only costs time caught
+ * there. Build first (it runs dist/).
  */
 import { describe, expect, it } from 'vitest';
 import { MUTATIONS } from '../../src/simulation/mutations.js';
@@ -25,6 +26,14 @@ interface Summary {
   }[];
   readonly caught?: boolean;
   readonly caughtAtRun?: number | null;
+}
+
+interface TimingResult {
+  readonly name: string;
+  readonly samples: number;
+  readonly maxRoundTrips: number;
+  readonly boundRoundTrips: number;
+  readonly failures: readonly string[];
 }
 
 async function simulate(args: string[], timeoutMs: number): Promise<Summary> {
@@ -49,7 +58,7 @@ describe('quorumfence-dev simulate', () => {
     expect(other.digest).not.toBe(one.digest);
   }, 620_000);
 
-  it.each(MUTATIONS.map((mutation) => [mutation.name]))(
+  it.each(MUTATIONS.filter((mutation) => mutation.caughtBy !== 'timing').map((mutation) => [mutation.name]))(
     'the planted bug %s is caught within 300 runs of seed 1, and its run replays from its seed',
     async (name) => {
       const summary = await simulate(['--seed', '1', '--runs', '300', '--mutate', name, '--trace', '0'], 300_000);
@@ -73,8 +82,37 @@ describe('quorumfence-dev simulate', () => {
     320_000,
   );
 
+  it('timing: a hot handoff, a cycle and a first acquire (floors apart) each cost one round trip', async () => {
+    const result = await runDevCli(['simulate', '--timing', '--json'], { timeoutMs: 120_000 });
+    expect(result.code).toBe(0);
+    const { results } = JSON.parse(result.stdout) as { results: TimingResult[] };
+    expect(results.map((r) => r.name)).toEqual(expect.arrayContaining([expect.stringMatching(/^hot line/)]));
+    for (const r of results) {
+      expect(r.failures, r.name).toEqual([]);
+      expect(r.samples, r.name).toBeGreaterThan(0);
+      expect(r.maxRoundTrips, r.name).toBeLessThanOrEqual(r.boundRoundTrips);
+    }
+  }, 130_000);
+
+  it.each(MUTATIONS.filter((mutation) => mutation.caughtBy === 'timing').map((mutation) => [mutation.name]))(
+    'timing: the planted bug %s takes some fast path over its bound',
+    async (name) => {
+      const result = await runDevCli(['simulate', '--timing', '--mutate', name, '--json'], { timeoutMs: 120_000 });
+      // With --mutate, exit 0 means some scenario failed.
+      expect(result.code).toBe(0);
+      const { results } = JSON.parse(result.stdout) as { results: TimingResult[] };
+      expect(results.some((r) => r.failures.some((failure) => /over \d+ ms/.test(failure)))).toBe(true);
+    },
+    130_000,
+  );
+
   it('refuses an unknown mutation, crypto or flag with INVALID_OPTION (exit 2)', async () => {
-    for (const args of [['--mutate', 'no-such-bug'], ['--crypto', 'quantum'], ['--surprise']]) {
+    for (const args of [
+      ['--mutate', 'no-such-bug'],
+      ['--crypto', 'quantum'],
+      ['--surprise'],
+      ['--mutate', 'release-waits-for-answers'],
+    ]) {
       const result = await runDevCli(['simulate', ...args], { timeoutMs: 30_000 });
       expect(result.code).toBe(2);
       expect(result.stderr).toContain('INVALID_OPTION');

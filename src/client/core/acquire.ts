@@ -12,9 +12,9 @@ import { MAX_EPOCH } from '../../common/limits.js';
 import type { AcquireGrantResult, AcquireRefusal, AcquireRefusalReason } from '../acquire.js';
 import { backoffDelay } from '../backoff.js';
 import { escalationEpoch } from '../catch-up.js';
-import { chooseEpoch } from '../epoch-choice.js';
+import { chooseEpoch, firstEpoch } from '../epoch-choice.js';
 import { CallFaults, type EpochHint } from '../quorum-context.js';
-import { leaderOf } from '../signer-choice.js';
+import { firstSigners, leaderOf } from '../signer-choice.js';
 import { busyPauseMs, turnWaitMs } from './waits.js';
 import { AttemptCore } from './attempt.js';
 import type { Attempt } from './attempt-result.js';
@@ -240,8 +240,9 @@ export class AcquireCore implements CallCore<AcquireEnd> {
       epoch = maxEpoch(this.#hint + 1n, this.#floor);
       this.#hint = undefined;
     } else {
-      // Nothing known: propose directly. Stale answers carry each replica's epoch, and the retry uses them.
-      epoch = this.#floor;
+      // Nothing known: propose above the first signers' floors. Stale answers carry each replica's epoch, and the
+      // retry uses them.
+      epoch = maxEpoch(this.#firstEpoch(), this.#floor);
     }
     // Leader-first, the leader's own record decides, so follow it even when the (f+1)-th rule lags behind it:
     // a leader ahead of the quorum (partial grants it gave) would otherwise refuse every attempt as stale.
@@ -251,6 +252,16 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     const escalateTo = this.#escalateTo;
     this.#escalateTo = undefined;
     return escalateTo !== undefined && escalateTo > epoch && escalateTo <= MAX_EPOCH ? escalateTo : epoch;
+  }
+
+  /** The first attempt's epoch for a resource nothing is known of (firstEpoch in epoch-choice.ts). */
+  #firstEpoch(): bigint {
+    const { f, t } = this.#env.cluster;
+    const ready = this.#call.connections.filter(({ state }) => state.phase === 'ready');
+    const signers = firstSigners({ channels: this.#call.connections }, this.#request.resource, t);
+    const asked = signers ? ready.filter(({ index }) => signers.has(index)) : ready;
+    const floorOf = ({ state }: ConnectionView) => state.floor ?? 0n;
+    return firstEpoch(asked.map(floorOf), ready.map(floorOf), f, this.#env.options.maxEpochStep);
   }
 
   #report(replica: number, epoch: bigint): void {
@@ -263,11 +274,16 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     this.#noteContention(phase, attempt);
     switch (attempt.kind) {
       case 'granted':
-        // A grant that waited its turn in the leader's line is contention too: the next call goes to the line first
-        // rather than racing the line's next turn at the other replicas with a full attempt.
+        // A grant that waited its turn in the leader's line is contention too, and so is one some replica refused
+        // (`busy`, or `stale` at or above its epoch: a lease, a line or another contender was there, and the grant
+        // came from the others): the next call goes to the line first rather than racing the line's next turn at
+        // the other replicas with a full attempt.
         this.#end = {
           result: { ok: true, grant: attempt.grant, faults: this.#faults.list() },
-          hint: { epoch: attempt.grant.token.grant.epoch, contended: this.#retried || attempt.waited },
+          hint: {
+            epoch: attempt.grant.token.grant.epoch,
+            contended: this.#retried || attempt.waited || attempt.crowded,
+          },
         };
         return;
       case 'stop':

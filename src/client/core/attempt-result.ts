@@ -8,8 +8,12 @@ import type { QuorumTally } from '../quorum-tally.js';
 import type { ConnectionView } from './io.js';
 
 export type Attempt =
-  /** `waited`: the leader kept the request in its line behind a running lease (it announced our turn). */
-  | { readonly kind: 'granted'; readonly grant: AcquiredGrant; readonly waited: boolean }
+  /**
+   * `waited`: the leader kept the request in its line behind a running lease (it announced our turn).
+   * `crowded`: some replica answered `busy`, or `stale` at or above its epoch, all the same: another holder's
+   * lease, a line, or another contender's grant was there.
+   */
+  | { readonly kind: 'granted'; readonly grant: AcquiredGrant; readonly waited: boolean; readonly crowded: boolean }
   /** `leaderOnly`: only the leader answered (leader-first), so f+1 replicas have not confirmed it. */
   | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number; readonly leaderOnly: boolean }
   /**

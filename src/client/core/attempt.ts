@@ -312,6 +312,7 @@ export class AttemptCore {
       return {
         kind: 'granted',
         waited: state.waited,
+        crowded: this.#judge.busy.length > 0 || this.#judge.blockers.length > 0,
         grant: {
           token: encodeToken(state.grant, state.signature.signature),
           sentAt: state.sentAt,

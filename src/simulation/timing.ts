@@ -1,0 +1,205 @@
+/**
+ * Timing scenarios (docs/testing.md, "Timing"): how many round trips the protocol's fast paths cost, measured
+ * exactly on virtual time and checked against the bound the protocol promises (docs/protocol.md). Each is one
+ * fixed plan: no fault, no Byzantine replica, every link the same fixed one-way delay plus a small jitter, each
+ * link keeping its order as TCP does; disks flush in 0.3 to 3 ms as in every run. A handoff or an acquire that
+ * should cost one round trip may take at most two one-way trips at their longest plus one flush at its longest.
+ *
+ * - hot line: clients that acquire one resource and release it at once, again and again, in the leader's line;
+ *   once the line has formed, each handoff (the holder's release sent, to the next holder's token) costs the
+ *   release's one-way trip plus the partials' one-way trip: the next holder's requests already wait at every one
+ *   of its signers (docs/protocol.md, "Lines (hot handoffs)").
+ * - one client: an acquire + release cycle costs one round trip (the release does not wait for its answers).
+ * - first acquire: a client acquires resources nobody has used while the replicas' floors differ; each acquire
+ *   costs one round trip and the t requests of the first signers (docs/protocol.md, "Epoch choice").
+ */
+import { RUN_LIMITS, type Plan } from './scenario.js';
+import type { ClientOp } from './client-node.js';
+import type { MutationEffects } from './mutations.js';
+import type { NetworkConditions } from './network.js';
+import { World } from './world.js';
+
+/** One way, ms: a link across zones. */
+const ONE_WAY_MS = 10;
+/** Plus up to this much per message (order kept per link). */
+const JITTER_MS = 1;
+/** The longest disk flush of a run (world.ts, DISK_TIMING). */
+const FLUSH_MAX_MS = 3;
+/** Rounding of the nodes' drifting clocks (±0.2 %) over a handoff. */
+const SLACK_MS = 1;
+/** The bound of one round trip: two one-way trips at their longest, a flush at its longest. */
+export const ONE_ROUND_TRIP_BOUND_MS = 2 * (ONE_WAY_MS + JITTER_MS) + FLUSH_MAX_MS + SLACK_MS;
+/** What the figures are reported in: one round trip without jitter. */
+const ROUND_TRIP_MS = 2 * ONE_WAY_MS;
+/** Clients start once their connections' handshakes (one round trip) are done. */
+const START_MS = 100;
+const NETWORK: NetworkConditions = { baseDelayMs: ONE_WAY_MS, jitterMs: JITTER_MS, loss: 0, duplicate: 0, fifo: true };
+/** Far beyond the end of any timing run: no heal (which would calm the network). */
+const NO_HEAL_MS = 50_000;
+
+export interface TimingResult {
+  readonly name: string;
+  readonly n: number;
+  readonly clients: number;
+  /** What each sample is. */
+  readonly measures: string;
+  readonly samples: number;
+  /** In round trips of ROUND_TRIP_MS (two one-way trips without jitter). */
+  readonly medianRoundTrips: number;
+  readonly maxRoundTrips: number;
+  readonly boundRoundTrips: number;
+  readonly failures: readonly string[];
+}
+
+interface Scenario {
+  readonly name: string;
+  readonly measures: string;
+  readonly plan: Plan;
+  /** The samples (ms) and anything that went wrong besides a sample over the bound. */
+  readonly measure: (world: World) => { samples: number[]; failures: string[] };
+}
+
+function op(resource: string, first: boolean, holdMs = 0): ClientOp {
+  return {
+    resource,
+    ttlMs: 1_500,
+    waitMs: 10_000,
+    holdMs,
+    writes: 0,
+    delayMs: first ? START_MS : 0,
+    judged: false,
+    startAt: 0,
+  };
+}
+
+function plan(seed: number, n: number, ops: ClientOp[][], floors?: bigint[]): Plan {
+  const resources = [...new Set(ops.flat().map((o) => o.resource))];
+  return {
+    seed,
+    n,
+    clients: ops.length,
+    resources,
+    byzantine: [],
+    faults: [],
+    ops,
+    healAt: NO_HEAL_MS,
+    network: NETWORK,
+    ...(floors ? { floors } : {}),
+  };
+}
+
+/** Every operation ended with its lease (a timing run has no fault to excuse a refusal). */
+function refusals(world: World): string[] {
+  return world.clients.flatMap((client) =>
+    client.outcomes.filter((o) => !o.ok).map((o) => `${client.address}: ${o.op.resource} ${o.reason}`),
+  );
+}
+
+/**
+ * Clients on one hot resource, each releasing the moment it holds it and asking again at once; handoffs from the
+ * time every client could have held it twice (the line has formed: each has found it busy and gone to the line).
+ */
+function hotLine(seed: number, n: number, clients: number, cycles: number, holdMs: number): Scenario {
+  const ops = Array.from({ length: clients }, () =>
+    Array.from({ length: cycles }, (_, k) => op('hot', k === 0, holdMs)),
+  );
+  return {
+    name: `hot line, N = ${n}, ${clients} clients${holdMs ? `, holding ${holdMs} ms` : ''}`,
+    measures: "handoff: the holder's release sent, to the next holder's token",
+    plan: plan(seed, n, ops),
+    measure: (world) => {
+      const grants = world.clients
+        .flatMap((client) => client.outcomes.filter((o) => o.ok).map((o) => ({ client, ...o })))
+        .sort((a, b) => a.acquiredAt - b.acquiredAt);
+      const samples: number[] = [];
+      // A grant to the holder again is no handoff: nobody else waited (the others had finished).
+      for (let k = 2 * clients + 1; k < grants.length; k++)
+        if (grants[k]!.client !== grants[k - 1]!.client) samples.push(grants[k]!.acquiredAt - grants[k - 1]!.endedAt);
+      return { samples, failures: refusals(world) };
+    },
+  };
+}
+
+/** One client: acquire + release cycles on one resource, each from its start to the next one's. */
+function oneClient(seed: number, cycles: number): Scenario {
+  return {
+    name: 'one client, N = 4',
+    measures: 'acquire + release cycle',
+    plan: plan(seed, 4, [Array.from({ length: cycles }, (_, k) => op('solo', k === 0))]),
+    measure: (world) => {
+      const outcomes = world.clients[0]!.outcomes;
+      const samples = outcomes.slice(1).map((o, k) => o.startedAt - outcomes[k]!.startedAt);
+      return { samples, failures: refusals(world) };
+    },
+  };
+}
+
+/** One client acquires resources nobody used, while the replicas' floors differ. */
+function firstAcquire(seed: number, n: number, floors: bigint[], resources: number): Scenario {
+  const ops = [Array.from({ length: resources }, (_, k) => op(`new/${k}`, k === 0))];
+  return {
+    name: `first acquire, N = ${n}, floors ${floors.join(', ')}`,
+    measures: 'acquire of a resource nobody used',
+    plan: plan(seed, n, ops, floors),
+    measure: (world) => {
+      const outcomes = world.clients[0]!.outcomes;
+      const failures = refusals(world);
+      const t = (2 * (n - 1)) / 3 + 1;
+      // The client's first acquire of all is not counted: with no grant latency measured yet, its wait for the
+      // first signers is stragglerMinMs, shorter than a round trip here, so it asks the others too (signer-choice.ts).
+      for (const o of outcomes.slice(1)) {
+        const asked = world.acquiresAnswered.get(o.op.resource) ?? 0;
+        if (asked !== t)
+          failures.push(`${o.op.resource}: ${asked} acquire requests answered, expected the t = ${t} first signers`);
+      }
+      return { samples: outcomes.map((o) => o.acquiredAt - o.startedAt), failures };
+    },
+  };
+}
+
+/** The scenarios, in the order they are run and printed. */
+export function timingScenarios(): Scenario[] {
+  return [
+    hotLine(31_001, 4, 2, 10, 0),
+    hotLine(31_002, 4, 3, 8, 0),
+    hotLine(31_003, 4, 6, 6, 0),
+    hotLine(31_004, 7, 4, 6, 0),
+    hotLine(31_005, 4, 3, 6, ROUND_TRIP_MS),
+    oneClient(31_006, 10),
+    firstAcquire(31_007, 4, [3n * RUN_LIMITS.freeEpochStep, 5n, 0n, 2n * RUN_LIMITS.freeEpochStep], 6),
+    firstAcquire(31_008, 7, [40n, 0n, 90n, 12n, 12n, 0n, 64n], 6),
+  ];
+}
+
+/** Runs every timing scenario (with a planted bug, if any) and checks each sample against the bound. */
+export async function runTiming(mutation: MutationEffects = {}): Promise<TimingResult[]> {
+  const results: TimingResult[] = [];
+  for (const scenario of timingScenarios()) {
+    const world = new World(scenario.plan, { crypto: 'sim', mutation, traceLength: 0 });
+    await world.run(NO_HEAL_MS, 2_000_000);
+    for (const client of world.clients) client.close();
+    const { samples, failures } = scenario.measure(world);
+    if (!world.finished) failures.push('the run did not finish within its limits');
+    for (const client of world.clients)
+      for (const error of client.errors) failures.push(`${client.address} threw: ${error}`);
+    const sorted = [...samples].sort((a, b) => a - b);
+    const over = samples.filter((ms) => ms > ONE_ROUND_TRIP_BOUND_MS);
+    if (over.length > 0)
+      failures.push(
+        `${over.length} of ${samples.length} over ${ONE_ROUND_TRIP_BOUND_MS} ms: ${over.map((ms) => ms.toFixed(1)).join(', ')} ms`,
+      );
+    if (samples.length === 0) failures.push('nothing to measure');
+    results.push({
+      name: scenario.name,
+      n: scenario.plan.n,
+      clients: scenario.plan.clients,
+      measures: scenario.measures,
+      samples: samples.length,
+      medianRoundTrips: (sorted[Math.floor(sorted.length / 2)] ?? NaN) / ROUND_TRIP_MS,
+      maxRoundTrips: (sorted.at(-1) ?? NaN) / ROUND_TRIP_MS,
+      boundRoundTrips: ONE_ROUND_TRIP_BOUND_MS / ROUND_TRIP_MS,
+      failures,
+    });
+  }
+  return results;
+}

@@ -1,0 +1,138 @@
+/**
+ * Release off the holder's critical path (docs/protocol.md, "Client rules"): `lease.release()` resolves once the
+ * release requests are handed to the connections, not when the replicas answer; `release({ wait: true })` resolves
+ * with their answers; the round goes on either way, and the client's context keeps it until it ends (so closing the
+ * client waits for it). Replicas are scripted, and their answers to releases are held back until the test lets them go.
+ */
+import { describe, expect, it } from 'vitest';
+import { BoundedMap } from '../../src/common/bounded-map.js';
+import { loadBackend } from '../../src/crypto/load.js';
+import { acquireGrant } from '../../src/client/acquire.js';
+import type { ConnectionState } from '../../src/client/connection-state.js';
+import { EvidenceLog } from '../../src/client/evidence.js';
+import { generateIdentity } from '../../src/client/identity.js';
+import { Lease } from '../../src/client/lease.js';
+import { resolveClientOptions } from '../../src/client/options.js';
+import type { QuorumContext } from '../../src/client/quorum-context.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../../src/client/replica-connection.js';
+import { dealCluster } from '../support/dealt-cluster.js';
+
+const backend = loadBackend();
+const dealt = dealCluster(4, backend);
+const identity = generateIdentity();
+
+const READY: ConnectionState = { phase: 'ready', failures: 0, lastFailure: undefined };
+const DOWN: ConnectionState = { phase: 'backoff', failures: 1, lastFailure: { kind: 'unreachable', message: 'down' } };
+
+/** Grants every acquire; holds each release's answer until `answerReleases()`. */
+class HoldingChannel implements ReplicaChannel {
+  readonly releases: RequestBody<'release'>[] = [];
+  readonly #held: (() => void)[] = [];
+  constructor(
+    readonly index: number,
+    readonly state: ConnectionState,
+  ) {}
+
+  request<K extends RequestKind>(body: RequestBody<K>): Promise<ReplicaAnswer<K>> {
+    if (this.state.phase !== 'ready') return Promise.resolve({ kind: 'unreachable', message: 'down' });
+    if (body.type === 'release') {
+      this.releases.push(body as unknown as RequestBody<'release'>);
+      return new Promise((resolve) =>
+        this.#held.push(() => resolve({ kind: 'reply', outcome: { status: 'released' } } as ReplicaAnswer<K>)),
+      );
+    }
+    const acquire = body as unknown as RequestBody<'acquire'>;
+    const grant = {
+      clusterId: dealt.cluster.id,
+      resource: acquire.resource,
+      epoch: acquire.epoch,
+      holder: identity.publicKey,
+    };
+    return Promise.resolve({
+      kind: 'reply',
+      outcome: { status: 'granted', partial: dealt.partial(this.index, grant).bytes },
+    } as ReplicaAnswer<K>);
+  }
+
+  answerReleases(): void {
+    for (const answer of this.#held.splice(0)) answer();
+  }
+}
+
+function context(states: ConnectionState[]): { ctx: QuorumContext; channels: HoldingChannel[] } {
+  const channels = states.map((state, k) => new HoldingChannel(k + 1, state));
+  const ctx: QuorumContext = {
+    cluster: dealt.cluster,
+    backend,
+    identity,
+    options: resolveClientOptions({ requestTimeoutMs: 60_000 }),
+    channels: { channels, subscribe: () => () => undefined },
+    evidence: new EvidenceLog(),
+    epochHints: new BoundedMap(16),
+    releases: new Set(),
+    onReleased: () => () => undefined,
+  };
+  return { ctx, channels };
+}
+
+async function leaseOn(ctx: QuorumContext, resource: string): Promise<Lease> {
+  const result = await acquireGrant(ctx, { resource, ttlMs: 10_000, waitMs: 0, timeoutMs: 5_000 });
+  if (!result.ok) throw new Error(`not granted: ${result.reason}`);
+  return new Lease(ctx, result.grant, result.faults, { autoRenew: false }, () => () => undefined);
+}
+
+describe('lease.release(): off the critical path', () => {
+  it('resolves once the release is sent to every replica that granted, while their answers are still held back', async () => {
+    const { ctx, channels } = context([READY, READY, READY, READY]);
+    const lease = await leaseOn(ctx, 'orders/1');
+    const sent = await lease.release();
+    expect(sent).toEqual({ ok: true, sent: lease.signers.length });
+    // Ended for the holder at once, and the requests are on their way: only the replicas asked to grant get one.
+    expect(lease.ended?.reason).toBe('released');
+    expect(lease.signal.aborted).toBe(true);
+    const asked = channels.filter((channel) => channel.releases.length > 0).map((channel) => channel.index);
+    expect(asked).toEqual([...lease.signers].sort((a, b) => a - b));
+    // The round goes on: the context keeps it until the answers come.
+    expect(ctx.releases!.size).toBe(1);
+    for (const channel of channels) channel.answerReleases();
+    await Promise.all([...ctx.releases!]);
+    expect(ctx.releases!.size).toBe(0);
+  });
+
+  it('with { wait: true } resolves with the answers: t confirmations', async () => {
+    const { ctx, channels } = context([READY, READY, READY, READY]);
+    const lease = await leaseOn(ctx, 'orders/2');
+    let answered = false;
+    const waiting = lease.release({ wait: true }).then((result) => {
+      answered = true;
+      return result;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(answered).toBe(false); // the answers are held back
+    for (const channel of channels) channel.answerReleases();
+    expect(await waiting).toEqual({ ok: true, released: dealt.cluster.t, faults: [] });
+  });
+
+  it('a second call sends nothing more: it returns what it asks for of the first release', async () => {
+    const { ctx, channels } = context([READY, READY, READY, READY]);
+    const lease = await leaseOn(ctx, 'orders/3');
+    await lease.release();
+    const again = await lease.release();
+    expect(again).toEqual({ ok: true, sent: lease.signers.length });
+    const waited = lease.release({ wait: true });
+    for (const channel of channels) channel.answerReleases();
+    expect((await waited).ok).toBe(true);
+    expect(channels.reduce((sum, channel) => sum + channel.releases.length, 0)).toBe(lease.signers.length);
+  });
+
+  it('counts only the connections it could send to: a signer whose connection went down is not among them', async () => {
+    const states = [READY, READY, READY, READY];
+    const { ctx, channels } = context(states);
+    const lease = await leaseOn(ctx, 'orders/4');
+    const down = lease.signers[0]!;
+    (channels[down - 1] as { state: ConnectionState }).state = DOWN;
+    expect(await lease.release()).toEqual({ ok: true, sent: lease.signers.length - 1 });
+    for (const channel of channels) channel.answerReleases();
+    await Promise.all([...ctx.releases!]);
+  });
+});
