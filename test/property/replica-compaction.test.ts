@@ -243,12 +243,17 @@ describe('S2 across compaction: one holder per (resource, epoch), epochs only ri
         leased: false,
         remainingMs: 0,
       });
-      // Never signed before, but the floor covers it: stale with the floor, so the next try succeeds at once.
-      expect(await grant('new', 3n, bob)).toEqual({ status: 'stale', epoch: 5n });
+      // Never signed before, but the floor covers it: stale with the floor, so the next try succeeds at once. Every
+      // acquire answer names the floor too (docs/protocol.md, "Epoch choice").
+      expect(await grant('new', 3n, bob)).toEqual({ status: 'stale', epoch: 5n, floor: 5n });
       expect((await grant('new', 6n, bob)).status).toBe('granted');
       // The same for a: a resend of its compacted grant is refused, not signed again.
-      expect(await grant('a', 5n, alice)).toEqual({ status: 'stale', epoch: 5n });
-      expect(await grant('a', 5n + policy.maxEpochStep + 1n, alice)).toEqual({ status: 'too_far', epoch: 5n });
+      expect(await grant('a', 5n, alice)).toEqual({ status: 'stale', epoch: 5n, floor: 5n });
+      expect(await grant('a', 5n + policy.maxEpochStep + 1n, alice)).toEqual({
+        status: 'too_far',
+        epoch: 5n,
+        floor: 5n,
+      });
       await replica.restart();
       expect(replica.store.floor).toBe(5n);
       expect(replica.store.openedWith.resources).toBe(2);
