@@ -5,7 +5,8 @@
  * system's colour where the figures put it; without chromium the bench writes the SVG and says why.
  * The whole command runs in bench-sections.test.ts.
  *
- * Needs Debian's chromium (.ci/run installs it); without it the chart test fails saying so.
+ * Needs Debian's chromium (.ci/run installs it); without it the chart test is skipped, saying so
+ * in its name, unless CI's QUORUMFENCE_TEST_REQUIRE_SYSTEM=1 (test/support/system-tools.ts).
  */
 import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,15 +14,13 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
 import { chromium } from 'playwright-core';
 import type * as NetworkModule from '../../src/bench/network.js';
-import { base64, findEtcd, post, startEtcdCluster } from '../../src/bench/etcd-cluster.js';
+import { base64, post, startEtcdCluster } from '../../src/bench/etcd-cluster.js';
 import { GatewayLocker, GrpcLocker } from '../../src/bench/etcd.js';
 import { CHART, findChromium, networkChartSvg, rasterise, writeNetworkChart } from '../../src/bench/network-chart.js';
 import type { NetworkPoint } from '../../src/bench/network-bench.js';
 import type { EtcdDriverFigures } from '../../src/bench/etcd.js';
 import type { SystemFigures } from '../../src/bench/system.js';
-
-const ETCD_ON_PATH = findEtcd() !== undefined;
-const ETCD_REQUIRED = process.env.QUORUMFENCE_TEST_REQUIRE_ETCD === '1';
+import { lacks, needs } from '../support/system-tools.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-bench-network-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -64,7 +63,7 @@ describe('the delay proxies process', () => {
   });
 });
 
-describe.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)('etcd behind the delay proxies (needs etcd on PATH)', () => {
+describe.skipIf(lacks('etcd'))(`etcd behind the delay proxies ${needs('etcd')}`, () => {
   test("a write pays the client's round trip and the Raft round trip between the members", async () => {
     // Long enough that a loaded machine's fsync and scheduling cannot make up a missing round trip.
     const rttMs = 100;
@@ -87,7 +86,7 @@ describe.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)('etcd behind the delay proxies 
   });
 });
 
-describe.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)("etcd's lockers (needs etcd on PATH)", () => {
+describe.skipIf(lacks('etcd'))(`etcd's lockers ${needs('etcd')}`, () => {
   test("keep their session lease alive while open, as etcd's concurrency.Session does: a lock held past the TTL still fences", async () => {
     // A run at a long round trip holds one locker open for minutes (600 timed acquires of several round
     // trips each): with a lease that is never kept alive, its lock keys vanished when the TTL ran out.
@@ -134,19 +133,21 @@ const points: NetworkPoint[] = [0, 2, 20].map((rttMs, i) => ({
 }));
 
 describe('the chart', () => {
-  test("drawn by chromium: the PNG's size, and each marker in its system's colour where the figures put it", async () => {
-    const executablePath = findChromium();
-    if (!executablePath) throw new Error('chromium is not installed (apt-get install chromium)');
-    const { svg, markers } = networkChartSvg(points, 'test figures', 4);
-    const png = await rasterise(svg);
-    expect(png!.subarray(1, 4).toString()).toBe('PNG');
-    // Decode the PNG in the browser and read the pixel under each marker's centre.
-    const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
-    try {
-      const page = await browser.newPage();
-      const spots = markers.map((m) => [Math.round(m.x * CHART.scale), Math.round(m.y * CHART.scale)]);
-      // A script string: the page's DOM types are not this project's (no "dom" lib in its TypeScript).
-      const read = (await page.evaluate(`(async () => {
+  test.skipIf(lacks('chromium'))(
+    `drawn by chromium: the PNG's size, and each marker in its system's colour where the figures put it ${needs('chromium')}`,
+    async () => {
+      const executablePath = findChromium();
+      if (!executablePath) throw new Error('chromium is not installed (apt-get install chromium)');
+      const { svg, markers } = networkChartSvg(points, 'test figures', 4);
+      const png = await rasterise(svg);
+      expect(png!.subarray(1, 4).toString()).toBe('PNG');
+      // Decode the PNG in the browser and read the pixel under each marker's centre.
+      const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
+      try {
+        const page = await browser.newPage();
+        const spots = markers.map((m) => [Math.round(m.x * CHART.scale), Math.round(m.y * CHART.scale)]);
+        // A script string: the page's DOM types are not this project's (no "dom" lib in its TypeScript).
+        const read = (await page.evaluate(`(async () => {
         const image = new Image();
         image.src = 'data:image/png;base64,${png!.toString('base64')}';
         await image.decode();
@@ -161,19 +162,20 @@ describe('the chart', () => {
           pixels: ${JSON.stringify(spots)}.map(([x, y]) => Array.from(context.getImageData(x, y, 1, 1).data.slice(0, 3))),
         };
       })()`)) as { width: number; height: number; pixels: number[][] };
-      expect([read.width, read.height]).toEqual([CHART.width * CHART.scale, CHART.height * CHART.scale]);
-      const colours = { quorumfence: [0x1f, 0x5f, 0xbf], etcd: [0xd9, 0x6a, 0x00] };
-      markers.forEach((marker, k) => {
-        const pixel: number[] = read.pixels[k]!;
-        const expected = colours[marker.series.system];
-        const distance = pixel.reduce((sum, channel, c) => sum + Math.abs(channel - expected[c]!), 0);
-        const where = `${marker.series.system} ${marker.series.label} at point ${marker.point}: rgb ${pixel.join(',')}`;
-        expect(distance, where).toBeLessThan(24);
-      });
-    } finally {
-      await browser.close();
-    }
-  });
+        expect([read.width, read.height]).toEqual([CHART.width * CHART.scale, CHART.height * CHART.scale]);
+        const colours = { quorumfence: [0x1f, 0x5f, 0xbf], etcd: [0xd9, 0x6a, 0x00] };
+        markers.forEach((marker, k) => {
+          const pixel: number[] = read.pixels[k]!;
+          const expected = colours[marker.series.system];
+          const distance = pixel.reduce((sum, channel, c) => sum + Math.abs(channel - expected[c]!), 0);
+          const where = `${marker.series.system} ${marker.series.label} at point ${marker.point}: rgb ${pixel.join(',')}`;
+          expect(distance, where).toBeLessThan(24);
+        });
+      } finally {
+        await browser.close();
+      }
+    },
+  );
 
   test('without chromium the bench writes the SVG next to the JSON and says why', async () => {
     const bin = mkdtempSync(join(root, 'bin-'));

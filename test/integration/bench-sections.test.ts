@@ -5,9 +5,9 @@
  * store, the protocol or the CLI that breaks a section fails here.
  *
  * The guard section's PostgreSQL part runs against the real server test/support/postgres.ts gives every
- * PostgreSQL test (it fails, as they do, when PostgreSQL is missing). The etcd section needs etcd on PATH:
- * without it its test is skipped (its name says so), unless QUORUMFENCE_TEST_REQUIRE_ETCD=1 (CI sets it,
- * after installing etcd-server), where it runs and fails. Missing servers and a failing section are
+ * PostgreSQL test, and the etcd section needs etcd on PATH: without them their tests are skipped (their names
+ * say so), unless QUORUMFENCE_TEST_REQUIRE_SYSTEM=1 (CI sets it, after installing them), where they run and fail
+ * (test/support/system-tools.ts). Missing servers and a failing section are
  * checked too: the first are skipped with their reason and the run exits 0; the second is reported, the
  * next section still runs, and the run exits 1.
  */
@@ -15,16 +15,14 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
-import { findEtcd } from '../../src/bench/etcd-cluster.js';
 import { runDevCli } from '../support/cli.js';
 import { freePorts } from '../support/free-ports.js';
 import { createTestDatabase } from '../support/postgres.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-bench-sections-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-const ETCD_ON_PATH = findEtcd() !== undefined;
-const ETCD_REQUIRED = process.env.QUORUMFENCE_TEST_REQUIRE_ETCD === '1';
 /** A smoke run takes seconds; the bound is for a CI machine busy with the other test files. */
 const RUN_TIMEOUT_MS = 150_000;
 
@@ -148,35 +146,38 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
     ]);
   });
 
-  test('guard: LMDB, first use, and the PostgreSQL forms against a real server', async () => {
-    const db = createTestDatabase('bench');
-    try {
-      const { user, password, host, port, database } = db.config;
-      const url = `postgres://${user}:${String(password)}@${host}:${port}/${database}`;
-      const run = await bench(['guard', '--postgres', url]);
-      expectCompleted(run);
-      const guard = run.report.guard as Json;
-      expectNumbers(guard.lmdbCachedToken, ['perSecond', 'writes']);
-      expectTiming(guard.firstUse.verifyMs, 5);
-      expectTiming(guard.firstUse.writeMs, 5);
-      for (const form of ['plainUpdate', 'statement', 'transaction', 'plainUpdatePostgresDriver'])
-        expectNumbers(guard.postgres[form], ['perSecond', 'writes', 'concurrency']);
-      expectNumbers(guard.postgres, ['statementRatio', 'transactionRatio', 'statementShare']);
-      expect(run.report.command).toContain(`postgres://${user}:***@`);
-      expectLines(run.stdout, [
-        'LMDB, cached token, durable writes/s ',
-        'first use of a new token: verify ',
-        'first use of a new token: whole durable write ',
-        'PostgreSQL plain UPDATE (pg) ',
-        'PostgreSQL fenced, single statement ',
-        'PostgreSQL fenced, transaction ',
-        'single-statement writes that held in one statement ',
-        /^PostgreSQL plain UPDATE \(postgres driver\) +\d+ writes\/s/m,
-      ]);
-    } finally {
-      await db.drop();
-    }
-  });
+  test.skipIf(lacks('postgresql'))(
+    `guard: LMDB, first use, and the PostgreSQL forms against a real server ${needs('postgresql')}`,
+    async () => {
+      const db = createTestDatabase('bench');
+      try {
+        const { user, password, host, port, database } = db.config;
+        const url = `postgres://${user}:${String(password)}@${host}:${port}/${database}`;
+        const run = await bench(['guard', '--postgres', url]);
+        expectCompleted(run);
+        const guard = run.report.guard as Json;
+        expectNumbers(guard.lmdbCachedToken, ['perSecond', 'writes']);
+        expectTiming(guard.firstUse.verifyMs, 5);
+        expectTiming(guard.firstUse.writeMs, 5);
+        for (const form of ['plainUpdate', 'statement', 'transaction', 'plainUpdatePostgresDriver'])
+          expectNumbers(guard.postgres[form], ['perSecond', 'writes', 'concurrency']);
+        expectNumbers(guard.postgres, ['statementRatio', 'transactionRatio', 'statementShare']);
+        expect(run.report.command).toContain(`postgres://${user}:***@`);
+        expectLines(run.stdout, [
+          'LMDB, cached token, durable writes/s ',
+          'first use of a new token: verify ',
+          'first use of a new token: whole durable write ',
+          'PostgreSQL plain UPDATE (pg) ',
+          'PostgreSQL fenced, single statement ',
+          'PostgreSQL fenced, transaction ',
+          'single-statement writes that held in one statement ',
+          /^PostgreSQL plain UPDATE \(postgres driver\) +\d+ writes\/s/m,
+        ]);
+      } finally {
+        await db.drop();
+      }
+    },
+  );
 
   test('system with --profile: latency, the loops, CPU per grant, the bare wire, the targets, the profile', async () => {
     const run = await bench(['system', '--profile']);
@@ -221,32 +222,29 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
     ]);
   });
 
-  test.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)(
-    'etcd (needs etcd on PATH: apt-get install etcd-server): a 3-member cluster, both drivers, fencing checked',
-    async () => {
-      const run = await bench(['etcd']);
-      expectCompleted(run);
-      const etcd = run.report.etcd as Json;
-      expect(etcd.skipped, 'etcd must run here (QUORUMFENCE_TEST_REQUIRE_ETCD=1)').toBeUndefined();
-      expect(etcd.members).toBe(3);
-      for (const driver of ['gateway', 'grpc']) {
-        const figures = etcd.drivers[driver] as Json;
-        expect(figures.fencing).toMatchObject({ staleRefused: true, currentAccepted: true });
-        expectTiming(figures.acquireMs, 10);
-        expectLoopKinds(figures.loops);
-        expectNumbers(figures.cpuPerCycleMs, ['etcd', 'client']);
-      }
-      expectLines(run.stdout, [
-        /^quorumfence: acquire .* +etcd x3 gateway +etcd x3 etcd3\/gRPC/m,
-        '  16 clients, one hot resource (handoffs/s) ',
-        /^etcd gateway: .*fencing checked before timing/m,
-        /^etcd grpc: .*fencing checked before timing/m,
-      ]);
-    },
-  );
+  test.skipIf(lacks('etcd'))(`etcd ${needs('etcd')}: a 3-member cluster, both drivers, fencing checked`, async () => {
+    const run = await bench(['etcd']);
+    expectCompleted(run);
+    const etcd = run.report.etcd as Json;
+    expect(etcd.skipped, 'etcd must run here (QUORUMFENCE_TEST_REQUIRE_SYSTEM=1)').toBeUndefined();
+    expect(etcd.members).toBe(3);
+    for (const driver of ['gateway', 'grpc']) {
+      const figures = etcd.drivers[driver] as Json;
+      expect(figures.fencing).toMatchObject({ staleRefused: true, currentAccepted: true });
+      expectTiming(figures.acquireMs, 10);
+      expectLoopKinds(figures.loops);
+      expectNumbers(figures.cpuPerCycleMs, ['etcd', 'client']);
+    }
+    expectLines(run.stdout, [
+      /^quorumfence: acquire .* +etcd x3 gateway +etcd x3 etcd3\/gRPC/m,
+      '  16 clients, one hot resource (handoffs/s) ',
+      /^etcd gateway: .*fencing checked before timing/m,
+      /^etcd grpc: .*fencing checked before timing/m,
+    ]);
+  });
 
-  test.skipIf(!ETCD_ON_PATH && !ETCD_REQUIRED)(
-    '--rtt 0,2ms (needs etcd on PATH): both sides per round trip, every link through the delay proxies, the targets, the summary, the chart',
+  test.skipIf(lacks('etcd'))(
+    `--rtt 0,2ms ${needs('etcd')}: both sides per round trip, every link through the delay proxies, the targets, the summary, the chart`,
     async () => {
       const run = await bench(['system', 'etcd', '--rtt', '0,2ms']);
       expectCompleted(run);

@@ -33,6 +33,7 @@ import { runCli } from '../support/cli.js';
 import { initMemberCards } from '../support/ceremony-net.js';
 import { freePorts } from '../support/free-ports.js';
 import { createTestDatabase } from '../support/postgres.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 const backend = loadBackend('blst');
 const root = mkdtempSync(join(tmpdir(), 'qf-reshare-cli-'));
@@ -162,102 +163,105 @@ async function guardWrite(guard: LmdbGuard, token: AdmissionToken) {
 }
 
 describe('quorumfence reshare (processes over real sockets)', () => {
-  it('replace one replica whose disk is gone: the other three deal alone; group key unchanged; new shares sign; the new replica inherits every old grant', async () => {
-    const base = join(root, 'replace');
-    const old = await oldCluster(base, 4);
-    // The old replicas' signing records (real LMDB), one grant at epoch 5 on 1..3 (replica 4's disk is gone).
-    for (const i of [1, 2, 3]) {
-      const store = SigningRecord.open(join(base, `old-record-${i}`), { clusterId: old.id, replicaIndex: i });
-      const epoch = i === 3 ? 4n : 5n; // replica 3 did not take part in the last grant
-      await store.checkAndRecord('orders', () => ({
-        record: {
-          epoch,
-          holder: alice,
-          grantDigest: grantDigest({ clusterId: old.id, resource: 'orders', epoch, holder: alice }),
-          released: false,
-        },
-        result: undefined,
-      }));
-      await store.close();
-      const frozen = await cli([
+  it.skipIf(lacks('postgresql'))(
+    `replace one replica whose disk is gone: the other three deal alone; group key unchanged; new shares sign; the new replica inherits every old grant; guards on LMDB and PostgreSQL ${needs('postgresql')}`,
+    async () => {
+      const base = join(root, 'replace');
+      const old = await oldCluster(base, 4);
+      // The old replicas' signing records (real LMDB), one grant at epoch 5 on 1..3 (replica 4's disk is gone).
+      for (const i of [1, 2, 3]) {
+        const store = SigningRecord.open(join(base, `old-record-${i}`), { clusterId: old.id, replicaIndex: i });
+        const epoch = i === 3 ? 4n : 5n; // replica 3 did not take part in the last grant
+        await store.checkAndRecord('orders', () => ({
+          record: {
+            epoch,
+            holder: alice,
+            grantDigest: grantDigest({ clusterId: old.id, resource: 'orders', epoch, holder: alice }),
+            released: false,
+          },
+          result: undefined,
+        }));
+        await store.close();
+        const frozen = await cli([
+          'reshare',
+          'freeze',
+          '--data',
+          join(base, `old-record-${i}`),
+          '--key',
+          join(base, 'old', `replica-${i}.key`),
+          '--cluster',
+          join(base, 'old', 'cluster.json'),
+          '--out',
+          join(base, `frozen-${i}.json`),
+        ]);
+        expect(frozen.code, frozen.stderr).toBe(0);
+        expect(frozen.stderr).toMatch(/frozen at/);
+      }
+      // A frozen store refuses grants, durably.
+      const reopened = SigningRecord.open(join(base, 'old-record-1'), { clusterId: old.id, replicaIndex: 1 });
+      const refused = await reopened
+        .checkAndRecord('orders', () => ({ result: undefined }))
+        .then(
+          () => 'signed',
+          (error: unknown) => (isQuorumFenceError(error) ? error.code : String(error)),
+        );
+      await reopened.close();
+      expect(refused).toBe('REPLICA_FROZEN');
+
+      // A guard configured before the reshare, with a token the old set issued (epoch 5).
+      const oldToken = tokenFrom(old, (i) => join(base, 'old', `replica-${i}.key`), [1, 2, 3], 5n)!;
+      const guard = await LmdbGuard.open(join(base, 'guard'), old);
+      expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: true, epoch: 5n });
+      const db = createTestDatabase('reshare');
+      const pool = db.pool(2);
+      const pgGuard = await PostgresGuard.open(pool, old);
+      const pgWrite = (token: AdmissionToken) =>
+        pgGuard.write({ token: tokenToText(token), resource: 'orders', key: 'k' });
+      expect(await pgWrite(oldToken)).toMatchObject({ ok: true, epoch: 5n });
+
+      const proposal = await newMembers(base, 4, [1, 2, 3]);
+      const cluster = await reshare(base, 4, [1, 2, 3], proposal);
+      // The id guards pin is the same (v2: from the group key alone).
+      expect(cluster.idHex).toBe(old.idHex);
+      // The guard, unchanged: the old token still verifies; a new-share token at 9 is accepted; then 5 is stale.
+      expect(verifyToken(oldToken, cluster).ok).toBe(true);
+      const newToken = tokenFrom(cluster, (i) => join(base, `new-${i}`, 'replica.key'), [2, 3, 4], 9n)!;
+      expect(await guardWrite(guard, newToken)).toMatchObject({ ok: true, epoch: 9n });
+      expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: false });
+      await guard.close();
+      // The PostgreSQL guard, configured before the reshare, alike.
+      expect(await pgWrite(newToken)).toMatchObject({ ok: true, epoch: 9n });
+      expect(await pgWrite(oldToken)).toMatchObject({ ok: false });
+      await pgGuard.close();
+      await pool.end();
+      await db.drop();
+      expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
+      expect(tokenFromNewShares(base, cluster, [2, 3, 4])).toBe(true);
+      expect(tokenFromNewShares(base, cluster, [1, 4, 3])).toBe(true);
+
+      const inheritArgs = (files: number[]) => [
         'reshare',
-        'freeze',
+        'inherit',
         '--data',
-        join(base, `old-record-${i}`),
+        join(base, 'new-record-4'),
         '--key',
-        join(base, 'old', `replica-${i}.key`),
+        join(base, 'new-4', 'replica.key'),
         '--cluster',
+        join(base, 'new-1', 'cluster.json'),
+        '--old-cluster',
         join(base, 'old', 'cluster.json'),
-        '--out',
-        join(base, `frozen-${i}.json`),
-      ]);
-      expect(frozen.code, frozen.stderr).toBe(0);
-      expect(frozen.stderr).toMatch(/frozen at/);
-    }
-    // A frozen store refuses grants, durably.
-    const reopened = SigningRecord.open(join(base, 'old-record-1'), { clusterId: old.id, replicaIndex: 1 });
-    const refused = await reopened
-      .checkAndRecord('orders', () => ({ result: undefined }))
-      .then(
-        () => 'signed',
-        (error: unknown) => (isQuorumFenceError(error) ? error.code : String(error)),
-      );
-    await reopened.close();
-    expect(refused).toBe('REPLICA_FROZEN');
-
-    // A guard configured before the reshare, with a token the old set issued (epoch 5).
-    const oldToken = tokenFrom(old, (i) => join(base, 'old', `replica-${i}.key`), [1, 2, 3], 5n)!;
-    const guard = await LmdbGuard.open(join(base, 'guard'), old);
-    expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: true, epoch: 5n });
-    const db = createTestDatabase('reshare');
-    const pool = db.pool(2);
-    const pgGuard = await PostgresGuard.open(pool, old);
-    const pgWrite = (token: AdmissionToken) =>
-      pgGuard.write({ token: tokenToText(token), resource: 'orders', key: 'k' });
-    expect(await pgWrite(oldToken)).toMatchObject({ ok: true, epoch: 5n });
-
-    const proposal = await newMembers(base, 4, [1, 2, 3]);
-    const cluster = await reshare(base, 4, [1, 2, 3], proposal);
-    // The id guards pin is the same (v2: from the group key alone).
-    expect(cluster.idHex).toBe(old.idHex);
-    // The guard, unchanged: the old token still verifies; a new-share token at 9 is accepted; then 5 is stale.
-    expect(verifyToken(oldToken, cluster).ok).toBe(true);
-    const newToken = tokenFrom(cluster, (i) => join(base, `new-${i}`, 'replica.key'), [2, 3, 4], 9n)!;
-    expect(await guardWrite(guard, newToken)).toMatchObject({ ok: true, epoch: 9n });
-    expect(await guardWrite(guard, oldToken)).toMatchObject({ ok: false });
-    await guard.close();
-    // The PostgreSQL guard, configured before the reshare, alike.
-    expect(await pgWrite(newToken)).toMatchObject({ ok: true, epoch: 9n });
-    expect(await pgWrite(oldToken)).toMatchObject({ ok: false });
-    await pgGuard.close();
-    await pool.end();
-    await db.drop();
-    expect(clusterToJson(cluster).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
-    expect(tokenFromNewShares(base, cluster, [2, 3, 4])).toBe(true);
-    expect(tokenFromNewShares(base, cluster, [1, 4, 3])).toBe(true);
-
-    const inheritArgs = (files: number[]) => [
-      'reshare',
-      'inherit',
-      '--data',
-      join(base, 'new-record-4'),
-      '--key',
-      join(base, 'new-4', 'replica.key'),
-      '--cluster',
-      join(base, 'new-1', 'cluster.json'),
-      '--old-cluster',
-      join(base, 'old', 'cluster.json'),
-      ...files.flatMap((i) => ['--in', join(base, `frozen-${i}.json`)]),
-    ];
-    const tooFew = await cli(inheritArgs([1, 2]));
-    expect(tooFew.code).toBe(1);
-    expect(tooFew.stderr).toMatch(/\(RESHARE_REFUSED\)/);
-    const inherited = await cli(inheritArgs([1, 2, 3]));
-    expect(inherited.code, inherited.stderr).toBe(0);
-    const store = SigningRecord.open(join(base, 'new-record-4'), { clusterId: cluster.id, replicaIndex: 4 });
-    expect(store.get('orders')?.epoch).toBe(5n);
-    await store.close();
-  });
+        ...files.flatMap((i) => ['--in', join(base, `frozen-${i}.json`)]),
+      ];
+      const tooFew = await cli(inheritArgs([1, 2]));
+      expect(tooFew.code).toBe(1);
+      expect(tooFew.stderr).toMatch(/\(RESHARE_REFUSED\)/);
+      const inherited = await cli(inheritArgs([1, 2, 3]));
+      expect(inherited.code, inherited.stderr).toBe(0);
+      const store = SigningRecord.open(join(base, 'new-record-4'), { clusterId: cluster.id, replicaIndex: 4 });
+      expect(store.get('orders')?.epoch).toBe(5n);
+      await store.close();
+    },
+  );
 
   it('add replicas 4 -> 7: the four old members deal to seven; the group key is unchanged and any five new shares sign; five new members endorse membership 1 and a holder of the old description follows it (refusals with codes)', async () => {
     const base = join(root, 'grow');

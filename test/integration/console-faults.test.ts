@@ -35,6 +35,7 @@ import {
   type ConsoleBrowser,
   type ConsoleProcess,
 } from '../support/console-page.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 /** The issue's bound: the console shows a killed replica as down, and the margin right, within 8 s. */
 const SETTLE_WITHIN = { timeout: 8_000, interval: 200 };
@@ -138,7 +139,7 @@ async function holdsFor(page: Page, down: readonly number[], margin: number): Pr
   }
 }
 
-describe('the console in Chromium under faults, N = 4', () => {
+describe.skipIf(lacks('chromium'))(`the console in Chromium under faults, N = 4 ${needs('chromium')}`, () => {
   let setup: Setup;
   beforeAll(async () => {
     setup = await setUp(4, 2);
@@ -235,7 +236,7 @@ describe('the console in Chromium under faults, N = 4', () => {
   }, 60_000);
 });
 
-describe('the console in Chromium under faults, N = 7', () => {
+describe.skipIf(lacks('chromium'))(`the console in Chromium under faults, N = 7 ${needs('chromium')}`, () => {
   let setup: Setup;
   beforeAll(async () => {
     setup = await setUp(7);

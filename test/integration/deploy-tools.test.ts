@@ -19,6 +19,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { dealLocalCluster, startLocalCluster } from '../../src/cluster/launcher.js';
 import { loadManifestFiles } from '../support/kubernetes-manifests.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const KUBERNETES = join(ROOT, 'deploy', 'kubernetes');
@@ -39,7 +40,7 @@ interface Rendered {
   metadata: { name: string; namespace?: string };
 }
 
-describe('kubectl kustomize', () => {
+describe.skipIf(lacks('kubectl'))(`kubectl kustomize ${needs('kubectl')}`, () => {
   const files = loadManifestFiles(KUBERNETES).filter((file) => !file.path.endsWith('kustomization.yaml'));
   it.each([
     ['deploy/kubernetes', (path: string) => !path.startsWith('prometheus-operator/')],
@@ -57,7 +58,7 @@ describe('kubectl kustomize', () => {
   });
 });
 
-describe('promtool', () => {
+describe.skipIf(lacks('promtool'))(`promtool ${needs('promtool')}`, () => {
   it('accepts the alert rules, and the PrometheusRule copy of them', () => {
     const alerts = run('promtool', ['check', 'rules', join(PROMETHEUS, 'alerts.yml')]);
     expect(alerts.status, alerts.stdout + alerts.stderr).toBe(0);
@@ -131,51 +132,54 @@ function getVerified(
   });
 }
 
-describe('the scrape verifies the replicas certificates (docs/operations.md, step 2)', () => {
-  it('a certificate from the recipe verifies under the scrape config; another name or CA does not', async () => {
-    const operations = readFileSync(join(ROOT, 'docs', 'operations.md'), 'utf8');
-    // The block under step 2 (indented as a list item's), starting with its marker comment.
-    const block = /^( *)```sh\n\1(# make-certificates[\s\S]*?)\n\1```/m.exec(operations);
-    expect(block, 'docs/operations.md has the certificate recipe').not.toBeNull();
-    const recipe = block![2]!.replace(new RegExp(`^${block![1]}`, 'gm'), '');
-    const certs = join(root, 'certs');
-    mkdirSync(certs);
-    const made = spawnSync('sh', ['-e', '-c', recipe], { cwd: certs, encoding: 'utf8', timeout: 60_000 });
-    expect(made.status, made.stderr).toBe(0);
-    const other = join(root, 'other-ca');
-    mkdirSync(other);
-    expect(spawnSync('sh', ['-e', '-c', recipe], { cwd: other, encoding: 'utf8', timeout: 60_000 }).status).toBe(0);
+describe.skipIf(lacks('promtool'))(
+  `the scrape verifies the replicas certificates (docs/operations.md, step 2) ${needs('promtool')}`,
+  () => {
+    it('a certificate from the recipe verifies under the scrape config; another name or CA does not', async () => {
+      const operations = readFileSync(join(ROOT, 'docs', 'operations.md'), 'utf8');
+      // The block under step 2 (indented as a list item's), starting with its marker comment.
+      const block = /^( *)```sh\n\1(# make-certificates[\s\S]*?)\n\1```/m.exec(operations);
+      expect(block, 'docs/operations.md has the certificate recipe').not.toBeNull();
+      const recipe = block![2]!.replace(new RegExp(`^${block![1]}`, 'gm'), '');
+      const certs = join(root, 'certs');
+      mkdirSync(certs);
+      const made = spawnSync('sh', ['-e', '-c', recipe], { cwd: certs, encoding: 'utf8', timeout: 60_000 });
+      expect(made.status, made.stderr).toBe(0);
+      const other = join(root, 'other-ca');
+      mkdirSync(other);
+      expect(spawnSync('sh', ['-e', '-c', recipe], { cwd: other, encoding: 'utf8', timeout: 60_000 }).status).toBe(0);
 
-    const scrape = parse(readFileSync(join(PROMETHEUS, 'scrape-config.yml'), 'utf8')) as {
-      scrape_configs: { job_name: string; tls_config?: { server_name: string } }[];
-    };
-    const serverName = scrape.scrape_configs.find((job) => job.job_name === 'quorumfence-replicas')!.tls_config!
-      .server_name;
-    dealLocalCluster(join(root, 'keys'), 4);
-    const local = await startLocalCluster({
-      dir: join(root, 'keys'),
-      indices: [1],
-      dataRoot: join(root, 'data'),
-      extraArgs: ['--tls-cert', join(certs, 'replica-1.crt'), '--tls-key', join(certs, 'replica-1.key.pem')],
-    });
-    try {
-      const port = local.replica(1).port;
-      const ca = readFileSync(join(certs, 'ca.crt'));
-      const metrics = await getVerified(port, '/metrics', ca, serverName);
-      expect(metrics.status).toBe(200);
-      expect(metrics.body).toMatch(/^quorumfence_replica_cluster_threshold\{[^}]*\} 3$/m);
-      // Its own Service name verifies too (what clients use); another replica's does not.
-      expect((await getVerified(port, '/healthz', ca, 'quorumfence-replica-1.quorumfence.svc')).status).toBe(200);
-      await expect(getVerified(port, '/metrics', ca, 'quorumfence-replica-2.quorumfence.svc')).rejects.toMatchObject({
-        code: 'ERR_TLS_CERT_ALTNAME_INVALID',
+      const scrape = parse(readFileSync(join(PROMETHEUS, 'scrape-config.yml'), 'utf8')) as {
+        scrape_configs: { job_name: string; tls_config?: { server_name: string } }[];
+      };
+      const serverName = scrape.scrape_configs.find((job) => job.job_name === 'quorumfence-replicas')!.tls_config!
+        .server_name;
+      dealLocalCluster(join(root, 'keys'), 4);
+      const local = await startLocalCluster({
+        dir: join(root, 'keys'),
+        indices: [1],
+        dataRoot: join(root, 'data'),
+        extraArgs: ['--tls-cert', join(certs, 'replica-1.crt'), '--tls-key', join(certs, 'replica-1.key.pem')],
       });
-      await expect(
-        getVerified(port, '/metrics', readFileSync(join(other, 'ca.crt')), serverName),
-      ).rejects.toMatchObject({
-        code: expect.stringMatching(/UNABLE_TO_VERIFY_LEAF_SIGNATURE|CERT_SIGNATURE_FAILURE/),
-      });
-    } finally {
-      await local.close();
-    }
-  }, 120_000);
-});
+      try {
+        const port = local.replica(1).port;
+        const ca = readFileSync(join(certs, 'ca.crt'));
+        const metrics = await getVerified(port, '/metrics', ca, serverName);
+        expect(metrics.status).toBe(200);
+        expect(metrics.body).toMatch(/^quorumfence_replica_cluster_threshold\{[^}]*\} 3$/m);
+        // Its own Service name verifies too (what clients use); another replica's does not.
+        expect((await getVerified(port, '/healthz', ca, 'quorumfence-replica-1.quorumfence.svc')).status).toBe(200);
+        await expect(getVerified(port, '/metrics', ca, 'quorumfence-replica-2.quorumfence.svc')).rejects.toMatchObject({
+          code: 'ERR_TLS_CERT_ALTNAME_INVALID',
+        });
+        await expect(
+          getVerified(port, '/metrics', readFileSync(join(other, 'ca.crt')), serverName),
+        ).rejects.toMatchObject({
+          code: expect.stringMatching(/UNABLE_TO_VERIFY_LEAF_SIGNATURE|CERT_SIGNATURE_FAILURE/),
+        });
+      } finally {
+        await local.close();
+      }
+    }, 120_000);
+  },
+);

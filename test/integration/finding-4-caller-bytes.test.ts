@@ -21,6 +21,7 @@ import { checkToken, decodeToken, tokenToText, verifyToken } from '../../src/tok
 import { runCli } from '../support/cli.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { makeTokenFactory } from '../support/token-factory.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 const factory = makeTokenFactory();
 const dirs: string[] = [];
@@ -135,7 +136,7 @@ describe('finding 4: caller bytes (Buffer, Uint8Array, offset views) are accepte
     }
   });
 
-  describe('PostgreSQL', () => {
+  describe.skipIf(lacks('postgresql'))(`PostgreSQL ${needs('postgresql')}`, () => {
     let db: TestDatabase;
     let pool: pg.Pool;
     let guard: PostgresGuard;

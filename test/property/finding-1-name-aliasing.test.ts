@@ -22,6 +22,7 @@ import { checkToken, decodeToken } from '../../src/token/admission-token.js';
 import { codeOf } from '../support/error-code.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { makeTokenFactory } from '../support/token-factory.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 const factory = makeTokenFactory();
 const utf8 = new TextEncoder();
@@ -150,7 +151,7 @@ describe('finding 1: cross-resource aliasing in the LMDB guard', () => {
     }
   });
 
-  describe('PostgreSQL', () => {
+  describe.skipIf(lacks('postgresql'))(`PostgreSQL ${needs('postgresql')}`, () => {
     let db: TestDatabase;
     let pool: pg.Pool;
     let guard: PostgresGuard;

@@ -11,7 +11,9 @@
  * local server.
  *
  * When PostgreSQL is not installed the helpers throw with the command that
- * installs it: the PostgreSQL tests fail rather than skip silently.
+ * installs it; the tests that use them are skipped before that, saying so in
+ * their names, unless CI's QUORUMFENCE_TEST_REQUIRE_SYSTEM=1 says they must
+ * run (test/support/system-tools.ts).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
