@@ -53,10 +53,10 @@ describe('S2 across compaction in a replica process', () => {
         10_000,
       );
       expect(compacted).toBe(true);
-      expect(outcomeOf(await bob.acquire('orders/new', 1n, 50))).toEqual({ status: 'stale', epoch: 7n });
+      expect(outcomeOf(await bob.acquire('orders/new', 1n, 50))).toEqual({ status: 'stale', epoch: 7n, floor: 7n });
       // Alice's compacted grant is not signed again, for her or anyone.
-      expect(outcomeOf(await alice.acquire('orders/1', 7n, 50))).toEqual({ status: 'stale', epoch: 7n });
-      expect(outcomeOf(await bob.acquire('orders/1', 7n, 50))).toEqual({ status: 'stale', epoch: 7n });
+      expect(outcomeOf(await alice.acquire('orders/1', 7n, 50))).toEqual({ status: 'stale', epoch: 7n, floor: 7n });
+      expect(outcomeOf(await bob.acquire('orders/1', 7n, 50))).toEqual({ status: 'stale', epoch: 7n, floor: 7n });
       // A long lease, so this grant is never compacted while the test runs: with 50 ms, a slow machine folded
       // epoch 8 into the floor before the metrics were read.
       expect(outcomeOf(await bob.acquire('orders/1', 8n, 5_000)).status).toBe('granted');
