@@ -74,16 +74,10 @@ export function transition(state: ConnectionState, event: ConnectionEvent): Conn
       return state.phase === 'connecting' ? { ...state, phase: 'awaiting_challenge' } : state;
     case 'challenge_accepted':
       return state.phase === 'awaiting_challenge' ? { ...state, phase: 'awaiting_welcome' } : state;
-    case 'welcome': {
-      // Each connection takes the replica's word afresh (a replaced replica may have a lower floor).
-      if (state.phase !== 'awaiting_welcome') return state;
-      const floor = event.floor;
-      return { phase: 'ready', failures: 0, lastFailure: undefined, ...(floor === undefined ? {} : { floor }) };
-    }
-    case 'floor': {
-      const floor = higherFloor(state.floor, event.floor);
-      return state.phase === 'ready' && floor !== state.floor ? { ...state, floor } : state;
-    }
+    case 'welcome':
+      return welcomed(state, event.floor);
+    case 'floor':
+      return raisedFloor(state, event.floor);
     case 'failed':
       if (state.phase === 'backoff') return state;
       return {
@@ -96,10 +90,16 @@ export function transition(state: ConnectionState, event: ConnectionEvent): Conn
   }
 }
 
-/** The higher of two floors (undefined: none said). */
-function higherFloor(known: bigint | undefined, said: bigint | undefined): bigint | undefined {
-  if (said === undefined) return known;
-  return known === undefined || said > known ? said : known;
+/** Ready after the welcome; each connection takes the replica's floor afresh (a replaced replica may start lower). */
+function welcomed(state: ConnectionState, floor: bigint | undefined): ConnectionState {
+  if (state.phase !== 'awaiting_welcome') return state;
+  return { phase: 'ready', failures: 0, lastFailure: undefined, ...(floor === undefined ? {} : { floor }) };
+}
+
+/** A floor named in an answer raises the connection's, never lowers it. */
+function raisedFloor(state: ConnectionState, floor: bigint): ConnectionState {
+  if (state.phase !== 'ready' || (state.floor !== undefined && floor <= state.floor)) return state;
+  return { ...state, floor };
 }
 
 /** A request can be sent now. */
