@@ -4,10 +4,8 @@
  * replicas list the same (resource, epoch, holder) (src/console/view.ts).
  */
 import { MAX_LEASES_PER_REPLY, type ActiveLease, type LeasesOutcome } from '../protocol/messages.js';
-import { RoundCall } from './core/round-call.js';
-import { connectionViews, drive } from './drive.js';
 import type { QuorumContext } from './quorum-context.js';
-import { failedAnswerView, unansweredView, type UnansweredView } from './status.js';
+import { askEveryReplica, unansweredView, type UnansweredView } from './status.js';
 
 export type ReplicaLeases =
   | {
@@ -27,26 +25,15 @@ export function replicaLeases(
   limit = MAX_LEASES_PER_REPLY,
   signal?: AbortSignal,
 ): Promise<ReplicaLeases[]> {
-  const views = new Map<number, ReplicaLeases>();
-  const core = new RoundCall<ReplicaLeases[]>(
-    {
-      body: () => ({ type: 'leases', limit }),
-      timeoutMs,
-      onAnswer: (replica, answer) => {
-        const endpoint = ctx.cluster.replicas[replica - 1]!.endpoint;
-        const view =
-          answer.kind === 'reply'
-            ? leasesView(replica, endpoint, answer.outcome as LeasesOutcome)
-            : failedAnswerView(replica, endpoint, answer, timeoutMs);
-        if (view) views.set(replica, view);
-      },
-      finish: () =>
-        ctx.channels.channels.map((channel) => views.get(channel.index) ?? unansweredView(ctx, channel, timeoutMs)),
-    },
-    connectionViews(ctx),
-    signal?.aborted,
+  return askEveryReplica(
+    ctx,
+    { type: 'leases', limit },
+    timeoutMs,
+    leasesView,
+    (views) =>
+      ctx.channels.channels.map((channel) => views.get(channel.index) ?? unansweredView(ctx, channel, timeoutMs)),
+    signal,
   );
-  return drive(ctx, core, { signal });
 }
 
 function leasesView(replica: number, endpoint: string, o: LeasesOutcome): ReplicaLeases {

@@ -7,10 +7,10 @@
 import type { ConnectionFailure } from './connection-state.js';
 import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
 import type { QuorumContext } from './quorum-context.js';
-import type { StatusOutcome } from '../protocol/messages.js';
+import type { OutcomeByRequest, StatusOutcome } from '../protocol/messages.js';
 import { RoundCall } from './core/round-call.js';
 import { connectionViews, drive } from './drive.js';
-import type { ReplicaAnswer, ReplicaChannel, RequestKind } from './replica-connection.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-connection.js';
 
 export type ReplicaView =
   | {
@@ -86,6 +86,40 @@ export function failedAnswerView(
   }
 }
 
+/**
+ * Asks every replica one read-only request (`status`, `leases`), waiting up to `timeoutMs`, and keeps each answer as
+ * a view: `viewOf` for a reply, failedAnswerView for any other answer; `finish` makes the result of the views by
+ * replica index (a replica missing from them never answered).
+ */
+export function askEveryReplica<B extends RequestBody<'status'> | RequestBody<'leases'>, V, R>(
+  ctx: QuorumContext,
+  body: B,
+  timeoutMs: number,
+  viewOf: (replica: number, endpoint: string, outcome: OutcomeByRequest[B['type']]) => V,
+  finish: (views: ReadonlyMap<number, V | UnansweredView>) => R,
+  signal?: AbortSignal,
+): Promise<R> {
+  const views = new Map<number, V | UnansweredView>();
+  const core = new RoundCall<R>(
+    {
+      body: () => body,
+      timeoutMs,
+      onAnswer: (replica, answer) => {
+        const endpoint = ctx.cluster.replicas[replica - 1]!.endpoint;
+        const view =
+          answer.kind === 'reply'
+            ? viewOf(replica, endpoint, answer.outcome as OutcomeByRequest[B['type']])
+            : failedAnswerView(replica, endpoint, answer, timeoutMs);
+        if (view) views.set(replica, view);
+      },
+      finish: () => finish(views),
+    },
+    connectionViews(ctx),
+    signal?.aborted,
+  );
+  return drive(ctx, core, { signal });
+}
+
 /** Asks every replica for its view of `resource`, waiting up to `timeoutMs` for answers. */
 export function resourceStatus(
   ctx: QuorumContext,
@@ -93,25 +127,14 @@ export function resourceStatus(
   timeoutMs: number,
   signal?: AbortSignal,
 ): Promise<ResourceStatus> {
-  const views = new Map<number, ReplicaView>();
-  const core = new RoundCall<ResourceStatus>(
-    {
-      body: () => ({ type: 'status', resource }),
-      timeoutMs,
-      onAnswer: (replica, answer) => {
-        const endpoint = ctx.cluster.replicas[replica - 1]!.endpoint;
-        const view =
-          answer.kind === 'reply'
-            ? statusView(replica, endpoint, answer.outcome as StatusOutcome)
-            : failedAnswerView(replica, endpoint, answer, timeoutMs);
-        if (view) views.set(replica, view);
-      },
-      finish: () => summarise(ctx, resource, views, timeoutMs),
-    },
-    connectionViews(ctx),
-    signal?.aborted,
+  return askEveryReplica(
+    ctx,
+    { type: 'status', resource },
+    timeoutMs,
+    statusView,
+    (views) => summarise(ctx, resource, views, timeoutMs),
+    signal,
   );
-  return drive(ctx, core, { signal });
 }
 
 function statusView(replica: number, endpoint: string, o: StatusOutcome): ReplicaView {
