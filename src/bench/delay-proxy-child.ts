@@ -7,7 +7,12 @@
  * answered with every route's figures summed. Never a test, never a server
  * anyone else uses: it binds to loopback and the parent kills it.
  */
-import { startDelayProxy, type DelayProxy, type DelayProxyStats } from '../testing/delay-proxy.js';
+import {
+  emptyDelayProxyStats,
+  startDelayProxy,
+  type DelayProxy,
+  type DelayProxyStats,
+} from '../testing/delay-proxy.js';
 
 const oneWayMs = Number(process.argv[2]);
 if (!process.send || !(oneWayMs >= 0)) {
@@ -17,15 +22,7 @@ if (!process.send || !(oneWayMs >= 0)) {
 const routes: DelayProxy[] = [];
 
 function summed(): DelayProxyStats {
-  const sum: DelayProxyStats = {
-    connections: 0,
-    chunks: 0,
-    bytes: 0,
-    maxHeldBytes: 0,
-    pauses: 0,
-    lateMsSum: 0,
-    lateMsMax: 0,
-  };
+  const sum = emptyDelayProxyStats();
   for (const { stats } of routes) {
     sum.connections += stats.connections;
     sum.chunks += stats.chunks;

@@ -103,17 +103,14 @@ function delayedPipe(from: Socket, to: Socket, oneWayMs: number, maxHeld: number
   });
 }
 
+/** Statistics of a proxy that has carried nothing yet (also the start of a sum over proxies). */
+export function emptyDelayProxyStats(): DelayProxyStats {
+  return { connections: 0, chunks: 0, bytes: 0, maxHeldBytes: 0, pauses: 0, lateMsSum: 0, lateMsMax: 0 };
+}
+
 export async function startDelayProxy(options: DelayProxyOptions): Promise<DelayProxy> {
   const maxHeld = options.maxHeldBytes ?? DEFAULT_MAX_HELD_BYTES;
-  const stats: DelayProxyStats = {
-    connections: 0,
-    chunks: 0,
-    bytes: 0,
-    maxHeldBytes: 0,
-    pauses: 0,
-    lateMsSum: 0,
-    lateMsMax: 0,
-  };
+  const stats = emptyDelayProxyStats();
   const sockets = new Set<Socket>();
   const track = (socket: Socket) => {
     sockets.add(socket);
