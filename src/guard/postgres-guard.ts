@@ -40,8 +40,6 @@ import {
 } from './core.js';
 import { parseGuardLogEntry, type GuardLogEntry, type GuardLogQuery } from './log.js';
 import {
-  DEFAULT_MAX_LOG_PAGE,
-  DEFAULT_MAX_REFUSED_LOG_ENTRIES,
   GuardAdapter,
   isRefusal,
   mutationRefusal,
@@ -82,24 +80,6 @@ import {
   type PostgresQueryResult,
   type PostgresRow,
 } from './postgres-driver.js';
-
-export { POSTGRES_GUARD_FORMAT } from './postgres-schema.js';
-export type {
-  PostgresPool,
-  PostgresPoolClient,
-  PostgresQueryConfig,
-  PostgresQueryResult,
-  PostgresRow,
-} from './postgres-driver.js';
-export {
-  type FencedStatement,
-  type PostgresMutation,
-  type PostgresMutationRefusal,
-  type PostgresWriteContext,
-  type StatementResult,
-  type WriteForm,
-} from './postgres-sql.js';
-export { DEFAULT_MAX_LOG_PAGE, DEFAULT_MAX_REFUSED_LOG_ENTRIES };
 
 export interface PostgresGuardOptions extends GuardAdapterOptions {
   /** Prefix of the guard's tables and functions. Default `quorumfence_`. Lowercase letters, digits, underscores. */

@@ -9,7 +9,7 @@
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { isQuorumFenceError } from '../../src/common/errors.js';
-import { DEFAULT_MAX_REFUSED_LOG_ENTRIES, PostgresGuard } from '../../src/guard/postgres-guard.js';
+import { DEFAULT_MAX_REFUSED_LOG_ENTRIES, PostgresGuard } from '../../src/guard/postgres.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.js';
 import { makeHolder, makeTokenFactory } from '../support/token-factory.js';
 import { lacks, needs } from '../support/system-tools.js';
