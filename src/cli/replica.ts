@@ -36,7 +36,8 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
   --listen HOST:PORT        where to listen; port 0 picks one (default: the host and port of this
                             replica's endpoint in --cluster, which must be an address of this machine)
   --config FILE             access rules (quorumfence/replica-access/v1); default: all holders, all resources
-  --signing-workers N       signing threads, 0 = main thread                    (default ${d.signingWorkers})
+  --signing-workers N       signing threads, used while the main thread is busy; 0 = main thread only
+                                                                                (default ${d.signingWorkers})
   --min-ttl DURATION        shortest lease a client may ask for                  (default ${d.minTtlMs}ms)
   --max-ttl DURATION        longest lease, and every lease's length after a restart (default ${d.maxTtlMs}ms)
   --max-in-flight N         unanswered requests per connection                  (default ${d.maxInFlightPerConnection})

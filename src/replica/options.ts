@@ -106,10 +106,10 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   // The console asks once per poll, and its shortest interval is 100 ms: 10 a second serves it, and bounds what one
   // connection can make the replica spend on them to ~1% of a core (each answer is at most ~1 ms of record reads).
   leasesPerSecondPerConnection: 10,
-  // One thread keeps bursts of signing off the event loop: measured on 2 cores (src/bench/replica.ts), median
+  // One thread takes bursts of signing off a busy event loop: measured on 2 cores (src/bench/replica.ts), median
   // durable grants/s were 1,126 in-thread, 1,446 with one thread, 2,319 with two. More threads pay only on a host
-  // whose cores the replica does not share, so one is the default and --signing-workers raises it. A lone grant
-  // while the threads are idle is still signed in the event loop's thread (signer.ts): no hand-off to pay for.
+  // whose cores the replica does not share, so one is the default and --signing-workers raises it. While the event
+  // loop is not busy, signatures are made in its own thread (signer.ts): no hand-off to pay for.
   signingWorkers: 1,
   shutdownTimeoutMs: 10_000,
   // A notice is only a hint (clients still poll), so forgetting waiters costs latency, never correctness:
