@@ -46,7 +46,11 @@ export interface CpuPerGrant {
   /** Of `replicas`, their main threads (the rest: the signing thread, V8's GC helpers, libuv's pool with LMDB's commits). */
   readonly replicasMainThread: number;
   readonly resource: number;
+  /** Of `resource`, its main thread (the rest: V8's GC helpers, libuv's pool, blst's own pool for batched pairings). */
+  readonly resourceMainThread: number;
   readonly client: number;
+  /** Of `client`, this process's main thread (0 where /proc cannot be read). */
+  readonly clientMainThread: number;
 }
 
 export function cpuPerGrant(before: CpuPerGrant, after: CpuPerGrant, grants: number): CpuPerGrant {
@@ -54,7 +58,9 @@ export function cpuPerGrant(before: CpuPerGrant, after: CpuPerGrant, grants: num
     replicas: (after.replicas - before.replicas) / grants,
     replicasMainThread: (after.replicasMainThread - before.replicasMainThread) / grants,
     resource: (after.resource - before.resource) / grants,
+    resourceMainThread: (after.resourceMainThread - before.resourceMainThread) / grants,
     client: (after.client - before.client) / grants,
+    clientMainThread: (after.clientMainThread - before.clientMainThread) / grants,
   };
 }
 
@@ -63,7 +69,9 @@ export function cpuNow(pids: { replicas: readonly number[]; resource: number }):
     replicas: pids.replicas.reduce((sum, pid) => sum + processCpuMs(pid), 0),
     replicasMainThread: pids.replicas.reduce((sum, pid) => sum + mainThreadCpuMs(pid), 0),
     resource: processCpuMs(pids.resource),
+    resourceMainThread: mainThreadCpuMs(pids.resource),
     client: ownCpuMs(),
+    clientMainThread: mainThreadCpuMs(process.pid),
   };
 }
 

@@ -262,7 +262,7 @@ export function cpuTable(
     [`crypto floor: t = ${thresholdOf(n)} signs + combine + 2 token verifies`, `${ms(floor)} ms`],
     [`CPU-bound rate on ${cores} cores`, `${((cores * 1000) / floor).toFixed(0)}/s`],
     [
-      `measured: replicas ${ms(b.replicas)} (main threads ${ms(b.replicasMainThread)}) + resource ${ms(b.resource)} + client ${ms(b.client)}`,
+      `measured: replicas ${ms(b.replicas)} (main threads ${ms(b.replicasMainThread)}) + resource ${ms(b.resource)} (main thread ${ms(b.resourceMainThread)}) + client ${ms(b.client)} (main thread ${ms(b.clientMainThread)})`,
       `${ms(system.cpuPerGrantMs)} ms`,
     ],
     ...transport.map((t) => [

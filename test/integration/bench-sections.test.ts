@@ -194,7 +194,14 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
         'guardChecksPerBatch',
       ]);
     expectNumbers(system, ['cpuPerGrantMs']);
-    expectNumbers(system.cpuBreakdownMs, ['replicas', 'replicasMainThread', 'resource', 'client']);
+    expectNumbers(system.cpuBreakdownMs, [
+      'replicas',
+      'replicasMainThread',
+      'resource',
+      'resourceMainThread',
+      'client',
+      'clientMainThread',
+    ]);
     expectNumbers(system.cpuOneBreakdownMs, ['replicas', 'resource', 'client']);
     for (const loop of ['one', 'distinct']) {
       for (const kind of ['replicas', 'resource', 'client']) {
