@@ -71,9 +71,9 @@ export interface WorkerSignerOptions {
 /**
  * The event loop's utilization at which signatures start going to the threads, and the one below which they come
  * back: apart, so that moving the signing (about half a replica's main-thread work) does not flip the choice back
- * at once. Measured on 2 cores (bench system): four replicas sharing them, 16 clients, ran at 0.2 to 0.35 each, and
- * signing there saved 0.4 ms of CPU per grant (6.3 -> 5.9 ms, all processes); a lone replica driven to its limit
- * runs near 1.0, where the threads add a core.
+ * at once. Measured on 2 cores (bench system, docs/performance.md run 13): four replicas sharing them with 16
+ * clients ran at 0.2 to 0.35 each, and signing there took 0.72 ms of CPU per grant off all processes (mean of four
+ * pairs); one replica driven to its limit (bench replica) still gets its threads' throughput.
  */
 export const BUSY_LOOP_ABOVE = 0.7;
 export const IDLE_LOOP_BELOW = 0.4;
