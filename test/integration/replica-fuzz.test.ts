@@ -10,16 +10,15 @@
  * byte-for-byte the same before and after (compared through `replica export`).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toHex } from '../../src/common/bytes.js';
-import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
+import type { LocalCluster } from '../../src/cluster/launcher.js';
 import { DEFAULT_MAX_FRAME_BYTES, decodeClientMessage } from '../../src/protocol/codec.js';
 import { CloseCode, type Challenge } from '../../src/protocol/messages.js';
+import { startOneReplica, type OneReplica } from '../support/one-replica.js';
 import { helloFor, newHolder, outcomeOf, RawClient, type Holder } from '../support/raw-client.js';
 
 /**
@@ -41,7 +40,7 @@ const packr = new Packr({
 });
 const pack = (value: unknown): Uint8Array => new Uint8Array(packr.pack(value));
 
-let root: string;
+let replica: OneReplica;
 let local: LocalCluster;
 let url: string;
 let oldChallenge: Challenge;
@@ -59,25 +58,9 @@ function exportRecord(): string {
 }
 
 beforeAll(async () => {
-  root = mkdtempSync(join(tmpdir(), 'qf-replica-fuzz-'));
-  dealLocalCluster(join(root, 'keys'));
-  const accessPath = join(root, 'access.json');
   // The fuzzing holder may touch no resource: whatever it sends, nothing may change.
-  writeFileSync(
-    accessPath,
-    JSON.stringify({
-      format: 'quorumfence/replica-access/v1',
-      defaultPrefixes: [''],
-      holders: { [toHex(fuzzHolder.publicKey)]: [] },
-    }),
-  );
-  local = await startLocalCluster({
-    dir: join(root, 'keys'),
-    indices: [1],
-    dataRoot: join(root, 'data'),
-    extraArgs: ['--config', accessPath],
-  });
-  url = local.replica(1).url;
+  replica = await startOneReplica('qf-replica-fuzz', new Map([[fuzzHolder.publicKey, []]]));
+  ({ local, url } = replica);
   const control = await RawClient.open(url, controlHolder);
   for (const resource of ['a', 'orders/1', 'ü'])
     expect(outcomeOf(await control.acquire(resource, 3n)).status).toBe('granted');
@@ -86,8 +69,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await local?.close();
-  rmSync(root, { recursive: true, force: true });
+  await replica?.close();
 });
 
 // ---------- frame generators ----------

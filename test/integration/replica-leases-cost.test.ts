@@ -6,13 +6,10 @@
  * its own per-connection rate. A real replica process, real sockets; the assertions are about behaviour (who is
  * answered, what the answers say), not about how fast this machine is.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { toHex } from '../../src/common/bytes.js';
-import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
+import type { LocalCluster } from '../../src/cluster/launcher.js';
 import { DEFAULT_REPLICA_LIMITS } from '../../src/replica/options.js';
+import { startOneReplica, type OneReplica } from '../support/one-replica.js';
 import { newHolder, outcomeOf, RawClient } from '../support/raw-client.js';
 
 /** The finding's figures: 5,000 running leases, 200 `leases` requests sent at once. */
@@ -22,30 +19,14 @@ const BURST_OF_LEASES_REQUESTS = 200;
 const LOADERS = 4;
 const WINDOW = 50;
 
-let root: string;
+let replica: OneReplica;
 let local: LocalCluster;
 let url: string;
 const sandboxed = newHolder();
 
 beforeAll(async () => {
-  root = mkdtempSync(join(tmpdir(), 'qf-leases-cost-'));
-  dealLocalCluster(join(root, 'keys'));
-  const accessPath = join(root, 'access.json');
-  writeFileSync(
-    accessPath,
-    JSON.stringify({
-      format: 'quorumfence/replica-access/v1',
-      defaultPrefixes: [''],
-      holders: { [toHex(sandboxed.publicKey)]: ['sandbox/'] },
-    }),
-  );
-  local = await startLocalCluster({
-    dir: join(root, 'keys'),
-    indices: [1],
-    dataRoot: join(root, 'data'),
-    extraArgs: ['--config', accessPath],
-  });
-  url = local.replica(1).url;
+  replica = await startOneReplica('qf-leases-cost', new Map([[sandboxed.publicKey, ['sandbox/']]]));
+  ({ local, url } = replica);
   const loaders = await Promise.all(Array.from({ length: LOADERS }, () => RawClient.open(url)));
   try {
     await Promise.all(
@@ -63,8 +44,7 @@ beforeAll(async () => {
 }, 180_000);
 
 afterAll(async () => {
-  await local?.close();
-  if (root) rmSync(root, { recursive: true, force: true });
+  await replica?.close();
 });
 
 describe('leases against 5,000 running leases (issue 30, finding 6)', () => {

@@ -2,46 +2,35 @@
  * One real replica process on a real socket: the replica rules end to end,
  * authentication, access rules, health and metrics, and concurrent acquires.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { toHex } from '../../src/common/bytes.js';
-import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
+import { startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { grantMessage } from '../../src/token/grant.js';
 import { CloseCode } from '../../src/protocol/messages.js';
 import { PACKAGE_VERSION } from '../../src/common/version.js';
+import { startOneReplica, type OneReplica } from '../support/one-replica.js';
 import { helloFor, newHolder, outcomeOf, RawClient, type Holder } from '../support/raw-client.js';
 
+let replica: OneReplica;
 let root: string;
 let local: LocalCluster;
 let url: string;
 const forbiddenHolder = newHolder();
 
 beforeAll(async () => {
-  root = mkdtempSync(join(tmpdir(), 'qf-replica-server-'));
-  dealLocalCluster(join(root, 'keys'));
-  const accessPath = join(root, 'access.json');
-  writeFileSync(
-    accessPath,
-    JSON.stringify({
-      format: 'quorumfence/replica-access/v1',
-      defaultPrefixes: [''],
-      holders: { [toHex(forbiddenHolder.publicKey)]: ['sandbox/'] },
-    }),
-  );
-  local = await startLocalCluster({
-    dir: join(root, 'keys'),
-    indices: [1],
-    dataRoot: join(root, 'data'),
-    extraArgs: ['--config', accessPath, '--min-ttl', '50ms', '--max-ttl', '5s', '--signing-workers', '1'],
-  });
-  url = local.replica(1).url;
+  replica = await startOneReplica('qf-replica-server', new Map([[forbiddenHolder.publicKey, ['sandbox/']]]), [
+    '--min-ttl',
+    '50ms',
+    '--max-ttl',
+    '5s',
+    '--signing-workers',
+    '1',
+  ]);
+  ({ root, local, url } = replica);
 });
 
 afterAll(async () => {
-  await local?.close();
-  rmSync(root, { recursive: true, force: true });
+  await replica?.close();
 });
 
 function verifyPartial(resource: string, epoch: bigint, holder: Holder, partial: Uint8Array): boolean {
