@@ -13,26 +13,14 @@ import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
 import { fromHex } from '../../src/common/bytes.js';
 import { verifiedSigners, type CeremonyClusterJson } from '../../src/ceremony/output.js';
 import { runCli } from '../support/cli.js';
-import { initMemberCards } from '../support/ceremony-net.js';
+import { initMemberCards, proposeCeremony } from '../support/ceremony-net.js';
 import { filesHoldingShare, filesUnder } from '../support/share-scan.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-dkg-cli-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-async function propose(base: string, cards: string[], f: number, extra: string[] = []): Promise<string> {
-  const out = join(base, 'public', `proposal-${Date.now()}.json`);
-  const result = await runCli([
-    'dkg',
-    'propose',
-    ...cards.flatMap((c) => ['--member', c]),
-    '--f',
-    String(f),
-    '--out',
-    out,
-    ...extra,
-  ]);
-  expect(result.code, result.stderr).toBe(0);
-  return out;
+function propose(base: string, cards: string[], f: number, extra: string[] = []): Promise<string> {
+  return proposeCeremony(cards, f, join(base, 'public', `proposal-${Date.now()}.json`), extra);
 }
 
 describe('quorumfence dkg (processes over real sockets)', () => {

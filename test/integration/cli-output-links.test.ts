@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SigningRecord } from '../../src/replica/signing-record.js';
 import { loadClusterFile } from '../../src/cluster/description.js';
 import { runCli, runDevCli, type CliResult } from '../support/cli.js';
-import { initMemberCards } from '../support/ceremony-net.js';
+import { initMemberCards, proposeCeremony } from '../support/ceremony-net.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-output-links-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -113,17 +113,7 @@ describe('outputs named by the user are never written through a symbolic link', 
     const base = join(root, 'dkg');
     mkdirSync(base);
     const cards = await initMemberCards(base, 4);
-    const proposal = join(base, 'proposal.json');
-    const made = await runCli([
-      'dkg',
-      'propose',
-      ...cards.flatMap((c) => ['--member', c]),
-      '--f',
-      '1',
-      '--out',
-      proposal,
-    ]);
-    expect(made.code, made.stderr).toBe(0);
+    const proposal = await proposeCeremony(cards, 1, join(base, 'proposal.json'));
     const run = await runCli([
       'dkg',
       'run',

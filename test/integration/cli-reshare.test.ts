@@ -28,9 +28,10 @@ import {
   verifyToken,
   type AdmissionToken,
 } from '../../src/token/admission-token.js';
-import { grantDigest, grantMessage, makeGrant } from '../../src/token/grant.js';
+import { grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
 import { initMemberCards } from '../support/ceremony-net.js';
+import { recordGrant } from '../support/recorded-grant.js';
 import { freePorts } from '../support/free-ports.js';
 import { createTestDatabase } from '../support/postgres.js';
 import { lacks, needs } from '../support/system-tools.js';
@@ -170,18 +171,12 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       const old = await oldCluster(base, 4);
       // The old replicas' signing records (real LMDB), one grant at epoch 5 on 1..3 (replica 4's disk is gone).
       for (const i of [1, 2, 3]) {
-        const store = SigningRecord.open(join(base, `old-record-${i}`), { clusterId: old.id, replicaIndex: i });
         const epoch = i === 3 ? 4n : 5n; // replica 3 did not take part in the last grant
-        await store.checkAndRecord('orders', () => ({
-          record: {
-            epoch,
-            holder: alice,
-            grantDigest: grantDigest({ clusterId: old.id, resource: 'orders', epoch, holder: alice }),
-            released: false,
-          },
-          result: undefined,
-        }));
-        await store.close();
+        await recordGrant(
+          join(base, `old-record-${i}`),
+          { clusterId: old.id, replicaIndex: i },
+          { resource: 'orders', epoch, holder: alice },
+        );
         const frozen = await cli([
           'reshare',
           'freeze',

@@ -18,7 +18,7 @@ import { combinePartials } from '../../src/crypto/threshold.js';
 import { encodeToken, tokenToText } from '../../src/token/admission-token.js';
 import { grantMessage, makeGrant } from '../../src/token/grant.js';
 import { runCli } from '../support/cli.js';
-import { initMemberCards } from '../support/ceremony-net.js';
+import { initMemberCards, proposeCeremony } from '../support/ceremony-net.js';
 import { codeOf } from '../support/error-code.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-ceremony-block-'));
@@ -46,17 +46,7 @@ function doctored(edit: (json: Json) => void, from: Json = honest): Json {
 
 beforeAll(async () => {
   const cards = await initMemberCards(root, 4);
-  const proposal = join(root, 'public', 'proposal.json');
-  const made = await runCli([
-    'dkg',
-    'propose',
-    ...cards.flatMap((c) => ['--member', c]),
-    '--f',
-    '1',
-    '--out',
-    proposal,
-  ]);
-  expect(made.code, made.stderr).toBe(0);
+  const proposal = await proposeCeremony(cards, 1, join(root, 'public', 'proposal.json'));
   const runs = await Promise.all(
     [1, 2, 3, 4].map((i) =>
       runCli(['dkg', 'run', '--data', join(root, `replica-${i}`), '--proposal', proposal], { timeoutMs: 60_000 }),

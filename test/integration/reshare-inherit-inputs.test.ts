@@ -15,9 +15,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadClusterFile, type Cluster } from '../../src/cluster/description.js';
 import { SigningRecord } from '../../src/replica/signing-record.js';
-import { grantDigest } from '../../src/token/grant.js';
 import { runCli, type CliResult } from '../support/cli.js';
-import { initMemberCards } from '../support/ceremony-net.js';
+import { initMemberCards, proposeCeremony } from '../support/ceremony-net.js';
+import { recordGrant } from '../support/recorded-grant.js';
 
 const root = mkdtempSync(join(tmpdir(), 'qf-inherit-inputs-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -43,18 +43,8 @@ function edited(path: string, edit: (json: Json) => void): string {
   return out;
 }
 
-async function grant(i: number, epoch: bigint) {
-  const store = SigningRecord.open(record(i), { clusterId: old.id, replicaIndex: i });
-  await store.checkAndRecord('orders', () => ({
-    record: {
-      epoch,
-      holder: alice,
-      grantDigest: grantDigest({ clusterId: old.id, resource: 'orders', epoch, holder: alice }),
-      released: false,
-    },
-    result: undefined,
-  }));
-  await store.close();
+function grant(i: number, epoch: bigint): Promise<void> {
+  return recordGrant(record(i), { clusterId: old.id, replicaIndex: i }, { resource: 'orders', epoch, holder: alice });
 }
 
 /** `reshare inherit` into a fresh data directory of new member 4; returns the result and the directory. */
@@ -99,21 +89,12 @@ beforeAll(async () => {
   for (const i of [2, 3, 4]) await grant(i, 5n);
   // The new set: a real reshare ceremony (replace-one shape, old members 1..3 dealing), one process per member.
   const cards = await initMemberCards(root, 4, (i) => `new-${i}`);
-  const proposal = join(root, 'public', 'proposal.json');
-  const proposed = await cli([
-    'dkg',
-    'propose',
-    ...cards.flatMap((c) => ['--member', c]),
-    '--f',
-    '1',
+  const proposal = await proposeCeremony(cards, 1, join(root, 'public', 'proposal.json'), [
     '--old-cluster',
     oldCluster,
     '--dealers',
     '1,2,3',
-    '--out',
-    proposal,
   ]);
-  expect(proposed.code, proposed.stderr).toBe(0);
   const runs = await Promise.all(
     [1, 2, 3, 4].map((i) =>
       cli([

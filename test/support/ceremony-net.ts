@@ -158,3 +158,21 @@ export async function initMemberCards(
   }
   return cards;
 }
+
+/**
+ * `quorumfence dkg propose` as a real process, for the members whose cards are `cards` and tolerating `f` faults;
+ * checks it succeeded and returns `out`. `extra`: more flags (a reshare's `--old-cluster`, `--dealers`).
+ */
+export async function proposeCeremony(
+  cards: readonly string[],
+  f: number,
+  out: string,
+  extra: readonly string[] = [],
+): Promise<string> {
+  const result = await runCli(
+    ['dkg', 'propose', ...cards.flatMap((c) => ['--member', c]), '--f', String(f), '--out', out, ...extra],
+    { timeoutMs: 60_000 },
+  );
+  expect(result.code, result.stderr).toBe(0);
+  return out;
+}
