@@ -28,6 +28,25 @@ const backend = loadBackend('blst');
  */
 const CEREMONY_PROPERTY_TIMEOUT_MS = 300_000;
 
+/**
+ * A ceremony of n members whose last f members act out `behaviour`, delivered in the order `choices` picks;
+ * checks that every honest member finished with the same key and the same qualified set.
+ */
+function honestAgreeWithByzantine(n: number, behaviour: CeremonyBehaviour, choices: readonly number[]) {
+  const f = (n - 1) / 3;
+  const byzantine = Array.from({ length: f }, (_, k) => n - k);
+  let k = 0;
+  const sim = simulateCeremony(n, {
+    rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour(behaviour, b, n)])),
+    pick: () => choices[k++ % choices.length]!,
+  });
+  const honest = sim.members.filter((m) => !byzantine.includes(m.self));
+  expect(honest.map((m) => m.phase)).toEqual(honest.map(() => 'done'));
+  expect(new Set(honest.map((m) => m.result!.cluster.clusterId)).size).toBe(1);
+  expect(new Set(honest.map((m) => m.result!.qualified.join(','))).size).toBe(1);
+  return { sim, byzantine, honest };
+}
+
 describe('ceremony core: honest members agree on one key', { timeout: CEREMONY_PROPERTY_TIMEOUT_MS }, () => {
   it('any delivery order: same cluster everywhere, group key = Σ constant commitments, shares match, a token verifies', () => {
     fc.assert(
@@ -99,18 +118,8 @@ describe(
           fc.constantFrom(...(Object.keys(cheating) as CeremonyBehaviour[])),
           fc.array(fc.nat(), { minLength: 1, maxLength: 50 }),
           (n, behaviour, choices) => {
-            const f = (n - 1) / 3;
-            const byzantine = Array.from({ length: f }, (_, k) => n - k);
-            let k = 0;
-            const sim = simulateCeremony(n, {
-              rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour(behaviour, b, n)])),
-              pick: () => choices[k++ % choices.length]!,
-            });
-            const honest = sim.members.filter((m) => !byzantine.includes(m.self));
             // With these behaviours (each sent alike to everyone, or caught by the echo round) all honest members finish.
-            expect(honest.map((m) => m.phase)).toEqual(honest.map(() => 'done'));
-            expect(new Set(honest.map((m) => m.result!.cluster.clusterId)).size).toBe(1);
-            expect(new Set(honest.map((m) => m.result!.qualified.join(','))).size).toBe(1);
+            const { byzantine, honest } = honestAgreeWithByzantine(n, behaviour, choices);
             const reason = cheating[behaviour];
             for (const m of honest) {
               for (const b of byzantine) {
@@ -165,17 +174,7 @@ describe(
           fc.constantFrom(...(Object.keys(splitting) as CeremonyBehaviour[])),
           fc.array(fc.nat(), { minLength: 1, maxLength: 50 }),
           (n, behaviour, choices) => {
-            const f = (n - 1) / 3;
-            const byzantine = Array.from({ length: f }, (_, k) => n - k);
-            let k = 0;
-            const sim = simulateCeremony(n, {
-              rewrites: new Map(byzantine.map((b) => [b, ceremonyBehaviour(behaviour, b, n)])),
-              pick: () => choices[k++ % choices.length]!,
-            });
-            const honest = sim.members.filter((m) => !byzantine.includes(m.self));
-            expect(honest.map((m) => m.phase)).toEqual(honest.map(() => 'done'));
-            expect(new Set(honest.map((m) => m.result!.cluster.clusterId)).size).toBe(1);
-            expect(new Set(honest.map((m) => m.result!.qualified.join(','))).size).toBe(1);
+            const { sim, byzantine, honest } = honestAgreeWithByzantine(n, behaviour, choices);
             // Never two keys (R5): the one key was confirmed by t members.
             for (const m of honest) expect(m.result!.signatures.length).toBeGreaterThanOrEqual(sim.proposal.t);
             if (splitting[behaviour] === 'qualified')
