@@ -38,6 +38,11 @@ export interface Timing {
   readonly p99: number;
   readonly mean: number;
   readonly samples: number;
+  /**
+   * `timeSync` only: the process's CPU per call, ms (user + system over the timed calls, every thread: a
+   * native library's own threads count, as they do in the CPU the system bench reads from /proc).
+   */
+  readonly cpuMean?: number;
 }
 
 export function percentile(sortedMs: readonly number[], fraction: number): number {
@@ -64,13 +69,15 @@ export function timeSync(
   const { warmup = 3, minIterations = 5, maxIterations = 2000, budgetMs = 1000 } = options;
   for (let i = 0; i < warmup; i++) fn();
   const samples: number[] = [];
+  const cpuBefore = process.cpuUsage();
   const start = performance.now();
   while (samples.length < maxIterations && (samples.length < minIterations || performance.now() - start < budgetMs)) {
     const t0 = performance.now();
     fn();
     samples.push(performance.now() - t0);
   }
-  return summarise(samples);
+  const cpu = process.cpuUsage(cpuBefore);
+  return { ...summarise(samples), cpuMean: (cpu.user + cpu.system) / 1000 / samples.length };
 }
 
 /** A closed loop's result: cycles per second and the time of each cycle and of its acquire. */

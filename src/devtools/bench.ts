@@ -31,7 +31,7 @@ import {
   comparisonTable,
   cpuTable,
   cryptoTable,
-  floorMs,
+  cryptoFloor,
   guardTable,
   profileTable,
   replicaTable,
@@ -264,9 +264,9 @@ export const command: Command = {
       });
     if (system || etcd) out.push(comparisonTable(system, etcd, n));
     if (system && crypto[0]) {
-      const floor = floorMs(crypto[0], n);
+      const floor = cryptoFloor(crypto[0], n);
       const targets = targetRows(system, etcd?.drivers, floor);
-      report.targets = { floorMs: floor, rows: targets };
+      report.targets = { floorMs: floor.cpu, wallClockFloorMs: floor.wall, rows: targets };
       out.push(cpuTable(system, transport, floor, n, cores));
       out.push(targetTable(targets));
     }

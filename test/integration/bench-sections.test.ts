@@ -105,6 +105,9 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
       expectTiming(backend.combineMs['3'], 2);
       expectTiming(backend.verifyTokenBatchMs['1'], 2);
       expectTiming(backend.verifyTokenBatchMs['2'], 2);
+      // The floor counts CPU per call; a call takes some, on every backend.
+      for (const op of ['signMs', 'verifyTokenMs']) expect(backend[op].cpuMean).toBeGreaterThan(0);
+      expect(backend.combineMs['3'].cpuMean).toBeGreaterThan(0);
     }
     expectLines(run.stdout, [
       /^crypto \(median ms\) +blst +noble$/m,
@@ -113,6 +116,8 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
       'verify token (decode + pairing) ',
       'combine t = 3 ',
       'verify token, batches of 2 (per token) ',
+      'sign, CPU per call (all threads, mean) ',
+      'verify token, CPU per call (all threads, mean) ',
     ]);
   });
 
@@ -211,7 +216,7 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
     }
     expect(run.report.transport.map((t: Json) => t.connections)).toEqual([1, 16]);
     for (const wire of run.report.transport as Json[]) expect(Number.isInteger(wire.roundTrips)).toBe(true);
-    expectNumbers(run.report.targets, ['floorMs']);
+    expectNumbers(run.report.targets, ['floorMs', 'wallClockFloorMs']);
     expect(run.report.targets.rows).toHaveLength(6);
     expect(run.report.etcd).toBeUndefined();
     expectLines(run.stdout, [
