@@ -316,9 +316,9 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
   }
 
   /**
-   * Releases every lease still held, waits for every release round still running (those of leases released
-   * before, which resolved once sent, too: each at most requestTimeoutMs), then closes every connection.
-   * Idempotent.
+   * Releases every lease still held (quiet releases, sent before the connections close), waits for every answered
+   * release round still running (`release({ wait: true })`, `client.release`: each at most requestTimeoutMs),
+   * then closes every connection. Idempotent.
    */
   async close(): Promise<void> {
     if (this.#closed) return;

@@ -172,6 +172,21 @@ export function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: Abort
   return { sent, done };
 }
 
+/**
+ * Sends `grant`'s release to every connected replica that may hold its lease and waits for nothing: the requests
+ * are `quiet`, so the replicas send no reply (docs/protocol.md, "Release and renewal off the holder's path").
+ * What `lease.release()` does unless asked to wait. @returns how many replicas it was sent to.
+ */
+export function releaseQuietly(ctx: QuorumContext, grant: GrantRef): number {
+  const only = grant.asked && new Set(grant.asked);
+  let sent = 0;
+  for (const channel of ctx.channels.channels) {
+    if (only !== undefined && !only.has(channel.index)) continue;
+    if (channel.notify({ ...releaseBody(grant.resource, grant.epoch), quiet: true })) sent++;
+  }
+  return sent;
+}
+
 /** How a release round ended, by its tally (pure). */
 export function releaseResult(
   tally: QuorumTally<'not_holder'>,

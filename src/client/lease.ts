@@ -21,6 +21,7 @@ import { backoffDelay } from './backoff.js';
 import type { ReplicaFault } from './evidence.js';
 import {
   releaseGrant,
+  releaseQuietly,
   renewGrant,
   type GrantRef,
   type ReleaseInFlight,
@@ -108,7 +109,10 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   #expiryTimer: TimerHandle;
   #renewTimer: TimerHandle;
   #renewFailures = 0;
-  #releasing: ReleaseInFlight | undefined;
+  /** Replicas the first release was sent to; undefined until the holder releases. */
+  #releaseSent: number | undefined;
+  /** The answered release round, once a caller asked to wait for answers. */
+  #answeredRelease: ReleaseInFlight | undefined;
   readonly #detach: () => void;
 
   /** @internal */
@@ -214,20 +218,24 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
    * Ends the lease: the signal fires at once (so dependent work stops before the replicas let anyone else in),
    * then the release is sent to every replica that may hold the lease. Resolves once it is sent
    * (`{ ok: true, sent }`): the lease is over for the holder either way, and the next holder need not wait for
-   * this one to hear the answers. With `{ wait: true }`, resolves with the replicas' answers instead
-   * (`ReleaseResult`). Calling it again sends nothing more and returns what that call asks for of the first release.
+   * this one to hear the answers, so the replicas are asked to send none (a quiet release). With `{ wait: true }`,
+   * the release is answered and this resolves with the replicas' answers (`ReleaseResult`). Calling it again
+   * returns what that call asks for of the release already made; only `{ wait: true }` after a plain release sends
+   * it once more, answered (a release of a released lease is confirmed again), since the first asked for no answers.
    */
   release(options?: { readonly wait?: false }): Promise<ReleaseSent>;
   release(options: { readonly wait: true }): Promise<ReleaseResult>;
   release(options?: ReleaseOptions): Promise<ReleaseSent | ReleaseResult>;
   release(options: ReleaseOptions = {}): Promise<ReleaseSent | ReleaseResult> {
-    if (!this.#releasing) {
-      this.#finish({ reason: 'released', message: 'released by the holder' });
-      // Sent even when the lease already expired locally: the replicas may still hold it, and this frees it sooner.
-      this.#releasing = releaseGrant(this.#ctx, this.#ref());
+    if (this.#releaseSent === undefined) this.#finish({ reason: 'released', message: 'released by the holder' });
+    // Sent even when the lease already expired locally: the replicas may still hold it, and this frees it sooner.
+    if (options.wait) {
+      this.#answeredRelease ??= releaseGrant(this.#ctx, this.#ref());
+      this.#releaseSent ??= this.#answeredRelease.sent;
+      return this.#answeredRelease.done;
     }
-    const releasing = this.#releasing;
-    return options.wait ? releasing.done : Promise.resolve({ ok: true, sent: releasing.sent });
+    this.#releaseSent ??= releaseQuietly(this.#ctx, this.#ref());
+    return Promise.resolve({ ok: true, sent: this.#releaseSent });
   }
 
   /** `await using lease = ...` releases the lease when the block exits. */

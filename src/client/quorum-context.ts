@@ -34,8 +34,8 @@ export interface QuorumContext {
   /** How long acquires take to reach t partials: when the first t replicas asked count as late. */
   readonly grantLatency?: GrantLatency;
   /**
-   * Release rounds still running (lease-calls.ts adds each and removes it when it ends): a release resolves once
-   * it is sent, and closing the client waits for these rather than cutting them off.
+   * Answered release rounds still running (lease-calls.ts adds each and removes it when it ends): closing the
+   * client waits for these rather than cutting them off. A plain `lease.release()` is quiet and has none.
    */
   readonly releases?: Set<Promise<unknown>>;
   /** Listens for replicas' release notices on `resource`; returns a function that stops listening. */

@@ -62,6 +62,11 @@ export interface ReplicaChannel {
     timeoutMs: number,
     signal?: AbortSignal,
   ): Promise<ReplicaAnswer<K>>;
+  /**
+   * Sends a request nobody waits on (a quiet release: the replica sends no reply). It takes no in-flight slot
+   * and is not queued behind requests waiting for one. False when the connection is not ready: nothing was sent.
+   */
+  notify(body: RequestBody<'release'> & { readonly quiet: true }): boolean;
 }
 
 export interface ConnectionContext {
@@ -170,6 +175,14 @@ export class ReplicaConnection implements ReplicaChannel {
       if (this.#sent < maxInFlightPerReplica) this.#transmit(id);
       else this.#waiting.push(id);
     });
+  }
+
+  notify(body: RequestBody<'release'> & { readonly quiet: true }): boolean {
+    const socket = this.#socket;
+    if (this.#state.phase !== 'ready' || !socket || socket.readyState !== WebSocket.OPEN) return false;
+    // An id of its own, so that an error frame about it (the replica still sends those) settles nothing here.
+    socket.send(encodeMessage({ ...body, id: this.#allocateId() }));
+    return true;
   }
 
   #transmit(id: number): void {

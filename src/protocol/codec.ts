@@ -201,14 +201,19 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
         epoch: wideInteger(f, 'epoch'),
         ttlMs: int(f, 'ttlMs', 0, MAX_MS),
       };
-    case 'release':
-      onlyKeys(f, ['id', 'resource', 'epoch']);
-      return {
-        type: 'release',
+    case 'release': {
+      onlyKeys(f, ['id', 'resource', 'epoch', 'quiet']);
+      const release = {
+        type: 'release' as const,
         id: int(f, 'id', 0, MAX_ID),
         resource: string(f, 'resource'),
         epoch: wideInteger(f, 'epoch'),
       };
+      // As with `resume`: only `true` travels, so each request has one encoding.
+      if (f.quiet === undefined) return release;
+      if (f.quiet !== true) protocolError('"quiet" expected true when present');
+      return { ...release, quiet: true };
+    }
     case 'status':
       onlyKeys(f, ['id', 'resource']);
       return { type: 'status', id: int(f, 'id', 0, MAX_ID), resource: string(f, 'resource') };

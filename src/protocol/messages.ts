@@ -126,6 +126,21 @@ export interface ReleaseRequest {
   readonly id: number;
   readonly resource: string;
   readonly epoch: bigint;
+  /**
+   * The client waits for no answer (`lease.release()` without `wait`): the replica sends no reply, and the request
+   * holds none of the connection's in-flight slots (`isQuietRelease`). Only `true` travels.
+   */
+  readonly quiet?: true;
+}
+
+/**
+ * A release nobody waits on: the replica acts on it and sends no reply (an error frame, if any, goes out as for any
+ * request and is dropped by the client). It takes no in-flight slot of its connection, since the client cannot
+ * know when it would free one; its work is bounded (a release writes nothing to disk and waits in no line), and
+ * the connection's rate limit still counts it.
+ */
+export function isQuietRelease(request: WireRequest): boolean {
+  return request.type === 'release' && request.quiet === true;
 }
 
 export interface StatusRequest {

@@ -40,6 +40,7 @@ import {
   CloseCode,
   NONCE_BYTES,
   authTranscript,
+  isQuietRelease,
   type ServerMessage,
   type WireErrorCode,
   type WireRequest,
@@ -252,7 +253,7 @@ export class ReplicaConnections {
 
   /** The in-flight bound and the token buckets (every request's, and the `leases` request's own). */
   #admit(connection: Connection, request: WireRequest): boolean {
-    if (connection.inFlight >= this.#limits.maxInFlightPerConnection) return false;
+    if (connection.inFlight >= this.#limits.maxInFlightPerConnection && !isQuietRelease(request)) return false;
     const now = this.#clock.now();
     if (!connection.requests.take(now)) return false;
     return request.type !== 'leases' || connection.leasesRequests.take(now);

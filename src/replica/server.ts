@@ -19,7 +19,7 @@ import { systemClock, type Clock } from '../common/clock.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import type { ReplicaKey } from '../cluster/replica-key.js';
-import type { Request, WireRequest } from '../protocol/messages.js';
+import { isQuietRelease, type Request, type WireRequest } from '../protocol/messages.js';
 import type { AccessRules } from './access.js';
 import { ReplicaConnections, type Connection } from './connections.js';
 import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
@@ -286,7 +286,10 @@ export class ReplicaServer {
       return;
     }
     const request: Request = received;
-    connection.inFlight++;
+    // A quiet release gets no reply (isQuietRelease): its client waits for none. An error frame still goes out as
+    // for any request; the client drops it, as it drops any answer to a request it no longer waits on.
+    const answers = !isQuietRelease(request);
+    if (answers) connection.inFlight++;
     this.#inFlight++;
     this.service
       .handle(request, holder, {
@@ -297,7 +300,7 @@ export class ReplicaServer {
       })
       .then(
         (outcome) => {
-          this.#connections.send(connection, { type: 'reply', id: request.id, outcome });
+          if (answers) this.#connections.send(connection, { type: 'reply', id: request.id, outcome });
           this.#requestLog.answered(request, holder, outcome);
           // Whoever learned that someone holds the lease (a busy acquire, or a status showing it) hears of its release.
           const duty = noticeAfter(request, outcome);
@@ -325,7 +328,7 @@ export class ReplicaServer {
         },
       )
       .finally(() => {
-        connection.inFlight--;
+        if (answers) connection.inFlight--;
         this.#inFlight--;
       });
   }

@@ -117,6 +117,13 @@ export class SimChannel implements ReplicaChannel {
     });
   }
 
+  notify(body: RequestBody<'release'> & { readonly quiet: true }): boolean {
+    if (this.#state.phase !== 'ready') return false;
+    const request = { ...body, id: this.#nextId++ } as WireRequest;
+    this.#send({ kind: 'request', conn: this.#conn, request }, describeRequest(request));
+    return true;
+  }
+
   /** A message from the replica. */
   receive(message: ToClient): void {
     if (message.conn !== this.#conn || this.#state.phase === 'closed') return;

@@ -10,7 +10,13 @@ import { TokenBucket } from '../common/token-bucket.js';
 import type { Cluster } from '../cluster/description.js';
 import type { SecretKey } from '../crypto/backend.js';
 import { VerifyBatcher } from '../crypto/verify-batch.js';
-import type { Outcome, Request, ServerMessage, WireRequest } from '../protocol/messages.js';
+import {
+  isQuietRelease,
+  type Outcome,
+  type Request,
+  type ServerMessage,
+  type WireRequest,
+} from '../protocol/messages.js';
 import { frozenError } from '../replica/freeze-marker.js';
 import { EvidenceChecker } from '../replica/grant-evidence.js';
 import type { LinePlacement } from '../replica/handoff-queue.js';
@@ -310,7 +316,8 @@ export class SimReplica {
             const grant = epoch === undefined ? undefined : { epoch, holder: connection.holder };
             this.#setup.observer.answered(this.index, request.resource, waits ? waitKey : undefined, outcome, grant);
           }
-          answer({ type: 'reply', id: request.id, outcome: outcome as unknown as Record<string, unknown> });
+          if (!isQuietRelease(request))
+            answer({ type: 'reply', id: request.id, outcome: outcome as unknown as Record<string, unknown> });
           this.#notify(request, outcome, connection);
         },
         (error: unknown) => {

@@ -121,6 +121,31 @@ describe('S2 monotonic signing (replica rules over the wire)', () => {
     }
   });
 
+  it('acts on a quiet release and sends no reply to it; refuses "quiet" other than true (PROTOCOL_ERROR)', async () => {
+    const alice = await RawClient.open(url);
+    const bob = await RawClient.open(url);
+    try {
+      expect(outcomeOf(await alice.acquire('jobs/quiet', 3n, 3_000)).status).toBe('granted');
+      // Bob's quiet release of Alice's lease changes nothing (not the holder); Alice's ends it.
+      bob.send({ type: 'release', id: bob.nextId(), resource: 'jobs/quiet', epoch: 3n, quiet: true });
+      expect(outcomeOf(await bob.status('jobs/quiet'))).toMatchObject({ leased: true });
+      alice.send({ type: 'release', id: alice.nextId(), resource: 'jobs/quiet', epoch: 3n, quiet: true });
+      // Frames on one connection are handled in order: the status after it sees the lease ended.
+      expect(outcomeOf(await alice.status('jobs/quiet'))).toMatchObject({ leased: false });
+      expect(outcomeOf(await bob.acquire('jobs/quiet', 4n)).status).toBe('granted');
+      // No reply came for either quiet release. Bob, told the lease was running, heard of its end as a watcher does.
+      expect(await bob.next()).toEqual({ message: { type: 'released', resource: 'jobs/quiet' } });
+      await expect(alice.next(200)).rejects.toThrow('nothing arrived');
+      await expect(bob.next(200)).rejects.toThrow('nothing arrived');
+
+      alice.send({ type: 'release', id: alice.nextId(), resource: 'jobs/quiet', epoch: 4n, quiet: false } as never);
+      expect(await alice.next()).toEqual({ closed: expect.objectContaining({ code: CloseCode.PROTOCOL_ERROR }) });
+    } finally {
+      await alice.close();
+      await bob.close();
+    }
+  });
+
   it('lets a lease run out on the replica clock, then grants another holder', async () => {
     const alice = await RawClient.open(url);
     const bob = await RawClient.open(url);
@@ -251,6 +276,36 @@ describe('wire limits', () => {
       expect(metrics).toMatch(/quorumfence_replica_wire_errors_total\{code="RATE_LIMITED"[^}]*\} [1-9]/);
       await client.close();
     } finally {
+      await limited.close();
+    }
+  });
+
+  it('takes a quiet release on a connection whose in-flight slots are full: it holds none', async () => {
+    const limited = await startLocalCluster({
+      dir: join(root, 'keys'),
+      indices: [3],
+      dataRoot: join(root, 'data-one-slot'),
+      extraArgs: ['--max-in-flight', '1'],
+    });
+    const alice = await RawClient.open(limited.replica(3).url);
+    const bob = await RawClient.open(limited.replica(3).url);
+    try {
+      expect(outcomeOf(await alice.acquire('slots/held', 1n, 5_000)).status).toBe('granted');
+      expect(outcomeOf(await bob.acquire('slots/mine', 1n, 5_000)).status).toBe('granted');
+      // Bob's one slot: an acquire waiting in the line for Alice's lease.
+      const waiting = bob.acquireInLine('slots/held', 2n, { waitMs: 4_000 });
+      await new Promise((r) => setTimeout(r, 100));
+      const refused = await bob.status('slots/mine');
+      expect('error' in refused && refused.error.code).toBe('RATE_LIMITED');
+      bob.send({ type: 'release', id: bob.nextId(), resource: 'slots/mine', epoch: 1n, quiet: true });
+      expect(outcomeOf(await alice.status('slots/mine'))).toMatchObject({ leased: false });
+      // Nothing about the quiet release came back (a refusal would have: an error frame names its id).
+      await expect(bob.next(200)).rejects.toThrow('nothing arrived');
+      expect(outcomeOf(await alice.release('slots/held', 1n)).status).toBe('released');
+      expect(outcomeOf(await waiting).status).toBe('granted');
+    } finally {
+      await alice.close();
+      await bob.close();
       await limited.close();
     }
   });

@@ -45,6 +45,10 @@ class ScriptedChannel implements ReplicaChannel {
     this.requests.push(body as unknown as Body);
     return (await this.script(body as unknown as Body, this.index)) as ReplicaAnswer<K>;
   }
+  notify(body: RequestBody<'release'> & { readonly quiet: true }): boolean {
+    this.requests.push(body as unknown as Body);
+    return this.state.phase === 'ready';
+  }
 }
 
 function reply(outcome: AcquireOutcome | StatusOutcome | { status: 'released' }): ReplicaAnswer<RequestKind> {

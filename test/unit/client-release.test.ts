@@ -1,8 +1,9 @@
 /**
- * Release off the holder's critical path (docs/protocol.md, "Client rules"): `lease.release()` resolves once the
- * release requests are handed to the connections, not when the replicas answer; `release({ wait: true })` resolves
- * with their answers; the round goes on either way, and the client's context keeps it until it ends (so closing the
- * client waits for it). Replicas are scripted, and their answers to releases are held back until the test lets them go.
+ * Release off the holder's critical path (docs/protocol.md, "Client rules"): `lease.release()` sends a quiet release
+ * (the replicas send no reply) to the connections and resolves at once; `release({ wait: true })` sends an answered
+ * one and resolves with the answers, its round kept in the client's context until it ends (so closing the client
+ * waits for it). Replicas are scripted, and their answers to answered releases are held back until the test lets
+ * them go.
  */
 import { describe, expect, it } from 'vitest';
 import { BoundedMap } from '../../src/common/bounded-map.js';
@@ -24,9 +25,10 @@ const identity = generateIdentity();
 const READY: ConnectionState = { phase: 'ready', failures: 0, lastFailure: undefined };
 const DOWN: ConnectionState = { phase: 'backoff', failures: 1, lastFailure: { kind: 'unreachable', message: 'down' } };
 
-/** Grants every acquire; holds each release's answer until `answerReleases()`. */
+/** Grants every acquire; holds each answered release's answer until `answerReleases()`; keeps the quiet ones. */
 class HoldingChannel implements ReplicaChannel {
   readonly releases: RequestBody<'release'>[] = [];
+  readonly quietReleases: RequestBody<'release'>[] = [];
   readonly #held: (() => void)[] = [];
   constructor(
     readonly index: number,
@@ -52,6 +54,12 @@ class HoldingChannel implements ReplicaChannel {
       kind: 'reply',
       outcome: { status: 'granted', partial: dealt.partial(this.index, grant).bytes },
     } as ReplicaAnswer<K>);
+  }
+
+  notify(body: RequestBody<'release'> & { readonly quiet: true }): boolean {
+    if (this.state.phase !== 'ready') return false;
+    this.quietReleases.push(body);
+    return true;
   }
 
   answerReleases(): void {
@@ -81,8 +89,11 @@ async function leaseOn(ctx: QuorumContext, resource: string): Promise<Lease> {
   return new Lease(ctx, result.grant, result.faults, { autoRenew: false }, () => () => undefined);
 }
 
+const count = (channels: HoldingChannel[], kind: 'releases' | 'quietReleases') =>
+  channels.reduce((sum, channel) => sum + channel[kind].length, 0);
+
 describe('lease.release(): off the critical path', () => {
-  it('resolves once the release is sent to every replica that granted, while their answers are still held back', async () => {
+  it('sends a quiet release to every replica that granted and resolves at once: no answer is asked for', async () => {
     const { ctx, channels } = context([READY, READY, READY, READY]);
     const lease = await leaseOn(ctx, 'orders/1');
     const sent = await lease.release();
@@ -90,16 +101,17 @@ describe('lease.release(): off the critical path', () => {
     // Ended for the holder at once, and the requests are on their way: only the replicas asked to grant get one.
     expect(lease.ended?.reason).toBe('released');
     expect(lease.signal.aborted).toBe(true);
-    const asked = channels.filter((channel) => channel.releases.length > 0).map((channel) => channel.index);
+    const asked = channels.filter((channel) => channel.quietReleases.length > 0).map((channel) => channel.index);
     expect(asked).toEqual([...lease.signers].sort((a, b) => a - b));
-    // The round goes on: the context keeps it until the answers come.
-    expect(ctx.releases!.size).toBe(1);
-    for (const channel of channels) channel.answerReleases();
-    await Promise.all([...ctx.releases!]);
+    for (const channel of channels)
+      for (const body of channel.quietReleases)
+        expect(body).toEqual({ type: 'release', resource: 'orders/1', epoch: lease.epoch, quiet: true });
+    // Nothing waits for answers: no answered request, no round for closing the client to wait on.
+    expect(count(channels, 'releases')).toBe(0);
     expect(ctx.releases!.size).toBe(0);
   });
 
-  it('with { wait: true } resolves with the answers: t confirmations', async () => {
+  it('with { wait: true } sends an answered release and resolves with the answers: t confirmations', async () => {
     const { ctx, channels } = context([READY, READY, READY, READY]);
     const lease = await leaseOn(ctx, 'orders/2');
     let answered = false;
@@ -109,20 +121,39 @@ describe('lease.release(): off the critical path', () => {
     });
     await new Promise((resolve) => setImmediate(resolve));
     expect(answered).toBe(false); // the answers are held back
+    expect(ctx.releases!.size).toBe(1); // closing the client would wait for this round
+    expect(count(channels, 'quietReleases')).toBe(0);
     for (const channel of channels) channel.answerReleases();
     expect(await waiting).toEqual({ ok: true, released: dealt.cluster.t, faults: [] });
+    await Promise.all([...ctx.releases!]);
+    expect(ctx.releases!.size).toBe(0);
   });
 
-  it('a second call sends nothing more: it returns what it asks for of the first release', async () => {
+  it('a second plain call sends nothing more; { wait: true } after a plain release sends it once more, answered', async () => {
     const { ctx, channels } = context([READY, READY, READY, READY]);
     const lease = await leaseOn(ctx, 'orders/3');
     await lease.release();
-    const again = await lease.release();
-    expect(again).toEqual({ ok: true, sent: lease.signers.length });
+    expect(await lease.release()).toEqual({ ok: true, sent: lease.signers.length });
+    expect(count(channels, 'quietReleases')).toBe(lease.signers.length);
+    expect(count(channels, 'releases')).toBe(0);
     const waited = lease.release({ wait: true });
+    const waitedAgain = lease.release({ wait: true });
     for (const channel of channels) channel.answerReleases();
     expect((await waited).ok).toBe(true);
-    expect(channels.reduce((sum, channel) => sum + channel.releases.length, 0)).toBe(lease.signers.length);
+    expect(await waitedAgain).toEqual(await waited);
+    // One answered round, whatever the number of calls asking to wait.
+    expect(count(channels, 'releases')).toBe(lease.signers.length);
+    expect(count(channels, 'quietReleases')).toBe(lease.signers.length);
+  });
+
+  it('a plain call after { wait: true } sends nothing more and counts the answered round', async () => {
+    const { channels, ctx } = context([READY, READY, READY, READY]);
+    const lease = await leaseOn(ctx, 'orders/5');
+    const waited = lease.release({ wait: true });
+    expect(await lease.release()).toEqual({ ok: true, sent: lease.signers.length });
+    expect(count(channels, 'quietReleases')).toBe(0);
+    for (const channel of channels) channel.answerReleases();
+    expect((await waited).ok).toBe(true);
   });
 
   it('counts only the connections it could send to: a signer whose connection went down is not among them', async () => {
@@ -132,7 +163,6 @@ describe('lease.release(): off the critical path', () => {
     const down = lease.signers[0]!;
     (channels[down - 1] as { state: ConnectionState }).state = DOWN;
     expect(await lease.release()).toEqual({ ok: true, sent: lease.signers.length - 1 });
-    for (const channel of channels) channel.answerReleases();
-    await Promise.all([...ctx.releases!]);
+    expect(channels[down - 1]!.quietReleases).toHaveLength(0);
   });
 });
