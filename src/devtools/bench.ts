@@ -52,7 +52,8 @@ is missing is skipped and says why; a section that fails is reported, the
 others still run, and the command exits 1.
 
 sections (default: all):
-  crypto    sign, verify partial, combine (t = 3, 7, 21), verify token, batches of tokens; both backends
+  crypto    sign, verify partial, combine (t = 3, 7, 21), verify token, batches of tokens; both
+            backends; median wall time per call, and CPU per call (every thread) for the floor's operations
   replica   one replica: durable grants/s with 1 and 2 signing threads; signer scaling;
             the signing record alone (one write at a time, and three processes at once)
   guard     guarded writes/s with a cached token; first use of a new token; with
@@ -60,7 +61,8 @@ sections (default: all):
   system    N replicas + the reference resource: uncontended acquire p50/p99;
             acquire + release, and acquire + guarded write + release, with 1 client,
             16 on distinct resources and 16 on one hot resource; CPU per grant of
-            all processes against the crypto floor; the bare wire (a WebSocket request
+            all processes against the crypto floor (t signs + combine + 2 token checks, by CPU per
+            call; by median wall time beside it); the bare wire (a WebSocket request
             and reply with the codec, nothing behind it): its CPU per round trip
   etcd      a 3-member etcd cluster on loopback, the same loops (lock [+ a txn
             conditional on the lock key's create revision] + unlock), driven by
