@@ -10,7 +10,7 @@ import type { CoreEnv } from './core/env.js';
 import type { CallCore, ConnectionView, CoreAction, CoreEvent } from './core/io.js';
 import { PartialCollector } from './partial-collector.js';
 import type { QuorumContext } from './quorum-context.js';
-import type { RequestBody, RequestKind } from './replica-connection.js';
+import type { RequestBody, RequestKind } from './replica-channel.js';
 
 /** Why a round's open requests are abandoned (their answers are ignored, so nobody reads it). */
 const ROUND_CLOSED = 'round closed';

@@ -9,7 +9,7 @@ import type { BlsBackend } from '../crypto/backend.js';
 import type { EvidenceLog, FaultKind, ReplicaFault } from './evidence.js';
 import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
-import type { ReplicaAnswer, ReplicaChannel, RequestKind } from './replica-connection.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestKind } from './replica-channel.js';
 import type { GrantLatency } from './signer-choice.js';
 
 /** The connections a call draws on, with a way to hear when any of them changes state. */

@@ -10,7 +10,7 @@ import type { QuorumContext } from './quorum-context.js';
 import type { OutcomeByRequest, StatusOutcome } from '../protocol/messages.js';
 import { RoundCall } from './core/round-call.js';
 import { connectionViews, drive } from './drive.js';
-import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-connection.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-channel.js';
 
 export type ReplicaView =
   | {

@@ -15,7 +15,7 @@ import {
   type ConnectionState,
 } from '../client/connection-state.js';
 import type { ClientOptions } from '../client/options.js';
-import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../client/replica-connection.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../client/replica-channel.js';
 import type { TimerHandle } from '../common/clock.js';
 import { decodeServerMessage, parseOutcome } from '../protocol/codec.js';
 import type { OutcomeByRequest, ServerMessage, WireRequest } from '../protocol/messages.js';

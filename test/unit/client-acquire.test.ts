@@ -14,7 +14,7 @@ import { EvidenceLog } from '../../src/client/evidence.js';
 import { generateIdentity } from '../../src/client/identity.js';
 import { resolveClientOptions } from '../../src/client/options.js';
 import type { QuorumContext } from '../../src/client/quorum-context.js';
-import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../../src/client/replica-connection.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../../src/client/replica-channel.js';
 import type { AcquireOutcome, StatusOutcome } from '../../src/protocol/messages.js';
 import { BoundedMap } from '../../src/common/bounded-map.js';
 import { verifyToken } from '../../src/token/admission-token.js';

@@ -15,7 +15,7 @@ import { generateIdentity } from '../../src/client/identity.js';
 import { Lease } from '../../src/client/lease.js';
 import { resolveClientOptions } from '../../src/client/options.js';
 import type { QuorumContext } from '../../src/client/quorum-context.js';
-import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../../src/client/replica-connection.js';
+import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../../src/client/replica-channel.js';
 import { dealCluster } from '../support/dealt-cluster.js';
 
 const backend = loadBackend();

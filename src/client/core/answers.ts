@@ -7,7 +7,7 @@
 import type { AcquireOutcome } from '../../protocol/messages.js';
 import { catchUpStep, type HeldPartial } from '../catch-up.js';
 import { QuorumTally } from '../quorum-tally.js';
-import type { ReplicaAnswer, RequestKind } from '../replica-connection.js';
+import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import { firstSigners } from '../signer-choice.js';
 import type { AttemptState, EpochAttempt } from './attempt.js';
 import type { Blocker } from './attempt-result.js';

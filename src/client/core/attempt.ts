@@ -14,7 +14,7 @@ import type { AcquireOutcome } from '../../protocol/messages.js';
 import type { CombineOutcome, PartialCollector } from '../partial-collector.js';
 import type { CallFaults } from '../quorum-context.js';
 import { firstSigners } from '../signer-choice.js';
-import type { ReplicaAnswer, RequestKind } from '../replica-connection.js';
+import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import type { AcquireCall } from './acquire.js';
 import { AnswerJudge } from './answers.js';
 import { classifyAttempt, unavailableMessage, type Attempt } from './attempt-result.js';

@@ -3,7 +3,7 @@
  * (a flag the protocol adds to acquires is added here once).
  */
 import type { GrantEvidence } from '../../protocol/messages.js';
-import type { RequestBody } from '../replica-connection.js';
+import type { RequestBody } from '../replica-channel.js';
 
 /** What an acquire body is built from (the call's request). */
 export interface AcquireFields {

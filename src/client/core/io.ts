@@ -9,7 +9,7 @@
  */
 import type { ConnectionState } from '../connection-state.js';
 import type { CombineOutcome, PartialCollector } from '../partial-collector.js';
-import type { ReplicaAnswer, RequestBody, RequestKind } from '../replica-connection.js';
+import type { ReplicaAnswer, RequestBody, RequestKind } from '../replica-channel.js';
 
 /** One replica connection as a core sees it. */
 export interface ConnectionView {

@@ -4,7 +4,7 @@
  * replica answered or is down, the deadline, the caller's abort). The call's own rules (quorum-tally.ts, the
  * views of status.ts) decide what it has heard enough of and what the result is.
  */
-import type { ReplicaAnswer, RequestKind } from '../replica-connection.js';
+import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import { CallState } from './env.js';
 import type { AnyRequestBody, CallCore, ConnectionView, CoreAction, CoreEvent } from './io.js';
 import { RoundCore, type RoundEnd } from './round.js';

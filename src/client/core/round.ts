@@ -6,7 +6,7 @@
  * connection is down. Every call's core (acquire, renew, release, status, leases) runs its requests through one.
  */
 import { isPending, isReady } from '../connection-state.js';
-import type { ReplicaAnswer, RequestKind } from '../replica-connection.js';
+import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import type { AnyRequestBody, ConnectionView, Outbox } from './io.js';
 
 export type RoundEnd = 'exhausted' | 'deadline' | 'aborted';
