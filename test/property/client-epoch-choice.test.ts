@@ -8,6 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { MAX_EPOCH } from '../../src/common/limits.js';
 import { chooseEpoch, firstEpoch, quorumRemainingMs } from '../../src/client/epoch-choice.js';
+import { floorAfterRelease } from '../../src/client/core/acquire.js';
 
 const epoch = fc.bigInt({ min: 0n, max: MAX_EPOCH - 1n });
 const smallEpoch = fc.bigInt({ min: 0n, max: 1000n });
@@ -99,5 +100,28 @@ describe('the first epoch of a resource nothing is known of (firstEpoch)', () =>
     expect(firstEpoch([50n], [50n], 1, 100n)).toBe(1n);
     expect(firstEpoch([], [50n, 60n, 70n], 1, 100n)).toBe(1n);
     expect(firstEpoch([0n, 0n, 0n], [0n, 0n, 0n, 0n], 1, 100n)).toBe(1n);
+  });
+});
+
+describe('floorAfterRelease', () => {
+  const f = fc.integer({ min: 1, max: 10 });
+
+  it('grants that at most f replicas may hold (maybe all liars) never raise the floor', () => {
+    fc.assert(
+      fc.property(f, smallEpoch, smallEpoch, fc.nat(), (f, floor, released, k) => {
+        const holders = k % (f + 1); // 0 .. f
+        expect(floorAfterRelease(floor, released, holders, f)).toBe(floor);
+      }),
+    );
+  });
+
+  it('grants that f+1 or more may hold (an honest one among them) move it past their epoch, never down', () => {
+    fc.assert(
+      fc.property(f, smallEpoch, smallEpoch, fc.nat({ max: 30 }), (f, floor, released, extra) => {
+        const next = floorAfterRelease(floor, released, f + 1 + extra, f);
+        expect(next).toBe(released >= floor ? released + 1n : floor);
+        expect(next >= floor).toBe(true);
+      }),
+    );
   });
 });

@@ -63,7 +63,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
   readonly #leader: number;
   #deadline = 0;
   #waitUntil = 0;
-  /** After we release partial grants at an epoch, we never ask for that epoch again: a released record should not be revived. */
+  /** The lowest epoch still worth asking for, raised by releases of partial grants (floorAfterRelease). */
   #floor = 1n;
   #hint: bigint | undefined;
   #retries = 0;
@@ -220,8 +220,8 @@ export class AcquireCore implements CallCore<AcquireEnd> {
         leader: leaderFirst ? this.#leader : undefined,
         waitTurnMs,
         learnEpochs: guessed,
-        onReleased: (released) => {
-          if (released >= this.#floor) this.#floor = released + 1n;
+        onReleased: (released, holders) => {
+          this.#floor = floorAfterRelease(this.#floor, released, holders, this.#env.cluster.f);
         },
       },
       at,
@@ -354,4 +354,17 @@ function busyRefusal(busy: { epoch: bigint; remainingMs: number }, faults: CallF
     remainingMs: busy.remainingMs,
     faults: faults.list(),
   };
+}
+
+/**
+ * The lowest epoch an acquire still asks for after releasing partial grants at `released` that `holders` replicas
+ * may hold (pure). With f+1 or more, at least one honest replica keeps a released record there and answers any
+ * request at or below it `stale`, so fewer than 2f+1 could grant such an epoch: skip past it. With f or fewer the
+ * grants may all be liars' (a leader pushed far ahead names its own epoch as our turn; docs/protocol.md, "Epoch
+ * steps"), and the 2f+1 others can still grant below it: rising would follow the liars out of the honest
+ * replicas' reach for good, so the floor stays.
+ */
+export function floorAfterRelease(floor: bigint, released: bigint, holders: number, f: number): bigint {
+  if (holders <= f || released < floor) return floor;
+  return released + 1n;
 }

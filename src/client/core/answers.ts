@@ -190,7 +190,7 @@ export class AnswerJudge {
       return true;
     }
     if (fromLeader && otherEpoch) {
-      this.#spec.onReleased(outcome.epoch!);
+      this.#spec.onReleased(outcome.epoch!, 1);
       this.#release(outcome.epoch!, (r) => r === replica);
       state.turnMoved = true;
       return false;
@@ -262,7 +262,7 @@ export class AnswerJudge {
     const unanswered = asked.filter((replica) => !this.voted.has(replica));
     const catchingUp = [...this.#lagging].filter(([, entry]) => entry.asking !== undefined).map(([replica]) => replica);
     if (this.granted.size > 0 || unanswered.length > 0 || catchingUp.length > 0) {
-      this.#spec.onReleased(epoch);
+      this.#spec.onReleased(epoch, this.granted.size + unanswered.length + catchingUp.length);
       this.#release(
         epoch,
         (replica) => this.granted.has(replica) || unanswered.includes(replica) || catchingUp.includes(replica),

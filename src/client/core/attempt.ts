@@ -38,8 +38,11 @@ export interface EpochAttempt {
    * (docs/protocol.md, Hot handoffs); it then grants the resource's next epoch when our turn comes. 0: answer now.
    */
   readonly waitTurnMs: number;
-  /** Called with the epoch when partial grants of a failed attempt are released (never to be asked again). */
-  readonly onReleased: (epoch: bigint) => void;
+  /**
+   * Called when partial grants of a failed attempt are released: their epoch, and how many replicas may hold one
+   * (those that granted, and those asked that have not answered yet).
+   */
+  readonly onReleased: (epoch: bigint, holders: number) => void;
   /**
    * The caller knows fewer than 2f+1 replicas' epochs (the epoch was a guess): keep listening until 2f+1 have
    * answered even once this epoch can no longer win, so the next attempt can choose by the (f+1)-th rule.
