@@ -137,6 +137,16 @@ function bool(fields: Fields, key: string): boolean {
   return value;
 }
 
+/**
+ * A flag that is absent or `true` (`resume`, `quiet`): `false` is the absent field spelt out, refused so that each
+ * request has one encoding. True when present.
+ */
+function trueIfPresent(fields: Fields, key: string): boolean {
+  if (fields[key] === undefined) return false;
+  if (fields[key] !== true) protocolError(`"${key}" expected true when present`);
+  return true;
+}
+
 /** An acquire's catch-up evidence: at most MAX_EVIDENCE_ENTRIES maps of exactly { replica, epoch, partial }. */
 function grantEvidence(value: unknown): GrantEvidence[] {
   if (!Array.isArray(value) || value.length > MAX_EVIDENCE_ENTRIES)
@@ -187,10 +197,7 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
       const evidence = f.evidence === undefined ? [] : grantEvidence(f.evidence);
       const waiting = waitMs > 0 ? { ...request, waitMs, nextEpoch } : request;
       const withEvidence = evidence.length > 0 ? { ...waiting, evidence } : waiting;
-      // Only `true` travels: `resume: false` is the absent field spelt out, refused so each request has one encoding.
-      if (f.resume === undefined) return withEvidence;
-      if (f.resume !== true) protocolError('"resume" expected true when present');
-      return { ...withEvidence, resume: true };
+      return trueIfPresent(f, 'resume') ? { ...withEvidence, resume: true } : withEvidence;
     }
     case 'renew':
       onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs']);
@@ -209,10 +216,7 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
         resource: string(f, 'resource'),
         epoch: wideInteger(f, 'epoch'),
       };
-      // As with `resume`: only `true` travels, so each request has one encoding.
-      if (f.quiet === undefined) return release;
-      if (f.quiet !== true) protocolError('"quiet" expected true when present');
-      return { ...release, quiet: true };
+      return trueIfPresent(f, 'quiet') ? { ...release, quiet: true } : release;
     }
     case 'status':
       onlyKeys(f, ['id', 'resource']);

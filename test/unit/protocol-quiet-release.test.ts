@@ -1,6 +1,7 @@
 /**
  * A quiet release on the wire (docs/protocol.md, "Release and renewal off the holder's path"): `quiet` is absent or
- * `true` (each request has one encoding); only a release with it is one the replica answers with nothing.
+ * `true` (each request has one encoding, the rule an acquire's `resume` follows too); only a release with it is one
+ * the replica answers with nothing.
  */
 import { describe, expect, it } from 'vitest';
 import { decodeClientMessage, encodeMessage } from '../../src/protocol/codec.js';
@@ -23,6 +24,19 @@ describe('a quiet release on the wire', () => {
   it('is refused on any other request (PROTOCOL_ERROR)', () => {
     const renew = { type: 'renew', id: 5, resource: 'jobs/1', epoch: 7n, ttlMs: 1000, quiet: true };
     expect(codeOf(() => decodeClientMessage(encodeMessage(renew as never)))).toBe('PROTOCOL_ERROR');
+  });
+});
+
+describe("an acquire's resume follows the same rule", () => {
+  const acquire = (fields: Record<string, unknown>) =>
+    decodeClientMessage(
+      encodeMessage({ type: 'acquire', id: 5, resource: 'jobs/1', epoch: 7n, ttlMs: 1000, ...fields } as never),
+    );
+
+  it('decodes with resume: true and without it; refuses false, a number or a string (PROTOCOL_ERROR)', () => {
+    expect(acquire({ resume: true })).toMatchObject({ resume: true });
+    expect(acquire({})).not.toHaveProperty('resume');
+    for (const resume of [false, 1, 'true']) expect(codeOf(() => acquire({ resume }))).toBe('PROTOCOL_ERROR');
   });
 });
 
