@@ -91,6 +91,8 @@ export interface LineOptions {
 
 export class HandoffQueue {
   readonly #lines = new Map<string, Line>();
+  /** Per resource: acquires decided `busy` on their way into its line (see `arriving`). */
+  readonly #arriving = new Map<string, number>();
   readonly #clock: Clock;
   readonly #tryAcquire: TryAcquire;
   readonly #maxPerResource: number;
@@ -173,9 +175,37 @@ export class HandoffQueue {
     });
   }
 
-  /** Whether acquires of `resource` are waiting in its line (then a new grant is theirs first). */
+  /**
+   * Whether acquires of `resource` wait in its line, or are on their way into it (`arriving`): then a new grant is
+   * theirs first.
+   */
   hasWaiters(resource: string): boolean {
-    return this.#lines.has(resource);
+    return this.#lines.has(resource) || this.#arriving.has(resource);
+  }
+
+  /**
+   * Whether a newcomer's place is at the back of `resource`'s line right now: the line waits, and nobody decided
+   * `busy` before it is still on the way in (it would take its place behind the newcomer).
+   */
+  joinable(resource: string): boolean {
+    return this.#lines.has(resource) && !this.#arriving.has(resource);
+  }
+
+  /**
+   * A waiting acquire of `resource` was just decided `busy`, inside the record's critical section, and will call
+   * `wait` once its answer is back from the section, a few microtasks later; `arrived` when it does. Meanwhile the
+   * section may decide the next request, which must not be granted past it (a holder asking for its next turn at
+   * once would be), so it counts as waiting.
+   */
+  arriving(resource: string): void {
+    this.#arriving.set(resource, (this.#arriving.get(resource) ?? 0) + 1);
+  }
+
+  /** The acquire `arriving` announced is here (it calls `wait` now, or gives up waiting). */
+  arrived(resource: string): void {
+    const count = this.#arriving.get(resource) ?? 0;
+    if (count <= 1) this.#arriving.delete(resource);
+    else this.#arriving.set(resource, count - 1);
   }
 
   /** The lease on `resource` ended (released): the first waiter tries now. */

@@ -34,6 +34,7 @@ import {
   type Decision,
   type EpochSupport,
   type PolicyConfig,
+  type SignedRecord,
 } from './policy.js';
 import type { RecordStore } from './record-store.js';
 import type { PartialSigner } from './signer.js';
@@ -160,8 +161,10 @@ export class ReplicaService {
     if (joined) return joined;
     const support = await this.#support(request, holder, waiting?.evidenceBudget);
     const outcome = await this.#handleOnce(request, caller, false, support);
-    if (request.type === 'acquire' && outcome.status === 'busy' && request.waitMs)
+    if (waitsWhenBusy(request) && outcome.status === 'busy') {
+      this.handoffs.arrived(request.resource); // announced by the decision, in #handleOnce
       return this.handoffs.wait(request, caller, outcome, waiting?.signal, waiting?.onTurn) ?? outcome;
+    }
     if (request.type === 'release' && outcome.status === 'released') this.handoffs.wake(request.resource);
     return outcome;
   }
@@ -174,9 +177,8 @@ export class ReplicaService {
    * every decision is REPLICA_FROZEN, nor for a request with evidence (a nextEpoch request never needs it).
    */
   #joinWaiting(request: Request, caller: Caller, waiting: HandleContext | undefined): Promise<Outcome> | undefined {
-    if (request.type !== 'acquire' || !request.nextEpoch || !request.waitMs || request.evidence?.length)
-      return undefined;
-    if (!this.handoffs.hasWaiters(request.resource) || this.store.frozen) return undefined;
+    if (!waitsWhenBusy(request) || !request.nextEpoch || request.evidence?.length) return undefined;
+    if (!this.handoffs.joinable(request.resource) || this.store.frozen) return undefined;
     if (precheck(request, caller.holder, this.#policy)) return undefined;
     return this.handoffs.wait(request, caller, undefined, waiting?.signal, waiting?.onTurn);
   }
@@ -218,18 +220,12 @@ export class ReplicaService {
         released: this.leases.isReleased(resource, current),
         session: this.leases.sessionOf(resource),
       };
-      const d = this.#decide(record, request, holder, now, this.#policy, this.store.floor, support, session);
-      // Others wait in this resource's line: the lease in their way just ended (a release, whose wake of the line
-      // is on its way, or its end on this clock) and the next grant is the first waiter's. A newcomer granted now
-      // would overtake the whole line (typically the holder that just released, asking again at once); `busy` sends
-      // it to the back of the line instead (with waitMs), and the line's own try follows.
-      if (d.action === 'grant' && !queued && this.handoffs.hasWaiters(resource))
-        return {
-          result: {
-            action: 'reply',
-            outcome: { status: 'busy', epoch: current?.epoch ?? this.store.floor, remainingMs: 0 },
-          },
-        };
+      const d = this.#inLineOrder(
+        this.#decide(record, request, holder, now, this.#policy, this.store.floor, support, session),
+        request,
+        current,
+        queued,
+      );
       switch (d.action) {
         case 'grant':
           this.leases.set(resource, current, d.leaseEndsAt, session);
@@ -261,6 +257,24 @@ export class ReplicaService {
       };
     }
     return this.#answer(decision);
+  }
+
+  /**
+   * The rules' decision, as the resource's line allows it (inside the record's critical section). Others wait in
+   * the line: the lease in their way just ended (a release, whose wake of the line is on its way, or its end on this
+   * clock) and the next grant is the first waiter's. A newcomer granted now would overtake the whole line (typically
+   * the holder that just released, asking again at once); `busy` sends it to the back of the line instead (with
+   * waitMs), and the line's own try follows. A waiting acquire told `busy` joins the line once its answer is back
+   * from the section (#handle); until then it counts as waiting (`arriving`), so that no grant decided in between
+   * overtakes it. `queued`: the line's own try, which none of this applies to.
+   */
+  #inLineOrder(d: Decision, request: Request, current: SignedRecord | undefined, queued: boolean): Decision {
+    if (queued) return d;
+    const { resource } = request;
+    if (d.action === 'grant' && this.handoffs.hasWaiters(resource))
+      d = { action: 'reply', outcome: { status: 'busy', epoch: current?.epoch ?? this.store.floor, remainingMs: 0 } };
+    if (d.action === 'reply' && d.outcome.status === 'busy' && waitsWhenBusy(request)) this.handoffs.arriving(resource);
+    return d;
   }
 
   /**
@@ -349,6 +363,11 @@ export class ReplicaService {
     }
     return decision.outcome;
   }
+}
+
+/** Whether `request` waits in its resource's line when the decision is `busy` (the rule #handle and #handleOnce share). */
+function waitsWhenBusy(request: Request): request is AcquireRequest {
+  return request.type === 'acquire' && (request.waitMs ?? 0) > 0;
 }
 
 /** A nextEpoch acquire's epoch: the resource's next epoch, or the one it asked for if that is higher. */

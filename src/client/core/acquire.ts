@@ -358,7 +358,7 @@ function busyRefusal(busy: { epoch: bigint; remainingMs: number }, faults: CallF
 
 /**
  * The lowest epoch an acquire still asks for after releasing partial grants at `released` that `holders` replicas
- * may hold (pure). With f+1 or more, at least one honest replica keeps a released record there and answers any
+ * granted (pure; a replica that may still grant is not counted, see releaseWhatWasWon in answers.ts). With f+1 or more, at least one honest replica keeps a released record there and answers any
  * request at or below it `stale`, so fewer than 2f+1 could grant such an epoch: skip past it. With f or fewer the
  * grants may all be liars' (a leader pushed far ahead names its own epoch as our turn; docs/protocol.md, "Epoch
  * steps"), and the 2f+1 others can still grant below it: rising would follow the liars out of the honest

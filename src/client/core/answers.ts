@@ -262,7 +262,10 @@ export class AnswerJudge {
     const unanswered = asked.filter((replica) => !this.voted.has(replica));
     const catchingUp = [...this.#lagging].filter(([, entry]) => entry.asking !== undefined).map(([replica]) => replica);
     if (this.granted.size > 0 || unanswered.length > 0 || catchingUp.length > 0) {
-      this.#spec.onReleased(epoch, this.granted.size + unanswered.length + catchingUp.length);
+      // Only the replicas that granted say they hold it: one asked that has not answered yet may still refuse (a
+      // lagging one caught up with a liar's partial as evidence does, every time), and counting it would let one
+      // liar's grant raise the floor out of the honest replicas' reach again (floorAfterRelease).
+      this.#spec.onReleased(epoch, this.granted.size);
       this.#release(
         epoch,
         (replica) => this.granted.has(replica) || unanswered.includes(replica) || catchingUp.includes(replica),

@@ -39,8 +39,8 @@ export interface EpochAttempt {
    */
   readonly waitTurnMs: number;
   /**
-   * Called when partial grants of a failed attempt are released: their epoch, and how many replicas may hold one
-   * (those that granted, and those asked that have not answered yet).
+   * Called when partial grants of a failed attempt are released: their epoch, and how many replicas granted it
+   * (floorAfterRelease in acquire.ts).
    */
   readonly onReleased: (epoch: bigint, holders: number) => void;
   /**
