@@ -185,25 +185,28 @@ export class SimClient {
    * a connection the client has not yet seen reset, a replica reconnecting) asks again after a pause, as an
    * application would, within its wait.
    */
-  async #acquire(op: ClientOp): Promise<AcquireGrantResult> {
+  async #acquire(op: ClientOp): Promise<{ readonly result: AcquireGrantResult; readonly ctx: QuorumContext }> {
     const { scheduler } = this.#setup;
     const until = scheduler.now + op.waitMs;
     for (;;) {
       const waitMs = Math.max(0, Math.floor(until - scheduler.now));
-      const result = await acquireGrant(this.#ctx, {
+      // The context of this try: a reshare may have moved the client to the new set since the last one.
+      const ctx = this.#ctx;
+      const result = await acquireGrant(ctx, {
         resource: op.resource,
         ttlMs: op.ttlMs,
         waitMs,
         timeoutMs: waitMs + this.#options.acquireTimeoutMs,
       });
-      if (result.ok || !op.judged || result.reason !== 'unavailable' || scheduler.now >= until) return result;
+      if (result.ok || !op.judged || result.reason !== 'unavailable' || scheduler.now >= until) return { result, ctx };
       await this.#sleep(UNAVAILABLE_RETRY_MS);
     }
   }
 
   async #operate(op: ClientOp, acquired: () => void): Promise<string> {
-    const ctx = this.#ctx;
-    const result = await this.#acquire(op);
+    // The lease and the token's generation are those of the context the grant came from, not the one the
+    // operation started with (it retried across a reshare).
+    const { result, ctx } = await this.#acquire(op);
     acquired();
     if (!result.ok) return `${result.reason}: ${result.message}`;
     const lease = new Lease(ctx, result.grant, result.faults, { autoRenew: true }, (held) => {

@@ -62,6 +62,13 @@ describe('quorumfence-dev simulate', () => {
     // wrong key) pushed far ahead granted every leader-first attempt; an honest replica caught up with its partial as
     // evidence refused it, but counted as a possible holder while its answer travelled, and so raised the floor.
     ["a lagging replica caught up with a liar's partial no longer counts as holding the released grant", '1945335599'],
+    // Found by a 5,000-run sweep of seed 11: the client had learnt a grant time whose 3x (the wait before asking past
+    // the first signers) exceeded the request timeout, and two of its first signers were silent or slow; every
+    // attempt then ended without asking the other replicas, until the acquire timed out.
+    ['an acquire whose first signers stay silent asks the others within every attempt', '3008025206'],
+    // Found by the same sweep, a false violation: a token obtained after the client moved to the new set (its
+    // operation had started before a reshare and retried) was counted in the old set's generation.
+    ['a token obtained across a reshare counts in the generation that granted it', '233359809'],
     // Found by a 5,000-run sweep, in a run with no fault at all: at the leader, a waiter decided busy had not yet
     // joined the line when the holder's request for its next turn was decided, and was granted past it
     // (test/integration/replica-line-order.test.ts pins the same schedule on a real replica service).

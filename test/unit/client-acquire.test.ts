@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { MAX_EPOCH } from '../../src/common/limits.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import { acquireGrant, type AcquireGrantResult } from '../../src/client/acquire.js';
-import { firstSigners, leaderOf } from '../../src/client/signer-choice.js';
+import { firstSigners, GrantLatency, leaderOf } from '../../src/client/signer-choice.js';
 import type { ConnectionState } from '../../src/client/connection-state.js';
 import { EvidenceLog } from '../../src/client/evidence.js';
 import { generateIdentity } from '../../src/client/identity.js';
@@ -233,6 +233,31 @@ describe('acquire: refusals and unavailability', () => {
     const result = await acquire(ctx);
     expect(result.ok).toBe(true);
     expect(result.faults).toEqual([{ replica: 2, kind: 'protocol', message: '"epoch" out of range' }]);
+  });
+});
+
+describe('acquire: first signers that do not answer', () => {
+  it('asks the others within the round even when the grants seen so far were slower than the round', async () => {
+    // A latency learnt from slow grants (3x it is the usual wait before asking past the first signers) beyond the
+    // request timeout must not keep the attempt on its first signers: one of them silent would fail every attempt.
+    const silent: Script = () => new Promise<never>(() => undefined);
+    const scripts: Script[] = [honest(0n), honest(0n), honest(0n), honest(0n)];
+    scripts[leaderOf('orders', 4) - 1] = silent;
+    const { ctx, channels } = context(scripts);
+    const grantLatency = new GrantLatency();
+    grantLatency.observe(5_000);
+    const slowCtx: QuorumContext = {
+      ...ctx,
+      grantLatency,
+      options: resolveClientOptions({ retryBaseMs: 1, retryMaxMs: 5, requestTimeoutMs: 400 }),
+    };
+    const result = await acquire(slowCtx, 0, 3_000);
+    expect(
+      result.ok,
+      JSON.stringify(result, (_, v) => (typeof v === 'bigint' ? String(v) : v)),
+    ).toBe(true);
+    // One attempt did it: every replica got exactly one request, the silent one too.
+    expect(channels.map((channel) => channel.requests.length)).toEqual([1, 1, 1, 1]);
   });
 });
 

@@ -126,8 +126,7 @@ export class AttemptCore {
     this.#judge = new AnswerJudge(env, call, spec, this.#state, this.#round, this.#waitTurnMs);
     // First replicas that are slow to answer do not hold the attempt up for long: then everyone is asked. A leader
     // keeping us in its line is not slow: it answers when our turn comes.
-    const widenAfterMs = env.grantLatency?.widenAfterMs(env.options.stragglerMinMs) ?? env.options.stragglerMinMs;
-    if (first !== undefined && this.#waitTurnMs <= 0) this.#widenTimer = call.out.setTimer(widenAfterMs);
+    if (first !== undefined && this.#waitTurnMs <= 0) this.#widenTimer = call.out.setTimer(this.#widenAfterMs(at));
     this.#pump(at);
   }
 
@@ -251,7 +250,7 @@ export class AttemptCore {
    */
   #askMoreAfter(replica: number, usable: boolean, at: number): void {
     if (this.#round.narrow && !usable) this.#round.widen(at);
-    if (usable && replica === this.#spec.leader) this.#widenWhenLate();
+    if (usable && replica === this.#spec.leader) this.#widenWhenLate(at);
   }
 
   /** Leader-first: a grant opens the attempt to the first t signers; a refusal that only says "not now" ends it. */
@@ -271,7 +270,7 @@ export class AttemptCore {
     }
     // A leader behind the epoch (too_far) is caught up once the others' partials come: ask them now.
     this.#judge.askSigners(at);
-    if (usable) this.#widenWhenLate();
+    if (usable) this.#widenWhenLate(at);
     return 'continue';
   }
 
@@ -287,12 +286,22 @@ export class AttemptCore {
   }
 
   /** Once the leader granted, the other signers' leases end with the same release: late answers mean asking the rest. */
-  #widenWhenLate(): void {
+  #widenWhenLate(at: number): void {
     if (this.#lateTimer !== undefined || !this.#round.narrow) return;
+    this.#lateTimer = this.#call.out.setTimer(this.#widenAfterMs(at));
+  }
+
+  /**
+   * How long the replicas asked first get before the others are asked: adapted to the grants seen (GrantLatency),
+   * but at most half the round's time left, so that no attempt ends without having asked everyone. Without that
+   * cap, a latency learnt from slow grants (a loaded box, a line) could exceed the round, and f silent or slow
+   * replicas among the first signers then failed every attempt alike, with no grant ever completing to lower it
+   * (a simulator sweep found an acquire timing out so, run 3008025206).
+   */
+  #widenAfterMs(at: number): number {
     const { grantLatency, options } = this.#env;
-    this.#lateTimer = this.#call.out.setTimer(
-      grantLatency?.widenAfterMs(options.stragglerMinMs) ?? options.stragglerMinMs,
-    );
+    const adaptive = grantLatency?.widenAfterMs(options.stragglerMinMs) ?? options.stragglerMinMs;
+    return Math.min(adaptive, Math.max(0, (this.#roundDeadline - at) / 2));
   }
 
   #finish(at: number): void {
