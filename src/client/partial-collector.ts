@@ -1,16 +1,19 @@
 /**
  * Turning replicas' partial signatures on one grant into a group signature,
- * without trusting any one of them. Cheapest first: decode each partial with
- * every point check as it arrives (no pairing); at t partials combine them
- * (point additions) and verify the result once against the group key (one
- * pairing). Only when that fails, verify the partials one by one against each
- * replica's key share, drop and report the bad ones, and wait for others.
+ * without trusting any one of them. Cheapest first: decode each partial as it
+ * arrives with every point check but the subgroup one (no pairing); at t
+ * partials combine them (point additions), check the result for the subgroup
+ * and verify it once against the group key (one pairing). One subgroup check
+ * per grant instead of t: a partial outside the subgroup makes the combined
+ * point fail its check or its pairing like any other bad partial. Only when
+ * that fails, check and verify the partials one by one against each replica's
+ * key share, drop and report the bad ones, and wait for others.
  * Pure apart from the evidence log it writes to: no sockets, no timers.
  */
-import { QuorumFenceError } from '../common/errors.js';
+import { isQuorumFenceError, QuorumFenceError } from '../common/errors.js';
 import { bytesEqual } from '../common/bytes.js';
-import type { BlsBackend, Signature } from '../crypto/backend.js';
-import { combinePartials } from '../crypto/threshold.js';
+import type { BlsBackend, Signature, SignaturePoint } from '../crypto/backend.js';
+import { combinePartialPoints } from '../crypto/threshold.js';
 import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import type { Cluster } from '../cluster/description.js';
 import { grantMessage, type Grant } from '../token/grant.js';
@@ -19,8 +22,9 @@ import type { EvidenceLog } from './evidence.js';
 interface Held {
   readonly replica: number;
   readonly bytes: Uint8Array;
-  readonly signature: Signature;
-  /** True once verified alone against the replica's key share. */
+  /** Not checked for the subgroup until it is verified alone. */
+  readonly point: SignaturePoint;
+  /** True once checked and verified alone against the replica's key share. */
   verified: boolean;
 }
 
@@ -90,9 +94,9 @@ export class PartialCollector {
         message: `replica ${replica} signs with share generation ${generation}, this cluster description is ${this.#cluster.membershipVersion}`,
       };
     }
-    let signature: Signature;
+    let point: SignaturePoint;
     try {
-      signature = this.#backend.decodeSignature(bytes, `partial from replica ${replica}`);
+      point = this.#backend.decodeSignaturePoint(bytes, `partial from replica ${replica}`);
     } catch (error) {
       if (!(error instanceof QuorumFenceError)) throw error;
       this.#rejected.add(replica);
@@ -105,7 +109,7 @@ export class PartialCollector {
       });
       return { ok: false, reason: 'undecodable', message: `${error.message} (${error.code})` };
     }
-    const held: Held = { replica, bytes: signature.bytes, signature, verified: false };
+    const held: Held = { replica, bytes: point.bytes, point, verified: false };
     const remembered = this.#evidence.recall(replica, this.#grant);
     if (remembered && !bytesEqual(remembered.partial, held.bytes)) {
       // The same replica gave different bytes for this (resource, epoch) before. For the same holder one of
@@ -155,12 +159,19 @@ export class PartialCollector {
 
   /** The token's pairing check goes through the process's batcher: concurrent acquires share Miller loops. */
   async #combineAndVerify(candidates: readonly Held[]): Promise<Signature | null> {
-    const signature = combinePartials(
+    const point = combinePartialPoints(
       this.#backend,
       this.#cluster.n,
-      candidates.map((h) => ({ index: h.replica, signature: h.signature })),
+      candidates.map((h) => ({ index: h.replica, point: h.point })),
     );
-    if (!signature) return null;
+    if (!point) return null;
+    let signature: Signature;
+    try {
+      signature = this.#backend.checkSignature(point, 'combined signature');
+    } catch (error) {
+      if (isQuorumFenceError(error, 'POINT_NOT_IN_SUBGROUP')) return null; // a partial outside it: find which
+      throw error;
+    }
     const valid = await verifyBatcherFor(this.#backend).verify(this.#cluster.groupPublicKey, this.#message, signature);
     return valid ? signature : null;
   }
@@ -173,7 +184,8 @@ export class PartialCollector {
   /** Verifies one partial alone; a bad one is dropped, rejected and recorded. */
   #verifyAlone(held: Held): boolean {
     const share = this.#cluster.replicas[held.replica - 1]!.publicKeyShare;
-    if (this.#backend.verify(share, this.#message, held.signature)) {
+    const signature = this.#checked(held);
+    if (signature && this.#backend.verify(share, this.#message, signature)) {
       held.verified = true;
       return true;
     }
@@ -188,6 +200,16 @@ export class PartialCollector {
       partial: held.bytes,
     });
     return false;
+  }
+
+  /** The held partial as a signature; undefined when it is outside the subgroup (then it is a bad partial). */
+  #checked(held: Held): Signature | undefined {
+    try {
+      return this.#backend.checkSignature(held.point, `partial from replica ${held.replica}`);
+    } catch (error) {
+      if (isQuorumFenceError(error, 'POINT_NOT_IN_SUBGROUP')) return undefined;
+      throw error;
+    }
   }
 
   #checkEquivocation(held: Held, remembered: { grant: Grant; partial: Uint8Array }): void {

@@ -27,6 +27,20 @@ export interface Signature {
   readonly backend: BackendName;
   /** Compressed, 96 bytes. */
   readonly bytes: Uint8Array;
+  readonly inSubgroup: true;
+}
+
+/**
+ * A G2 point that is canonical, on the curve and not the identity, but not (yet) known to be in the prime-order
+ * subgroup: a partial signature as a client holds it. Only `combinePoints` and `checkSignature` take one, so it is
+ * never verified or passed on as a signature; a client combines t of them and checks the one result, one subgroup
+ * check per grant instead of t (src/client/partial-collector.ts).
+ */
+export interface SignaturePoint {
+  readonly backend: BackendName;
+  /** Compressed, 96 bytes. */
+  readonly bytes: Uint8Array;
+  readonly inSubgroup: false;
 }
 
 /** A scalar 0 < s < r. Never serialised by the backend; key files hold it as hex. */
@@ -46,6 +60,12 @@ export interface CombineTerm {
   readonly coefficient: bigint;
 }
 
+export interface PointTerm {
+  readonly point: SignaturePoint;
+  /** As in CombineTerm. */
+  readonly coefficient: bigint;
+}
+
 export interface BlsBackend {
   readonly name: BackendName;
   /**
@@ -58,6 +78,16 @@ export interface BlsBackend {
    * @throws QuorumFenceError BAD_LENGTH, POINT_NOT_CANONICAL, POINT_IDENTITY, POINT_NOT_ON_CURVE, POINT_NOT_IN_SUBGROUP
    */
   decodeSignature(bytes: Uint8Array, field?: string): Signature;
+  /**
+   * Decodes a compressed G2 point with every check but the subgroup one (which a backend may still make).
+   * @throws QuorumFenceError BAD_LENGTH, POINT_NOT_CANONICAL, POINT_IDENTITY, POINT_NOT_ON_CURVE
+   */
+  decodeSignaturePoint(bytes: Uint8Array, field?: string): SignaturePoint;
+  /**
+   * The subgroup check that makes a point a Signature.
+   * @throws QuorumFenceError POINT_NOT_IN_SUBGROUP
+   */
+  checkSignature(point: SignaturePoint, field?: string): Signature;
   /**
    * A 32-byte big-endian scalar in 1 .. r-1.
    * @throws QuorumFenceError BAD_LENGTH, BAD_KEY_FILE (zero or not below r)
@@ -80,4 +110,6 @@ export interface BlsBackend {
    * Returns null when the sum is the identity (only adversarial partials get there).
    */
   linearCombination(terms: readonly CombineTerm[]): Signature | null;
+  /** The same sum over points not known to be in the subgroup; so is the result (check it with checkSignature). */
+  combinePoints(terms: readonly PointTerm[]): SignaturePoint | null;
 }

@@ -7,7 +7,7 @@
 import type * as blst from '@chainsafe/blst';
 import { QuorumFenceError } from '../common/errors.js';
 import { copyBytes } from '../common/bytes.js';
-import type { BlsBackend, CombineTerm, PublicKey, SecretKey, Signature } from './backend.js';
+import type { BlsBackend, CombineTerm, PointTerm, PublicKey, SecretKey, Signature, SignaturePoint } from './backend.js';
 import { checkCompressedPoint, negateUncompressedG2 } from './point-encoding.js';
 import { secretScalar } from './threshold.js';
 
@@ -21,6 +21,16 @@ class BlstPublicKey implements PublicKey {
 
 class BlstSignature implements Signature {
   readonly backend = 'blst' as const;
+  readonly inSubgroup = true as const;
+  constructor(
+    readonly bytes: Uint8Array,
+    readonly inner: blst.Signature,
+  ) {}
+}
+
+class BlstSignaturePoint implements SignaturePoint {
+  readonly backend = 'blst' as const;
+  readonly inSubgroup = false as const;
   constructor(
     readonly bytes: Uint8Array,
     readonly inner: blst.Signature,
@@ -73,6 +83,54 @@ export function createBlstBackend(native: BlstModule): BlsBackend {
   // Aggregation in blst is add-or-double, so summing [P, P] doubles P.
   const sum = (points: blst.Signature[]): blst.Signature =>
     points.length === 1 ? points[0]! : native.aggregateSignatures(points, false);
+  const decodeSignaturePoint = (bytes: Uint8Array, field = 'signature'): BlstSignaturePoint => {
+    checkCompressedPoint(bytes, 96, field);
+    let inner: blst.Signature;
+    try {
+      inner = native.Signature.fromBytes(bytes, false);
+    } catch {
+      throw new QuorumFenceError('POINT_NOT_ON_CURVE', `"${field}" is not a point on the curve`, { field });
+    }
+    return new BlstSignaturePoint(copyBytes(bytes), inner);
+  };
+  const checkSignature = (point: SignaturePoint, field = 'signature'): BlstSignature => {
+    const { bytes, inner } = own(point, BlstSignaturePoint, 'signature point');
+    try {
+      inner.sigValidate(true);
+    } catch {
+      throw new QuorumFenceError('POINT_NOT_IN_SUBGROUP', `"${field}" is not in the prime-order subgroup`, { field });
+    }
+    return new BlstSignature(bytes, inner);
+  };
+  /** Σ coefficientᵢ·pointᵢ (linearCombination, combinePoints); null for the identity. */
+  const combine = (
+    terms: readonly { readonly inner: blst.Signature; readonly coefficient: bigint }[],
+  ): { bytes: Uint8Array; inner: blst.Signature } | null => {
+    const points: blst.Signature[] = [];
+    const magnitudes: bigint[] = [];
+    for (const { inner, coefficient } of terms) {
+      if (coefficient === 0n) continue;
+      // Negative coefficients multiply the negated point.
+      points.push(
+        coefficient > 0n ? inner : native.Signature.fromBytes(negateUncompressedG2(inner.toBytes(false)), false),
+      );
+      magnitudes.push(coefficient > 0n ? coefficient : -coefficient);
+    }
+    if (points.length === 0) return null;
+    // Δ·λ coefficients share a large common factor (most of N!); multiplying it out once
+    // after the interleaved sum costs far fewer additions than carrying it in every term.
+    const common = magnitudes.reduce(gcd);
+    let result = interleavedMultiply(
+      sum,
+      points,
+      magnitudes.map((m) => m / common),
+    );
+    if (result && common > 1n) result = interleavedMultiply(sum, [result], [common]);
+    if (!result) return null;
+    const bytes = result.toBytes(true);
+    if ((bytes[0]! & 0x40) !== 0) return null;
+    return { bytes, inner: result };
+  };
   return {
     name: 'blst',
 
@@ -93,20 +151,11 @@ export function createBlstBackend(native: BlstModule): BlsBackend {
     },
 
     decodeSignature(bytes, field = 'signature') {
-      checkCompressedPoint(bytes, 96, field);
-      let inner: blst.Signature;
-      try {
-        inner = native.Signature.fromBytes(bytes, false);
-      } catch {
-        throw new QuorumFenceError('POINT_NOT_ON_CURVE', `"${field}" is not a point on the curve`, { field });
-      }
-      try {
-        inner.sigValidate(true);
-      } catch {
-        throw new QuorumFenceError('POINT_NOT_IN_SUBGROUP', `"${field}" is not in the prime-order subgroup`, { field });
-      }
-      return new BlstSignature(copyBytes(bytes), inner);
+      return checkSignature(decodeSignaturePoint(bytes, field), field);
     },
+
+    decodeSignaturePoint,
+    checkSignature,
 
     secretKeyFromBytes(bytes) {
       secretScalar(bytes);
@@ -150,33 +199,23 @@ export function createBlstBackend(native: BlstModule): BlsBackend {
     },
 
     linearCombination(terms: readonly CombineTerm[]) {
-      const points: blst.Signature[] = [];
-      const magnitudes: bigint[] = [];
-      for (const { signature, coefficient } of terms) {
-        const sig = own(signature, BlstSignature, 'signature');
-        if (coefficient === 0n) continue;
-        // Negative coefficients multiply the negated point.
-        points.push(
-          coefficient > 0n
-            ? sig.inner
-            : native.Signature.fromBytes(negateUncompressedG2(sig.inner.toBytes(false)), false),
-        );
-        magnitudes.push(coefficient > 0n ? coefficient : -coefficient);
-      }
-      if (points.length === 0) return null;
-      // Δ·λ coefficients share a large common factor (most of N!); multiplying it out once
-      // after the interleaved sum costs far fewer additions than carrying it in every term.
-      const common = magnitudes.reduce(gcd);
-      let result = interleavedMultiply(
-        sum,
-        points,
-        magnitudes.map((m) => m / common),
+      const result = combine(
+        terms.map(({ signature, coefficient }) => ({
+          inner: own(signature, BlstSignature, 'signature').inner,
+          coefficient,
+        })),
       );
-      if (result && common > 1n) result = interleavedMultiply(sum, [result], [common]);
-      if (!result) return null;
-      const bytes = result.toBytes(true);
-      if ((bytes[0]! & 0x40) !== 0) return null;
-      return new BlstSignature(bytes, result);
+      return result && new BlstSignature(result.bytes, result.inner);
+    },
+
+    combinePoints(terms: readonly PointTerm[]) {
+      const result = combine(
+        terms.map(({ point, coefficient }) => ({
+          inner: own(point, BlstSignaturePoint, 'signature point').inner,
+          coefficient,
+        })),
+      );
+      return result && new BlstSignaturePoint(result.bytes, result.inner);
     },
   };
 }

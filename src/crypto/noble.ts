@@ -9,9 +9,11 @@ import {
   SIGNATURE_DST,
   type BlsBackend,
   type CombineTerm,
+  type PointTerm,
   type PublicKey,
   type SecretKey,
   type Signature,
+  type SignaturePoint,
 } from './backend.js';
 import { copyBytes } from '../common/bytes.js';
 import { checkCompressedPoint } from './point-encoding.js';
@@ -31,10 +33,21 @@ class NoblePublicKey implements PublicKey {
 
 class NobleSignature implements Signature {
   readonly backend = 'noble' as const;
+  readonly inSubgroup = true as const;
   constructor(
     readonly bytes: Uint8Array,
     readonly point: G2Point,
   ) {}
+}
+
+/** noble decodes a point with its subgroup check included, so a point here is in the subgroup already. */
+class NobleSignaturePoint implements SignaturePoint {
+  readonly backend = 'noble' as const;
+  readonly inSubgroup = false as const;
+  constructor(readonly signature: NobleSignature) {}
+  get bytes(): Uint8Array {
+    return this.signature.bytes;
+  }
 }
 
 class NobleSecretKey implements SecretKey {
@@ -58,10 +71,22 @@ function decodeFailure(error: unknown, field: string): QuorumFenceError {
   return new QuorumFenceError('POINT_NOT_ON_CURVE', `"${field}" is not a point on the curve`, { field });
 }
 
-export function createNobleBackend(): BlsBackend {
-  const signatureFromPoint = (point: G2Point): NobleSignature =>
-    new NobleSignature(long.Signature.toBytes(point), point);
+function signatureFromPoint(point: G2Point): NobleSignature {
+  return new NobleSignature(long.Signature.toBytes(point), point);
+}
 
+function decodeSignature(bytes: Uint8Array, field = 'signature'): NobleSignature {
+  checkCompressedPoint(bytes, 96, field);
+  let point: G2Point;
+  try {
+    point = long.Signature.fromBytes(bytes);
+  } catch (error) {
+    throw decodeFailure(error, field);
+  }
+  return new NobleSignature(copyBytes(bytes), point);
+}
+
+export function createNobleBackend(): BlsBackend {
   const verify = (publicKey: PublicKey, message: Uint8Array, signature: Signature): boolean => {
     const pk = own(publicKey, NoblePublicKey, 'public key');
     const sig = own(signature, NobleSignature, 'signature');
@@ -86,16 +111,7 @@ export function createNobleBackend(): BlsBackend {
       return new NoblePublicKey(copyBytes(bytes), point);
     },
 
-    decodeSignature(bytes, field = 'signature') {
-      checkCompressedPoint(bytes, 96, field);
-      let point: G2Point;
-      try {
-        point = long.Signature.fromBytes(bytes);
-      } catch (error) {
-        throw decodeFailure(error, field);
-      }
-      return new NobleSignature(copyBytes(bytes), point);
-    },
+    decodeSignature,
 
     secretKeyFromBytes(bytes) {
       secretScalar(bytes);
@@ -119,17 +135,38 @@ export function createNobleBackend(): BlsBackend {
       return sets.length > 0 && sets.every((set) => verify(set.publicKey, set.message, set.signature));
     },
 
-    linearCombination(terms: readonly CombineTerm[]) {
-      let sum = bls12_381.G2.Point.ZERO;
-      for (const { signature, coefficient } of terms) {
-        const point = own(signature, NobleSignature, 'signature').point;
-        const magnitude = (coefficient < 0n ? -coefficient : coefficient) % SCALAR_ORDER;
-        if (magnitude === 0n) continue;
-        // multiplyUnsafe: the coefficients and partials are public, so constant time buys nothing here.
-        const scaled = point.multiplyUnsafe(magnitude);
-        sum = sum.add(coefficient < 0n ? scaled.negate() : scaled);
-      }
-      return sum.is0() ? null : signatureFromPoint(sum);
+    decodeSignaturePoint(bytes, field) {
+      return new NobleSignaturePoint(decodeSignature(bytes, field));
     },
+
+    checkSignature(point) {
+      return own(point, NobleSignaturePoint, 'signature point').signature;
+    },
+
+    combinePoints(terms: readonly PointTerm[]) {
+      const sum = combine(
+        terms.map(({ point, coefficient }) => ({
+          signature: own(point, NobleSignaturePoint, 'signature point').signature,
+          coefficient,
+        })),
+      );
+      return sum && new NobleSignaturePoint(sum);
+    },
+
+    linearCombination: combine,
   };
+}
+
+/** Σ coefficientᵢ·signatureᵢ; null for the identity. */
+function combine(terms: readonly CombineTerm[]): NobleSignature | null {
+  let sum = bls12_381.G2.Point.ZERO;
+  for (const { signature, coefficient } of terms) {
+    const point = own(signature, NobleSignature, 'signature').point;
+    const magnitude = (coefficient < 0n ? -coefficient : coefficient) % SCALAR_ORDER;
+    if (magnitude === 0n) continue;
+    // multiplyUnsafe: the coefficients and partials are public, so constant time buys nothing here.
+    const scaled = point.multiplyUnsafe(magnitude);
+    sum = sum.add(coefficient < 0n ? scaled.negate() : scaled);
+  }
+  return sum.is0() ? null : signatureFromPoint(sum);
 }

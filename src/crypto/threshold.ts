@@ -11,7 +11,7 @@ import { BoundedMap } from '../common/bounded-map.js';
 import { bls12_381 } from '@noble/curves/bls12-381.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { bigIntToBytes, bytesToBigInt } from '../common/bytes.js';
-import type { BlsBackend, Signature } from './backend.js';
+import type { BlsBackend, Signature, SignaturePoint } from './backend.js';
 import type { RandomSource } from './random.js';
 
 /** The order r of the BLS12-381 subgroups (the scalar field modulus). */
@@ -98,12 +98,43 @@ export interface IndexedPartial {
  * @throws QuorumFenceError INVALID_ARGUMENT on duplicate or out-of-range indices.
  */
 export function combinePartials(backend: BlsBackend, n: number, partials: readonly IndexedPartial[]): Signature | null {
+  const terms = withCoefficients(n, partials);
+  return backend.linearCombination(
+    terms.map(({ partial, coefficient }) => ({ signature: partial.signature, coefficient })),
+  );
+}
+
+export interface IndexedPoint {
+  /** Replica index, 1..n. */
+  readonly index: number;
+  readonly point: SignaturePoint;
+}
+
+/**
+ * combinePartials over partials not checked for the subgroup (a client's, see partial-collector.ts): the result is
+ * a point too, to be checked with backend.checkSignature before it is verified.
+ * @throws QuorumFenceError INVALID_ARGUMENT on duplicate or out-of-range indices.
+ */
+export function combinePartialPoints(
+  backend: BlsBackend,
+  n: number,
+  partials: readonly IndexedPoint[],
+): SignaturePoint | null {
+  const terms = withCoefficients(n, partials);
+  return backend.combinePoints(terms.map(({ partial, coefficient }) => ({ point: partial.point, coefficient })));
+}
+
+/** Each partial with its Lagrange coefficient (Δ-scaled) for this signer set, in index order. */
+function withCoefficients<P extends { readonly index: number }>(
+  n: number,
+  partials: readonly P[],
+): { partial: P; coefficient: bigint }[] {
   const sorted = [...partials].sort((a, b) => a.index - b.index);
   const coefficients = cachedCoefficients(
     n,
     sorted.map((p) => p.index),
   );
-  return backend.linearCombination(sorted.map((p, k) => ({ signature: p.signature, coefficient: coefficients[k]! })));
+  return sorted.map((partial, k) => ({ partial, coefficient: coefficients[k]! }));
 }
 
 /** A uniformly random nonzero scalar: 64 bytes reduced mod r, so the bias is below 2^-250. */

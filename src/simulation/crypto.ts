@@ -16,7 +16,16 @@ import { QuorumFenceError } from '../common/errors.js';
 import { bigIntToBytes, bytesToBigInt, concatBytes } from '../common/bytes.js';
 import { CLUSTER_FORMAT, clusterIdOfKey } from '../cluster/cluster-id.js';
 import { describeDealtKey, parseCluster, type Cluster } from '../cluster/description.js';
-import type { BlsBackend, CombineTerm, PublicKey, SecretKey, Signature, VerificationSet } from '../crypto/backend.js';
+import type {
+  BlsBackend,
+  CombineTerm,
+  PointTerm,
+  PublicKey,
+  SecretKey,
+  Signature,
+  SignaturePoint,
+  VerificationSet,
+} from '../crypto/backend.js';
 import { loadBackend } from '../crypto/load.js';
 import { seededRandom } from '../crypto/random.js';
 import { SCALAR_ORDER, dealKey, delta, invert, mod } from '../crypto/threshold.js';
@@ -38,10 +47,21 @@ class SimKey implements PublicKey, SecretKey {
 
 class SimSignature implements Signature {
   readonly backend = 'sim' as const;
+  readonly inSubgroup = true as const;
   constructor(
     readonly value: bigint,
     readonly bytes: Uint8Array,
   ) {}
+}
+
+/** The stand-in group has no points outside it: a point is a signature that has not been through checkSignature. */
+class SimSignaturePoint implements SignaturePoint {
+  readonly backend = 'sim' as const;
+  readonly inSubgroup = false as const;
+  constructor(readonly signature: SimSignature) {}
+  get bytes(): Uint8Array {
+    return this.signature.bytes;
+  }
 }
 
 function keyOf(scalar: bigint): SimKey {
@@ -80,10 +100,18 @@ function decodeScalar(bytes: Uint8Array, tag: Uint8Array, length: number, field:
 
 /** A fresh stand-in backend (one per run, so each run has its own batcher of checks). */
 export function createSimBackend(): BlsBackend {
+  const decodeSignature = (bytes: Uint8Array, field = 'signature') =>
+    signatureOf(decodeScalar(bytes, SIGNATURE_TAG, 96, field));
+  const linearCombination = (terms: readonly CombineTerm[]) => {
+    let sum = 0n;
+    for (const term of terms) sum += term.coefficient * own(term.signature, SimSignature, 'signature').value;
+    const value = mod(sum);
+    return value === 0n ? null : signatureOf(value);
+  };
   const backend: BlsBackend = {
     name: 'sim',
     decodePublicKey: (bytes, field = 'publicKey') => keyOf(decodeScalar(bytes, PUBLIC_KEY_TAG, 48, field)),
-    decodeSignature: (bytes, field = 'signature') => signatureOf(decodeScalar(bytes, SIGNATURE_TAG, 96, field)),
+    decodeSignature,
     secretKeyFromBytes: (bytes) => {
       if (!(bytes instanceof Uint8Array) || bytes.length !== 32)
         throw new QuorumFenceError('BAD_LENGTH', '"secretKey" expected 32 bytes');
@@ -99,11 +127,17 @@ export function createSimBackend(): BlsBackend {
       mod(own(publicKey, SimKey, 'public key').scalar * hashToScalar(message)),
     verifyAll: (sets: readonly VerificationSet[]) =>
       sets.length > 0 && sets.every((set) => backend.verify(set.publicKey, set.message, set.signature)),
-    linearCombination: (terms: readonly CombineTerm[]) => {
-      let sum = 0n;
-      for (const term of terms) sum += term.coefficient * own(term.signature, SimSignature, 'signature').value;
-      const value = mod(sum);
-      return value === 0n ? null : signatureOf(value);
+    decodeSignaturePoint: (bytes, field) => new SimSignaturePoint(decodeSignature(bytes, field)),
+    checkSignature: (point) => own(point, SimSignaturePoint, 'signature point').signature,
+    linearCombination,
+    combinePoints: (terms: readonly PointTerm[]) => {
+      const sum = linearCombination(
+        terms.map(({ point, coefficient }) => ({
+          signature: own(point, SimSignaturePoint, 'signature point').signature,
+          coefficient,
+        })),
+      );
+      return sum && new SimSignaturePoint(sum);
     },
   };
   return backend;
@@ -196,11 +230,14 @@ function wrapBackend(inner: BlsBackend): BlsBackend {
     name: inner.name,
     decodePublicKey: (bytes, field) => inner.decodePublicKey(bytes, field),
     decodeSignature: (bytes, field) => inner.decodeSignature(bytes, field),
+    decodeSignaturePoint: (bytes, field) => inner.decodeSignaturePoint(bytes, field),
+    checkSignature: (point, field) => inner.checkSignature(point, field),
     secretKeyFromBytes: (bytes) => inner.secretKeyFromBytes(bytes),
     publicKeyOf: (secretKey) => inner.publicKeyOf(secretKey),
     sign: (secretKey, message) => inner.sign(secretKey, message),
     verify: (publicKey, message, signature) => inner.verify(publicKey, message, signature),
     verifyAll: (sets) => inner.verifyAll(sets),
     linearCombination: (terms) => inner.linearCombination(terms),
+    combinePoints: (terms) => inner.combinePoints(terms),
   };
 }

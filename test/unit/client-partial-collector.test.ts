@@ -12,6 +12,7 @@ import { PartialCollector } from '../../src/client/partial-collector.js';
 import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage, type Grant } from '../../src/token/grant.js';
 import { dealCluster } from '../support/dealt-cluster.js';
+import { g2Encoding } from '../support/curve-encodings.js';
 import { reshareByHand } from '../support/reshared-key.js';
 import { describeDealtKey, localEndpoints, parseCluster } from '../../src/cluster/description.js';
 import { systemRandom } from '../../src/crypto/random.js';
@@ -58,6 +59,24 @@ describe('partial collection: combine optimistically, verify once', () => {
     expect(second.ok && second.signers).toEqual([1, 3, 4]);
     expect(evidence.list().map((e) => [e.kind, e.replica])).toEqual([['invalid_partial', 2]]);
     expect(evidence.list()[0]!.grantMessage).toEqual(grantMessage(grant));
+  });
+
+  it('holds a partial outside the subgroup until the combined signature fails, then names it with evidence', async () => {
+    // Partials are not checked for the subgroup one by one (the combined signature is): a replica that sends a curve
+    // point outside it spoils the combination, and the per-partial checks that follow name it.
+    const grant = grantFor(holderA);
+    const { collector, evidence } = collectorFor(grant);
+    const offSubgroup = g2Encoding(true);
+    collector.add(1, dealt.partial(1, grant).bytes);
+    expect(collector.add(2, offSubgroup)).toEqual({ ok: true });
+    collector.add(4, dealt.partial(4, grant).bytes);
+    expect(await collector.tryCombine()).toEqual({ ok: false, bad: [2] });
+    expect(evidence.list().map((e) => [e.kind, e.replica])).toEqual([['invalid_partial', 2]]);
+    expect(evidence.list()[0]!.partial).toEqual(offSubgroup);
+    collector.add(3, dealt.partial(3, grant).bytes);
+    const combined = await collector.tryCombine();
+    expect(combined.ok && combined.signers).toEqual([1, 3, 4]);
+    expect(combined.ok && verifyToken(encodeToken(grant, combined.signature), cluster).ok).toBe(true);
   });
 
   it('rejects bytes that are not a point at once, with evidence, and no second answer from that replica', async () => {

@@ -8,46 +8,9 @@ import { loadBackend } from '../../src/crypto/load.js';
 import { FIELD_MODULUS } from '../../src/crypto/point-encoding.js';
 import { bigIntToBytes } from '../../src/common/bytes.js';
 import { codeOf } from '../support/error-code.js';
+import { g1Encoding, g2Encoding } from '../support/curve-encodings.js';
 
 const backends = [loadBackend('noble'), loadBackend('blst')];
-const Fp = bls12_381.fields.Fp;
-const Fp2 = bls12_381.fields.Fp2;
-
-/** A compressed G1 encoding of some x: on the curve (y² = x³ + 4) or not, as asked. */
-function g1Encoding(onCurve: boolean): Uint8Array {
-  for (let x = 1n; x < 1000n; x++) {
-    const rhs = Fp.add(Fp.pow(x, 3n), 4n);
-    const isSquare = Fp.pow(rhs, (FIELD_MODULUS - 1n) / 2n) === 1n;
-    if (isSquare === onCurve) {
-      const bytes = bigIntToBytes(x, 48);
-      bytes[0]! |= 0x80;
-      return bytes;
-    }
-  }
-  throw new Error('no x found');
-}
-
-/** A compressed G2 encoding of some x = (c0 = k, c1 = 1): on the twist curve or not. */
-function g2Encoding(onCurve: boolean): Uint8Array {
-  for (let k = 1n; k < 1000n; k++) {
-    const x = Fp2.fromBigTuple([k, 1n]);
-    const rhs = Fp2.add(Fp2.pow(x, 3n), Fp2.fromBigTuple([4n, 4n]));
-    let isSquare = true;
-    try {
-      Fp2.sqrt(rhs);
-    } catch {
-      isSquare = false;
-    }
-    if (isSquare === onCurve) {
-      const bytes = new Uint8Array(96);
-      bytes.set(bigIntToBytes(1n, 48), 0); // c1 first
-      bytes.set(bigIntToBytes(k, 48), 48);
-      bytes[0]! |= 0x80;
-      return bytes;
-    }
-  }
-  throw new Error('no x found');
-}
 
 const validG1 = bls12_381.G1.Point.BASE.multiply(12345n).toBytes(true);
 const validG2 = bls12_381.G2.Point.BASE.multiply(12345n).toBytes(true);
@@ -101,6 +64,35 @@ describe.each(backends.map((b) => [b.name, b] as const))('point decoding (%s)', 
     // The cofactors are large, so a curve point picked by x is outside the subgroup with overwhelming probability.
     expect(codeOf(() => backend.decodePublicKey(g1Encoding(true)))).toBe('POINT_NOT_IN_SUBGROUP');
     expect(codeOf(() => backend.decodeSignature(g2Encoding(true)))).toBe('POINT_NOT_IN_SUBGROUP');
+  });
+
+  it('a point decoded without its subgroup check is refused by checkSignature, or already at decoding', () => {
+    // blst defers the check to checkSignature; noble's decoding includes it. Either way no Signature comes out.
+    const code = codeOf(() => backend.checkSignature(backend.decodeSignaturePoint(g2Encoding(true))));
+    expect(code).toBe('POINT_NOT_IN_SUBGROUP');
+    // Every other check still comes first, with the same codes as decodeSignature.
+    expect(codeOf(() => backend.decodeSignaturePoint(g2Encoding(false)))).toBe('POINT_NOT_ON_CURVE');
+    expect(codeOf(() => backend.decodeSignaturePoint(new Uint8Array(95)))).toBe('BAD_LENGTH');
+    const identity = new Uint8Array(96);
+    identity[0] = 0xc0;
+    expect(codeOf(() => backend.decodeSignaturePoint(identity))).toBe('POINT_IDENTITY');
+    // A valid point passes both steps, and combining points gives what combining signatures gives.
+    const point = backend.decodeSignaturePoint(validG2);
+    expect(backend.checkSignature(point).bytes).toEqual(validG2);
+    const terms = [
+      { coefficient: 3n, index: 0 },
+      { coefficient: -2n, index: 1 },
+    ];
+    const other = bls12_381.G2.Point.BASE.multiply(777n).toBytes(true);
+    const points = [point, backend.decodeSignaturePoint(other)];
+    const signatures = [backend.decodeSignature(validG2), backend.decodeSignature(other)];
+    const fromPoints = backend.combinePoints(
+      terms.map((t) => ({ point: points[t.index]!, coefficient: t.coefficient })),
+    );
+    const fromSignatures = backend.linearCombination(
+      terms.map((t) => ({ signature: signatures[t.index]!, coefficient: t.coefficient })),
+    );
+    expect(fromPoints?.bytes).toEqual(fromSignatures?.bytes);
   });
 
   it('refuses secret keys of zero or not below r with BAD_KEY_FILE', () => {
