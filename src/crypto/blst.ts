@@ -19,22 +19,21 @@ class BlstPublicKey implements PublicKey {
   ) {}
 }
 
-class BlstSignature implements Signature {
+/** A G2 point with its compressed bytes; the two kinds below differ only in what was checked. */
+abstract class BlstG2 {
   readonly backend = 'blst' as const;
-  readonly inSubgroup = true as const;
   constructor(
     readonly bytes: Uint8Array,
     readonly inner: blst.Signature,
   ) {}
 }
 
-class BlstSignaturePoint implements SignaturePoint {
-  readonly backend = 'blst' as const;
+class BlstSignature extends BlstG2 implements Signature {
+  readonly inSubgroup = true as const;
+}
+
+class BlstSignaturePoint extends BlstG2 implements SignaturePoint {
   readonly inSubgroup = false as const;
-  constructor(
-    readonly bytes: Uint8Array,
-    readonly inner: blst.Signature,
-  ) {}
 }
 
 class BlstSecretKey implements SecretKey {
