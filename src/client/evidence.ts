@@ -14,9 +14,12 @@ import type { Cluster } from '../cluster/description.js';
 import { grantMessage, type Grant } from '../token/grant.js';
 
 export type EvidenceKind =
-  /** Bytes that are not a valid G2 point (wrong length, off curve, outside the subgroup, identity). */
+  /** Bytes that are not a G2 point (wrong length, not canonical, off curve, identity). */
   | 'undecodable_partial'
-  /** A well-formed point that does not verify under the replica's public key share for the grant. */
+  /**
+   * A curve point that does not verify under the replica's public key share for the grant, or is outside the
+   * prime-order subgroup (a client checks that only once the partials fail to combine: partial-collector.ts).
+   */
   | 'invalid_partial'
   /** Two partials from one replica, each valid, for different holders at the same (resource, epoch). */
   | 'equivocation';
