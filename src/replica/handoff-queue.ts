@@ -109,10 +109,11 @@ export class HandoffQueue {
     this.#turnsToldAhead = options.turnsToldAhead ?? TURNS_TOLD_AHEAD;
   }
 
-  /** Requests waiting now, over all resources. */
+  /** Requests waiting now, over all resources, those on their way into a line (`arriving`) included. */
   get size(): number {
     let count = 0;
     for (const line of this.#lines.values()) count += line.waiters.length;
+    for (const arriving of this.#arriving.values()) count += arriving;
     return count;
   }
 

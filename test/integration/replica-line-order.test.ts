@@ -90,6 +90,10 @@ describe('a replica line when requests meet in the critical section', () => {
       await service.handle({ type: 'release', id: 5, resource: RESOURCE, epoch: waiterEpoch }, first);
       expect(grantedEpoch(await next)).toBe(3n);
       expect(answered).toEqual(['waiter', 'holder']);
+      // Nobody waits any more, nor is on the way into the line (an arrival never matched would hold every later
+      // grant of the resource back).
+      expect(service.handoffs.size).toBe(0);
+      expect(service.handoffs.hasWaiters(RESOURCE)).toBe(false);
     } finally {
       service.handoffs.close();
       await store.close();
