@@ -39,9 +39,12 @@
  * The rules live in a core that does no I/O (src/client/core/acquire.ts and attempt.ts: events in, actions out);
  * this file runs it over the client's connections (src/client/drive.ts).
  */
+import type { GrantEvidence } from '../protocol/messages.js';
 import type { AdmissionToken } from '../token/admission-token.js';
 import { AcquireCore } from './core/acquire.js';
 import { connectionViews, coreEnv, drive } from './drive.js';
+import { releaseQuietly, renewGrant } from './lease-calls.js';
+import { renewalTime } from './lease-timing.js';
 import type { ReplicaFault } from './evidence.js';
 import type { QuorumContext } from './quorum-context.js';
 
@@ -64,8 +67,11 @@ export interface AcquiredGrant {
   readonly ttlMs: number;
   /** Replicas whose partials made the token. */
   readonly signers: readonly number[];
-  /** Replicas asked for this grant: the only ones that can hold its lease. */
-  readonly asked?: readonly number[];
+  /**
+   * f+1 of the signers' partials: the evidence a replica that did not sign may need to join the lease when its
+   * record lags far behind (docs/protocol.md, "Leases that outlive f signers"). Empty when none is known.
+   */
+  readonly evidence: readonly GrantEvidence[];
 }
 
 export type AcquireRefusalReason = 'busy' | 'timeout' | 'unavailable' | 'aborted' | 'forbidden' | 'invalid';
@@ -98,15 +104,64 @@ export type AcquireGrantResult =
  * @throws QuorumFenceError EPOCH_OUT_OF_RANGE when the resource's epochs are used up (2^63-1 grants).
  */
 export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest): Promise<AcquireGrantResult> {
-  const { resource, ttlMs, waitMs, timeoutMs, signal, resume } = request;
-  const core = new AcquireCore(
-    coreEnv(ctx),
-    { resource, ttlMs, waitMs, timeoutMs, resume },
-    connectionViews(ctx),
-    ctx.epochHints.get(resource),
-    signal?.aborted ?? false,
-  );
-  const end = await drive(ctx, core, { signal, resource });
-  if (end.hint) ctx.epochHints.set(resource, end.hint);
-  return end.result;
+  const { resource, ttlMs, waitMs, signal, resume } = request;
+  const { clock } = ctx.options;
+  const started = clock.now();
+  for (let tries = 1; ; tries++) {
+    const elapsed = clock.now() - started;
+    const pollOnly = tries > 1;
+    const core = new AcquireCore(
+      coreEnv(ctx),
+      {
+        resource,
+        ttlMs,
+        waitMs: Math.max(0, waitMs - elapsed),
+        timeoutMs: request.timeoutMs - elapsed,
+        resume,
+        pollOnly,
+      },
+      connectionViews(ctx),
+      ctx.epochHints.get(resource),
+      signal?.aborted ?? false,
+    );
+    const end = await drive(ctx, core, { signal, resource });
+    if (end.hint) ctx.epochHints.set(resource, end.hint);
+    if (!end.result.ok) return end.result;
+    const grant = await freshView(ctx, end.result.grant, signal);
+    if (grant) return { ...end.result, grant };
+    // Its lease ended before it could be held: let it go and ask for the next epoch, while the call's time lasts.
+    releaseQuietly(ctx, { resource, epoch: end.result.grant.token.grant.epoch });
+    if (tries >= MAX_STALE_GRANTS || clock.now() - started >= request.timeoutMs)
+      return {
+        ok: false,
+        reason: 'timeout',
+        message: `granted epoch ${end.result.grant.token.grant.epoch} after its lease had ended at the replicas (a long wait in a line)`,
+        faults: end.result.faults,
+      };
+  }
+}
+
+/**
+ * Grants whose lease was over when they came (freshView) before an acquire call gives up, if its deadline has not
+ * ended it first: the later tries poll rather than wait in the line, so another one is rare.
+ */
+const MAX_STALE_GRANTS = 8;
+
+/**
+ * A grant whose request waited its turn in a line carries the time that request left, long before the replicas
+ * granted it: safe (their leases start later), but its lease view may then be mostly spent, or over, before the
+ * holder gets it; and the replicas that granted the request at once (no lease in its way there) may have let its
+ * lease end while the leader kept it waiting. Such a grant (past the point where its first renewal would start) is
+ * renewed once before it is handed over, so the holder starts with a whole ttl from the renewal. Undefined when
+ * that renewal fails: the lease is not held (its replicas moved on, or too few answer), and the grant is no use.
+ */
+async function freshView(
+  ctx: QuorumContext,
+  grant: AcquiredGrant,
+  signal?: AbortSignal,
+): Promise<AcquiredGrant | undefined> {
+  if (ctx.options.clock.now() < renewalTime(grant.sentAt, grant.ttlMs, ctx.options)) return grant;
+  const ref = { resource: grant.token.grant.resource, epoch: grant.token.grant.epoch, holders: new Set(grant.signers) };
+  const renewed = await renewGrant(ctx, { ...ref, evidence: grant.evidence }, grant.ttlMs, signal);
+  return renewed.ok ? { ...grant, sentAt: renewed.sentAt } : undefined;
 }

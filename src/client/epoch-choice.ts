@@ -47,13 +47,13 @@ export function chooseEpoch(reported: readonly bigint[], f: number, floor = 1n):
 
 /**
  * The epoch to propose for a resource the client knows nothing about (docs/protocol.md, "Epoch choice"): one above
- * the highest floor among the replicas it asks first, so each of them grants it at once (a replica with no record of
- * a resource grants any epoch above its floor, up to maxEpochStep above it), also when compaction left their floors
- * apart. A liar's floor cannot push it far: it is at most maxEpochStep above the (f+1)-th largest floor of all the
- * replicas heard from, which is at or below an honest replica's floor. Without f+1 floors known, or with none among
- * the first signers above 0, it is 1, as on a cluster that never compacted.
- * @param signerFloors the floors of the replicas the attempt asks first.
- * @param knownFloors the floors of every replica connected (the signers' among them).
+ * the highest floor among `signerFloors` (the acquire passes every connected replica's), so each of them grants it
+ * at once or joins its lease (a replica with no record of a resource grants any epoch above its floor, up to
+ * maxEpochStep above it), also when compaction left their floors apart. A liar's floor cannot push it far: it is at
+ * most maxEpochStep above the (f+1)-th largest floor of all the replicas heard from, which is at or below an honest
+ * replica's floor. Without f+1 floors known, or with none above 0, it is 1, as on a cluster that never compacted.
+ * @param signerFloors the floors of the replicas the epoch must be above.
+ * @param knownFloors the floors of every replica connected.
  */
 export function firstEpoch(
   signerFloors: readonly bigint[],

@@ -20,6 +20,7 @@ import type { AcquiredGrant } from './acquire.js';
 import { backoffDelay } from './backoff.js';
 import type { ReplicaFault } from './evidence.js';
 import {
+  joinLease,
   releaseGrant,
   releaseQuietly,
   renewGrant,
@@ -100,8 +101,13 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
 
   readonly #ctx: QuorumContext;
   readonly #options: LeaseOptions;
-  /** The replicas the grant was asked of (renewals and the release go only there); undefined: all of them. */
-  readonly #asked: readonly number[] | undefined;
+  /**
+   * Replicas known to hold the lease: the signers, and those that joined or renewed it since. Renewals and releases
+   * go to every replica (any may have joined); only these replicas' denials count against the lease.
+   */
+  readonly #holders: Set<number>;
+  /** f+1 of the signers' partials, sent with renewals to the replicas not known to hold the lease (to join it). */
+  readonly #evidence: AcquiredGrant['evidence'];
   /** Made when `signal` is first read: most leases end without anyone listening, and aborting costs an error. */
   #controller: AbortController | undefined;
   #sentAt: number;
@@ -135,11 +141,34 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
     this.holderHex = toHex(g.holder);
     this.ttlMs = grant.ttlMs;
     this.signers = grant.signers;
-    this.#asked = grant.asked;
+    this.#holders = new Set(grant.signers);
+    this.#evidence = grant.evidence;
     this.faults = faults;
     this.#sentAt = grant.sentAt;
     this.#detach = track(this);
     this.#schedule();
+    this.#join();
+  }
+
+  /**
+   * The replicas that did not sign the grant join its lease now, off the holder's path: then any t replicas can renew
+   * it, so no f of them, signers included, can cost the holder its lease (docs/protocol.md, "Leases that outlive f
+   * signers"). Asked at once rather than at the first renewal, so that no other holder's acquire takes them first.
+   * A replica that cannot join now is asked again with every renewal.
+   */
+  #join(): void {
+    joinLease(this.#ctx, this.#ref(), this.ttlMs).then(
+      (joined) => {
+        if (!this.#end) for (const replica of joined) this.#holders.add(replica);
+      },
+      (error: unknown) =>
+        this.#ctx.options.logger.warn({ err: error, resource: this.resource }, 'joining a lease failed'),
+    );
+  }
+
+  /** Replicas known to hold the lease now (the signers, and those that joined or renewed it). */
+  get holders(): readonly number[] {
+    return [...this.#holders].sort((a, b) => a - b);
   }
 
   /** Aborts when the lease ends, for any reason; `signal.reason` is a QuorumFenceError with code LEASE_LOST. */
@@ -185,7 +214,13 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
    */
   async renew(signal?: AbortSignal): Promise<RenewResult> {
     if (this.#end)
-      return { ok: false, reason: 'lost', message: `the lease already ended (${this.#end.reason})`, faults: [] };
+      return {
+        ok: false,
+        reason: 'lost',
+        message: `the lease already ended (${this.#end.reason})`,
+        renewedBy: [],
+        faults: [],
+      };
     const result = await renewGrant(this.#ctx, this.#ref(), this.ttlMs, signal);
     // Read through the getter: TypeScript would otherwise keep the pre-await narrowing of #end.
     const ended = this.ended;
@@ -195,9 +230,11 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
             ok: false,
             reason: 'lost',
             message: `the lease ended (${ended.reason}) before the renewal answered`,
+            renewedBy: result.renewedBy,
             faults: result.faults,
           }
         : result;
+    for (const replica of result.renewedBy) this.#holders.add(replica);
     if (result.ok) {
       // A renewal only ever moves the view later; a slow one overtaken by a newer one changes nothing.
       if (result.sentAt > this.#sentAt) this.#sentAt = result.sentAt;
@@ -211,7 +248,7 @@ export class Lease extends EventEmitter<LeaseEvents> implements AsyncDisposable 
   }
 
   #ref(): GrantRef {
-    return { resource: this.resource, epoch: this.epoch, asked: this.#asked };
+    return { resource: this.resource, epoch: this.epoch, holders: this.#holders, evidence: this.#evidence };
   }
 
   /**

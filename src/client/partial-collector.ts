@@ -16,6 +16,7 @@ import type { BlsBackend, Signature, SignaturePoint } from '../crypto/backend.js
 import { combinePartialPoints } from '../crypto/threshold.js';
 import { verifyBatcherFor } from '../crypto/verify-batch.js';
 import type { Cluster } from '../cluster/description.js';
+import type { GrantEvidence } from '../protocol/messages.js';
 import { grantMessage, type Grant } from '../token/grant.js';
 import type { EvidenceLog } from './evidence.js';
 
@@ -42,7 +43,13 @@ export type AddOutcome =
     };
 
 export type CombineOutcome =
-  | { readonly ok: true; readonly signature: Signature; readonly signers: readonly number[] }
+  | {
+      readonly ok: true;
+      readonly signature: Signature;
+      readonly signers: readonly number[];
+      /** The partials combined, in `signers` order: evidence a joining replica may ask for (docs/protocol.md). */
+      readonly partials: readonly GrantEvidence[];
+    }
   /** Not enough valid partials (yet); `bad` names replicas whose partials just failed verification. */
   | { readonly ok: false; readonly bad: readonly number[] };
 
@@ -178,7 +185,13 @@ export class PartialCollector {
 
   #succeed(used: readonly Held[], signature: Signature): CombineOutcome {
     for (const held of used) this.#evidence.remember(held.replica, this.#grant, held.bytes);
-    return { ok: true, signature, signers: used.map((h) => h.replica).sort((a, b) => a - b) };
+    const sorted = [...used].sort((a, b) => a.replica - b.replica);
+    return {
+      ok: true,
+      signature,
+      signers: sorted.map((h) => h.replica),
+      partials: sorted.map((h) => ({ replica: h.replica, epoch: this.#grant.epoch, partial: h.bytes })),
+    };
   }
 
   /** Verifies one partial alone; a bad one is dropped, rejected and recorded. */

@@ -147,7 +147,7 @@ function trueIfPresent(fields: Fields, key: string): boolean {
   return true;
 }
 
-/** An acquire's catch-up evidence: at most MAX_EVIDENCE_ENTRIES maps of exactly { replica, epoch, partial }. */
+/** An acquire's (or a joining renew's) catch-up evidence: at most MAX_EVIDENCE_ENTRIES maps of exactly { replica, epoch, partial }. */
 function grantEvidence(value: unknown): GrantEvidence[] {
   if (!Array.isArray(value) || value.length > MAX_EVIDENCE_ENTRIES)
     protocolError(`"evidence" expected an array of at most ${MAX_EVIDENCE_ENTRIES} entries, got ${describe(value)}`);
@@ -199,15 +199,18 @@ export function decodeClientMessage(frame: Uint8Array, maxBytes = DEFAULT_MAX_FR
       const withEvidence = evidence.length > 0 ? { ...waiting, evidence } : waiting;
       return trueIfPresent(f, 'resume') ? { ...withEvidence, resume: true } : withEvidence;
     }
-    case 'renew':
-      onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs']);
-      return {
+    case 'renew': {
+      onlyKeys(f, ['id', 'resource', 'epoch', 'ttlMs', 'evidence']);
+      const renew = {
         type: f.type,
         id: int(f, 'id', 0, MAX_ID),
         resource: string(f, 'resource'),
         epoch: wideInteger(f, 'epoch'),
         ttlMs: int(f, 'ttlMs', 0, MAX_MS),
       };
+      const evidence = f.evidence === undefined ? [] : grantEvidence(f.evidence);
+      return evidence.length > 0 ? { ...renew, evidence } : renew;
+    }
     case 'release': {
       onlyKeys(f, ['id', 'resource', 'epoch', 'quiet']);
       const release = {

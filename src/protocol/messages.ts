@@ -119,6 +119,12 @@ export interface RenewRequest {
   readonly resource: string;
   readonly epoch: bigint;
   readonly ttlMs: number;
+  /**
+   * For a replica that does not hold the lease yet and would join it (docs/protocol.md, "Leases that outlive f
+   * signers"): the same catch-up evidence as an acquire's, checked only when the epoch is beyond its free step.
+   * Absent or empty: none.
+   */
+  readonly evidence?: readonly GrantEvidence[];
 }
 
 export interface ReleaseRequest {

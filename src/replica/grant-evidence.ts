@@ -1,5 +1,5 @@
 /**
- * Catch-up evidence (docs/protocol.md, "Epoch steps"): an acquire may carry other replicas' partial signatures on
+ * Catch-up evidence (docs/protocol.md, "Epoch steps"): an acquire (or a renew that joins a lease) may carry other replicas' partial signatures on
  * grants of its resource to the same holder, at epochs at least the one it asks for. This module turns that
  * evidence into the verified `EpochSupport` the pure policy counts. It checks each partial under its replica's
  * public key share (a pairing each, batched with the process's other evidence checks), remembers the ones that
@@ -11,7 +11,7 @@ import { BoundedMap } from '../common/bounded-map.js';
 import { concatBytes, toHex, u16be } from '../common/bytes.js';
 import type { BlsBackend, PublicKey, Signature } from '../crypto/backend.js';
 import { VerifyBatcher } from '../crypto/verify-batch.js';
-import type { AcquireRequest } from '../protocol/messages.js';
+import type { GrantEvidence } from '../protocol/messages.js';
 import { grantDigest, grantMessage } from '../token/grant.js';
 import type { EpochSupport } from './policy.js';
 
@@ -48,7 +48,11 @@ export class EvidenceChecker {
    * The distinct other replicas whose evidence verifies for `request` from `holder`. Never throws for anything a
    * peer sent; each partial not already verified costs one call to `budget`, and is skipped when that says no.
    */
-  async support(request: AcquireRequest, holder: Uint8Array, budget: EvidenceBudget): Promise<EpochSupport[]> {
+  async support(
+    request: { readonly resource: string; readonly epoch: bigint; readonly evidence?: readonly GrantEvidence[] },
+    holder: Uint8Array,
+    budget: EvidenceBudget,
+  ): Promise<EpochSupport[]> {
     const seen = new Set<number>();
     const checks: Promise<EpochSupport | undefined>[] = [];
     for (const entry of request.evidence ?? []) {

@@ -13,7 +13,7 @@
  * follows it cannot interleave with another request for the same resource.
  */
 import type { MonotonicClock } from '../common/clock.js';
-import type { SignedRecord } from './policy.js';
+import type { JoinedLease, LeaseGrant, SignedRecord } from './policy.js';
 
 /** Sweeping expired entries is O(size); doing it at most this often keeps it off the hot path. */
 const SWEEP_INTERVAL_MS = 5_000;
@@ -36,13 +36,23 @@ export class LeaseTable {
   readonly #restartLeaseEndsAt: number;
   /** Resource → lease end (0 when released or never leased since the restart). */
   readonly #ends = new Map<string, number>();
-  /** Resource → the epoch its holder released since the start (volatile, see policy.ts; compared by epoch, so a later grant makes it moot). */
+  /**
+   * Resource → the epoch of the record's grant its holder released since the start (volatile, see policy.ts; compared
+   * by epoch, so a later grant makes it moot). A joined lease's release is kept with it.
+   */
   readonly #released = new Map<string, bigint>();
   /**
-   * Resource → the client session that holds its lease (docs/protocol.md, "Sessions"; '' for a sessionless client).
-   * Volatile: after a restart a recorded lease's session is unknown, and no session may take it over by asking again.
+   * Resource → the client session that holds the record's grant's lease (docs/protocol.md, "Sessions"; '' for a
+   * sessionless client), kept after the lease ends until compaction forgets the resource. Volatile: after a restart a
+   * recorded lease's session is unknown, and no session may take it over by asking again.
    */
   readonly #sessions = new Map<string, string>();
+  /**
+   * Resource → the lease this replica joined below its record (docs/protocol.md, "Leases that outlive f signers"),
+   * with its own session and release; while present, the lease end above is its. Volatile: after a restart the
+   * restart rule gives the lease to the record's grant, as it always did.
+   */
+  readonly #joined = new Map<string, JoinedLease>();
   /** Records from before the restart that nobody has touched yet (for the active-lease gauge). */
   #untouchedRestartLeases: number;
   #lastSweep: number;
@@ -72,13 +82,25 @@ export class LeaseTable {
   /**
    * Sets the lease end of `resource`; `record` is the durable record as it was
    * before this change (to account for the restart lease it replaces). `session`: the session holding it now
-   * (kept as it was when not given).
+   * (kept as it was when not given). `joined`: the grant the lease belongs to when it is not the record's (a lease
+   * joined below the record, held by `session`); undefined makes it the record's grant's again.
    */
-  set(resource: string, record: SignedRecord | undefined, endsAt: number, session?: string): void {
+  set(resource: string, record: SignedRecord | undefined, endsAt: number, session?: string, joined?: LeaseGrant): void {
     const previous = this.#ends.get(resource);
     if (previous === undefined && record && this.#untouchedRestartLeases > 0) this.#untouchedRestartLeases--;
     this.#ends.set(resource, endsAt);
-    if (session !== undefined) this.#sessions.set(resource, session);
+    if (joined) {
+      const before = this.#joined.get(resource);
+      this.#joined.set(resource, {
+        epoch: joined.epoch,
+        holder: joined.holder,
+        session: session ?? before?.session ?? '',
+        released: false,
+      });
+    } else {
+      this.#joined.delete(resource);
+      if (session !== undefined) this.#sessions.set(resource, session);
+    }
     if (previous !== endsAt) {
       this.#unindex(resource, previous);
       this.#index(resource, endsAt);
@@ -86,20 +108,39 @@ export class LeaseTable {
     this.#sweepSometimes();
   }
 
-  /** The session holding the lease on `resource` (undefined when unknown: never leased since the start). */
+  /** The session holding the record's grant's lease on `resource` (undefined when unknown: never leased since the start). */
   sessionOf(resource: string): string | undefined {
     return this.#sessions.get(resource);
   }
 
-  /** Whether the holder of the grant in `record` released it since this start. */
+  /** The lease on `resource` when it was joined below the record (undefined: the lease is the record's grant's). */
+  joinedOf(resource: string): JoinedLease | undefined {
+    return this.#joined.get(resource);
+  }
+
+  /** The grant the lease on `resource` belongs to: the one joined below the record (or the floor), or the record's. */
+  grantOf(resource: string, record: SignedRecord | undefined): LeaseGrant | undefined {
+    return this.#joined.get(resource) ?? record;
+  }
+
+  /** Whether the holder of the record's grant released it since this start. */
   isReleased(resource: string, record: SignedRecord): boolean {
     return this.#released.get(resource) === record.epoch;
   }
 
-  /** Ends the lease on `resource` and remembers that the holder of `record`'s epoch released it. */
-  release(resource: string, record: SignedRecord): void {
-    this.set(resource, record, 0);
-    this.#released.set(resource, record.epoch);
+  /** Whether the lease on `resource` now (joined, or the record's grant's) was released by its holder. */
+  leaseReleased(resource: string, record: SignedRecord | undefined): boolean {
+    const joined = this.#joined.get(resource);
+    if (joined) return joined.released;
+    return record !== undefined && this.isReleased(resource, record);
+  }
+
+  /** Ends the lease on `resource` and remembers that the holder of its grant (joined, or the record's) released it. */
+  release(resource: string, record: SignedRecord | undefined): void {
+    const joined = this.#joined.get(resource);
+    this.set(resource, record, 0, undefined, joined);
+    if (joined) this.#joined.set(resource, { ...this.#joined.get(resource)!, released: true });
+    else if (record) this.#released.set(resource, record.epoch);
   }
 
   /** Whether a lease on `resource` (whose record is `record`) runs now, the restart rule included. */
@@ -116,6 +157,7 @@ export class LeaseTable {
     this.#ends.delete(resource);
     this.#released.delete(resource);
     this.#sessions.delete(resource);
+    this.#joined.delete(resource);
   }
 
   /** Resources this table holds an entry for (memory follows running and recently ended leases). */
@@ -163,10 +205,12 @@ export class LeaseTable {
     this.#lastSweep = now;
     for (const [resource, end] of this.#ends) {
       if (end <= now) {
+        // The end and a joined grant go. Who held the lease, and whether it was released, stay until compaction
+        // forgets the resource (one entry per record at most): a lease that ended is revived by nobody but the
+        // session that held it, and a released one by nobody (issue 43, finding 1).
         this.#unindex(resource, end);
         this.#ends.delete(resource);
-        this.#released.delete(resource);
-        this.#sessions.delete(resource);
+        this.#joined.delete(resource);
       }
     }
   }

@@ -18,6 +18,7 @@ export type LineExit = 'turn' | 'expired' | 'withdrawn' | 'closed' | 'frozen';
 export class ReplicaMetrics {
   readonly registry = new Registry();
   readonly grantsSigned: Counter<'kind'>;
+  readonly leaseJoins: Counter;
   readonly refusals: Counter<'reason'>;
   readonly requests: Counter<'type'>;
   readonly signSeconds: Histogram;
@@ -40,6 +41,11 @@ export class ReplicaMetrics {
       name: 'quorumfence_replica_grants_signed_total',
       help: 'Partials sent: kind="new" for a fresh grant, kind="resend" for an identical re-request',
       labelNames: ['kind'],
+      registers,
+    });
+    this.leaseJoins = new Counter({
+      name: 'quorumfence_replica_lease_joins_total',
+      help: 'Leases this replica joined on a renewal without having signed their grant (recorded, nothing signed)',
       registers,
     });
     this.refusals = new Counter({

@@ -34,8 +34,17 @@
  *     no honest client needs it, since it never asks again for an epoch it
  *     released.
  *   - renew extends only the recorded holder's unreleased lease at the
- *     recorded epoch, to max(current end, now + ttl); it may revive a lease
- *     that ran out, since nobody else was signed in between.
+ *     recorded epoch, to max(current end, now + ttl); the holding session may
+ *     revive its lease that ran out, since nobody else was signed in between,
+ *     but a session this replica does not know (it restarted) renews only a
+ *     lease still running (the restart rule's): a lapsed lease is over for
+ *     every other process of the identity (docs/protocol.md, "Sessions").
+ *   - renew on a replica that holds no lease of the grant yet joins it: a grant
+ *     the replica may make (steps 4-6 of acquire, the grant's evidence counted)
+ *     is recorded durably and its lease starts, without a partial: the holder
+ *     has its token, and the same (R, e, H) is not a second grant. So a lease
+ *     comes to be held at every replica that could have granted it, and any t
+ *     of them renew it (docs/protocol.md, "Leases that outlive f signers").
  *   - release ends the lease only for the recorded holder at the recorded
  *     epoch; releasing an already released grant answers `released` again.
  *     The release is kept in memory, not in the signing record: who may be
@@ -53,6 +62,7 @@ import type {
   Outcome,
   ReleaseOutcome,
   RenewOutcome,
+  RenewRequest,
   Request,
   StatusOutcome,
 } from '../protocol/messages.js';
@@ -68,17 +78,58 @@ export interface SignedRecord {
   readonly grantDigest: Uint8Array;
 }
 
+/** A grant a lease belongs to: its epoch and holder. */
+export interface LeaseGrant {
+  readonly epoch: bigint;
+  readonly holder: Uint8Array;
+}
+
+/** A lease joined below the record (docs/protocol.md, "Leases that outlive f signers"): its grant, session, release. */
+export interface JoinedLease extends LeaseGrant {
+  readonly session: string;
+  readonly released: boolean;
+}
+
 /** The durable record plus the volatile lease state. */
 export interface PolicyRecord extends SignedRecord {
-  /** When the lease ends (monotonic ms; 0 when no lease runs). */
+  /** When the lease now (the joined one, or the record's grant's) ends (monotonic ms; 0 when no lease runs). */
   readonly leaseEndsAt: number;
-  /** The holder released the lease since this replica started (volatile, see the header). */
+  /** The holder of the record's grant released its lease since this replica started (volatile, see the header). */
   readonly released: boolean;
   /**
-   * The client session holding the lease ('' for a sessionless client), or undefined when unknown: the replica
-   * restarted since, or the lease entry was swept (volatile, docs/protocol.md "Sessions").
+   * The client session holding the record's grant's lease ('' for a sessionless client), or undefined when unknown:
+   * the replica restarted since (volatile, docs/protocol.md "Sessions").
    */
   readonly session?: string | undefined;
+  /**
+   * The lease this replica joined below its record, when the lease now is that one and not the record's grant's
+   * (volatile); `leaseEndsAt` is then its end.
+   */
+  readonly joined?: JoinedLease | undefined;
+  /**
+   * There is no record (compacted, or never signed): the floor stands for it (`epoch`, with no holder), and this
+   * carries only a lease joined below the floor (`joined`).
+   */
+  readonly compacted?: boolean;
+}
+
+/** No holder: the place of a record's holder in a record that stands for the floor (no Ed25519 key is all zeros). */
+const NO_HOLDER = new Uint8Array(32);
+
+/**
+ * A resource without a record, as the policy sees it while a lease joined below the floor runs there: the floor in the
+ * record's place, holding only that lease.
+ */
+export function floorRecord(floor: bigint, joined: JoinedLease, leaseEndsAt: number): PolicyRecord {
+  return {
+    epoch: floor,
+    holder: NO_HOLDER,
+    grantDigest: NO_HOLDER,
+    compacted: true,
+    joined,
+    leaseEndsAt,
+    released: false,
+  };
 }
 
 export interface PolicyConfig {
@@ -107,8 +158,28 @@ export type Decision =
   | { readonly action: 'grant'; readonly record: SignedRecord; readonly leaseEndsAt: number }
   /** The identical grant again: sign it again (same bytes) and answer `granted`. */
   | { readonly action: 'resend'; readonly leaseEndsAt: number }
-  /** Set the volatile lease end; nothing durable changes. */
-  | { readonly action: 'renew'; readonly leaseEndsAt: number; readonly outcome: RenewOutcome }
+  /**
+   * Set the volatile lease end; nothing durable changes. `joined`: the lease renewed is that joined grant's (undefined:
+   * the record's grant's, which it becomes again if a joined lease was there before).
+   */
+  | {
+      readonly action: 'renew';
+      readonly leaseEndsAt: number;
+      readonly joined?: LeaseGrant;
+      readonly outcome: RenewOutcome;
+    }
+  /**
+   * A renew that joins a lease this replica does not hold yet, then answers `renewed`; nothing is signed (the holder
+   * already has its token). Above the record: `record` is written first (durably), as for a grant. At or below it:
+   * the lease is kept in memory for `joined`, a grant this replica never signed.
+   */
+  | {
+      readonly action: 'join';
+      readonly record?: SignedRecord;
+      readonly joined?: LeaseGrant;
+      readonly leaseEndsAt: number;
+      readonly outcome: RenewOutcome;
+    }
   /**
    * End the lease and remember the release (volatile: a release lost in a crash
    * only means the restart rule keeps the lease for maxTtl, a liveness cost, so
@@ -123,8 +194,13 @@ export function remainingMs(leaseEndsAt: number, now: number): number {
   return Math.min(MAX_WIRE_MS, Math.max(0, Math.ceil(leaseEndsAt - now)));
 }
 
+/** The lease now: the one joined below the record, or the record's grant's. */
+function currentLease(record: PolicyRecord): LeaseGrant & { readonly session?: string; readonly released: boolean } {
+  return record.joined ?? record;
+}
+
 function leaseRunning(record: PolicyRecord, now: number): boolean {
-  return !record.released && record.leaseEndsAt > now;
+  return !currentLease(record).released && record.leaseEndsAt > now;
 }
 
 function invalid(message: string): { action: 'reply'; outcome: { status: 'invalid'; message: string } } {
@@ -182,9 +258,9 @@ export function decide(
     case 'acquire':
       return decideAcquire(record, request, caller, now, config, floor, support);
     case 'renew':
-      return decideRenew(record, request, caller, now, floor);
+      return decideRenew(record, request, caller, now, config, floor, support);
     case 'release':
-      return decideRelease(record, request, caller, floor);
+      return decideRelease(record, request, caller, now, floor);
     case 'status':
       return { action: 'reply', outcome: statusOf(record, now, floor) };
   }
@@ -196,20 +272,33 @@ export interface Caller {
   readonly session: string;
 }
 
-/** The caller holds the record's grant under the session that holds its lease (docs/protocol.md, "Sessions"). */
+/** A record, not the floor standing for one (epoch steps differ: docs/protocol.md, "Epoch steps"). */
+function hasRecord(record: PolicyRecord | undefined): boolean {
+  return record !== undefined && record.compacted !== true;
+}
+
+function isGrant(grant: LeaseGrant, epoch: bigint, holder: Uint8Array): boolean {
+  return grant.epoch === epoch && bytesEqual(grant.holder, holder);
+}
+
+/** The caller holds the lease now, under the session that holds it (docs/protocol.md, "Sessions"). */
 function holdsLease(record: PolicyRecord, caller: Caller): boolean {
-  return bytesEqual(record.holder, caller.holder) && record.session === caller.session;
+  const lease = currentLease(record);
+  return bytesEqual(lease.holder, caller.holder) && lease.session === caller.session;
 }
 
 /**
- * Renew and release are the lease holder's: the session that holds it, or, when that is unknown (the replica
- * restarted since), any session of the holder, which then holds it. A running lease is never the word of one
- * process of an identity against another's, but after a restart nobody can tell them apart.
+ * Renew and release are the lease holder's: the session that holds it (remembered after the lease ends, until
+ * compaction), or, when that is unknown (the replica restarted since), any session of the holder while the lease
+ * runs, which then holds it. A running lease is never the word of one process of an identity against another's, but
+ * after a restart nobody can tell them apart. A lease that ran out under a session nobody knows is over: another
+ * session reviving it would hold the identical token without `resume` and without a new epoch (issue 43, item 1).
  */
-function mayManage(record: PolicyRecord, caller: Caller): boolean {
-  return (
-    bytesEqual(record.holder, caller.holder) && (record.session === undefined || record.session === caller.session)
-  );
+function mayManage(record: PolicyRecord, caller: Caller, now: number): boolean {
+  const lease = currentLease(record);
+  if (!bytesEqual(lease.holder, caller.holder)) return false;
+  if (lease.session === undefined) return leaseRunning(record, now);
+  return lease.session === caller.session;
 }
 
 function notHolder(record: PolicyRecord | undefined, floor: bigint): Decision {
@@ -218,26 +307,88 @@ function notHolder(record: PolicyRecord | undefined, floor: bigint): Decision {
 
 function decideRenew(
   record: PolicyRecord | undefined,
-  request: { readonly epoch: bigint; readonly ttlMs: number },
+  request: RenewRequest,
   caller: Caller,
   now: number,
+  config: PolicyConfig,
   floor: bigint,
+  support: readonly EpochSupport[],
 ): Decision {
-  if (!record || record.released || record.epoch !== request.epoch || !mayManage(record, caller))
+  if (!record) return decideJoin(record, request, caller, now, config, floor, support);
+  if (isGrant(currentLease(record), request.epoch, caller.holder)) {
+    if (currentLease(record).released || !mayManage(record, caller, now)) return notHolder(record, floor);
+    const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
+    const outcome = { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) } as const;
+    return record.joined
+      ? { action: 'renew', leaseEndsAt, joined: record.joined, outcome }
+      : { action: 'renew', leaseEndsAt, outcome };
+  }
+  if (record.joined && isGrant(record, request.epoch, caller.holder)) {
+    // The record's own grant, after a lease joined below it: its session takes its lease up again once that one is
+    // over, as it revives a lease that ran out (nobody else was signed meanwhile).
+    if (leaseRunning(record, now) || record.released || record.session !== caller.session)
+      return notHolder(record, floor);
+    const leaseEndsAt = now + request.ttlMs;
+    return { action: 'renew', leaseEndsAt, outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) } };
+  }
+  return decideJoin(record, request, caller, now, config, floor, support);
+}
+
+/**
+ * A renew of a grant whose lease this replica does not hold: it joins the lease when no other lease runs here (nor
+ * a line waits for one), and answers `not_holder` otherwise (docs/protocol.md, "Leases that outlive f signers").
+ * Above its record, a join is a grant without a partial: within the epoch step the evidence allows, recorded
+ * durably before `renewed` leaves (after a crash the restart rule keeps it). At or below its record (a contender
+ * that lost the epoch, or the next one, got this replica first and let go), the lease is kept in memory for the
+ * grant, which this replica never signed: a lease is only a promise not to sign anyone else meanwhile, so whose
+ * grant it belongs to changes nothing this replica signs. The grant the record holds is not joined again: a lease of
+ * it that ended or was released stays over.
+ */
+function decideJoin(
+  record: PolicyRecord | undefined,
+  request: RenewRequest,
+  caller: Caller,
+  now: number,
+  config: PolicyConfig,
+  floor: bigint,
+  support: readonly EpochSupport[],
+): Decision {
+  const { resource, epoch, ttlMs } = request;
+  const current = record?.epoch ?? floor;
+  const leaseEndsAt = now + ttlMs;
+  const outcome = { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) } as const;
+  if (epoch <= current) {
+    // Below the record (or the floor), only where no lease runs at all: not even the caller's own, which a grant it
+    // never got must not replace. (The record's own grant never gets here: decideRenew judged it.)
+    if (record && leaseRunning(record, now)) return notHolder(record, floor);
+    return { action: 'join', joined: { epoch, holder: caller.holder }, leaseEndsAt, outcome };
+  }
+  if (
+    leaseInTheWay(record, caller, false, now) ||
+    !epochStepAllowed(current, hasRecord(record), epoch, support, config)
+  )
     return notHolder(record, floor);
-  const leaseEndsAt = Math.max(record.leaseEndsAt, now + request.ttlMs);
-  return { action: 'renew', leaseEndsAt, outcome: { status: 'renewed', remainingMs: remainingMs(leaseEndsAt, now) } };
+  const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder: caller.holder });
+  return { action: 'join', record: { epoch, holder: caller.holder, grantDigest: digest }, leaseEndsAt, outcome };
 }
 
 function decideRelease(
   record: PolicyRecord | undefined,
   request: { readonly epoch: bigint },
   caller: Caller,
+  now: number,
   floor: bigint,
 ): Decision {
-  if (!record || record.epoch !== request.epoch || !mayManage(record, caller)) return notHolder(record, floor);
-  if (record.released) return { action: 'reply', outcome: { status: 'released' } };
-  return { action: 'release', outcome: { status: 'released' } };
+  if (!record) return notHolder(record, floor);
+  const lease = currentLease(record);
+  if (lease.epoch === request.epoch && mayManage(record, caller, now)) {
+    if (lease.released) return { action: 'reply', outcome: { status: 'released' } };
+    return { action: 'release', outcome: { status: 'released' } };
+  }
+  // The record's own grant while a lease joined below it is the lease now: no lease of it runs to end.
+  if (record.joined && isGrant(record, request.epoch, caller.holder) && record.session === caller.session)
+    return { action: 'reply', outcome: { status: 'released' } };
+  return notHolder(record, floor);
 }
 
 /**
@@ -246,7 +397,16 @@ function decideRelease(
  */
 function leaseInTheWay(record: PolicyRecord | undefined, caller: Caller, resume: boolean, now: number): boolean {
   if (!record || !leaseRunning(record, now) || holdsLease(record, caller)) return false;
-  return !(resume && bytesEqual(record.holder, caller.holder));
+  return !(resume && bytesEqual(currentLease(record).holder, caller.holder));
+}
+
+/**
+ * Step 3: the record is this grant, unreleased, and its lease is the asking session's (a lease joined below the record
+ * since then, once over, hands it back, as a lapsed lease is revived).
+ */
+function resendable(record: PolicyRecord, epoch: bigint, caller: Caller, now: number): boolean {
+  if (record.released || !isGrant(record, epoch, caller.holder) || record.session !== caller.session) return false;
+  return !record.joined || !leaseRunning(record, now);
 }
 
 function decideAcquire(
@@ -261,7 +421,7 @@ function decideAcquire(
   const { resource, epoch, ttlMs } = request;
   const current = record?.epoch ?? floor;
   // Only the session holding the grant gets its partial again: another process of the same identity is another holder.
-  if (record && !record.released && record.epoch === epoch && holdsLease(record, caller))
+  if (record && resendable(record, epoch, caller, now))
     return { action: 'resend', leaseEndsAt: Math.max(record.leaseEndsAt, now + ttlMs) };
   if (epoch <= current)
     return { action: 'reply', outcome: { status: 'stale', epoch: current } satisfies AcquireOutcome };
@@ -270,7 +430,7 @@ function decideAcquire(
       action: 'reply',
       outcome: { status: 'busy', epoch: record!.epoch, remainingMs: remainingMs(record!.leaseEndsAt, now) },
     };
-  if (!epochStepAllowed(current, record !== undefined, epoch, support, config))
+  if (!epochStepAllowed(current, hasRecord(record), epoch, support, config))
     return { action: 'reply', outcome: { status: 'too_far', epoch: current } };
   const digest = grantDigest({ clusterId: config.clusterId, resource, epoch, holder: caller.holder });
   return { action: 'grant', record: { epoch, holder: caller.holder, grantDigest: digest }, leaseEndsAt: now + ttlMs };

@@ -28,6 +28,7 @@ import type { ReplicaMetrics, RefusalReason } from './metrics.js';
 import type { EvidenceBudget, EvidenceChecker } from './grant-evidence.js';
 import {
   decide,
+  floorRecord,
   precheck,
   remainingMs,
   type Caller,
@@ -214,12 +215,16 @@ export class ReplicaService {
       if (received.type === 'acquire' && received.nextEpoch) request = nextEpochOf(received, current, this.store.floor);
       const now = this.#clock.now();
       const leaseEndsAt = this.leases.endsAt(resource, current);
-      const record = current && {
-        ...current,
-        leaseEndsAt,
-        released: this.leases.isReleased(resource, current),
-        session: this.leases.sessionOf(resource),
-      };
+      const joined = this.leases.joinedOf(resource);
+      const record = current
+        ? {
+            ...current,
+            joined,
+            leaseEndsAt,
+            released: this.leases.isReleased(resource, current),
+            session: this.leases.sessionOf(resource),
+          }
+        : joined && floorRecord(this.store.floor, joined, leaseEndsAt);
       const d = this.#inLineOrder(
         this.#decide(record, request, holder, now, this.#policy, this.store.floor, support, session),
         request,
@@ -236,10 +241,18 @@ export class ReplicaService {
         case 'release':
           this.leases.release(resource, current!);
           return { result: d };
+        case 'join':
+          // Above the record, recorded durably before `renewed` leaves, as a grant is: after a crash the restart rule
+          // keeps the lease. Below it, the lease is the joined grant's, in memory.
+          this.leases.set(resource, current, d.leaseEndsAt, session, d.joined);
+          return d.record ? { record: d.record, result: d } : { result: d };
         case 'resend':
-        case 'renew':
-          // A renewal after a restart (the session unknown) makes the renewing session the lease's.
           this.leases.set(resource, current, d.leaseEndsAt, session);
+          return { result: d };
+        case 'renew':
+          // A renewal after a restart (the session unknown) makes the renewing session the lease's; a joined lease
+          // stays its grant's.
+          this.leases.set(resource, current, d.leaseEndsAt, session, d.joined);
           return { result: d };
         case 'reply':
           return { result: d };
@@ -271,8 +284,12 @@ export class ReplicaService {
   #inLineOrder(d: Decision, request: Request, current: SignedRecord | undefined, queued: boolean): Decision {
     if (queued) return d;
     const { resource } = request;
+    const epoch = current?.epoch ?? this.store.floor;
     if (d.action === 'grant' && this.handoffs.hasWaiters(resource))
-      d = { action: 'reply', outcome: { status: 'busy', epoch: current?.epoch ?? this.store.floor, remainingMs: 0 } };
+      d = { action: 'reply', outcome: { status: 'busy', epoch, remainingMs: 0 } };
+    // A join is a grant without a partial: it does not overtake the line either.
+    if (d.action === 'join' && this.handoffs.hasWaiters(resource))
+      d = { action: 'reply', outcome: { status: 'not_holder', epoch } };
     if (d.action === 'reply' && d.outcome.status === 'busy' && waitsWhenBusy(request)) this.handoffs.arriving(resource);
     return d;
   }
@@ -283,7 +300,8 @@ export class ReplicaService {
    * only changes whether the evidence was needed, never what it proves.
    */
   async #support(request: Request, holder: Uint8Array, budget: EvidenceBudget | undefined): Promise<EpochSupport[]> {
-    if (request.type !== 'acquire' || !request.evidence?.length || !this.#evidence) return [];
+    if ((request.type !== 'acquire' && request.type !== 'renew') || !request.evidence?.length || !this.#evidence)
+      return [];
     const record = this.store.get(request.resource);
     const free = record ? this.#policy.freeEpochStep : this.#policy.maxEpochStep;
     if (request.epoch - (record?.epoch ?? this.store.floor) <= free) return [];
@@ -306,8 +324,9 @@ export class ReplicaService {
     const describe = (resource: string, endsAt: number): ActiveLease | undefined => {
       if (!mayAccess(this.#policy.access, holder, resource)) return undefined;
       const record = this.store.get(resource);
-      if (!record || this.leases.isReleased(resource, record)) return undefined;
-      return { resource, epoch: record.epoch, holder: record.holder, remainingMs: remainingMs(endsAt, now) };
+      const grant = this.leases.grantOf(resource, record);
+      if (!grant || this.leases.leaseReleased(resource, record)) return undefined;
+      return { resource, epoch: grant.epoch, holder: grant.holder, remainingMs: remainingMs(endsAt, now) };
     };
     return { status: 'leases', ...latestLeases(this.leases.runningLatestFirst(), describe, request.limit) };
   }
@@ -354,7 +373,8 @@ export class ReplicaService {
   }
 
   #answer(decision: Decision): Outcome {
-    if (decision.action !== 'reply' && decision.action !== 'renew' && decision.action !== 'release') {
+    if (decision.action === 'join') this.#metrics?.leaseJoins.inc();
+    if (decision.action === 'grant' || decision.action === 'resend') {
       throw new Error(`unreachable: ${decision.action} has no outcome of its own`);
     }
     const status = decision.outcome.status;

@@ -7,7 +7,8 @@
  *   granted again; the guard refused nothing as stale that was not below its barrier; no client threw and no
  *   replica failed a request;
  * - liveness: every operation issued after the heal (at most f replicas faulty, the network calm) got its lease
- *   within `livenessBoundMs`, and each replica's line granted waiters in arrival order;
+ *   within `livenessBoundMs`, a lease held for several ttls once the restart rule's leases were over was never
+ *   lost (leases outlive any f of their signers), and each replica's line granted waiters in arrival order;
  * - bounded state: once every lease has ended, no replica keeps a waiter, a running lease, more records or
  *   watched resources than the run has resources, and no client keeps a request, a listener, a lease or a write
  *   open; nothing is left in flight.
@@ -67,6 +68,7 @@ function liveness(world: World, finished: boolean): string[] {
       else if (took > bound)
         failures.push(`${client.address}: acquire of ${outcome.op.resource} took ${took} ms, bound ${bound}`);
     }
+    for (const loss of client.leaseLosses) failures.push(`${client.address}: lease lost after the heal: ${loss}`);
   }
   return failures;
 }

@@ -39,6 +39,11 @@ export interface ClientOp {
   readonly judged: boolean;
   /** Not before this virtual time (the heal, for judged operations). */
   readonly startAt: number;
+  /**
+   * Judged for keeping its lease too: it holds for several ttls, after the heal and the restart rule's maxTtl, so
+   * (at most f replicas faulty) no renewal may fail it (docs/protocol.md, "Leases that outlive f signers").
+   */
+  readonly keepsLease?: boolean;
 }
 
 export interface OpOutcome {
@@ -86,6 +91,8 @@ export class SimClient {
   readonly acknowledged: AcknowledgedWrite[] = [];
   readonly outcomes: OpOutcome[] = [];
   readonly errors: string[] = [];
+  /** Leases of operations judged for keeping them (`keepsLease`) that ended before their release, and why. */
+  readonly leaseLosses: string[] = [];
   /** Tokens by the share generation of the description they were granted under (the reshare check). */
   readonly generations = new Map<string, number>();
   readonly #setup: ClientSetup;
@@ -213,6 +220,10 @@ export class SimClient {
       this.#leases.add(held);
       return () => this.#leases.delete(held);
     });
+    if (op.keepsLease)
+      lease.once('lost', (end) =>
+        this.leaseLosses.push(`${op.resource} at epoch ${lease.epoch}: ${end.reason} (${end.message})`),
+      );
     this.tokens.push(lease.tokenText);
     this.generations.set(lease.tokenText, ctx.cluster.membershipVersion);
     const digest = toHex(tokenDigest(lease.token));

@@ -42,6 +42,13 @@ const skipS2: typeof decide = (record, request, holder, now, config, floor, supp
   return decision;
 };
 
+/** A replica that never joins a lease it did not sign: a renew of one is answered `not_holder`. */
+const neverJoins: typeof decide = (record, request, holder, now, config, floor, support, session) => {
+  const decision = decide(record, request, holder, now, config, floor, support, session);
+  if (decision.action !== 'join') return decision;
+  return { action: 'reply', outcome: { status: 'not_holder', epoch: record?.epoch ?? floor ?? 0n } };
+};
+
 /** A guard that compares with ≤ where the rule says <: a write at the barrier's own epoch is refused as stale. */
 const fenceWithLessOrEqual: typeof decideFence = (current, token, counter) =>
   current !== undefined && token.epoch <= current.epoch
@@ -66,6 +73,12 @@ export const MUTATIONS: readonly Mutation[] = [
     description: 'a client combines t-1 partials into a token',
     breaks: 'S5 (a token needs t partials)',
     effects: { clientThreshold: (t) => t - 1 },
+  },
+  {
+    name: 'replica-never-joins',
+    description: 'a replica answers not_holder to a renew of a lease it did not sign, instead of joining it',
+    breaks: 'leases outlive any f of their signers',
+    effects: { replica: { decide: neverJoins } },
   },
   {
     name: 'guard-compares-le',

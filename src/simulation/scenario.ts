@@ -7,7 +7,8 @@
  *
  * Two phases. Until `healAt` faults come and go and the clients' operations are judged for safety only; from then
  * on the network is calm, every crashed replica has restarted, at most f replicas (the Byzantine ones) are faulty,
- * and each client's last operations must complete within the liveness bound (checks.ts).
+ * and each client's last operations must complete within the liveness bound (checks.ts). In most runs one client
+ * also holds a lease across the rest of f failing after the heal (drawHeldLease): it must not lose it.
  */
 import { BYZANTINE_BEHAVIOURS, type ByzantineBehaviour } from '../testing/byzantine/behaviours.js';
 import { seededRandom, type SeededRandom } from '../testing/seeded-random.js';
@@ -109,7 +110,24 @@ export function planRun(seed: number): Plan {
   const healAt = CHAOS_MS + random.int(0, 500);
   const faults = drawFaults(random, n, resources, healAt);
   const ops = Array.from({ length: clients }, () => drawOps(random, resources, healAt, clients));
-  return { seed, n, clients, resources, byzantine, faults, ops, healAt };
+  if (!random.chance(0.6)) return { seed, n, clients, resources, byzantine, faults, ops, healAt };
+  const held = drawHeldLease(
+    random,
+    n,
+    byzantine.map((b) => b.replica),
+    healAt,
+    clients,
+  );
+  return {
+    seed,
+    n,
+    clients,
+    resources: [...resources, HELD_RESOURCE],
+    byzantine,
+    faults: [...faults, ...held.crashes],
+    ops: ops.map((list, k) => (k === held.client ? [...list, held.op] : list)),
+    healAt,
+  };
 }
 
 function drawFaults(random: SeededRandom, n: number, resources: readonly string[], healAt: number): Fault[] {
@@ -223,4 +241,42 @@ function drawOps(random: SeededRandom, resources: readonly string[], healAt: num
       startAt: healAt + RECONNECT_MS,
     });
   return ops;
+}
+
+/** The resource a run's held lease (`keepsLease`) is on: nobody else asks for it. */
+export const HELD_RESOURCE = 'held';
+
+/**
+ * A lease one client holds for three ttls (two renewals at least) once the restart rule's leases are over, on a
+ * resource nobody contends for, while the honest replicas that may still fail besides the Byzantine ones (f of them
+ * in all) crash during its hold and come back during it: it must outlive whichever of its signers they are
+ * (docs/protocol.md, "Leases that outlive f signers").
+ */
+function drawHeldLease(
+  random: SeededRandom,
+  n: number,
+  byzantine: readonly number[],
+  healAt: number,
+  clients: number,
+): { readonly client: number; readonly op: ClientOp; readonly crashes: Fault[] } {
+  const ttlMs = random.int(300, 600);
+  const startAt = healAt + RUN_LIMITS.maxTtlMs + RECONNECT_MS;
+  const op: ClientOp = {
+    resource: HELD_RESOURCE,
+    ttlMs,
+    waitMs: livenessBoundMs(clients),
+    holdMs: 3 * ttlMs,
+    writes: 1,
+    delayMs: 0,
+    judged: true,
+    keepsLease: true,
+    startAt,
+  };
+  const honest = Array.from({ length: n }, (_, k) => k + 1).filter((replica) => !byzantine.includes(replica));
+  const down = random.shuffle(honest).slice(0, (n - 1) / 3 - byzantine.length);
+  // Down during the hold and back before it ends (the hold lasts at least 3 ttls from startAt), so the restart rule's
+  // leases end within the run's quiet period.
+  const at = startAt + random.int(Math.ceil(ttlMs / 2), ttlMs);
+  const crashes = down.map((replica): Fault => ({ at, kind: 'crash', replica, downMs: random.int(Math.ceil(ttlMs / 2), ttlMs) }));
+  return { client: random.int(0, clients - 1), op, crashes };
 }

@@ -115,6 +115,8 @@ function run(
   const sessions = new Map<string, string>();
   /** Resource → the epoch released (volatile beside the lease, as in the service). */
   const released = new Map<string, bigint>();
+  /** Resource → the lease joined below the record, when it is the lease now (volatile, as in the service). */
+  const joined = new Map<string, { epoch: bigint; holder: Uint8Array; session: string; released: boolean }>();
   const sent: { holder: number; session: string; request: Request }[] = [];
   let now = 1_000;
   for (const original of steps) {
@@ -130,6 +132,7 @@ function run(
     const current = durable.get(request.resource);
     const before = current && {
       ...current,
+      joined: joined.get(request.resource),
       leaseEndsAt: leases.get(request.resource) ?? 0,
       released: released.get(request.resource) === current.epoch,
       session: sessions.get(request.resource),
@@ -138,19 +141,30 @@ function run(
     observe(decision, request, holder, before, step.session, now);
     switch (decision.action) {
       case 'grant':
-        durable.set(request.resource, decision.record);
+      case 'resend':
+        if (decision.action === 'grant') durable.set(request.resource, decision.record);
         leases.set(request.resource, decision.leaseEndsAt);
         sessions.set(request.resource, step.session);
+        joined.delete(request.resource);
         break;
-      case 'release':
-        released.set(request.resource, current!.epoch);
+      case 'join':
+      case 'renew':
+        if (decision.action === 'join' && decision.record) durable.set(request.resource, decision.record);
+        leases.set(request.resource, decision.leaseEndsAt);
+        if (decision.joined)
+          joined.set(request.resource, { ...decision.joined, session: step.session, released: false });
+        else {
+          joined.delete(request.resource);
+          sessions.set(request.resource, step.session);
+        }
+        break;
+      case 'release': {
+        const lease = joined.get(request.resource);
+        if (lease) joined.set(request.resource, { ...lease, released: true });
+        else released.set(request.resource, current!.epoch);
         leases.set(request.resource, 0);
         break;
-      case 'resend':
-      case 'renew':
-        leases.set(request.resource, decision.leaseEndsAt);
-        sessions.set(request.resource, step.session);
-        break;
+      }
       case 'reply':
         break;
     }
@@ -173,6 +187,13 @@ describe('S2 monotonic signing (policy)', () => {
             expect(bytesEqual(decision.record.holder, holder)).toBe(true);
             signed.set(request.resource, { epoch: decision.record.epoch, holder });
             grants++;
+          }
+          if (decision.action === 'join' && decision.record) {
+            // A join above the record records the grant (it signs nothing): never at or below what was recorded.
+            expect(request.type).toBe('renew');
+            if (highest) expect(decision.record.epoch > highest.epoch).toBe(true);
+            expect(bytesEqual(decision.record.holder, holder)).toBe(true);
+            signed.set(request.resource, { epoch: decision.record.epoch, holder });
           }
           if (decision.action === 'resend') {
             resends++;
@@ -204,7 +225,7 @@ describe('S2 monotonic signing (policy)', () => {
   it('answers an identical re-request with a resend whatever happened since (expiry, other holders refused), and stale once the holder released it', () => {
     fc.assert(
       fc.property(fc.array(stepArb, { minLength: 10, maxLength: 60 }), (steps) => {
-        run(steps, (decision, request, holder, before, session) => {
+        run(steps, (decision, request, holder, before, session, now) => {
           if (
             request.type !== 'acquire' ||
             !before ||
@@ -212,7 +233,10 @@ describe('S2 monotonic signing (policy)', () => {
           )
             return;
           if (request.epoch === before.epoch && bytesEqual(holder, before.holder) && before.session === session) {
-            if (before.released) expect(decision).toMatchObject({ outcome: { status: 'stale', epoch: before.epoch } });
+            // Released, or another grant's lease joined here since and still running: its history.
+            const joinedRunning = before.joined && !before.joined.released && before.leaseEndsAt > now;
+            if (before.released || joinedRunning)
+              expect(decision).toMatchObject({ outcome: { status: 'stale', epoch: before.epoch } });
             else expect(decision.action).toBe('resend');
           }
         });
@@ -270,6 +294,38 @@ describe('S2 monotonic signing (policy)', () => {
     // The generators must reach another session's running lease, both with and without resume.
     expect(refused).toBeGreaterThan(20);
     expect(resumed).toBeGreaterThan(20);
+  });
+
+  it("Leases that outlive f signers: a lease starts or is extended only when no other holder's lease runs", () => {
+    let joinsAbove = 0;
+    let joinsBelow = 0;
+    let kept = 0;
+    fc.assert(
+      fc.property(fc.array(stepArb, { minLength: 10, maxLength: 60 }), (steps) => {
+        run(steps, (decision, request, holder, before, session, now) => {
+          if (decision.action === 'join') {
+            if (decision.record) joinsAbove++;
+            else joinsBelow++;
+          }
+          const lease = before && (before.joined ?? before);
+          if (!before || !lease || lease.released || before.leaseEndsAt <= now) return;
+          const leaseHolder = lease.holder;
+          const others = !bytesEqual(leaseHolder, holder) || lease.session !== session;
+          if (!others) return;
+          kept++;
+          // Another holder's running lease (or the same holder's under another session): nothing starts or extends a
+          // lease for the caller but an acquire that resumes its own identity's lease.
+          if (decision.action === 'grant') {
+            expect(bytesEqual(leaseHolder, holder) && request.type === 'acquire' && request.resume).toBe(true);
+          } else expect(['join', 'renew', 'resend']).not.toContain(decision.action);
+        });
+      }),
+      { numRuns: 400 },
+    );
+    // The generators must reach joins of both kinds and running leases of others, or the property says nothing.
+    expect(joinsAbove).toBeGreaterThan(15);
+    expect(joinsBelow).toBeGreaterThan(15);
+    expect(kept).toBeGreaterThan(100);
   });
 
   it('checks in docs/protocol.md order: invalid before everything, stale before busy, busy before too_far', () => {

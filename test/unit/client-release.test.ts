@@ -25,9 +25,13 @@ const identity = generateIdentity();
 const READY: ConnectionState = { phase: 'ready', failures: 0, lastFailure: undefined };
 const DOWN: ConnectionState = { phase: 'backoff', failures: 1, lastFailure: { kind: 'unreachable', message: 'down' } };
 
-/** Grants every acquire; holds each answered release's answer until `answerReleases()`; keeps the quiet ones. */
+/**
+ * Grants every acquire and confirms every renew (a non-signer joining the lease); holds each answered release's
+ * answer until `answerReleases()`; keeps the quiet ones.
+ */
 class HoldingChannel implements ReplicaChannel {
   readonly releases: RequestBody<'release'>[] = [];
+  readonly renewals: RequestBody<'renew'>[] = [];
   readonly quietReleases: RequestBody<'release'>[] = [];
   readonly #held: (() => void)[] = [];
   constructor(
@@ -37,6 +41,9 @@ class HoldingChannel implements ReplicaChannel {
 
   request<K extends RequestKind>(body: RequestBody<K>): Promise<ReplicaAnswer<K>> {
     if (this.state.phase !== 'ready') return Promise.resolve({ kind: 'unreachable', message: 'down' });
+    if (body.type === 'renew') this.renewals.push(body as unknown as RequestBody<'renew'>);
+    if (body.type === 'renew')
+      return Promise.resolve({ kind: 'reply', outcome: { status: 'renewed', remainingMs: 1 } } as ReplicaAnswer<K>);
     if (body.type === 'release') {
       this.releases.push(body as unknown as RequestBody<'release'>);
       return new Promise((resolve) =>
@@ -93,16 +100,20 @@ const count = (channels: HoldingChannel[], kind: 'releases' | 'quietReleases') =
   channels.reduce((sum, channel) => sum + channel[kind].length, 0);
 
 describe('lease.release(): off the critical path', () => {
-  it('sends a quiet release to every replica that granted and resolves at once: no answer is asked for', async () => {
+  it('sends a quiet release to every connected replica and resolves at once: no answer is asked for', async () => {
     const { ctx, channels } = context([READY, READY, READY, READY]);
     const lease = await leaseOn(ctx, 'orders/1');
+    // The replica that did not sign was asked to join the lease, with the grant's evidence.
+    const joiner = channels.find((channel) => !lease.signers.includes(channel.index))!;
+    expect(joiner.renewals).toHaveLength(1);
+    expect(joiner.renewals[0]!.evidence!.map((e) => e.replica)).toEqual(lease.signers.slice(0, dealt.cluster.f + 1));
     const sent = await lease.release();
-    expect(sent).toEqual({ ok: true, sent: lease.signers.length });
-    // Ended for the holder at once, and the requests are on their way: only the replicas asked to grant get one.
+    expect(sent).toEqual({ ok: true, sent: 4 });
+    // Ended for the holder at once, and the requests are on their way, to every replica: any may have joined it.
     expect(lease.ended?.reason).toBe('released');
     expect(lease.signal.aborted).toBe(true);
     const asked = channels.filter((channel) => channel.quietReleases.length > 0).map((channel) => channel.index);
-    expect(asked).toEqual([...lease.signers].sort((a, b) => a - b));
+    expect(asked).toEqual([1, 2, 3, 4]);
     for (const channel of channels)
       for (const body of channel.quietReleases)
         expect(body).toEqual({ type: 'release', resource: 'orders/1', epoch: lease.epoch, quiet: true });
@@ -133,8 +144,8 @@ describe('lease.release(): off the critical path', () => {
     const { ctx, channels } = context([READY, READY, READY, READY]);
     const lease = await leaseOn(ctx, 'orders/3');
     await lease.release();
-    expect(await lease.release()).toEqual({ ok: true, sent: lease.signers.length });
-    expect(count(channels, 'quietReleases')).toBe(lease.signers.length);
+    expect(await lease.release()).toEqual({ ok: true, sent: 4 });
+    expect(count(channels, 'quietReleases')).toBe(4);
     expect(count(channels, 'releases')).toBe(0);
     const waited = lease.release({ wait: true });
     const waitedAgain = lease.release({ wait: true });
@@ -142,27 +153,27 @@ describe('lease.release(): off the critical path', () => {
     expect((await waited).ok).toBe(true);
     expect(await waitedAgain).toEqual(await waited);
     // One answered round, whatever the number of calls asking to wait.
-    expect(count(channels, 'releases')).toBe(lease.signers.length);
-    expect(count(channels, 'quietReleases')).toBe(lease.signers.length);
+    expect(count(channels, 'releases')).toBe(4);
+    expect(count(channels, 'quietReleases')).toBe(4);
   });
 
   it('a plain call after { wait: true } sends nothing more and counts the answered round', async () => {
     const { channels, ctx } = context([READY, READY, READY, READY]);
     const lease = await leaseOn(ctx, 'orders/5');
     const waited = lease.release({ wait: true });
-    expect(await lease.release()).toEqual({ ok: true, sent: lease.signers.length });
+    expect(await lease.release()).toEqual({ ok: true, sent: 4 });
     expect(count(channels, 'quietReleases')).toBe(0);
     for (const channel of channels) channel.answerReleases();
     expect((await waited).ok).toBe(true);
   });
 
-  it('counts only the connections it could send to: a signer whose connection went down is not among them', async () => {
+  it('counts only the connections it could send to: a replica whose connection went down is not among them', async () => {
     const states = [READY, READY, READY, READY];
     const { ctx, channels } = context(states);
     const lease = await leaseOn(ctx, 'orders/4');
     const down = lease.signers[0]!;
     (channels[down - 1] as { state: ConnectionState }).state = DOWN;
-    expect(await lease.release()).toEqual({ ok: true, sent: lease.signers.length - 1 });
+    expect(await lease.release()).toEqual({ ok: true, sent: 3 });
     expect(channels[down - 1]!.quietReleases).toHaveLength(0);
   });
 });

@@ -14,7 +14,7 @@ import { backoffDelay } from '../backoff.js';
 import { escalationEpoch } from '../catch-up.js';
 import { chooseEpoch, firstEpoch } from '../epoch-choice.js';
 import { CallFaults, type EpochHint } from '../quorum-context.js';
-import { firstSigners, leaderOf } from '../signer-choice.js';
+import { leaderOf } from '../signer-choice.js';
 import { busyPauseMs, turnWaitMs } from './waits.js';
 import { AttemptCore } from './attempt.js';
 import type { Attempt } from './attempt-result.js';
@@ -39,6 +39,11 @@ export interface AcquireCall {
   readonly timeoutMs: number;
   /** Crash recovery: end this identity's lease held under another session (docs/protocol.md, "Sessions"). */
   readonly resume?: boolean | undefined;
+  /**
+   * Wait by polling, not in the leader's line: a grant this call got from the line came after its lease had ended
+   * at the replicas that granted it at once (src/client/acquire.ts), so the line is no way to a lease this time.
+   */
+  readonly pollOnly?: boolean | undefined;
 }
 
 /** The call's end: the result, and what to remember about the resource for the next call (granted only). */
@@ -48,7 +53,13 @@ export interface AcquireEnd {
 }
 
 type Phase =
-  | { readonly kind: 'attempt'; readonly attempt: AttemptCore; readonly waitTurnMs: number; readonly guessed: boolean }
+  | {
+      readonly kind: 'attempt';
+      readonly attempt: AttemptCore;
+      readonly waitTurnMs: number;
+      /** Nothing was known of the resource's epoch (no 2f+1 answers, no epoch of our own): its stale answers teach it. */
+      readonly unknown: boolean;
+    }
   | { readonly kind: 'pause'; readonly timer: number }
   | { readonly kind: 'busy_wait'; readonly timer: number; readonly busy: Extract<Attempt, { kind: 'busy' }> }
   | { readonly kind: 'done' };
@@ -110,6 +121,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     this.#hint = hint?.epoch;
     this.#contended = hint?.contended ?? false;
     this.#leader = leaderOf(request.resource, env.cluster.n);
+    this.#turnMissed = request.pollOnly === true;
   }
 
   get result(): AcquireEnd | undefined {
@@ -195,6 +207,8 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     if (at >= this.#deadline) return this.#refuse('timeout', `no grant within ${this.#request.timeoutMs} ms`);
     const leaderFirst =
       this.#contended && at - this.#lastFullAttemptAt < LEADER_FIRST_WINDOW_MS && this.#call.isReady(this.#leader);
+    const guessed = this.#known.size < 2 * this.#env.cluster.f + 1;
+    const unknown = guessed && this.#hint === undefined;
     const epoch = this.#chooseEpoch(leaderFirst);
     if (this.#retryAtOnce && epoch <= this.#lastEpoch) {
       // The answers did not move the epoch (liars, or a lagging quorum): back off as for a split vote.
@@ -207,7 +221,6 @@ export class AcquireCore implements CallCore<AcquireEnd> {
       leaderFirst && !this.#turnMissed
         ? turnWaitMs(at, this.#waitUntil, this.#deadline, this.#env.options.requestTimeoutMs)
         : 0;
-    const guessed = this.#known.size < 2 * this.#env.cluster.f + 1;
     const attempt = new AttemptCore(
       this.#env,
       this.#call,
@@ -226,7 +239,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
       },
       at,
     );
-    const phase = { kind: 'attempt', attempt, waitTurnMs, guessed } as const;
+    const phase = { kind: 'attempt', attempt, waitTurnMs, unknown } as const;
     this.#phase = phase;
     if (attempt.result) this.#afterAttempt(phase, attempt.result, at);
   }
@@ -254,14 +267,16 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     return escalateTo !== undefined && escalateTo > epoch && escalateTo <= MAX_EPOCH ? escalateTo : epoch;
   }
 
-  /** The first attempt's epoch for a resource nothing is known of (firstEpoch in epoch-choice.ts). */
+  /**
+   * The first attempt's epoch for a resource nothing is known of (firstEpoch in epoch-choice.ts): above the floor of
+   * every connected replica, not only of the first signers, so that the replicas that do not sign can join the lease
+   * (docs/protocol.md, "Leases that outlive f signers"); one with a higher floor could not.
+   */
   #firstEpoch(): bigint {
-    const { f, t } = this.#env.cluster;
+    const { f } = this.#env.cluster;
     const ready = this.#call.connections.filter(({ state }) => state.phase === 'ready');
-    const signers = firstSigners({ channels: this.#call.connections }, this.#request.resource, t);
-    const asked = signers ? ready.filter(({ index }) => signers.has(index)) : ready;
-    const floorOf = ({ state }: ConnectionView) => state.floor ?? 0n;
-    return firstEpoch(asked.map(floorOf), ready.map(floorOf), f, this.#env.options.maxEpochStep);
+    const floors = ready.map(({ state }: ConnectionView) => state.floor ?? 0n);
+    return firstEpoch(floors, floors, f, this.#env.options.maxEpochStep);
   }
 
   #report(replica: number, epoch: bigint): void {
@@ -304,8 +319,10 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     if (phase.waitTurnMs > 0 && attempt.kind === 'busy') this.#turnMissed = true;
     if (phase.waitTurnMs > 0 && attempt.kind === 'contended' && (!attempt.turnCame || ++this.#turnsLost > 1))
       this.#turnMissed = true;
-    // A guess that came back stale is how an unknown resource is learnt, not a sign of contention.
-    if (attempt.kind !== 'granted' && !(attempt.kind === 'outdated' && phase.guessed))
+    // A guess that came back stale is how an unknown resource is learnt, not a sign of contention. An epoch of our
+    // own that came back stale is: someone else took the resource since our last grant, and the holder that asks
+    // again at once after its release (a hot resource) must go to the line, not race the waiter whose turn it is.
+    if (attempt.kind !== 'granted' && !(attempt.kind === 'outdated' && phase.unknown))
       this.#contended = this.#retried = true;
   }
 

@@ -210,8 +210,15 @@ export class AttemptCore {
     return this.#state.collector.count + this.#round.possible + this.#judge.waitingForEvidence() >= this.#env.cluster.t;
   }
 
+  /**
+   * Past winning, answers still worth waiting for: the epochs of 2f+1 replicas when the epoch was a guess, and the
+   * confirmation of a `busy` one replica gave. Unconfirmed, that `busy` reads as a split vote, which the next attempt
+   * settles leader-first; but with the resource's leader down there is no leader-first attempt, and a call that
+   * stopped at the first `busy` each time backed off and retried until its deadline instead of answering `busy`.
+   */
   #stillLearning(): boolean {
-    return this.#spec.learnEpochs && this.#judge.voted.size < 2 * this.#env.cluster.f + 1 && this.#round.possible > 0;
+    const learning = this.#spec.learnEpochs || this.#judge.busy.length > 0;
+    return learning && this.#judge.voted.size < 2 * this.#env.cluster.f + 1 && this.#round.possible > 0;
   }
 
   #take(event: RoundEvent, at: number): 'continue' | 'exit' | 'combining' {
@@ -330,7 +337,7 @@ export class AttemptCore {
           sentAt: state.sentAt,
           ttlMs: request.ttlMs,
           signers: state.signature.signers,
-          asked,
+          evidence: state.signature.partials.slice(0, this.#env.cluster.f + 1),
         },
       };
     }

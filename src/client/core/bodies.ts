@@ -40,6 +40,13 @@ export function releaseBody(resource: string, epoch: bigint): RequestBody<'relea
   return { type: 'release', resource, epoch };
 }
 
-export function renewBody(resource: string, epoch: bigint, ttlMs: number): RequestBody<'renew'> {
-  return { type: 'renew', resource, epoch, ttlMs };
+/** A renew; with `evidence`, one a replica that does not hold the lease may join it by (docs/protocol.md). */
+export function renewBody(
+  resource: string,
+  epoch: bigint,
+  ttlMs: number,
+  evidence?: readonly GrantEvidence[],
+): RequestBody<'renew'> {
+  const body = { type: 'renew', resource, epoch, ttlMs } as const;
+  return evidence && evidence.length > 0 ? { ...body, evidence } : body;
 }
