@@ -357,6 +357,23 @@ describe('quorumfence console: bad input', () => {
     expect(badKey.stderr).toContain('holders.nothex');
     expect(badKey.stderr).toContain('(INVALID_OPTION)');
 
+    // --allowed-host without a port (a Host header always carries one here), and --data given empty: refused.
+    const hostless = await runCli([
+      'console',
+      '--cluster',
+      clusterFile,
+      '--identity',
+      identityFile,
+      '--allowed-host',
+      'scraper.example',
+    ]);
+    expect(hostless.code).toBe(2);
+    expect(hostless.stderr).toContain('--allowed-host expects HOST:PORT');
+    expect(hostless.stderr).toContain('(INVALID_OPTION)');
+    const noData = await runCli(['console', '--cluster', clusterFile, '--identity', identityFile, '--data', '']);
+    expect(noData.code).toBe(2);
+    expect(noData.stderr).toContain('--data expects a folder');
+
     const help = await runCli(['console', '--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('usage: quorumfence console');
