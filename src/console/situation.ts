@@ -226,7 +226,8 @@ export function assessSituation(input: SituationInput): Situation {
         replicas: [index],
       });
     }
-    if (r.reachable) continue;
+    // A replica whose connection the console closed for breaking the protocol is faulty, not down: said once above.
+    if (r.reachable || r.unreachableAs === null) continue;
     const since = time(r.downSince);
     if (r.unreachableAs === 'hung') {
       reasons.push({

@@ -139,6 +139,14 @@ describe('the status line', () => {
     expect(s.reasons.map((r) => r.code)).toEqual(['no_spare', 'replica_faulty']);
     expect(s.reasons[1]!.text).toContain('9223372036854775807');
     expect(s.actions.map((a) => [a.code, a.runbook])).toEqual([['replace', 'replica-faulty']]);
+    // In a poll where it broke the protocol again (the console closed its connection), the same: not also "down".
+    const closed = assessSituation(
+      input([ok(1), ok(2), ok(3), { ...faulty(4), reachable: false, connection: 'closed by the console' }]),
+    );
+    expect(closed.reasons.map((r) => r.code)).toEqual(['no_spare', 'replica_faulty']);
+    expect(closed.headline).toBe(
+      'Degraded: acquires work, but one more replica lost stops them (replica 4 is faulty).',
+    );
   });
 
   it('leases at risk degrade; a cut lease list is said but changes no status; a pending alert changes nothing', () => {
