@@ -1,4 +1,5 @@
 /** `quorumfence console`: the operator console, a live web page of the cluster (src/console, docs/console.md). */
+import { resolve } from 'node:path';
 import { QuorumFenceClient } from '../client/client.js';
 import { EvidenceLog } from '../client/evidence.js';
 import { loadIdentityFile } from '../client/identity.js';
@@ -7,6 +8,7 @@ import { createLogger } from '../common/log.js';
 import { expectResource } from '../common/check.js';
 import { parseDuration, parseFlags, parseListen, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
+import { ConsoleStore } from '../console/console-store.js';
 import { loadHolderNames } from '../console/holders.js';
 import { ConsoleMetrics } from '../console/metrics.js';
 import { ConsoleServer } from '../console/server.js';
@@ -19,10 +21,14 @@ export const DEFAULT_CONSOLE_LISTEN = { host: '127.0.0.1', port: 7460 };
 const MAX_WATCHED = 32;
 
 const usage = `usage: quorumfence console [--cluster FILE] [--identity FILE] [--listen HOST:PORT] [--allow-remote]
-                          [--interval 1s] [--timeout 2s] [--watch RESOURCE ...] [--holders FILE]
+                          [--allowed-host HOST:PORT ...] [--interval 1s] [--timeout 2s]
+                          [--watch RESOURCE ...] [--holders FILE] [--data DIR]
 
-Serves a live web page of the cluster: each replica (reachable or down since
-when, version, uptime, grants/s, refusals/s by reason, fsync latency, signing
+Serves a live web page of the cluster. At the top, a status line: healthy,
+degraded (acquires work, but a replica is down, hung or faulty, or leases are at
+risk) or unavailable (acquires fail), why, since when, and what to do next with
+its runbook. Below: each replica, worst first (down, hung or faulty since when,
+version, uptime, grants/s, refusals/s by reason, fsync mean and p99, signing
 records, epoch floor, last error), the quorum margin (how many more replicas may
 fail before acquires stop), the last 15 minutes of margin, grants/s and
 refusals/s, which shipped alert rules would fire now, the running leases that
@@ -43,13 +49,17 @@ options:
   --identity FILE     the client identity the console authenticates with; default $QUORUMFENCE_IDENTITY
   --listen HOST:PORT  where to serve the page     (default ${DEFAULT_CONSOLE_LISTEN.host}:${DEFAULT_CONSOLE_LISTEN.port}; port 0 picks one)
   --allow-remote      serve a non-loopback address (the page has no login: put it behind one)
-  --allowed-host H:P  with --allow-remote: answer the page and its API only under this Host (repeat it for
-                      each name: the port-forward's localhost:7460, a proxy's); /metrics answers any
+  --allowed-host H:P  also answer under this Host name (repeat it for each name: a port-forward's
+                      localhost:7460, a proxy's, a scraper's); every path, /metrics included, answers
+                      only the console's loopback names, these, and IP addresses
   --interval DURATION how often to poll the replicas                         (default 1s)
   --timeout DURATION  how long each request of a poll may take               (default 2s)
   --watch RESOURCE    also ask the status of RESOURCE at every poll (repeatable, at most ${MAX_WATCHED})
   --holders FILE      names for holder keys on the page ({"format": "quorumfence/console-holders/v1",
                       "holders": {"<holder hex>": "name"}})
+  --data DIR          keep the history, alert timers, convictions and evidence in DIR (created if
+                      missing; one console per folder), so a restart keeps them; without it they
+                      live in memory only
 `;
 
 export const command: Command = {
@@ -65,6 +75,7 @@ export const command: Command = {
       timeout: { type: 'string' },
       watch: { type: 'string', multiple: true },
       holders: { type: 'string' },
+      data: { type: 'string' },
     });
     const listen = parseListen(values.listen, 'listen', DEFAULT_CONSOLE_LISTEN);
     const intervalMs = parseDuration(values.interval, 'interval', 1_000);
@@ -86,6 +97,13 @@ export const command: Command = {
         );
       }
     }
+    for (const name of values['allowed-host'] ?? [])
+      if (!/^(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/.test(name))
+        throw new QuorumFenceError(
+          'INVALID_OPTION',
+          `--allowed-host expects HOST:PORT as a browser or scraper sends it in Host (e.g. localhost:7460), got ${JSON.stringify(name.slice(0, 80))}`,
+        );
+    if (values.data === '') throw new QuorumFenceError('INVALID_OPTION', '--data expects a folder, got ""');
     const cluster = loadClusterForCommand(clusterPathOf(values));
     const identity = loadIdentityFile(identityPathOf(values));
     const holderNames = values.holders === undefined ? undefined : loadHolderNames(values.holders);
@@ -97,7 +115,15 @@ export const command: Command = {
       logger: createLogger('client', { level: 'warn', destination: 2 }),
     });
     const metrics = new ConsoleMetrics(cluster.idHex);
+    let store: ConsoleStore | undefined;
+    try {
+      store = values.data === undefined ? undefined : await ConsoleStore.open(resolve(values.data), cluster);
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
     const watcher = new ConsoleWatcher({
+      store,
       client,
       evidence,
       metrics,
@@ -120,6 +146,7 @@ export const command: Command = {
       });
     } catch (error) {
       await client.close();
+      await store?.close();
       throw error;
     }
     watcher.start();
@@ -130,6 +157,7 @@ export const command: Command = {
     await watcher.stop();
     await server.close();
     await client.close();
+    await store?.close();
     stop.dispose();
     return 0;
   },

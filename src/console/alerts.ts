@@ -25,8 +25,10 @@ export interface AlertInput {
    * t (a day of `max_over_time`), without which Prometheus has no scrape margin to alert on.
    */
   readonly thresholdKnown: boolean;
-  /** Evidence recorded since the console started, by kind (quorumfence_console_evidence_total). */
+  /** Evidence recorded, by kind (quorumfence_console_evidence_total; kept across restarts with --data). */
   readonly evidenceByKind: Readonly<Record<string, number>>;
+  /** Per replica: the console holds proof that it is faulty (quorumfence_console_replica_faulty). */
+  readonly faulty: ReadonlyMap<number, boolean>;
   /** Per replica: its /metrics samples over the last RULE_WINDOW_MS, oldest first. */
   readonly samples: ReadonlyMap<number, readonly MetricsSample[]>;
 }
@@ -49,6 +51,8 @@ export interface AlertCondition {
   readonly notEvaluated?: string;
 }
 
+/** Evidence made of a replica's signatures (the EquivocationEvidence rule's `kind=~`): anyone can check it. */
+export const SIGNATURE_EVIDENCE_KINDS: readonly string[] = ['equivocation', 'invalid_partial'];
 /** Refusals that point at clients rather than contention (the RefusalSpike rule's `reason=~`). */
 const CLIENT_REFUSALS = ['invalid', 'forbidden', 'too_far', 'not_holder'];
 /** The FlushLatencyHigh rule's threshold: a p99 above 50 ms; the replicas' flush histogram has a bucket there. */
@@ -108,13 +112,23 @@ export const ALERT_CONDITIONS: readonly AlertCondition[] = [
       [...metricsUp].filter(([, up]) => !up).map(([replica]) => ({ labels: { replica: String(replica) }, value: 0 })),
   },
   {
+    alert: 'QuorumFenceReplicaFaulty',
+    severity: 'critical',
+    forMs: 0,
+    // max by (replica) (quorumfence_console_replica_faulty) > 0
+    holds: ({ faulty }) =>
+      [...faulty]
+        .filter(([, proven]) => proven)
+        .map(([replica]) => ({ labels: { replica: String(replica) }, value: 1 })),
+  },
+  {
     alert: 'QuorumFenceEquivocationEvidence',
     severity: 'critical',
     forMs: 0,
-    // sum by (kind) (quorumfence_console_evidence_total) > 0
+    // sum by (kind) (quorumfence_console_evidence_total{kind=~"equivocation|invalid_partial"}) > 0
     holds: ({ evidenceByKind }) =>
       Object.entries(evidenceByKind)
-        .filter(([, count]) => count > 0)
+        .filter(([kind, count]) => SIGNATURE_EVIDENCE_KINDS.includes(kind) && count > 0)
         .map(([kind, count]) => ({ labels: { kind }, value: count })),
   },
   {
@@ -157,6 +171,8 @@ export interface AlertInstanceState extends AlertInstance {
   readonly state: 'firing' | 'pending';
   /** Since when the expression holds (ISO 8601, UTC). */
   readonly since: string;
+  /** When it fires (or fired): `since` plus the rule's `for` (ISO 8601, UTC). */
+  readonly firesAt: string;
 }
 
 export interface AlertState {
@@ -170,6 +186,33 @@ export interface AlertState {
 const labelKey = (alert: string, labels: Readonly<Record<string, string>>) =>
   `${alert}\u0000${JSON.stringify(Object.entries(labels).sort(([a], [b]) => a.localeCompare(b)))}`;
 
+/** How many rules fire and how many are pending, and when the first pending one fires (the page's alerts tile). */
+export interface AlertSummary {
+  readonly firing: number;
+  readonly firingCritical: number;
+  readonly pending: number;
+  /** The earliest time a pending instance fires if its expression keeps holding (ISO 8601, UTC), or null. */
+  readonly nextFiresAt: string | null;
+}
+
+/** Counts rules (not label sets): a rule is firing when any of its instances is, pending when one is and none fires. */
+export function summariseAlerts(alerts: readonly AlertState[]): AlertSummary {
+  const firing = alerts.filter((a) => a.state === 'firing');
+  const pending = alerts.flatMap((a) => a.instances.filter((i) => i.state === 'pending'));
+  return {
+    firing: firing.length,
+    firingCritical: firing.filter((a) => a.severity === 'critical').length,
+    pending: alerts.filter((a) => a.state === 'pending').length,
+    nextFiresAt: pending.map((i) => i.firesAt).sort()[0] ?? null,
+  };
+}
+
+/**
+ * Prometheus keeps an alert's `for` across its own restart when it was down less than this (its
+ * `rules.alert.for-outage-tolerance` default); the console does the same with the timers it kept under --data.
+ */
+export const FOR_OUTAGE_TOLERANCE_MS = 60 * 60_000;
+
 /** Evaluates the table at each call, keeping since when each (rule, label set) holds, as Prometheus's `for` does. */
 export class AlertEvaluator {
   readonly #conditions: readonly AlertCondition[];
@@ -178,6 +221,20 @@ export class AlertEvaluator {
 
   constructor(conditions: readonly AlertCondition[] = ALERT_CONDITIONS) {
     this.#conditions = conditions;
+  }
+
+  /** The timers, to keep across a restart (console-store.ts). */
+  timers(): [string, number][] {
+    return [...this.#since];
+  }
+
+  /**
+   * Takes back timers kept by an earlier run that stopped at `savedAt`: only when it was down less than
+   * FOR_OUTAGE_TOLERANCE_MS at `now`, and each is dropped at the first evaluation where its expression does not hold.
+   */
+  restoreTimers(timers: readonly (readonly [string, number])[], savedAt: number, now: number): void {
+    if (now - savedAt > FOR_OUTAGE_TOLERANCE_MS) return;
+    for (const [key, since] of timers) if (Number.isFinite(since) && since <= now) this.#since.set(key, since);
   }
 
   evaluate(input: AlertInput): AlertState[] {
@@ -192,7 +249,12 @@ export class AlertEvaluator {
         const since = this.#since.get(key) ?? input.at;
         this.#since.set(key, since);
         const state = input.at - since >= condition.forMs ? 'firing' : 'pending';
-        return { ...instance, state, since: new Date(since).toISOString() };
+        return {
+          ...instance,
+          state,
+          since: new Date(since).toISOString(),
+          firesAt: new Date(since + condition.forMs).toISOString(),
+        };
       });
       const state = instances.some((i) => i.state === 'firing')
         ? 'firing'
@@ -204,4 +266,43 @@ export class AlertEvaluator {
     for (const key of [...this.#since.keys()]) if (!holding.has(key)) this.#since.delete(key);
     return states;
   }
+}
+
+/**
+ * The q-quantile of a histogram's increases by `le` bound (cumulative, as exported), as Prometheus's
+ * histogram_quantile() computes it: linear within the bucket the rank falls in, the highest finite bound when it falls
+ * in +Inf; undefined without observations.
+ */
+export function histogramQuantile(q: number, increases: Readonly<Record<string, number>>): number | undefined {
+  const buckets = Object.entries(increases)
+    .map(([le, count]) => ({ le: le === '+Inf' ? Infinity : Number(le), count }))
+    .filter((b) => !Number.isNaN(b.le))
+    .sort((a, b) => a.le - b.le);
+  const total = buckets.at(-1);
+  if (!total || total.le !== Infinity || total.count <= 0) return undefined;
+  const rank = q * total.count;
+  let lowerBound = 0;
+  let lowerCount = 0;
+  for (const bucket of buckets) {
+    if (bucket.count >= rank) {
+      if (bucket.le === Infinity) return lowerBound;
+      if (bucket.count === lowerCount) return bucket.le;
+      return lowerBound + ((bucket.le - lowerBound) * (rank - lowerCount)) / (bucket.count - lowerCount);
+    }
+    lowerBound = bucket.le;
+    lowerCount = bucket.count;
+  }
+  return lowerBound;
+}
+
+/** A replica's flush (fsync) latency quantile over its samples' window, in ms, or undefined without flushes. */
+export function flushQuantileMs(q: number, samples: readonly MetricsSample[]): number | undefined {
+  if (samples.length < 2) return undefined;
+  const increases: Record<string, number> = {};
+  for (const le of Object.keys(samples.at(-1)!.flushBuckets)) {
+    const rise = counterIncrease(samples, (s) => s.flushBuckets[le] ?? 0);
+    if (rise !== undefined) increases[le] = rise;
+  }
+  const seconds = histogramQuantile(q, increases);
+  return seconds === undefined ? undefined : seconds * 1000;
 }

@@ -1,5 +1,5 @@
 /**
- * What changed between two polls, as log events (docs/console.md, "Logs"): a replica lost or back, a
+ * What changed between two polls, as log events (docs/console.md, "Logs"): the status line, a replica lost or back, a
  * replica proven faulty, the margin, an alert that starts or stops firing. Pure; the watcher logs them with
  * pino under these stable field names.
  */
@@ -14,10 +14,19 @@ export interface ChangeSnapshot {
     readonly faulty: string | null;
   }[];
   readonly alerts: readonly AlertState[];
+  /** The status line's word and sentence (situation.ts). */
+  readonly status?: string;
+  readonly headline?: string;
 }
 
 export type ChangeEvent =
-  'replica_unreachable' | 'replica_reachable' | 'replica_faulty' | 'margin_changed' | 'alert_firing' | 'alert_resolved';
+  | 'status_changed'
+  | 'replica_unreachable'
+  | 'replica_reachable'
+  | 'replica_faulty'
+  | 'margin_changed'
+  | 'alert_firing'
+  | 'alert_resolved';
 
 export interface ConsoleChange {
   readonly level: 'info' | 'warn' | 'error';
@@ -29,6 +38,13 @@ export interface ConsoleChange {
 /** The changes from `before` (undefined at the first poll: everything not healthy is news) to `after`. */
 export function stateChanges(before: ChangeSnapshot | undefined, after: ChangeSnapshot): ConsoleChange[] {
   const changes: ConsoleChange[] = [];
+  if (after.status !== undefined && before?.status !== after.status)
+    changes.push({
+      level: after.status === 'unavailable' ? 'error' : after.status === 'degraded' ? 'warn' : 'info',
+      event: 'status_changed',
+      fields: { status: after.status, previousStatus: before?.status ?? null, headline: after.headline ?? null },
+      message: after.headline ?? `status ${after.status}`,
+    });
   for (const row of after.replicas) {
     const was = before?.replicas.find((r) => r.replica === row.replica);
     const replica = row.replica;

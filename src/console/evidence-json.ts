@@ -108,3 +108,94 @@ export function equivocationFromJson(value: unknown, cluster: Cluster): Evidence
     );
   return evidence;
 }
+
+export const OBSERVATION_FORMAT = 'quorumfence/console-observation/v1';
+
+/** Strings in an observation are cut to this length (a replica chooses much of what is observed). */
+const MAX_OBSERVED_TEXT = 400;
+/** Fields kept from what was observed. */
+const MAX_OBSERVED_FIELDS = 16;
+
+/**
+ * What the console itself saw a replica do, as a document: the proofs of docs/console.md ("Why these rules") that are
+ * not signatures (an impossible or falling epoch, two leases, a protocol break, an identity mismatch), and a partial
+ * that fails its key share. Replicas do not sign their answers, so it convinces those who trust the console that
+ * wrote it, unlike an equivocation document.
+ */
+export interface ObservationJson {
+  readonly format: typeof OBSERVATION_FORMAT;
+  readonly clusterId: string;
+  readonly replica: number;
+  readonly kind: string;
+  readonly reason: string;
+  readonly observedAt: string;
+  /** What the replica said, as the console read it. */
+  readonly observed: Readonly<Record<string, string>>;
+  readonly note: string;
+}
+
+const OBSERVATION_NOTE =
+  'What this operator console observed this replica answer. Replicas do not sign their answers, so this record ' +
+  'convinces those who trust the console that kept it; an equivocation document convinces anyone holding cluster.json.';
+
+function cut(text: string): string {
+  return text.length > MAX_OBSERVED_TEXT ? `${text.slice(0, MAX_OBSERVED_TEXT)}…` : text;
+}
+
+export function observationToJson(fields: {
+  readonly clusterId: string;
+  readonly replica: number;
+  readonly kind: string;
+  readonly reason: string;
+  readonly observedAt: string;
+  readonly observed: Readonly<Record<string, string>>;
+}): ObservationJson {
+  return {
+    format: OBSERVATION_FORMAT,
+    clusterId: fields.clusterId,
+    replica: fields.replica,
+    kind: fields.kind,
+    reason: cut(fields.reason),
+    observedAt: fields.observedAt,
+    observed: Object.fromEntries(
+      Object.entries(fields.observed)
+        .slice(0, MAX_OBSERVED_FIELDS)
+        .map(([k, v]) => [k.slice(0, 40), cut(v)]),
+    ),
+    note: OBSERVATION_NOTE,
+  };
+}
+
+/**
+ * Reads an observation back (the console's own store, console-store.ts), field by field.
+ * @throws QuorumFenceError INVALID_ARGUMENT naming the field
+ */
+export function observationFromJson(value: unknown, cluster: Cluster): ObservationJson {
+  const o = object(value, 'observation');
+  const text = (field: string): string => {
+    const v = o[field];
+    if (typeof v !== 'string')
+      throw new QuorumFenceError('INVALID_ARGUMENT', `"${field}" expected a string`, { field });
+    return v;
+  };
+  if (o.format !== OBSERVATION_FORMAT)
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"format" expected "${OBSERVATION_FORMAT}"`, { field: 'format' });
+  if (text('clusterId') !== cluster.idHex)
+    throw new QuorumFenceError('INVALID_ARGUMENT', 'the observation names another cluster', { field: 'clusterId' });
+  if (typeof o.replica !== 'number' || !Number.isSafeInteger(o.replica) || o.replica < 1 || o.replica > cluster.n)
+    throw new QuorumFenceError('INVALID_ARGUMENT', `"replica" expected an integer in 1..${cluster.n}`, {
+      field: 'replica',
+    });
+  const observed = object(o.observed, 'observed');
+  return observationToJson({
+    clusterId: cluster.idHex,
+    replica: o.replica,
+    kind: text('kind'),
+    reason: text('reason'),
+    observedAt: text('observedAt'),
+    observed: Object.fromEntries(Object.entries(observed).filter(([, v]) => typeof v === 'string')) as Record<
+      string,
+      string
+    >,
+  });
+}

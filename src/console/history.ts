@@ -39,8 +39,42 @@ interface Bucket {
   refusalsSum: Map<string, number>;
 }
 
+/** A bucket as the console's store keeps it (console-store.ts). */
+export interface StoredBucket {
+  readonly start: number;
+  readonly margin: number;
+  readonly polls: number;
+  readonly grantsSum: number;
+  readonly grantsPolls: number;
+  readonly refusalsSum: readonly (readonly [string, number])[];
+}
+
+const finiteNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
 export class RollingHistory {
   readonly #buckets: Bucket[] = [];
+
+  /** The buckets, for the console's store. */
+  stored(): StoredBucket[] {
+    return this.#buckets.map((b) => ({ ...b, refusalsSum: [...b.refusalsSum] }));
+  }
+
+  /**
+   * Takes back the buckets an earlier run kept that are still inside the window at `now`, in order; a bucket that does
+   * not read is skipped. Polls while the console was down are simply missing: the charts show the gap.
+   */
+  restore(buckets: readonly StoredBucket[], now: number): void {
+    for (const b of buckets) {
+      const fields = [b.start, b.margin, b.polls, b.grantsSum, b.grantsPolls];
+      if (!fields.every(finiteNumber) || b.polls < 1 || !Array.isArray(b.refusalsSum)) continue;
+      if (b.start <= now - HISTORY_WINDOW_MS || b.start > now) continue;
+      if (this.#buckets.length > 0 && this.#buckets.at(-1)!.start >= b.start) continue;
+      const refusals = b.refusalsSum
+        .filter(([reason, sum]) => typeof reason === 'string' && finiteNumber(sum))
+        .slice(0, MAX_CHARTED_REASONS + 1);
+      this.#buckets.push({ ...b, refusalsSum: new Map(refusals) });
+    }
+  }
 
   add(sample: HistorySample): void {
     const start = sample.at - (sample.at % HISTORY_BUCKET_MS);

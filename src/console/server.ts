@@ -9,13 +9,15 @@
  *                                   refused (403) when a browser sends it from another origin
  *   GET  /metrics                   the console's own metrics (metric-names.ts)
  *
- * There is no login: on a loopback address only the local machine reaches it, and requests whose Host header
- * is not a loopback name are refused (a web page elsewhere cannot rebind a name to 127.0.0.1 and read it).
+ * There is no login: on a loopback address only the local machine reaches it. Every path, /metrics included, answers
+ * only to the Host names it was given (its own loopback names, and --allowed-host) or to an IP address: a web page
+ * elsewhere cannot rebind a name of its own to the console's address and read any of it (docs/console.md).
  * A request never crashes the server.
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { QuorumFenceError, isQuorumFenceError } from '../common/errors.js';
+import { EVIDENCE_FORMAT } from './evidence-json.js';
 import type { ConsoleMetrics } from './metrics.js';
 import { consolePage } from './page.js';
 import type { ConsoleWatcher } from './watcher.js';
@@ -30,9 +32,9 @@ export interface ConsoleServerOptions {
   /** Serve a non-loopback address (the operator asked for it with --allow-remote). */
   readonly allowRemote?: boolean;
   /**
-   * The Host headers (host:port) the page and its API answer to when serving a non-loopback address, e.g. the
-   * names a port-forward or a proxy gives it (--allowed-host); none: any. On a loopback address the console's own
-   * loopback names are the only ones, whatever this says.
+   * More Host headers (host:port) every path answers to (--allowed-host): the names a port-forward, a proxy or a
+   * scraper gives it. On a loopback address the console's own loopback names are allowed besides; on another address
+   * none given means any. An IP address is always answered (isAddressHost).
    */
   readonly allowedHosts?: readonly string[];
 }
@@ -43,16 +45,35 @@ export function isLoopback(host: string): boolean {
 }
 
 /**
- * The Host headers the page and its API answer to (undefined: any). On a loopback address only the console's own
- * loopback names, so a web page elsewhere cannot rebind a name of its own to it; on another address the names the
- * operator allowed (--allowed-host), or any when none were given.
+ * The Host names every path answers to (undefined: any). On a loopback address the console's own loopback names and
+ * the names the operator allowed (--allowed-host: a scraper's, a proxy's), so a web page elsewhere cannot rebind a
+ * name of its own to it; on another address the names allowed, or any when none were given.
  */
 export function allowedHostsFor(host: string, port: number, allowedHosts: readonly string[]): Set<string> | undefined {
   if (isLoopback(host)) {
     const urlHost = host.includes(':') ? `[${host}]` : host;
-    return new Set([`${urlHost}:${port}`, `localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`]);
+    return new Set([`${urlHost}:${port}`, `localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`, ...allowedHosts]);
   }
   return allowedHosts.length > 0 ? new Set(allowedHosts) : undefined;
+}
+
+/**
+ * A Host header that is an IP address (with or without a port): what a scraper sends when it names the console by its
+ * address (a pod's, a node's). DNS rebinding needs a name the attacker controls, and a page can read an answer only
+ * from its own origin, so a page that reaches the console by an address cannot read it unless it was served by it.
+ */
+export function isAddressHost(host: string): boolean {
+  const ipv4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?::\d{1,5})?$/.exec(host);
+  if (ipv4) return ipv4.slice(1, 5).every((octet) => Number(octet) <= 255);
+  const ipv6 = /^\[([0-9a-fA-F:.]+)\](?::\d{1,5})?$/.exec(host);
+  return ipv6 !== null && ipv6[1]!.includes(':');
+}
+
+/** Whether a request with this Host header is answered (on every path, /metrics included). */
+export function hostAllowed(allowed: ReadonlySet<string> | undefined, host: string | undefined): boolean {
+  if (!allowed) return true;
+  if (host === undefined) return false;
+  return allowed.has(host) || isAddressHost(host);
 }
 
 function json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -136,10 +157,13 @@ export class ConsoleServer {
 
   #onRequest(req: IncomingMessage, res: ServerResponse): void {
     const path = (req.url ?? '/').split('?')[0]!;
-    // A page elsewhere that rebinds a name of its own to this address must not read the state. /metrics is the
-    // scraper's, which names the console by its service address, and holds nothing the page would not show.
-    if (this.#allowedHosts && !this.#allowedHosts.has(req.headers.host ?? '') && path !== '/metrics')
-      return json(res, 421, { error: 'this console does not answer to that Host', code: 'FORBIDDEN_HOST' });
+    // A page elsewhere that rebinds a name of its own to this address must not read anything here, /metrics
+    // included (issue 43): a scraper names the console by its address, or by a name given with --allowed-host.
+    if (!hostAllowed(this.#allowedHosts, req.headers.host))
+      return json(res, 421, {
+        error: 'this console does not answer to that Host: name it by its address, or add the name with --allowed-host',
+        code: 'FORBIDDEN_HOST',
+      });
     const { watcher, metrics } = this.#options;
     if (req.method === 'GET' && path === '/') {
       const nonce = randomBytes(16).toString('base64');
@@ -158,9 +182,10 @@ export class ConsoleServer {
     const download = /^\/api\/evidence\/(\d{1,9})\.json$/.exec(path);
     if (req.method === 'GET' && download) {
       const document = watcher.evidenceDocument(Number(download[1]));
-      if (!document) return json(res, 404, { error: 'no downloadable evidence with that id', code: 'NOT_FOUND' });
+      if (!document) return json(res, 404, { error: 'no evidence with that id', code: 'NOT_FOUND' });
+      const kind = document.format === EVIDENCE_FORMAT ? 'equivocation' : document.kind.replace(/[^a-z_]/g, '');
       return json(res, 200, document, {
-        'content-disposition': `attachment; filename="equivocation-replica-${document.replica}-${download[1]}.json"`,
+        'content-disposition': `attachment; filename="${kind}-replica-${document.replica}-${download[1]}.json"`,
       });
     }
     if (req.method === 'POST' && path === '/api/evidence') {

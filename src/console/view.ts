@@ -31,6 +31,11 @@ export interface ReplicaObservation {
   readonly message?: string;
   /** Its lease list (undefined: no answer). */
   readonly leases: readonly ActiveLease[] | undefined;
+  /**
+   * It said its list was cut (`more`): it left leases out, or may have (protocol.md, `leases`). Not listing a lease
+   * then proves nothing about it.
+   */
+  readonly more?: boolean;
   /** Resource → the epoch its status answer reported (absent: no answer for that resource). */
   readonly statusEpochs: ReadonlyMap<string, bigint>;
   /**
@@ -51,6 +56,11 @@ export interface QuorumLease {
   readonly remainingMs: number;
   /** The replicas that list it, ascending. */
   readonly reportedBy: readonly number[];
+  /**
+   * Fewer than t = 2f+1 replicas list it, even counting every replica whose list was cut as one that might: its next
+   * renewal cannot gather t answers, so it ends at its time left unless replicas come back.
+   */
+  readonly atRisk: boolean;
 }
 
 /** What proves a replica faulty; each kind is something an honest replica never does. */
@@ -70,9 +80,26 @@ export type FaultKind =
   /** A partial signature that fails its public key share, seen by the console's own client. */
   | 'invalid_partial';
 
+/** Every kind, in the order of the table in docs/console.md. */
+export const FAULT_KINDS: readonly FaultKind[] = [
+  'impossible_epoch',
+  'epoch_went_down',
+  'two_leases',
+  'protocol',
+  'identity',
+  'equivocation',
+  'invalid_partial',
+];
+
+export function isFaultKind(kind: unknown): kind is FaultKind {
+  return (FAULT_KINDS as readonly unknown[]).includes(kind);
+}
+
 export interface Lie {
   readonly kind: FaultKind;
   readonly reason: string;
+  /** What the replica said, as the console read it (kept with the evidence). */
+  readonly observed: Readonly<Record<string, string>>;
 }
 
 function leaseKey(resource: string, epoch: bigint, holder: string): string {
@@ -96,15 +123,19 @@ export function confirmedLeases(observations: readonly ReplicaObservation[], f: 
       seen.set(key, entry);
     }
   }
+  const t = 2 * f + 1;
+  const cut = observations.filter((o) => o.answer === 'ok' && o.more === true).map((o) => o.replica);
   const confirmed: QuorumLease[] = [];
   for (const entry of seen.values()) {
     if (entry.replicas.length < f + 1) continue;
+    const mightList = entry.replicas.length + cut.filter((r) => !entry.replicas.includes(r)).length;
     confirmed.push({
       resource: entry.lease.resource,
       epoch: entry.lease.epoch,
       holder: entry.holder,
       remainingMs: Number(fPlusOneLargest(entry.remaining, f)!),
       reportedBy: [...entry.replicas].sort((a, b) => a - b),
+      atRisk: mightList < t,
     });
   }
   return confirmed.sort((a, b) => b.remainingMs - a.remainingMs || a.resource.localeCompare(b.resource));
@@ -122,16 +153,19 @@ export function provableLies(observation: ReplicaObservation, earlier: ReadonlyM
   const raised = new Map<string, bigint>();
   const report = (resource: string, epoch: bigint, what: string) => {
     const name = JSON.stringify(resource);
+    const observed = { answer: what === 'reports' ? 'status' : 'leases', resource, epoch: epoch.toString() };
     if (epoch >= HONEST_EPOCH_CEILING)
       lies.push({
         kind: 'impossible_epoch',
         reason: `${what} epoch ${epoch} for ${name}: no honest replica reaches 2^62 (epochs rise at most 10^6 per grant)`,
+        observed,
       });
     const before = raised.get(resource) ?? earlier.get(resource);
     if (before !== undefined && epoch < before)
       lies.push({
         kind: 'epoch_went_down',
         reason: `${what} epoch ${epoch} for ${name} after reporting ${before} on the same connection (records never go down)`,
+        observed: { ...observed, earlierEpoch: before.toString() },
       });
     if (before === undefined || epoch > before) raised.set(resource, epoch);
   };
@@ -142,6 +176,14 @@ export function provableLies(observation: ReplicaObservation, earlier: ReadonlyM
       lies.push({
         kind: 'two_leases',
         reason: `lists two leases on ${JSON.stringify(lease.resource)} (epochs ${other.epoch} and ${lease.epoch}): a replica keeps one record per resource`,
+        observed: {
+          answer: 'leases',
+          resource: lease.resource,
+          epoch: other.epoch.toString(),
+          otherEpoch: lease.epoch.toString(),
+          holder: toHex(other.holder),
+          otherHolder: toHex(lease.holder),
+        },
       });
     listed.set(lease.resource, lease);
   }
@@ -178,8 +220,19 @@ export interface ReplicaVerdict {
   readonly convictions: readonly Conviction[];
 }
 
+/** A proof this poll found for the first time against a replica (for that kind): kept as evidence. */
+export interface NewConviction {
+  readonly replica: number;
+  readonly kind: FaultKind;
+  readonly reason: string;
+  readonly at: string;
+  readonly observed: Readonly<Record<string, string>>;
+}
+
 export interface PollVerdict {
   readonly replicas: readonly ReplicaVerdict[];
+  /** The proofs of kinds not held before against their replica, in the order found. */
+  readonly newConvictions: readonly NewConviction[];
   /** Replicas reachable and not faulty. */
   readonly available: number;
   readonly margin: number;
@@ -204,8 +257,8 @@ export class ConsoleJudge {
     this.#f = f;
   }
 
-  /** Records a proof against `replica` (evidence, or one of the lies a poll found). */
-  convict(replica: number, kind: FaultKind, reason: string, at: string): void {
+  /** Records a proof against `replica` (evidence, or one of the lies a poll found); true when its kind is new for it. */
+  convict(replica: number, kind: FaultKind, reason: string, at: string): boolean {
     const byKind = this.#convictions.get(replica) ?? new Map<FaultKind, Conviction>();
     this.#convictions.set(replica, byKind);
     const known = byKind.get(kind);
@@ -213,18 +266,43 @@ export class ConsoleJudge {
       kind,
       known ? { ...known, lastAt: at, count: known.count + 1 } : { kind, reason, firstAt: at, lastAt: at, count: 1 },
     );
+    return known === undefined;
+  }
+
+  /** Takes back convictions kept from an earlier run of the console (console-store.ts): they stay for its life. */
+  restore(replica: number, conviction: Conviction): void {
+    const byKind = this.#convictions.get(replica) ?? new Map<FaultKind, Conviction>();
+    this.#convictions.set(replica, byKind);
+    if (!byKind.has(conviction.kind)) byKind.set(conviction.kind, conviction);
+  }
+
+  /** Every conviction held, by replica (what the console keeps across restarts). */
+  allConvictions(): { replica: number; conviction: Conviction }[] {
+    return [...this.#convictions].flatMap(([replica, byKind]) =>
+      [...byKind.values()].map((conviction) => ({ replica, conviction })),
+    );
   }
 
   /** Judges one poll's answers (one observation per replica) at time `at`. */
   poll(observations: readonly ReplicaObservation[], at: string): PollVerdict {
+    const newConvictions: NewConviction[] = [];
+    const convict = (replica: number, lie: Lie) => {
+      if (this.convict(replica, lie.kind, lie.reason, at)) newConvictions.push({ replica, ...lie, at });
+    };
     for (const o of observations) {
       if (o.newConnection) this.#epochs.delete(o.replica);
-      if (o.answer === 'protocol') this.convict(o.replica, 'protocol', `broke the protocol: ${o.message ?? ''}`, at);
-      if (o.identityMismatch !== null) this.convict(o.replica, 'identity', o.identityMismatch, at);
+      if (o.answer === 'protocol')
+        convict(o.replica, {
+          kind: 'protocol',
+          reason: `broke the protocol: ${o.message ?? ''}`,
+          observed: { answer: 'a frame or reply that breaks the protocol', message: o.message ?? '' },
+        });
+      if (o.identityMismatch !== null)
+        convict(o.replica, { kind: 'identity', reason: o.identityMismatch, observed: { said: o.identityMismatch } });
       if (o.answer !== 'ok') continue;
       const memory = this.#epochs.get(o.replica) ?? new BoundedMap<string, bigint>(REMEMBERED_RESOURCES);
       this.#epochs.set(o.replica, memory);
-      for (const lie of provableLies(o, memory)) this.convict(o.replica, lie.kind, lie.reason, at);
+      for (const lie of provableLies(o, memory)) convict(o.replica, lie);
       for (const lease of o.leases ?? []) remember(memory, lease.resource, lease.epoch);
       for (const [resource, epoch] of o.statusEpochs) remember(memory, resource, epoch);
     }
@@ -240,7 +318,7 @@ export class ConsoleJudge {
       };
     });
     const available = replicas.filter((r) => r.reachable && r.faulty === null).length;
-    return { replicas, available, margin: quorumMargin(available, this.#f) };
+    return { replicas, newConvictions, available, margin: quorumMargin(available, this.#f) };
   }
 
   /** The proofs against `replica`, first found first. */

@@ -71,12 +71,15 @@ const PHASE_MINUTES = 16;
 const PHASES = 3;
 const MINUTES = PHASE_MINUTES * PHASES;
 const REASONS = ['invalid', 'forbidden', 'too_far', 'not_holder', 'busy', 'stale'] as const;
-const KINDS = ['equivocation', 'invalid_partial'] as const;
+/** Evidence kinds: the two made of signatures (the evidence rule's), and one that is not (only the faulty rule's). */
+const KINDS = ['equivocation', 'invalid_partial', 'protocol'] as const;
 
 /** One phase's regime: constant for its 16 minutes. */
 interface Phase {
   margin: number;
   up: boolean[];
+  /** Per replica: the console holds proof that it is faulty. */
+  faulty: boolean[];
   /** Per kind: evidence recorded per minute. */
   evidence: number[];
   /** Per replica, per reason: refusals per minute. */
@@ -91,6 +94,7 @@ interface Phase {
 const phase: fc.Arbitrary<Phase> = fc.record({
   margin: fc.integer({ min: -2, max: 2 }),
   up: fc.array(fc.boolean(), { minLength: N, maxLength: N }),
+  faulty: fc.array(fc.constantFrom(false, false, true), { minLength: N, maxLength: N }),
   evidence: fc.array(fc.constantFrom(0, 0, 1), { minLength: KINDS.length, maxLength: KINDS.length }),
   // 0, 30 or 180 a minute: 0, 0.5 or 3 a second, either side of the rule's 1/s.
   refusals: fc.array(fc.array(fc.constantFrom(0, 30, 180), { minLength: REASONS.length, maxLength: REASONS.length }), {
@@ -114,6 +118,7 @@ function series(phases: Phase[]) {
   const at = (minute: number) => phases[Math.min(PHASES - 1, Math.floor(minute / PHASE_MINUTES))]!;
   const margin: number[] = [];
   const up: number[][] = Array.from({ length: N }, () => []);
+  const faulty: number[][] = Array.from({ length: N }, () => []);
   const evidence: number[][] = KINDS.map(() => []);
   const refusals: number[][][] = Array.from({ length: N }, () => REASONS.map(() => []));
   const flushAll: number[][] = Array.from({ length: N }, () => []);
@@ -127,6 +132,7 @@ function series(phases: Phase[]) {
     margin.push(p.margin);
     for (let r = 0; r < N; r++) {
       up[r]!.push(p.up[r]! ? 1 : 0);
+      faulty[r]!.push(p.faulty[r]! ? 1 : 0);
       REASONS.forEach((_, k) => rise(refusals[r]![k]!, p.refusals[r]![k]!));
       const { perMinute, slowPerMille, slowIn } = p.flushes[r]!;
       const fast = (perMinute * (1000 - slowPerMille)) / 1000;
@@ -136,7 +142,7 @@ function series(phases: Phase[]) {
     }
     KINDS.forEach((_, k) => rise(evidence[k]!, p.evidence[k]!));
   }
-  return { margin, up, evidence, refusals, flushAll, flushFast, flushUpTo100ms };
+  return { margin, up, faulty, evidence, refusals, flushAll, flushFast, flushUpTo100ms };
 }
 
 /** What the console's table says at each phase end: alert → the label sets firing. */
@@ -166,6 +172,7 @@ function consoleVerdicts(phases: Phase[], conditions: readonly AlertCondition[])
       metricsUp: new Map(Array.from({ length: N }, (_, r) => [r + 1, s.up[r]![minute] === 1])),
       thresholdKnown: s.up.some((up) => up.slice(0, minute + 1).includes(1)),
       evidenceByKind: Object.fromEntries(KINDS.map((kind, k) => [kind, s.evidence[k]![minute]!])),
+      faulty: new Map(Array.from({ length: N }, (_, r) => [r + 1, s.faulty[r]![minute] === 1])),
       samples: new Map(
         Array.from({ length: N }, (_, r) => [
           r + 1,
@@ -201,6 +208,7 @@ function promtoolAgrees(phases: Phase[], conditions: readonly AlertCondition[]):
   for (let r = 0; r < N; r++) {
     const replica = r + 1;
     input.push({ series: `up{job="quorumfence-replicas",replica="${replica}"}`, values: values(s.up[r]!) });
+    input.push({ series: `quorumfence_console_replica_faulty{replica="${replica}"}`, values: values(s.faulty[r]!) });
     input.push({
       series: `quorumfence_replica_cluster_threshold{replica="${replica}"}`,
       // A failed scrape marks the replica's series stale at once, as Prometheus does.

@@ -53,8 +53,13 @@ export interface ConsoleProcess {
   stop(): Promise<void>;
 }
 
-/** Starts `quorumfence console` on 127.0.0.1, port 0, polling every 500 ms; resolves with the url it prints. */
-export function startConsoleProcess(clusterFile: string, identityFile: string, extraArgs: readonly string[] = []) {
+/** Starts `quorumfence console` on `listen` (127.0.0.1, port 0), polling every 500 ms; resolves with the url it prints. */
+export function startConsoleProcess(
+  clusterFile: string,
+  identityFile: string,
+  extraArgs: readonly string[] = [],
+  listen = '127.0.0.1:0',
+) {
   const child = spawn(
     process.execPath,
     [
@@ -65,7 +70,7 @@ export function startConsoleProcess(clusterFile: string, identityFile: string, e
       '--identity',
       identityFile,
       '--listen',
-      '127.0.0.1:0',
+      listen,
       '--interval',
       '500ms',
       '--timeout',
@@ -108,23 +113,75 @@ export interface ShownReplica {
   readonly replica: string | null;
   readonly faulty: string | null;
   readonly reachable: string | null;
+  /** hung, down, login_refused, or '' when reachable. */
+  readonly unreachable: string | null;
   readonly reason: string | null;
   readonly downSince: string | null;
   readonly text: string;
 }
 
-/** The replica rows as the page shows them. Checks go through Playwright: the page's CSP forbids eval. */
+/** The replica rows as the page shows them, in its order (worst first). Checks go through Playwright: the page's CSP forbids eval. */
 export function shownReplicas(page: Page): Promise<ShownReplica[]> {
   return page.$$eval('#replicas tr[data-replica]', (trs) =>
     trs.map((tr) => ({
       replica: tr.getAttribute('data-replica'),
       faulty: tr.getAttribute('data-faulty'),
       reachable: tr.getAttribute('data-reachable'),
+      unreachable: tr.getAttribute('data-unreachable'),
       reason: tr.querySelector('.reason')?.textContent ?? null,
       downSince: tr.querySelector('.down-since')?.textContent ?? null,
       text: tr.textContent ?? '',
     })),
   );
+}
+
+/** Replica `index`'s row as the page shows it (the rows are in the page's order, worst first). */
+export async function shownReplica(page: Page, index: number): Promise<ShownReplica | undefined> {
+  return (await shownReplicas(page)).find((r) => r.replica === String(index));
+}
+
+export interface ShownStatusLine {
+  /** healthy, degraded, unavailable (data-status). */
+  readonly status: string | null;
+  /** The headline's text class: ok, warn or bad. */
+  readonly textClass: string | null;
+  readonly headline: string;
+  readonly reasons: string[];
+  readonly actions: { readonly code: string | null; readonly runbook: string | null; readonly text: string }[];
+}
+
+/** The status line at the top of the page. */
+export function shownStatusLine(page: Page): Promise<ShownStatusLine> {
+  return page.$eval('#situation', (section) => ({
+    status: section.getAttribute('data-status'),
+    textClass: section.querySelector('#headline')?.getAttribute('class') ?? null,
+    headline: section.querySelector('#headline')?.textContent ?? '',
+    reasons: [...section.querySelectorAll('#reasons li')].map((li) => li.getAttribute('data-reason') ?? ''),
+    actions: [...section.querySelectorAll('#actions li')].map((li) => ({
+      code: li.getAttribute('data-action'),
+      runbook: li.getAttribute('data-runbook'),
+      text: li.textContent ?? '',
+    })),
+  }));
+}
+
+/**
+ * Checks that the page fits a 390 px wide phone (nothing wider than the viewport: tables scroll in their own box) and
+ * saves test-artefacts/console-<scenario>-390.png; the viewport is put back after.
+ */
+export async function narrowScreenshot(page: Page, scenario: string): Promise<number> {
+  const before = page.viewportSize();
+  await page.setViewportSize({ width: 390, height: 844 });
+  try {
+    // Two renders (one a second) at the new width.
+    await page.waitForTimeout(2_100);
+    const width = await page.$eval('html', (html) => html.scrollWidth);
+    mkdirSync(ARTEFACTS, { recursive: true });
+    await page.screenshot({ path: join(ARTEFACTS, `console-${scenario}-390.png`), fullPage: true });
+    return width;
+  } finally {
+    if (before) await page.setViewportSize(before);
+  }
 }
 
 /** Saves a full-page screenshot as test-artefacts/console-<scenario>.png. */

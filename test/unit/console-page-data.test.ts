@@ -83,6 +83,7 @@ describe('the alert evaluator', () => {
     metricsUp: new Map(),
     thresholdKnown: true,
     evidenceByKind: {},
+    faulty: new Map(),
     samples: new Map(),
   });
 

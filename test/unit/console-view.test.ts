@@ -25,10 +25,12 @@ const observe = (
   leases: ActiveLease[] | undefined,
   statusEpochs: Record<string, bigint> = {},
   answer: ReplicaObservation['answer'] = leases === undefined ? 'unreachable' : 'ok',
+  more = false,
 ): ReplicaObservation => ({
   replica,
   answer,
   leases,
+  more,
   statusEpochs: new Map(Object.entries(statusEpochs)),
   newConnection: false,
   identityMismatch: null,
@@ -47,8 +49,36 @@ describe('confirmedLeases', () => {
       1,
     );
     expect(shown).toEqual([
-      { resource: 'orders', epoch: 3n, holder: '01'.repeat(32), remainingMs: 1_000, reportedBy: [1, 2, 4] },
+      {
+        resource: 'orders',
+        epoch: 3n,
+        holder: '01'.repeat(32),
+        remainingMs: 1_000,
+        reportedBy: [1, 2, 4],
+        atRisk: false,
+      },
     ]);
+  });
+
+  it('flags a lease fewer than t = 2f+1 replicas list as at risk: its renewal cannot gather t answers', () => {
+    const orders = lease('orders', 3n, alice, 5_000);
+    // N = 4, f = 1, t = 3: listed by 2 (one signer down, one that never signed it), so at risk.
+    const twoList = [observe(1, undefined), observe(2, [orders]), observe(3, [orders]), observe(4, [])];
+    expect(confirmedLeases(twoList, 1).map((l) => l.atRisk)).toEqual([true]);
+    // Listed by all four (the lead's coming protocol) or by t: not at risk.
+    const all = [1, 2, 3, 4].map((r) => observe(r, [orders]));
+    expect(confirmedLeases(all, 1).map((l) => l.atRisk)).toEqual([false]);
+    expect(confirmedLeases([...all.slice(0, 3), observe(4, undefined)], 1).map((l) => l.atRisk)).toEqual([false]);
+  });
+
+  it('does not call a lease at risk when the replicas not listing it cut their lists (negative case)', () => {
+    const orders = lease('orders', 3n, alice, 5_000);
+    // Replica 4's list was cut (`more`): it may hold the lease beyond its page, so 2 + 1 might renew it.
+    const cut = [observe(1, undefined), observe(2, [orders]), observe(3, [orders]), observe(4, [], {}, 'ok', true)];
+    expect(confirmedLeases(cut, 1).map((l) => l.atRisk)).toEqual([false]);
+    // A cut list counts only for a replica that answered: one that did not cannot renew anything.
+    const silent = [observe(1, undefined, {}, 'unreachable', true), observe(2, [orders]), observe(3, [orders])];
+    expect(confirmedLeases(silent, 1).map((l) => l.atRisk)).toEqual([true]);
   });
 
   it('does not show a lease only f replicas list, nor count one replica listing it twice (negative case)', () => {
@@ -77,7 +107,12 @@ describe('provableLies', () => {
     ).toEqual(['two_leases']);
     // Listed at 5, then a status of 4 in the same poll; and a status below what it said at an earlier poll.
     expect(provableLies(observe(1, [lease('orders', 5n, alice, 5)], { orders: 4n }), new Map())).toEqual([
-      { kind: 'epoch_went_down', reason: expect.stringContaining('reports epoch 4 for "orders" after reporting 5') },
+      {
+        kind: 'epoch_went_down',
+        reason: expect.stringContaining('reports epoch 4 for "orders" after reporting 5'),
+        // What it said, kept with the evidence.
+        observed: { answer: 'status', resource: 'orders', epoch: '4', earlierEpoch: '5' },
+      },
     ]);
     expect(provableLies(observe(1, [], { orders: 0n }), new Map([['orders', 7n]])).map((l) => l.kind)).toEqual([
       'epoch_went_down',
@@ -134,6 +169,40 @@ describe('ConsoleJudge', () => {
     judge.convict(4, 'equivocation', 'convicted', at(2));
     // 2 after 2^63-1 is a second proof (a record went down); the first stays the reason.
     expect(judge.convictions(4).map((c) => c.kind)).toEqual(['impossible_epoch', 'epoch_went_down', 'equivocation']);
+  });
+
+  it('reports each proof the first time its kind is found against a replica: the evidence it is kept as', () => {
+    const judge = new ConsoleJudge(1);
+    const first = judge.poll(
+      [
+        observe(4, [], { orders: 2n ** 63n - 1n }),
+        { ...observe(3, undefined, {}, 'protocol'), message: 'a text frame' },
+      ],
+      at(0),
+    );
+    expect(first.newConvictions).toEqual([
+      {
+        replica: 4,
+        kind: 'impossible_epoch',
+        reason: expect.stringContaining('9223372036854775807'),
+        at: at(0),
+        observed: { answer: 'status', resource: 'orders', epoch: '9223372036854775807' },
+      },
+      {
+        replica: 3,
+        kind: 'protocol',
+        reason: 'broke the protocol: a text frame',
+        at: at(0),
+        observed: { answer: 'a frame or reply that breaks the protocol', message: 'a text frame' },
+      },
+    ]);
+    // Told again: counted on the conviction, not new evidence.
+    const again = judge.poll(
+      [observe(4, [], { orders: 2n ** 63n - 1n }), { ...observe(3, undefined, {}, 'protocol'), message: 'x' }],
+      at(1),
+    );
+    expect(again.newConvictions).toEqual([]);
+    expect(judge.convictions(3)[0]).toMatchObject({ count: 2, firstAt: at(0), lastAt: at(1) });
   });
 
   it('starts a replica’s history over on a new connection, so a reshare’s new member is not blamed (negative case)', () => {
