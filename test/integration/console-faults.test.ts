@@ -146,10 +146,12 @@ async function holdLeases(setup: Setup, prefix: string, count: number): Promise<
   const ours = async () =>
     (await state(setup)).leases.filter((l) => l.resource.startsWith(prefix) && l.reportedBy.length >= setup.cluster.t);
   await expect.poll(async () => (await ours()).length, PAGE_WAIT).toBe(count);
-  const leases = (await ours()).sort((a, b) => a.reportedBy.length - b.reportedBy.length);
-  // The fault the old rule got wrong needs a lease only t replicas list: with one of them down, 2f remain.
-  expect(leases[0]!.reportedBy).toHaveLength(setup.cluster.t);
-  return leases;
+  // Every replica lists each lease: those that did not sign it joined it (docs/protocol.md, "Leases that outlive f
+  // signers"), so f replicas down leave each listed by 2f+1 = t.
+  await expect
+    .poll(async () => (await ours()).every((l) => l.reportedBy.length === setup.cluster.n), PAGE_WAIT)
+    .toBe(true);
+  return (await ours()).sort((a, b) => a.resource.localeCompare(b.resource));
 }
 
 /**
@@ -330,7 +332,7 @@ describe.skipIf(lacks('chromium'))(`the console in Chromium under faults, N = 4 
   it('a replica killed while it co-signed running leases: margin 0 within 8 s, no survivor faulty, for as long as it is down', async () => {
     const { page } = setup;
     const leases = await holdLeases(setup, 'kill/', 4);
-    // A direct (not proxied) signer of a lease only t list: with it gone, only 2f = 2 replicas list that lease.
+    // A direct (not proxied) replica that lists the leases: with it gone, 2f+1 = 3 still list each of them.
     const victim = leases[0]!.reportedBy.find((r) => r !== 2)!;
     await setup.replicas.replica(victim).kill('SIGKILL');
     try {
@@ -341,9 +343,9 @@ describe.skipIf(lacks('chromium'))(`the console in Chromium under faults, N = 4 
       const line = await shownStatusLine(page);
       expect(line.actions[0]).toMatchObject({ code: 'restart', runbook: 'replica-down' });
       expect((await shownReplica(page, victim))!.text).toContain('connection refused');
-      // Its leases are still shown: the surviving signers (f+1 or more) list them.
-      const shown = (await state(setup)).leases.filter((l) => l.reportedBy.length === 2);
-      expect(shown.length).toBeGreaterThan(0);
+      // Its leases are still shown, listed by the three others, and none at risk: t replicas still hold each.
+      const shown = (await state(setup)).leases.filter((l) => l.resource.startsWith('kill/'));
+      expect(shown.map((l) => l.reportedBy.length)).toEqual(leases.map(() => 3));
       const metrics = await (await fetch(`${setup.console.url}/metrics`)).text();
       expect(metrics).toMatch(/quorumfence_console_quorum_margin\{[^}]*\} 0\n/);
       await screenshot(page, 'kill');
@@ -367,7 +369,7 @@ describe.skipIf(lacks('chromium'))(`the console in Chromium under faults, N = 4 
     const { page } = setup;
     const leases = await holdLeases(setup, 'two/', 4);
     // Two victims (not replica 2, whose link runs through the proxy) that leave some lease listed by exactly 2:
-    // one replica that lists it and one that does not (or, when every replica lists it, two that do).
+    // one replica that lists it and one that does not (or, as every replica lists it, two that do).
     const everyone = [1, 2, 3, 4];
     const pick = leases
       .map((l) => ({ l, outside: everyone.filter((r) => !l.reportedBy.includes(r)) }))
@@ -486,7 +488,7 @@ describe.skipIf(lacks('chromium'))(`the console in Chromium under faults, N = 7 
     const { page } = setup;
     await expect.poll(() => page.textContent('#margin'), PAGE_WAIT).toBe('2');
     const leases = await holdLeases(setup, 'orders/', 4);
-    // Two signers of a lease only t = 5 of 7 list: the other three are all that list it now.
+    // Two of the seven replicas that list a lease: the other five (t) are all that list it now.
     const victims = leases[0]!.reportedBy.slice(0, 2);
     await Promise.all(victims.map((v) => setup.replicas.replica(v).kill('SIGKILL')));
     await expect.poll(() => page.textContent('#margin'), SETTLE_WITHIN).toBe('0');
