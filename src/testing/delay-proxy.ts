@@ -14,12 +14,33 @@
  * `maxHeldBytes`, and reads again when they fall below, so a slow reader
  * slows its writer as a real link would, and the proxy's memory is bounded.
  *
+ * A route may add an extra one-way delay on top (`extraOneWayMs`): the same
+ * for every connection, or per connection by where it was dialed from (the
+ * bench's gray faults slow one node's links, those it dials too). It is read
+ * for every chunk, so `setExtraOneWayMs` takes effect at once, on open
+ * connections as well; chunks still leave in the order they arrived, so when
+ * the extra delay falls, a chunk waits for the ones before it.
+ *
  * Not modelled: the TCP handshake's round trip (the upstream connection is
  * opened when the client's is accepted; the bench's loops run on open
  * keep-alive connections), bandwidth, loss.
  */
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import { QuorumFenceError } from '../common/errors.js';
 import { DeliveryQueue } from './delivery-queue.js';
+
+/** Where a proxied connection was dialed from: the dialing socket's address and port, and the proxy's port it dialed. */
+export interface ConnectionSource {
+  readonly remoteAddress: string;
+  readonly remotePort: number;
+  readonly localPort: number;
+}
+
+/**
+ * An extra one-way delay, ms, on top of `oneWayMs`: the same for every connection of the route, or chosen per
+ * connection by where it came from (called for every chunk; a result that is not a number >= 0 counts as 0).
+ */
+export type ExtraDelay = number | ((source: ConnectionSource) => number);
 
 export interface DelayProxyOptions {
   /** Where every accepted connection is forwarded. */
@@ -31,6 +52,8 @@ export interface DelayProxyOptions {
   readonly port?: number;
   /** Per direction of each connection, default DEFAULT_MAX_HELD_BYTES. */
   readonly maxHeldBytes?: number;
+  /** Added to `oneWayMs` in each direction (default 0); `setExtraOneWayMs` changes it while running. */
+  readonly extraOneWayMs?: ExtraDelay;
 }
 
 /**
@@ -56,11 +79,29 @@ export interface DelayProxy {
   readonly host: string;
   readonly port: number;
   readonly stats: Readonly<DelayProxyStats>;
+  /**
+   * Replaces the extra one-way delay; chunks that arrive from now on get it, on open connections too.
+   * @throws QuorumFenceError INVALID_ARGUMENT for a number that is not finite and >= 0
+   */
+  setExtraOneWayMs(extra: ExtraDelay): void;
   close(): Promise<void>;
 }
 
-/** One direction of one connection: `from`'s chunks written to `to`, each `oneWayMs` after it was read. */
-function delayedPipe(from: Socket, to: Socket, oneWayMs: number, maxHeld: number, stats: DelayProxyStats): void {
+/**
+ * The extra delay as given, checked.
+ * @throws QuorumFenceError INVALID_ARGUMENT for a number that is not finite and >= 0
+ */
+function checkedExtra(extra: ExtraDelay): ExtraDelay {
+  if (typeof extra === 'function') return extra;
+  if (typeof extra !== 'number' || !Number.isFinite(extra) || extra < 0)
+    throw new QuorumFenceError('INVALID_ARGUMENT', `extraOneWayMs must be a number of ms >= 0, got ${String(extra)}`, {
+      field: 'extraOneWayMs',
+    });
+  return extra;
+}
+
+/** One direction of one connection: `from`'s chunks written to `to`, each `delayMs()` after it was read. */
+function delayedPipe(from: Socket, to: Socket, delayMs: () => number, maxHeld: number, stats: DelayProxyStats): void {
   const queue = new DeliveryQueue();
   let held = 0;
   const resumeIfRoom = () => {
@@ -75,7 +116,7 @@ function delayedPipe(from: Socket, to: Socket, oneWayMs: number, maxHeld: number
       stats.pauses++;
       from.pause();
     }
-    const at = performance.now() + oneWayMs;
+    const at = performance.now() + delayMs();
     queue.push({
       at,
       deliver: () => {
@@ -92,7 +133,7 @@ function delayedPipe(from: Socket, to: Socket, oneWayMs: number, maxHeld: number
     });
   });
   // A half-close travels like data: after the chunks before it, one delay after it happened.
-  from.on('end', () => queue.push({ at: performance.now() + oneWayMs, deliver: () => to.end() }));
+  from.on('end', () => queue.push({ at: performance.now() + delayMs(), deliver: () => to.end() }));
   from.on('close', () => {
     if (!from.readableEnded) {
       // Reset or refused, not a clean end: the other side is reset too, at once (a dead link loses what was
@@ -108,9 +149,14 @@ export function emptyDelayProxyStats(): DelayProxyStats {
   return { connections: 0, chunks: 0, bytes: 0, maxHeldBytes: 0, pauses: 0, lateMsSum: 0, lateMsMax: 0 };
 }
 
+/**
+ * @throws QuorumFenceError INVALID_ARGUMENT for an extra delay that is not a number >= 0
+ */
 export async function startDelayProxy(options: DelayProxyOptions): Promise<DelayProxy> {
   const maxHeld = options.maxHeldBytes ?? DEFAULT_MAX_HELD_BYTES;
   const stats = emptyDelayProxyStats();
+  let extra = checkedExtra(options.extraOneWayMs ?? 0);
+  let listeningPort = 0;
   const sockets = new Set<Socket>();
   const track = (socket: Socket) => {
     sockets.add(socket);
@@ -126,8 +172,19 @@ export async function startDelayProxy(options: DelayProxyOptions): Promise<Delay
     track(upstream);
     client.setNoDelay(true);
     upstream.setNoDelay(true);
-    delayedPipe(client, upstream, options.oneWayMs, maxHeld, stats);
-    delayedPipe(upstream, client, options.oneWayMs, maxHeld, stats);
+    // Read now: a reset client's address is gone by the time its last chunks are timed.
+    const source: ConnectionSource = {
+      remoteAddress: client.remoteAddress ?? '',
+      remotePort: client.remotePort ?? 0,
+      localPort: listeningPort,
+    };
+    const delayMs = () => {
+      if (typeof extra === 'number') return options.oneWayMs + extra;
+      const added = extra(source);
+      return options.oneWayMs + (Number.isFinite(added) && added > 0 ? added : 0);
+    };
+    delayedPipe(client, upstream, delayMs, maxHeld, stats);
+    delayedPipe(upstream, client, delayMs, maxHeld, stats);
   });
   const host = options.host ?? '127.0.0.1';
   await new Promise<void>((resolve, reject) => {
@@ -135,10 +192,14 @@ export async function startDelayProxy(options: DelayProxyOptions): Promise<Delay
     server.listen(options.port ?? 0, host, () => resolve());
   });
   const address = server.address();
+  listeningPort = typeof address === 'object' && address ? address.port : 0;
   return {
     host,
-    port: typeof address === 'object' && address ? address.port : 0,
+    port: listeningPort,
     stats,
+    setExtraOneWayMs(next) {
+      extra = checkedExtra(next);
+    },
     async close() {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const socket of sockets) socket.destroy();

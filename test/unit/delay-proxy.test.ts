@@ -2,12 +2,16 @@
  * The delay proxy over real sockets: bytes arrive intact and in order, each chunk one delay after it
  * arrived (never early, never queued behind the delays of the chunks before it), a reader that stops
  * reading stops its writer within the proxy's bound, and ends, resets and unreachable targets end the link
- * without harming the next one. A server behind the proxy stands in for a real one (the proxy is under test).
+ * without harming the next one. An extra delay (a gray fault's slow link) applies to the whole route or to
+ * the connections dialed from one place, changes at once on open connections, never reorders a link, and
+ * bad values are refused. A server behind the proxy stands in for a real one (the proxy is under test).
  */
 import { randomBytes } from 'node:crypto';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startDelayProxy, type DelayProxy } from '../../src/testing/delay-proxy.js';
+import { isQuorumFenceError } from '../../src/common/errors.js';
+import { startDelayProxy, type DelayProxy, type ExtraDelay } from '../../src/testing/delay-proxy.js';
+import { codeOf } from '../support/error-code.js';
 
 const cleanup: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -32,11 +36,17 @@ async function server(onConnection: (socket: Socket) => void): Promise<{ server:
   return { server: listening, port: typeof address === 'object' && address ? address.port : 0 };
 }
 
-async function proxyTo(port: number, oneWayMs: number, maxHeldBytes?: number): Promise<DelayProxy> {
+async function proxyTo(
+  port: number,
+  oneWayMs: number,
+  maxHeldBytes?: number,
+  extraOneWayMs?: ExtraDelay,
+): Promise<DelayProxy> {
   const proxy = await startDelayProxy({
     target: { host: '127.0.0.1', port },
     oneWayMs,
     ...(maxHeldBytes ? { maxHeldBytes } : {}),
+    ...(extraOneWayMs === undefined ? {} : { extraOneWayMs }),
   });
   cleanup.push(() => proxy.close());
   return proxy;
@@ -188,5 +198,114 @@ describe('delay proxy', () => {
     await new Promise((resolve) => second.once('close', resolve));
     expect(second.errors).toEqual(['ECONNRESET']);
     expect(proxy.stats.connections).toBe(2);
+  });
+});
+
+/** One byte to an echo server and back through `socket`: the round trip, ms. */
+async function roundTrip(socket: Socket): Promise<number> {
+  const t0 = performance.now();
+  await new Promise<void>((resolve) => {
+    socket.once('data', () => resolve());
+    socket.write('x');
+  });
+  return performance.now() - t0;
+}
+
+describe('delay proxy: extra delay (a slow link)', () => {
+  // Far apart, so that neither a loaded machine's timers (tens of ms late) nor a missing extra can pass for the other.
+  const oneWayMs = 20;
+  const extraMs = 300;
+
+  it('adds to every connection of the route, and a change applies at once to the connections already open', async () => {
+    const echo = await server((socket) => socket.pipe(socket));
+    const proxy = await proxyTo(echo.port, oneWayMs, undefined, extraMs);
+    const client = await dial(proxy.port);
+    expect(await roundTrip(client)).toBeGreaterThanOrEqual(2 * (oneWayMs + extraMs));
+    proxy.setExtraOneWayMs(0);
+    const healed = await roundTrip(client);
+    expect(healed).toBeGreaterThanOrEqual(2 * oneWayMs);
+    expect(healed).toBeLessThan(2 * (oneWayMs + extraMs));
+    proxy.setExtraOneWayMs(extraMs);
+    expect(await roundTrip(client)).toBeGreaterThanOrEqual(2 * (oneWayMs + extraMs));
+  });
+
+  it('without one, the route keeps its one delay (the option is backward compatible)', async () => {
+    const echo = await server((socket) => socket.pipe(socket));
+    const proxy = await proxyTo(echo.port, oneWayMs);
+    const client = await dial(proxy.port);
+    const rtt = await roundTrip(client);
+    expect(rtt).toBeGreaterThanOrEqual(2 * oneWayMs);
+    expect(rtt).toBeLessThan(2 * (oneWayMs + extraMs));
+  });
+
+  it('per connection: only the connections dialed from where the function says are slowed, told where each came from', async () => {
+    const echo = await server((socket) => socket.pipe(socket));
+    const seen: { remoteAddress: string; remotePort: number; localPort: number }[] = [];
+    let slowPort = -1;
+    const proxy = await proxyTo(echo.port, oneWayMs, undefined, (source) => {
+      seen.push(source);
+      return source.remotePort === slowPort ? extraMs : 0;
+    });
+    const slow = await dial(proxy.port);
+    const fast = await dial(proxy.port);
+    slowPort = slow.localPort!;
+    expect(await roundTrip(slow)).toBeGreaterThanOrEqual(2 * (oneWayMs + extraMs));
+    const unslowed = await roundTrip(fast);
+    expect(unslowed).toBeGreaterThanOrEqual(2 * oneWayMs);
+    expect(unslowed).toBeLessThan(2 * (oneWayMs + extraMs));
+    // Asked for each chunk, both ways, with the dialing socket's address and port and the proxy's own port.
+    expect(new Set(seen.map((s) => s.remotePort))).toEqual(new Set([slow.localPort, fast.localPort]));
+    for (const source of seen) expect(source).toMatchObject({ remoteAddress: '127.0.0.1', localPort: proxy.port });
+  });
+
+  it('a negative or non-numeric result of the function counts as no extra delay', async () => {
+    const echo = await server((socket) => socket.pipe(socket));
+    const proxy = await proxyTo(echo.port, oneWayMs, undefined, () => -extraMs);
+    const client = await dial(proxy.port);
+    expect(await roundTrip(client)).toBeGreaterThanOrEqual(2 * oneWayMs);
+    proxy.setExtraOneWayMs(() => Number.NaN);
+    expect(await roundTrip(client)).toBeGreaterThanOrEqual(2 * oneWayMs);
+  });
+
+  it('when the extra delay falls, a later chunk still leaves after the earlier ones: the link is never reordered', async () => {
+    const received: Buffer[] = [];
+    const arrivals: number[] = [];
+    const receiver = await server((socket) =>
+      socket.on('data', (chunk: Buffer) => {
+        received.push(chunk);
+        arrivals.push(performance.now());
+      }),
+    );
+    const proxy = await proxyTo(receiver.port, oneWayMs, undefined, extraMs);
+    const client = await dial(proxy.port);
+    const sentAt = performance.now();
+    client.write('first;');
+    await sleep(50);
+    proxy.setExtraOneWayMs(0);
+    client.write('second;');
+    await until(() => Buffer.concat(received).length === 'first;second;'.length);
+    expect(Buffer.concat(received).toString()).toBe('first;second;');
+    // The second chunk's own delay was 20 ms, but it waited for the first (320 ms after it was sent).
+    expect(arrivals.at(-1)! - sentAt).toBeGreaterThanOrEqual(oneWayMs + extraMs);
+  });
+
+  it('refuses an extra delay that is negative, not finite or not a number, at start and when changed (INVALID_ARGUMENT)', async () => {
+    const echo = await server((socket) => socket.pipe(socket));
+    for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY, '5' as unknown as number]) {
+      const refused = await startDelayProxy({
+        target: { host: '127.0.0.1', port: echo.port },
+        oneWayMs,
+        extraOneWayMs: bad,
+      }).then(
+        (proxy) => proxy.close().then(() => 'started'),
+        (error: unknown) => (isQuorumFenceError(error) ? error.code : String(error)),
+      );
+      expect(refused, String(bad)).toBe('INVALID_ARGUMENT');
+    }
+    const proxy = await proxyTo(echo.port, oneWayMs, undefined, extraMs);
+    expect(codeOf(() => proxy.setExtraOneWayMs(-5))).toBe('INVALID_ARGUMENT');
+    // The refused change changed nothing: the route is still slow.
+    const client = await dial(proxy.port);
+    expect(await roundTrip(client)).toBeGreaterThanOrEqual(2 * (oneWayMs + extraMs));
   });
 });
