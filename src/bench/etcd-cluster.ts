@@ -19,7 +19,23 @@ export interface EtcdCluster {
   readonly clientUrls: readonly string[];
   /** The members' process ids (for their CPU time). */
   readonly pids: readonly number[];
+  /** Each member: its name, process, and the addresses it listens on (the bench's own calls, and its faults). */
+  readonly members: readonly EtcdMember[];
   close(): Promise<void>;
+}
+
+export interface EtcdMember {
+  /** etcd-1, etcd-2, ... */
+  readonly name: string;
+  /** Its member id (uint64, decimal, as etcd's JSON gives it). */
+  readonly id: string;
+  readonly pid: number;
+  /** What clients dial (a route to the member with links, else its own address). */
+  readonly clientUrl: string;
+  /** Where it listens for clients: the bench's own calls (status, leadership) go here, around the network. */
+  readonly listenClientUrl: string;
+  /** Where it listens for its peers. */
+  readonly listenPeerUrl: string;
 }
 
 /** The etcd binary on PATH, or undefined. */
@@ -145,7 +161,17 @@ export async function startEtcdCluster(
       } finally {
         await probe.close();
       }
-      return { clientUrls, pids: children.map((child) => child.pid ?? 0), close };
+      const members = await Promise.all(
+        names.map(async (name, k) => ({
+          name,
+          id: (await memberStatus(listenUrls[k]!, name)).id,
+          pid: children[k]!.pid ?? 0,
+          clientUrl: clientUrls[k]!,
+          listenClientUrl: listenUrls[k]!,
+          listenPeerUrl: peerUrls[k]!,
+        })),
+      );
+      return { clientUrls, pids: members.map((m) => m.pid), members, close };
     } catch (error) {
       if (Date.now() > deadline) {
         await close();
@@ -153,5 +179,90 @@ export async function startEtcdCluster(
       }
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
+  }
+}
+
+/** A control call's bound: a member answers status in milliseconds; a stopped one never does. */
+const CONTROL_TIMEOUT_MS = 2_000;
+
+/** One POST to a member's gateway, outside the bench's pools (status and leadership calls). */
+async function controlPost(url: string, path: string, body: unknown): Promise<Record<string, unknown>> {
+  let response: Response;
+  let json: Record<string, unknown>;
+  try {
+    response = await fetch(`${url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(CONTROL_TIMEOUT_MS),
+    });
+    json = (await response.json()) as Record<string, unknown>;
+  } catch (error) {
+    throw new QuorumFenceError('CONNECTION_FAILED', `etcd ${path} at ${url}: ${(error as Error).message}`, undefined, {
+      cause: error,
+    });
+  }
+  if (!response.ok || json.error)
+    throw new QuorumFenceError('INTERNAL', `etcd ${path}: ${response.status} ${JSON.stringify(json).slice(0, 200)}`);
+  return json;
+}
+
+/** The id of the member at `url` and of the leader it follows (etcd's maintenance Status; uint64s in decimal). */
+async function memberStatus(url: string, name: string): Promise<{ id: string; leader: string }> {
+  const status = await controlPost(url, '/v3/maintenance/status', {});
+  const header = status.header as { member_id?: string } | undefined;
+  if (!header?.member_id || typeof status.leader !== 'string')
+    throw new QuorumFenceError('INTERNAL', `etcd status of ${name} names no member or leader`);
+  return { id: header.member_id, leader: status.leader };
+}
+
+/**
+ * The name of the member that every one of `members` outside `skip` follows; undefined while one of them
+ * does not answer, they disagree, or they follow none (during an election).
+ */
+export async function agreedLeader(
+  members: readonly EtcdMember[],
+  skip: ReadonlySet<string> = new Set(),
+): Promise<string | undefined> {
+  const asked = members.filter((m) => !skip.has(m.name));
+  const statuses = await Promise.all(asked.map((m) => memberStatus(m.listenClientUrl, m.name).catch(() => undefined)));
+  const leaders = new Set(statuses.map((s) => s?.leader));
+  if (leaders.size !== 1) return undefined;
+  const [leader] = leaders;
+  return members.find((m) => m.id === leader)?.name;
+}
+
+/**
+ * Moves etcd's leadership to `target` through the maintenance API (MoveLeader, sent to the leader), and
+ * waits until every member follows it. Resolves to whether a move was needed.
+ * @throws QuorumFenceError TIMEOUT when the members do not all follow `target` within `timeoutMs`
+ */
+export async function moveLeader(
+  members: readonly EtcdMember[],
+  target: EtcdMember,
+  timeoutMs = 15_000,
+): Promise<{ moved: boolean }> {
+  const deadline = Date.now() + timeoutMs;
+  let moved = false;
+  let last = '';
+  for (;;) {
+    const leader = await agreedLeader(members);
+    if (leader === target.name) return { moved };
+    if (Date.now() > deadline)
+      throw new QuorumFenceError(
+        'TIMEOUT',
+        `etcd leadership did not move to ${target.name} within ${timeoutMs} ms (the members follow ${leader ?? 'no one member yet'}${last ? `; ${last}` : ''})`,
+      );
+    const current = leader === undefined ? undefined : members.find((m) => m.name === leader);
+    if (current) {
+      try {
+        await controlPost(current.listenClientUrl, '/v3/maintenance/transfer-leadership', { targetID: target.id });
+        moved = true;
+      } catch (error) {
+        // Leadership changed under the call, or an election is running: ask again.
+        last = (error as Error).message;
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }

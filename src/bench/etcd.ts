@@ -25,6 +25,7 @@ import {
   summarise,
   type BenchSize,
   type CycleWindow,
+  type LoopCondition,
   type LoopKinds,
   type LoopRate,
   type LoopSet,
@@ -281,7 +282,24 @@ export interface EtcdFigures {
   readonly drivers: Partial<Record<EtcdDriver, EtcdDriverFigures>>;
 }
 
-async function etcdLoop(
+/** A loop's cycles that failed and were run again (bench --gray: etcd answering errors while it elects a leader). */
+export interface Retried {
+  count: number;
+  /** The first failure's message. */
+  first?: string;
+}
+
+/** Pause before running a failed cycle again: doubling from the first, up to the last (a user's backoff). */
+const RETRY_PAUSE_MS = { first: 20, most: 500 } as const;
+
+/**
+ * `clients` etcd lockers in closed loops of lock [+ fenced write] + unlock for `seconds` on `nameOf(their
+ * index)`, spread over `urls`. With `under` (bench --gray), the loops run under its condition, and a cycle
+ * that fails is run again from its lock (as a user retries; the lock key is the session's own, so a lock
+ * that went through is taken again at once), after a backoff, until the loop's time is up; without it, a
+ * failure ends the loop.
+ */
+export async function etcdLoop(
   driver: EtcdDriver,
   urls: readonly string[],
   clients: number,
@@ -289,25 +307,43 @@ async function etcdLoop(
   nameOf: (k: number) => string,
   write: boolean,
   window?: CycleWindow,
+  under?: { readonly condition: LoopCondition; readonly retried: Retried },
 ): Promise<LoopRate> {
   const made = await lockers(driver, urls, clients);
+  /** One cycle; resolves to when its lock was taken (performance.now()). */
+  const once = async (k: number, name: string): Promise<number> => {
+    const locker = made.lockers[k]!;
+    const { key, fence } = await locker.acquire(name);
+    const acquiredAt = performance.now();
+    if (write && !(await locker.fencedWrite(key, fence, `data/${name}`, 'x')))
+      throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${name}`);
+    await locker.release(key);
+    return acquiredAt;
+  };
   try {
     await Promise.all(made.lockers.map((l) => l.open()));
     return await closedLoop(
       clients,
       seconds,
-      async (k) => {
-        const locker = made.lockers[k]!;
+      async (k, remainingMs) => {
         const name = nameOf(k);
         const t0 = performance.now();
-        const { key, fence } = await locker.acquire(name);
-        const acquireMs = performance.now() - t0;
-        if (write && !(await locker.fencedWrite(key, fence, `data/${name}`, 'x')))
-          throw new QuorumFenceError('INTERNAL', `etcd refused the holder's fenced write on ${name}`);
-        await locker.release(key);
-        return acquireMs;
+        if (!under) return (await once(k, name)) - t0;
+        const deadline = t0 + remainingMs;
+        for (let pause: number = RETRY_PAUSE_MS.first; ; pause = Math.min(2 * pause, RETRY_PAUSE_MS.most)) {
+          try {
+            // The acquire as the user saw it: from the first attempt.
+            return (await once(k, name)) - t0;
+          } catch (error) {
+            under.retried.count++;
+            under.retried.first ??= (error as Error).message;
+            if (performance.now() + pause >= deadline) return undefined;
+            await new Promise((resolve) => setTimeout(resolve, pause));
+          }
+        }
       },
       window,
+      under?.condition,
     );
   } finally {
     await made.close();

@@ -90,6 +90,8 @@ export interface LoopRate {
   readonly cycleMs: Timing;
   /** The acquire alone, including any wait for the lock (on a hot resource: the wait for a handoff), ms. */
   readonly acquireMs: Timing;
+  /** Under a LoopCondition: the cycles done while it settled (not counted in `operations`). */
+  readonly settlingOperations?: number;
   /** quorumfence only: partial signatures all replicas made per grant in this loop (warm-up grants included). */
   readonly signaturesPerGrant?: number;
   /** quorumfence only: the clients' token checks per batch of pairing checks (src/crypto/verify-batch.ts). */
@@ -110,44 +112,74 @@ export interface CycleWindow {
 }
 
 /**
+ * A condition the counted cycles run under (bench --gray's faults, and the healthy runs beside them): begun
+ * after the warm-up cycles, then cycles run uncounted for `settleMs` (the clients' time to notice it, under
+ * load), then the counted ones; ended once the last cycle is done, before the clients close.
+ */
+export interface LoopCondition {
+  readonly settleMs: number;
+  begin(): Promise<void>;
+  /** Told when the counted cycles start (the settling time is over): where to read the servers' counters. */
+  counting?(): void;
+  end(): Promise<void>;
+}
+
+/**
  * Runs `clients` closed loops for `seconds` after one warm-up cycle each.
  * `cycle(k, remainingMs)` runs one cycle of client k and returns how long its
  * acquire took, or undefined when it was not granted (a wait that ran out).
  * `window` hears the start of the warm-up cycles and the end of the last one.
+ * With a `condition`, the loops run under it (see LoopCondition): a cycle
+ * counts when it ends after the settling time and began before the end, so
+ * one caught by the condition's start counts with all it waited.
  */
 export async function closedLoop(
   clients: number,
   seconds: number,
   cycle: (client: number, remainingMs: number) => Promise<number | undefined>,
   window?: CycleWindow,
+  condition?: LoopCondition,
 ): Promise<LoopRate> {
   window?.opened();
   await Promise.all(Array.from({ length: clients }, (_, k) => cycle(k, 10_000)));
   const cycles: number[] = [];
   const acquires: number[] = [];
-  const start = performance.now();
-  const end = start + seconds * 1000;
-  await Promise.all(
-    Array.from({ length: clients }, async (_, k) => {
-      while (performance.now() < end) {
-        const t0 = performance.now();
-        const acquireMs = await cycle(k, Math.max(1, Math.ceil(end - performance.now())));
-        if (acquireMs === undefined) continue;
-        cycles.push(performance.now() - t0);
-        acquires.push(acquireMs);
-      }
-    }),
-  );
-  const elapsed = (performance.now() - start) / 1000;
-  window?.done();
-  return {
-    clients,
-    operations: cycles.length,
-    seconds: elapsed,
-    perSecond: cycles.length / elapsed,
-    cycleMs: summarise(cycles),
-    acquireMs: summarise(acquires),
-  };
+  let settling = 0;
+  try {
+    // Ended even when beginning it failed half-way: ending what was not begun is harmless.
+    await condition?.begin();
+    const start = performance.now() + (condition?.settleMs ?? 0);
+    const end = start + seconds * 1000;
+    if (condition?.counting) setTimeout(() => condition.counting!(), condition.settleMs);
+    await Promise.all(
+      Array.from({ length: clients }, async (_, k) => {
+        while (performance.now() < end) {
+          const t0 = performance.now();
+          const acquireMs = await cycle(k, Math.max(1, Math.ceil(end - performance.now())));
+          if (acquireMs === undefined) continue;
+          if (performance.now() < start) {
+            settling++;
+            continue;
+          }
+          cycles.push(performance.now() - t0);
+          acquires.push(acquireMs);
+        }
+      }),
+    );
+    const elapsed = (performance.now() - start) / 1000;
+    window?.done();
+    return {
+      clients,
+      operations: cycles.length,
+      seconds: elapsed,
+      perSecond: cycles.length / elapsed,
+      cycleMs: summarise(cycles),
+      acquireMs: summarise(acquires),
+      ...(condition ? { settlingOperations: settling } : {}),
+    };
+  } finally {
+    await condition?.end();
+  }
 }
 
 /**

@@ -15,7 +15,7 @@ import { ran } from './network-report.js';
 import { strongerEtcd } from './report.js';
 
 export const CHART = { width: 960, height: 460, scale: 2 } as const;
-const COLOURS = { quorumfence: '#1f5fbf', etcd: '#d96a00' } as const;
+export const COLOURS = { quorumfence: '#1f5fbf', etcd: '#d96a00' } as const;
 const LOOPS = [
   ['one', '1 client', ''],
   ['distinct', '16 clients, distinct resources', '9 5'],
@@ -77,7 +77,7 @@ export function chartSeries(points: readonly NetworkPoint[]): Series[] {
 }
 
 /** Ticks 1, 2, 5 x 10^k from the decade at or below `low` to the one at or above `high`. */
-function logTicks(low: number, high: number): { from: number; to: number; ticks: number[] } {
+export function logTicks(low: number, high: number): { from: number; to: number; ticks: number[] } {
   const from = 10 ** Math.floor(Math.log10(low));
   // At least one decade, also when every value is the same power of ten.
   const to = Math.max(10 ** Math.ceil(Math.log10(high)), from * 10);
@@ -87,8 +87,8 @@ function logTicks(low: number, high: number): { from: number; to: number; ticks:
   return { from, to, ticks };
 }
 
-const escape = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
-const label = (value: number) => (value >= 1000 ? `${value / 1000}k` : String(Number(value.toPrecision(3))));
+export const escape = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+export const label = (value: number) => (value >= 1000 ? `${value / 1000}k` : String(Number(value.toPrecision(3))));
 
 /** A marker: where a value was drawn, in the SVG's user units. */
 export interface Marker {
@@ -174,8 +174,14 @@ export function findChromium(): string | undefined {
   return found.status === 0 && path ? path : undefined;
 }
 
+/** A chart's size in CSS pixels (the PNG is CHART.scale times larger). */
+export interface ChartSize {
+  readonly width: number;
+  readonly height: number;
+}
+
 /** The SVG as a PNG at CHART.scale, drawn by headless chromium; undefined when chromium is missing. */
-export async function rasterise(svg: string): Promise<Buffer | undefined> {
+export async function rasterise(svg: string, size: ChartSize = CHART): Promise<Buffer | undefined> {
   const executablePath = findChromium();
   if (!executablePath) return undefined;
   // playwright-core is a dev dependency, loaded only here: the other sections run without it.
@@ -183,14 +189,37 @@ export async function rasterise(svg: string): Promise<Buffer | undefined> {
   const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] });
   try {
     const page = await browser.newPage({
-      viewport: { width: CHART.width, height: CHART.height },
+      viewport: { width: size.width, height: size.height },
       deviceScaleFactor: CHART.scale,
     });
     await page.setContent(`<!doctype html><body style="margin:0">${svg}</body>`);
-    return await page.screenshot({ type: 'png', clip: { x: 0, y: 0, width: CHART.width, height: CHART.height } });
+    return await page.screenshot({ type: 'png', clip: { x: 0, y: 0, width: size.width, height: size.height } });
   } finally {
     await browser.close();
   }
+}
+
+/**
+ * Writes a chart as `<base>.png` (or `<base>.svg` when chromium is missing or fails, saying why); returns the
+ * file and a line for the table.
+ */
+export async function writeChart(
+  base: string,
+  svg: string,
+  size: ChartSize = CHART,
+): Promise<{ file: string; line: string }> {
+  let why = 'no chromium on PATH to draw the PNG';
+  try {
+    const png = await rasterise(svg, size);
+    if (png) {
+      writeFileSync(`${base}.png`, png);
+      return { file: `${base}.png`, line: `chart written to ${base}.png` };
+    }
+  } catch (error) {
+    why = `chromium could not draw the PNG: ${(error as Error).message.split('\n')[0]}`;
+  }
+  writeFileSync(`${base}.svg`, svg);
+  return { file: `${base}.svg`, line: `chart written to ${base}.svg (${why})` };
 }
 
 /**
@@ -203,18 +232,5 @@ export async function writeNetworkChart(
   caption: string,
   replicas: number,
 ): Promise<{ file: string; line: string }> {
-  const { svg } = networkChartSvg(points, caption, replicas);
-  const base = jsonFile.replace(/\.json$/, '');
-  let why = 'no chromium on PATH to draw the PNG';
-  try {
-    const png = await rasterise(svg);
-    if (png) {
-      writeFileSync(`${base}.png`, png);
-      return { file: `${base}.png`, line: `chart written to ${base}.png` };
-    }
-  } catch (error) {
-    why = `chromium could not draw the PNG: ${(error as Error).message.split('\n')[0]}`;
-  }
-  writeFileSync(`${base}.svg`, svg);
-  return { file: `${base}.svg`, line: `chart written to ${base}.svg (${why})` };
+  return writeChart(jsonFile.replace(/\.json$/, ''), networkChartSvg(points, caption, replicas).svg);
 }

@@ -53,7 +53,24 @@ export interface DelayedNetwork extends Links {
   readonly pid: number;
   /** Every route's figures, summed. */
   stats(): Promise<DelayProxyStats>;
+  /**
+   * One node's links `extraOneWayMs` slower each way, from now on (bench --gray's slow-link; 0 ends it): every
+   * connection through a route to one of `urls` (routes opened later too), and every connection process
+   * `fromPid` dialed through any route (an etcd member's peer links to the others). Resolves to how many open
+   * connections that process had dialed through the routes.
+   * @throws QuorumFenceError INVALID_ARGUMENT for an extra delay that is not a number >= 0
+   */
+  slowNode(fault: SlowNode): Promise<{ dialedByPid: number }>;
   close(): Promise<void>;
+}
+
+/** What DelayedNetwork.slowNode slows. */
+export interface SlowNode {
+  /** The node's own addresses (as given to `route`): every connection to them is slowed. */
+  readonly urls: readonly string[];
+  /** The node's process: the connections it dialed to others are slowed too. */
+  readonly fromPid?: number;
+  readonly extraOneWayMs: number;
 }
 
 /** Starts the proxies' process with a one-way delay of rttMs / 2 on every link. */
@@ -105,6 +122,29 @@ export async function startDelayedNetwork(rttMs: number): Promise<DelayedNetwork
       return routed.then((port) => url.replace(`//${parsed.host}`, `//${parsed.hostname}:${port}`));
     },
     stats: async () => (await ask<{ stats: DelayProxyStats }>({ stats: true })).stats,
+    async slowNode(fault) {
+      if (!(
+        typeof fault.extraOneWayMs === 'number' &&
+        fault.extraOneWayMs >= 0 &&
+        Number.isFinite(fault.extraOneWayMs)
+      ))
+        throw new QuorumFenceError(
+          'INVALID_ARGUMENT',
+          `a slow node's extra delay must be ms >= 0, got ${fault.extraOneWayMs}`,
+        );
+      const targets = fault.urls.map((url) => {
+        const parsed = new URL(url);
+        return { host: parsed.hostname, port: Number(parsed.port) };
+      });
+      const { dialedByPid } = await ask<{ dialedByPid: number }>({
+        slow: {
+          targets,
+          ...(fault.fromPid === undefined ? {} : { fromPid: fault.fromPid }),
+          extraOneWayMs: fault.extraOneWayMs,
+        },
+      });
+      return { dialedByPid };
+    },
     async close() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const gone = new Promise((resolve) => child.once('exit', resolve));

@@ -40,6 +40,7 @@ import {
   summarise,
   type BenchSize,
   type CycleWindow,
+  type LoopCondition,
   type LoopKinds,
   type LoopRate,
   type Timing,
@@ -102,7 +103,7 @@ export interface SystemBenchOptions {
 }
 
 /** The processes a loop runs against, and how its clients reach them. */
-interface Running {
+export interface Running {
   readonly local: LocalCluster;
   /** The cluster with the endpoints the clients dial (the replicas' own, or routes to them). */
   readonly cluster: Cluster;
@@ -113,7 +114,7 @@ interface Running {
 }
 
 /** `local` and `resource` as the clients reach them through `links`. */
-async function reach(local: LocalCluster, resource: LocalProcess, links: Links): Promise<Running> {
+export async function reach(local: LocalCluster, resource: LocalProcess, links: Links): Promise<Running> {
   const endpoints = await Promise.all(local.cluster.replicas.map((r) => links.route(r.endpoint)));
   return {
     local,
@@ -146,13 +147,18 @@ async function guardedWrite(
   if (status !== 200) throw new QuorumFenceError('INTERNAL', `benchmark: the guard refused a write with ${status}`);
 }
 
-async function loop(
+/**
+ * `clients` clients in closed loops of acquire [+ a guarded write] + release for `seconds` (measure.ts,
+ * closedLoop), each on `resourceOf(its index)`; with `condition`, under it (bench --gray).
+ */
+export async function acquireLoop(
   running: Running,
   clients: number,
   seconds: number,
   resourceOf: (k: number) => string,
   write: boolean,
   window?: CycleWindow,
+  condition?: LoopCondition,
 ): Promise<LoopRate> {
   // Default client options throughout: waiters on a hot resource hear of each release from the replicas.
   const { local, resourceUrl, metricsUrl } = running;
@@ -190,12 +196,14 @@ async function loop(
         return acquireMs;
       },
       window,
+      condition,
     );
     const signed = (await replicaCounters(local)).grantsSigned - signedBefore;
     const guardAfter = await guardBatches(metricsUrl);
     return {
       ...rate,
-      signaturesPerGrant: signed / (rate.operations + clients),
+      // Under a condition, cycles also ran uncounted while it settled: the replicas' count would be shared out wrong.
+      ...(condition ? {} : { signaturesPerGrant: signed / (rate.operations + clients) }),
       clientChecksPerBatch: (batcher.checks - batchesBefore.checks) / (batcher.batches - batchesBefore.batches),
       ...(write
         ? {
@@ -209,20 +217,79 @@ async function loop(
   }
 }
 
-/** Deals a key, starts n replicas and the reference resource under `dir` (node flags per process for profiling). */
-async function startSystem(
+/**
+ * One replica started differently from the others (bench --gray): another entry point (the Byzantine replica
+ * process), more flags, more environment (a library preloaded into it).
+ */
+export interface OddReplica {
+  readonly index: number;
+  readonly entry?: string;
+  readonly extraArgs?: readonly string[];
+  readonly env?: NodeJS.ProcessEnv;
+}
+
+/** The replicas of `dir`, with `odd` (if any) started its own way; what started is stopped on a failure. */
+async function startReplicas(
   dir: string,
   n: number,
   signingWorkers: number | undefined,
-  nodeArgs?: (process: string) => readonly string[],
-): Promise<{ local: LocalCluster; resource: LocalProcess }> {
-  dealLocalCluster(join(dir, 'keys'), n);
-  const local = await startLocalCluster({
+  nodeArgs: ((process: string) => readonly string[]) | undefined,
+  odd: OddReplica | undefined,
+): Promise<LocalCluster> {
+  const common = {
     dir: join(dir, 'keys'),
     dataRoot: join(dir, 'data'),
     extraArgs: signingWorkers === undefined ? [] : ['--signing-workers', String(signingWorkers)],
     ...(nodeArgs ? { nodeArgs: (index: number) => nodeArgs(`replica-${index}`) } : {}),
-  });
+  };
+  if (!odd) return startLocalCluster(common);
+  const started = await Promise.allSettled([
+    startLocalCluster({
+      ...common,
+      indices: Array.from({ length: n }, (_, k) => k + 1).filter((i) => i !== odd.index),
+    }),
+    startLocalCluster({
+      ...common,
+      indices: [odd.index],
+      extraArgs: [...common.extraArgs, ...(odd.extraArgs ?? [])],
+      ...(odd.entry ? { entry: odd.entry } : {}),
+      ...(odd.env ? { env: odd.env } : {}),
+    }),
+  ]);
+  const [others, one] = started;
+  if (others.status === 'rejected' || one.status === 'rejected') {
+    await Promise.allSettled(started.flatMap((s) => (s.status === 'fulfilled' ? [s.value.close()] : [])));
+    throw (started.find((s) => s.status === 'rejected') as PromiseRejectedResult).reason;
+  }
+  const replicas = [...others.value.replicas, ...one.value.replicas].sort((a, b) => a.index - b.index);
+  return {
+    cluster: withEndpoints(
+      others.value.cluster,
+      replicas.map((r) => r.url),
+    ),
+    replicas,
+    replica(index) {
+      return index === odd.index ? one.value.replica(index) : others.value.replica(index);
+    },
+    async close() {
+      await Promise.all([others.value.close(), one.value.close()]);
+    },
+  };
+}
+
+/**
+ * Deals a key, starts n replicas and the reference resource under `dir` (node flags per process for profiling;
+ * one replica started its own way for bench --gray).
+ */
+export async function startSystem(
+  dir: string,
+  n: number,
+  signingWorkers: number | undefined,
+  nodeArgs?: (process: string) => readonly string[],
+  odd?: OddReplica,
+): Promise<{ local: LocalCluster; resource: LocalProcess }> {
+  dealLocalCluster(join(dir, 'keys'), n);
+  const local = await startReplicas(dir, n, signingWorkers, nodeArgs, odd);
   try {
     const clusterFile = join(dir, 'cluster.json');
     writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
@@ -278,16 +345,23 @@ async function profileLoop(
     let toUs = fromUs;
     let before = cpuNow(pids);
     let after = before;
-    loopRate = await loop(await reach(local, resource, LOOPBACK), clients, seconds, freshNames('bench/profile'), true, {
-      opened: () => {
-        fromUs = monotonicUs();
-        before = cpuNow(pids);
+    loopRate = await acquireLoop(
+      await reach(local, resource, LOOPBACK),
+      clients,
+      seconds,
+      freshNames('bench/profile'),
+      true,
+      {
+        opened: () => {
+          fromUs = monotonicUs();
+          before = cpuNow(pids);
+        },
+        done: () => {
+          after = cpuNow(pids);
+          toUs = monotonicUs();
+        },
       },
-      done: () => {
-        after = cpuNow(pids);
-        toUs = monotonicUs();
-      },
-    });
+    );
     window = { fromUs, toUs };
     // The loop's warm-up grants (one per client) fall inside the window too.
     cpu = cpuPerGrant(before, after, loopRate.operations + clients);
@@ -359,7 +433,7 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
     const measured = async (loopClients: number, resourceOf: (k: number) => string, write: boolean) => {
       let before = cpuNow(pids);
       let after = before;
-      const rate = await loop(running, loopClients, seconds, resourceOf, write, {
+      const rate = await acquireLoop(running, loopClients, seconds, resourceOf, write, {
         opened: () => (before = cpuNow(pids)),
         done: () => (after = cpuNow(pids)),
       });
@@ -373,7 +447,7 @@ export async function benchSystem(options: SystemBenchOptions = {}): Promise<Sys
       progress(`system: ${clients} clients on distinct resources, ${what} ...`);
       const distinct = await measured(clients, freshNames(`bench/${kind}/d`), write);
       progress(`system: ${clients} clients on one hot resource, ${what} ...`);
-      const hot = await loop(running, clients, seconds, () => `bench/${kind}/hot`, write);
+      const hot = await acquireLoop(running, clients, seconds, () => `bench/${kind}/hot`, write);
       return { loops: { one: one.rate, distinct: distinct.rate, hot }, cpuOne: one.cpu, cpu: distinct.cpu };
     };
     const lockRelease = await set(false);

@@ -28,6 +28,16 @@ import { writeNetworkChart } from '../bench/network-chart.js';
 import { networkSummary, pointText } from '../bench/network-report.js';
 import { parseRtts } from '../bench/network.js';
 import {
+  benchGray,
+  GRAY_CLIENTS,
+  GRAY_FAULTS,
+  GRAY_FAULT_KINDS,
+  grayFailures,
+  parseGrayFaults,
+} from '../bench/gray.js';
+import { writeGrayChart } from '../bench/gray-chart.js';
+import { grayFaultText, grayHeading, graySummary } from '../bench/gray-report.js';
+import {
   comparisonTable,
   cpuTable,
   cryptoTable,
@@ -43,8 +53,32 @@ import { integerFlag, parseFlags, type Command } from '../command/args.js';
 const SECTIONS = ['crypto', 'replica', 'guard', 'system', 'etcd', 'ceremony', 'growth'] as const;
 type Section = (typeof SECTIONS)[number];
 
+/** Words of `text` in lines of at most `width` characters. */
+function wrapWords(text: string, width: number): string[] {
+  const lines: string[] = [];
+  let line = '';
+  for (const word of text.split(' ')) {
+    if (line && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line ? `${line} ${word}` : word;
+  }
+  return line ? [...lines, line] : lines;
+}
+
+/** One fault's lines in --help: its name, then what it emulates, wrapped under it. */
+function grayFaultHelp(kind: (typeof GRAY_FAULT_KINDS)[number]): string {
+  const { takesMs, etcd, emulates } = GRAY_FAULTS[kind];
+  const text = `${emulates}${etcd ? '' : ' (quorumfence only)'}`;
+  return [
+    `                     ${takesMs ? `${kind}:MS` : kind}`,
+    ...wrapWords(text, 66).map((l) => `                       ${l}`),
+  ].join('\n');
+}
+
 const usage = `usage: quorumfence-dev bench [SECTION...] [--quick | --smoke] [--replicas 4|7] [--postgres URL] [--out FILE] [--json] [--profile]
        quorumfence-dev bench [system] [etcd] --rtt LIST [--quick | --smoke] [--replicas 4|7] [--out FILE] [--json]
+       quorumfence-dev bench [system] [etcd] --gray FAULT[,FAULT...] [--rtt RTT] [--gray-replica N] [--quick | --smoke] ...
 
 Measures quorumfence on this machine, every process on this one box, and
 writes every figure as JSON. It never fails on speed. A section whose server
@@ -93,6 +127,23 @@ options:
                    issue 31's targets per round trip, then a summary across them (Markdown),
                    and writes a chart (PNG through the system's chromium; SVG without it)
                    next to the JSON, same name
+  --gray LIST      gray faults, on the --rtt network (one round trip; default 2ms): for each
+                   fault, the acquire + release loops of --rtt (1 client; 16 on distinct
+                   resources; 16 on one hot resource), each healthy and then faulted on the
+                   same processes, reported as a ratio to the same system's healthy run and
+                   as quorumfence / etcd, in a Markdown table per fault and a summary, and a
+                   chart next to the JSON (<name>-gray.png). A flag of the network bench, not
+                   a section: it measures the system and etcd sections' loops on --rtt's
+                   proxies; the sections named pick the systems. The fault strikes one node:
+                   quorumfence replica --gray-replica; etcd's leader (moved there first with
+                   the maintenance API, MoveLeader, and checked) and, separately, a follower;
+                   etcd's clients dial the other members. It begins after each loop's
+                   warm-up and the cycles count from 1 s later (0.2 s with --smoke). Faults
+                   (MS: a duration, default 50ms):
+${GRAY_FAULT_KINDS.map((kind) => grayFaultHelp(kind)).join('\n')}
+                   slow-flush builds a small library with the C compiler (cc; Debian: gcc)
+                   and is skipped without one
+  --gray-replica N the quorumfence replica the --gray faults strike   (default 1)
 `;
 
 function progress(line: string): void {
@@ -115,6 +166,8 @@ export const command: Command = {
         postgres: { type: 'string' },
         profile: { type: 'boolean' },
         rtt: { type: 'string' },
+        gray: { type: 'string' },
+        'gray-replica': { type: 'string' },
       },
       { max: SECTIONS.length },
     );
@@ -124,15 +177,29 @@ export const command: Command = {
     }
     if (values.quick && values.smoke) throw new QuorumFenceError('INVALID_OPTION', '--quick and --smoke: pick one');
     const rtts = values.rtt === undefined ? undefined : parseRtts(values.rtt);
-    if (rtts && positionals.some((p) => p !== 'system' && p !== 'etcd'))
-      throw new QuorumFenceError('INVALID_OPTION', '--rtt measures the system and etcd sections only');
-    if (rtts && values.profile) throw new QuorumFenceError('INVALID_OPTION', '--rtt and --profile: pick one');
+    const grayFaults = values.gray === undefined ? undefined : parseGrayFaults(values.gray);
+    const flag = grayFaults ? '--gray' : '--rtt';
+    if ((rtts || grayFaults) && positionals.some((p) => p !== 'system' && p !== 'etcd'))
+      throw new QuorumFenceError('INVALID_OPTION', `${flag} measures the system and etcd sections only`);
+    if ((rtts || grayFaults) && values.profile)
+      throw new QuorumFenceError('INVALID_OPTION', `${flag} and --profile: pick one`);
+    if (grayFaults && rtts && (rtts.length !== 1 || rtts[0] === 0))
+      throw new QuorumFenceError(
+        'INVALID_OPTION',
+        `--gray runs on one delayed network: --rtt names one round trip above 0 (default 2ms), got "${values.rtt}"`,
+      );
+    if (values['gray-replica'] !== undefined && !grayFaults)
+      throw new QuorumFenceError(
+        'INVALID_OPTION',
+        '--gray-replica names the replica --gray faults strike: give --gray',
+      );
     const sections = new Set(
-      (positionals.length > 0 ? positionals : rtts ? ['system', 'etcd'] : [...SECTIONS]) as Section[],
+      (positionals.length > 0 ? positionals : rtts || grayFaults ? ['system', 'etcd'] : [...SECTIONS]) as Section[],
     );
     const size: BenchSize = values.smoke ? 'smoke' : values.quick ? 'quick' : 'full';
     const n = integerFlag(values.replicas, 'replicas', 4, 4, 7);
     if (n !== 4 && n !== 7) throw new QuorumFenceError('INVALID_OPTION', `--replicas is 4 or 7, got ${n}`);
+    const grayReplica = integerFlag(values['gray-replica'], 'gray-replica', 1, 1, n);
     const cores = availableParallelism();
     const report: Record<string, unknown> = {
       // A --postgres URL may carry a password: the report keeps the user and host only.
@@ -168,7 +235,35 @@ export const command: Command = {
     };
 
     const file = resolve(values.out ?? `bench-results/bench-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
-    if (rtts)
+    if (grayFaults)
+      await attempt('gray', async () => {
+        const gray = await benchGray({
+          faults: grayFaults,
+          rttMs: rtts?.[0] ?? 2,
+          size,
+          replicas: n,
+          grayReplica,
+          system: sections.has('system'),
+          etcd: sections.has('etcd'),
+          progress,
+        });
+        report.gray = gray;
+        const clients = GRAY_CLIENTS[size];
+        out.push(grayHeading(gray), ...gray.faults.map((f) => grayFaultText(f, clients)), graySummary(gray, clients));
+        const machine = report.machine as { cores: number; cpu: string };
+        const caption = `${machine.cores} cores (${machine.cpu}), every process on this one box, load average ${gray.loadAverage.start.toFixed(1)}-${gray.loadAverage.end.toFixed(1)}; ${size} run, ${String(report.startedAt).slice(0, 10)}`;
+        mkdirSync(dirname(file), { recursive: true });
+        const chart = await writeGrayChart(file, gray, caption, clients);
+        // Its name only, as the network chart's.
+        report.gray = { ...gray, chart: basename(chart.file) };
+        out.push(chart.line);
+        const parts = grayFailures(gray);
+        if (parts.length > 0) {
+          out.push(`gray: FAILED: ${parts.join(', ')}`);
+          failed.push('gray');
+        }
+      });
+    else if (rtts)
       await attempt('network', async () => {
         const points = await benchNetwork({
           rtts,
@@ -196,7 +291,8 @@ export const command: Command = {
       });
     const crypto: CryptoFigures[] = [];
     // The system section's floor needs the native crypto figures from this same run.
-    if (!rtts && (sections.has('crypto') || sections.has('system'))) {
+    const networked = rtts !== undefined || grayFaults !== undefined;
+    if (!networked && (sections.has('crypto') || sections.has('system'))) {
       await attempt('crypto', async () => {
         for (const backend of sections.has('crypto') ? (['blst', 'noble'] as const) : (['blst'] as const)) {
           progress(`crypto: ${backend} ...`);
@@ -234,7 +330,7 @@ export const command: Command = {
 
     let system: SystemFigures | undefined;
     let transport: TransportFloor[] = [];
-    if (!rtts && sections.has('system'))
+    if (!networked && sections.has('system'))
       await attempt('system', async () => {
         const figures = await benchSystem({ replicas: n, size, progress, profile: values.profile ?? false });
         progress('system: the bare wire (WebSocket + codec, nothing behind it), 1 and 16 connections ...');
@@ -253,7 +349,7 @@ export const command: Command = {
         if (system.profile) out.push(profileTable(system.profile));
       });
     let etcd: EtcdFigures | undefined;
-    if (!rtts && sections.has('etcd'))
+    if (!networked && sections.has('etcd'))
       await attempt('etcd', async () => {
         if (findEtcd()) {
           etcd = await benchEtcd({ size, progress });
