@@ -1,14 +1,14 @@
 /**
- * The system programs some tests run for real (PostgreSQL, Chromium, promtool, kubectl, docker-compose, etcd), and
- * whether this machine has them. `npm test` must work on a fresh machine with only Node.js (README, first lines), so
- * a test whose program is missing is skipped, and says so in its name ("needs PostgreSQL: not installed, skipped"):
- * vitest reports it as skipped, never as passed. CI installs every one of them (.ci/run) and sets
- * QUORUMFENCE_TEST_REQUIRE_SYSTEM=1, under which nothing is skipped: a missing program fails its tests with the
+ * The system programs some tests run for real (PostgreSQL, Chromium, promtool, kubectl, docker-compose, etcd, a C
+ * compiler), and whether this machine has them. `npm test` must work on a fresh machine with only Node.js (README,
+ * first lines), so a test whose program is missing is skipped, and says so in its name ("needs PostgreSQL: not
+ * installed, skipped"): vitest reports it as skipped, never as passed. CI installs every one of them (.ci/run) and
+ * sets QUORUMFENCE_TEST_REQUIRE_SYSTEM=1, under which nothing is skipped: a missing program fails its tests with the
  * command that installs it.
  */
 import { spawnSync } from 'node:child_process';
 
-export type SystemTool = 'postgresql' | 'chromium' | 'promtool' | 'kubectl' | 'docker-compose' | 'etcd';
+export type SystemTool = 'postgresql' | 'chromium' | 'promtool' | 'kubectl' | 'docker-compose' | 'etcd' | 'cc';
 
 interface ToolInfo {
   /** What a test name calls it. */
@@ -26,6 +26,8 @@ const TOOLS: Record<SystemTool, ToolInfo> = {
   kubectl: { label: 'kubectl', commands: ['kubectl'], install: 'kubernetes-client' },
   'docker-compose': { label: 'docker-compose', commands: ['docker-compose'], install: 'docker-compose' },
   etcd: { label: 'etcd', commands: ['etcd'], install: 'etcd-server' },
+  // bench --gray's slow-flush compiles a small preloaded library.
+  cc: { label: 'a C compiler', commands: ['cc'], install: 'gcc' },
 };
 
 /** Set by CI: every system program must be there, and no test is skipped for want of one. */
