@@ -1,5 +1,5 @@
 /**
- * The chart `bench --gray` writes next to its JSON (`<name>-gray.png`, the
+ * The chart `bench --gray` writes next to its JSON (same name, .png; the
  * network chart's style: SVG, rasterised by the system's chromium, the SVG
  * itself without it): per loop, for each fault, quorumfence's faulted /
  * healthy ratio beside etcd's (fault on its leader, and on a follower); the
@@ -196,8 +196,9 @@ export function grayChartSvg(
 }
 
 /**
- * Writes the chart beside the JSON (`<json without .json>-gray.png`, or `.svg` when chromium is missing or
- * fails, saying why); returns the file and a line for the table.
+ * Writes the chart beside the JSON (`<json without .json>.png`, or `.svg` when chromium is missing or fails,
+ * saying why), as the network chart: a --gray run draws no network chart. Returns the file and a line for the
+ * table.
  */
 export async function writeGrayChart(
   jsonFile: string,
@@ -205,5 +206,5 @@ export async function writeGrayChart(
   caption: string,
   clients: number,
 ): Promise<{ file: string; line: string }> {
-  return writeChart(`${jsonFile.replace(/\.json$/, '')}-gray`, grayChartSvg(bench, caption, clients).svg, GRAY_CHART);
+  return writeChart(jsonFile.replace(/\.json$/, ''), grayChartSvg(bench, caption, clients).svg, GRAY_CHART);
 }

@@ -127,19 +127,21 @@ options:
                    issue 31's targets per round trip, then a summary across them (Markdown),
                    and writes a chart (PNG through the system's chromium; SVG without it)
                    next to the JSON, same name
-  --gray LIST      gray faults, on the --rtt network (one round trip; default 2ms): for each
-                   fault, the acquire + release loops of --rtt (1 client; 16 on distinct
-                   resources; 16 on one hot resource), each healthy and then faulted on the
-                   same processes, reported as a ratio to the same system's healthy run and
-                   as quorumfence / etcd, in a Markdown table per fault and a summary, and a
-                   chart next to the JSON (<name>-gray.png). A flag of the network bench, not
-                   a section: it measures the system and etcd sections' loops on --rtt's
-                   proxies; the sections named pick the systems. The fault strikes one node:
-                   quorumfence replica --gray-replica; etcd's leader (moved there first with
-                   the maintenance API, MoveLeader, and checked) and, separately, a follower;
-                   etcd's clients dial the other members. It begins after each loop's
-                   warm-up and the cycles count from 1 s later (0.2 s with --smoke). Faults
-                   (MS: a duration, default 50ms):
+  --gray LIST      gray faults: one node of each system slow, hung or lying slow, on the
+                   --rtt network (one round trip; default 2ms). For each fault, the
+                   acquire + release loops of --rtt (1 client; 16 on distinct resources;
+                   16 on one hot resource), each run healthy and then faulted on the same
+                   processes; each figure as a ratio to the same system's healthy run and
+                   as quorumfence / etcd: a Markdown table per fault, a summary, and a
+                   chart next to the JSON, same name. A flag of the network bench rather
+                   than a section, as it runs those sections' loops on --rtt's proxies;
+                   the sections named pick the systems. The fault strikes quorumfence
+                   replica --gray-replica; etcd's leader (moved there first through the
+                   maintenance API, MoveLeader, and checked) and, separately, a follower,
+                   etcd's clients dialing the other members. It begins after each loop's
+                   warm-up; the cycles count from 1 s later (0.2 s with --smoke, which
+                   also runs 4 clients, and one etcd client per variant). Faults (MS: a
+                   duration, default 50ms):
 ${GRAY_FAULT_KINDS.map((kind) => grayFaultHelp(kind)).join('\n')}
                    slow-flush builds a small library with the C compiler (cc; Debian: gcc)
                    and is skipped without one

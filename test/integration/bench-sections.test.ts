@@ -9,7 +9,9 @@
  * say so), unless QUORUMFENCE_TEST_REQUIRE_SYSTEM=1 (CI sets it, after installing them), where they run and fail
  * (test/support/system-tools.ts). Missing servers and a failing section are
  * checked too: the first are skipped with their reason and the run exits 0; the second is reported, the
- * next section still runs, and the run exits 1.
+ * next section still runs, and the run exits 1. `--gray` runs each fault so (its faults checked to have
+ * acted: the processes seen stopped, the answers delayed, the flushes slowed, the peer links found and slowed,
+ * etcd's leadership moved back), slow-flush where a C compiler is installed (CI installs gcc).
  */
 import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -94,6 +96,88 @@ function expectLines(stdout: string, lines: readonly (string | RegExp)[]): void 
 
 /** `text` as a regular expression that matches it literally. */
 const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+const LOOPS = ['one', 'distinct', 'hot'] as const;
+
+/** A gray run's JSON: the network, the faults asked for in order, the chart beside the JSON. */
+function expectGray(report: Json, faults: readonly string[]): Json {
+  expect(report.network).toBeUndefined();
+  expect(report.system).toBeUndefined();
+  const gray = report.gray as Json;
+  expect(gray.rttMs).toBe(2);
+  expect(gray.settleMs).toBe(200);
+  expectTiming(gray.measuredRttMs, 10);
+  // Every ping crossed the proxies: none came back sooner than the round trip set.
+  expect(gray.measuredRttMs.median).toBeGreaterThanOrEqual(2);
+  expect(gray.faults.map((f: Json) => f.fault)).toEqual(faults);
+  for (const fault of gray.faults as Json[]) expect(fault.emulates).toMatch(/\w/);
+  return gray;
+}
+
+/** A loop under a condition: its counted cycles' timings, and the cycles done while it settled. */
+function expectConditionLoop(rate: Json, clients: number): void {
+  expectLoop(rate, clients);
+  expect(Number.isInteger(rate.settlingOperations), JSON.stringify(rate)).toBe(true);
+}
+
+/** quorumfence's side: each loop healthy and faulted, the partials per cycle read from the replicas. */
+function expectQuorumfenceGray(q: Json, grayReplica: number): void {
+  expect(q.failed, JSON.stringify(q)).toBeUndefined();
+  expect(q).toMatchObject({ replicas: 4, grayReplica });
+  for (const loop of LOOPS)
+    for (const state of ['healthy', 'faulted']) {
+      const run = q.loops[loop][state] as Json;
+      expectConditionLoop(run.rate, loop === 'one' ? 1 : 4);
+      expect(isNumber(run.partialsPerCycle.all)).toBe(true);
+    }
+}
+
+/** etcd's side: the fault on its leader (etcd-1, moved there) and on a follower (etcd-2), clients on the others. */
+function expectEtcdGray(etcd: Json): Json[] {
+  expect(etcd.skipped, 'etcd must run here (QUORUMFENCE_TEST_REQUIRE_SYSTEM=1)').toBeUndefined();
+  expect(etcd.members).toBe(3);
+  expect(etcd.leader).toMatchObject({ faulted: 'etcd-1', leader: 'etcd-1', clientsOn: ['etcd-2', 'etcd-3'] });
+  expect(etcd.follower).toMatchObject({ faulted: 'etcd-2', leader: 'etcd-1', clientsOn: ['etcd-1', 'etcd-3'] });
+  // A smoke run gives each variant one client: the gateway under the leader's fault, gRPC under the follower's.
+  expect(Object.keys(etcd.leader.drivers)).toEqual(['gateway']);
+  expect(Object.keys(etcd.follower.drivers)).toEqual(['grpc']);
+  for (const variant of [etcd.leader, etcd.follower] as Json[]) {
+    expect(Number.isInteger(variant.leaderMoves)).toBe(true);
+    for (const loops of Object.values(variant.drivers) as Json[])
+      for (const loop of LOOPS)
+        for (const state of ['healthy', 'faulted']) {
+          const run = loops[loop][state] as Json;
+          expectConditionLoop(run.rate, loop === 'one' ? 1 : 4);
+          expect(Number.isInteger(run.retried)).toBe(true);
+          for (const leader of [run.leaderWhenCounting, run.leaderAtEnd])
+            expect([null, 'etcd-1', 'etcd-2', 'etcd-3']).toContain(leader);
+        }
+  }
+  return [etcd.leader, etcd.follower];
+}
+
+function faultedRuns(variant: Json): Json[] {
+  return (Object.values(variant.drivers) as Json[]).flatMap((loops) =>
+    LOOPS.map((loop) => loops[loop].faulted as Json),
+  );
+}
+
+/** The text: the heading, each fault's table, the summary, and the chart written beside the JSON. */
+function expectGrayLines(run: Awaited<ReturnType<typeof bench>>, faults: readonly string[]): void {
+  const chart = run.out.replace(/\.json$/, '.png');
+  expect(run.report.gray.chart).toBe(basename(chart));
+  expect(readFileSync(chart).subarray(1, 4).toString()).toBe('PNG');
+  expectLines(run.stdout, [
+    /^gray faults, round trip 2 ms on every link \(measured through the proxies: p50 /m,
+    ...faults.flatMap((fault) => [
+      `gray fault ${fault}: `,
+      new RegExp(`^\\| ${literal(fault)} \\| 4 clients, one hot resource \\| `, 'm'),
+    ]),
+    /^\| 4 clients, one hot resource \| p99 wait, ms \| /m,
+    /^\| gray fault \(one node\) \| loop \| quorumfence, faulted \/ healthy: cycles\/s, cycle p99 \|/m,
+    `chart written to ${chart}`,
+  ]);
+}
 
 describe('bench sections (--smoke, through the real command)', { timeout: RUN_TIMEOUT_MS + 10_000 }, () => {
   test('crypto: both backends, each operation, combine and batches', async () => {
@@ -310,6 +394,102 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
       expect(result.stderr).toMatch(/\(INVALID_OPTION\)/);
     }
   });
+
+  test('--gray with a section other than system and etcd, with --profile, with a round trip of 0 or several, a bad fault, or --gray-replica out of place, is refused (INVALID_OPTION, exit 2)', async () => {
+    for (const args of [
+      ['bench', 'crypto', '--gray', 'hung'],
+      ['bench', '--gray', 'hung', '--profile'],
+      ['bench', '--gray', 'hung', '--rtt', '0'],
+      ['bench', '--gray', 'hung', '--rtt', '2ms,20ms'],
+      ['bench', '--gray', 'hung:50ms'],
+      ['bench', '--gray', 'slow-disk'],
+      ['bench', '--gray', 'hung,hung'],
+      ['bench', '--rtt', '2ms', '--gray-replica', '2'],
+      ['bench', '--gray', 'hung', '--gray-replica', '5'],
+      ['bench', '--gray', 'hung', '--gray-replica', '0'],
+    ]) {
+      const result = await runDevCli(args);
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr, args.join(' ')).toMatch(/\(INVALID_OPTION\)/);
+    }
+  });
+
+  test.skipIf(lacks('etcd'))(
+    `--gray slow-link ${needs('etcd')}: each loop healthy then faulted on both systems, etcd's leader moved and slowed with its peer links, a follower, the tables, the chart`,
+    async () => {
+      const run = await bench(['system', 'etcd', '--gray', 'slow-link:50ms']);
+      expectCompleted(run);
+      const gray = expectGray(run.report, ['slow-link:50ms']);
+      const [fault] = gray.faults as Json[];
+      expectQuorumfenceGray(fault!.quorumfence, 1);
+      const etcd = expectEtcdGray(fault!.etcd);
+      // The slowed member's own peer connections were found in /proc and slowed too, in every faulted run.
+      for (const variant of etcd)
+        for (const run of faultedRuns(variant)) expect(run.dialedByFaulted).toBeGreaterThan(0);
+      expectGrayLines(run, ['slow-link:50ms']);
+      expectLines(run.stdout, [
+        /^\| 1 client \| cycles\/s \| [\d.]+ → [\d.]+ = [\d.]+x (pass|MISS) \| [\d.]+ → [\d.]+ = [\d.]+x \(gateway\) \| [\d.]+ → [\d.]+ = [\d.]+x \(grpc\) \|/m,
+        /^etcd, fault on etcd-1 \(leadership moved to etcd-1 before each run, \d+ move\(s\) needed; clients on etcd-2, etcd-3\)/m,
+        /^etcd, fault on etcd-2 \(leadership moved to etcd-1 before each run, \d+ move\(s\) needed; clients on etcd-1, etcd-3\)/m,
+      ]);
+    },
+  );
+
+  test.skipIf(lacks('etcd'))(
+    `--gray hung ${needs('etcd')}: the replica and each etcd member seen stopped, then resumed; leadership moved back to etcd-1 after its hang`,
+    async () => {
+      const run = await bench(['system', 'etcd', '--gray', 'hung']);
+      expectCompleted(run);
+      const gray = expectGray(run.report, ['hung']);
+      const [fault] = gray.faults as Json[];
+      expectQuorumfenceGray(fault!.quorumfence, 1);
+      for (const loop of LOOPS) {
+        expect(fault!.quorumfence.loops[loop].faulted.stopped).toBe(true);
+        // A stopped replica's /metrics cannot be read: its share is unknown, not zero.
+        expect(fault!.quorumfence.loops[loop].faulted.partialsPerCycle.gray).toBeNull();
+        expect(fault!.quorumfence.loops[loop].healthy.stopped).toBeUndefined();
+      }
+      const [leader, follower] = expectEtcdGray(fault!.etcd);
+      for (const variant of [leader!, follower!])
+        for (const run of faultedRuns(variant)) expect(run.stopped).toBe(true);
+      // A hung leader loses its leadership (the others elect one while it is stopped): a later run moved it back.
+      expect(leader!.leaderMoves).toBeGreaterThan(0);
+      expectGrayLines(run, ['hung']);
+    },
+  );
+
+  test('--gray byzantine-slow on replica 3: the Byzantine replica process, honest healthy, its answers delayed faulted; etcd has no counterpart', async () => {
+    const run = await bench(['system', 'etcd', '--gray', 'byzantine-slow:50ms', '--gray-replica', '3']);
+    expectCompleted(run);
+    const gray = expectGray(run.report, ['byzantine-slow:50ms']);
+    const [fault] = gray.faults as Json[];
+    expectQuorumfenceGray(fault!.quorumfence, 3);
+    for (const loop of LOOPS) {
+      expect(fault!.quorumfence.loops[loop].healthy.slowedAnswers).toBe(0);
+      expect(fault!.quorumfence.loops[loop].faulted.slowedAnswers).toBeGreaterThan(0);
+    }
+    expect(fault!.etcd).toEqual({ skipped: expect.stringContaining('quorumfence only') });
+    expectGrayLines(run, ['byzantine-slow:50ms']);
+    expectLines(run.stdout, [
+      /^etcd: skipped, quorumfence only/m,
+      /^\| loop \| figure \| quorumfence, replica 3 faulty/m,
+    ]);
+  });
+
+  test.skipIf(lacks('cc'))(
+    `--gray slow-flush ${needs('cc')}: the replica's real flushes made slower by the preloaded library, by at least the delay`,
+    async () => {
+      const run = await bench(['system', '--gray', 'slow-flush:50ms']);
+      expectCompleted(run);
+      const gray = expectGray(run.report, ['slow-flush:50ms']);
+      const [fault] = gray.faults as Json[];
+      expectQuorumfenceGray(fault!.quorumfence, 1);
+      expect(fault!.etcd).toBeUndefined();
+      // Each flush waited 50 ms before the disk's own: the mean cannot be below it.
+      for (const loop of LOOPS) expect(fault!.quorumfence.loops[loop].faulted.grayFlushMs).toBeGreaterThanOrEqual(50);
+      expectGrayLines(run, ['slow-flush:50ms']);
+    },
+  );
 
   test('ceremony: N = 4 and 7 on loopback', async () => {
     const run = await bench(['ceremony']);
