@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Builds the quorumfence image on a machine whose build containers reach no package registry (CI's, for one):
+# instead of running `npm ci` inside the build, it copies in this checkout's own build, and when no Node image
+# can be pulled it makes the base image from Debian packages.
+#
+#   npm ci && npm run build        # on the host, first
+#   deploy/docker/local-image.sh   # tags quorumfence:local (as root when the base has to be made)
+#
+# Steps:
+#  1. The base: $QUORUMFENCE_BASE_IMAGE when set; else the Dockerfile's default Node image when the engine
+#     already has it; else quorumfence-base:trixie, made once and kept by the engine (a later run reuses it):
+#     `debootstrap --variant=minbase trixie`, then `apt-get install nodejs npm` inside it with chroot (Node 20),
+#     and `docker import`. That needs root, debootstrap, and Debian's mirror reachable from the host
+#     ($DEBIAN_MIRROR overrides debootstrap's default).
+#  2. A build context holding package.json, package-lock.json, this checkout's dist/, and a production
+#     node_modules/ made by `npm ci --omit=dev` on the host (from npm's cache when it is warm).
+#  3. `docker build --target prebuilt` of nodes/Dockerfile on that base, tagged $QUORUMFENCE_IMAGE
+#     (default quorumfence:local, the name docker-compose.yml runs).
+#
+# Environment: QUORUMFENCE_IMAGE, QUORUMFENCE_BASE_IMAGE, DEBIAN_MIRROR (all optional). Prints the image's name
+# as its last line. The host's node_modules must suit the base (Linux, glibc, x86-64 or arm64 like the host):
+# the native modules (lmdb, blst) are Node-API builds, so any Node >= 20 runs them.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+IMAGE=${QUORUMFENCE_IMAGE:-quorumfence:local}
+LOCAL_BASE=quorumfence-base:trixie
+DOCKERFILE="$ROOT/nodes/Dockerfile"
+
+log() { printf '[local-image] %s\n' "$*" >&2; }
+fail() {
+  printf 'local-image.sh: %s\n' "$*" >&2
+  exit 1
+}
+
+command -v docker >/dev/null 2>&1 || fail 'docker is not installed (Debian: apt-get install docker.io)'
+docker info >/dev/null 2>&1 || fail 'the Docker engine is not running or not reachable (start dockerd)'
+[ -f "$ROOT/dist/nodes/quorumfence.js" ] || fail "no build in $ROOT/dist: run npm ci && npm run build first"
+
+has_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+# Makes quorumfence-base:trixie from Debian packages: a minimal trixie with Node.js and npm from Debian.
+make_local_base() {
+  [ "$(id -u)" -eq 0 ] || fail "making $LOCAL_BASE needs root (debootstrap and chroot); or set QUORUMFENCE_BASE_IMAGE"
+  command -v debootstrap >/dev/null 2>&1 || fail 'debootstrap is not installed (Debian: apt-get install debootstrap)'
+  local rootfs
+  rootfs=$(mktemp -d "${TMPDIR:-/tmp}/quorumfence-base.XXXXXX")
+  # Unmount before removing: rm -rf must never walk into the host's /proc.
+  cleanup_rootfs() {
+    umount "$rootfs/proc" 2>/dev/null || true
+    if ! mountpoint -q "$rootfs/proc" 2>/dev/null; then rm -rf "$rootfs"; fi
+  }
+  trap cleanup_rootfs EXIT
+  log "debootstrap --variant=minbase trixie (a few minutes)"
+  # shellcheck disable=SC2086 # DEBIAN_MIRROR is one word or nothing
+  debootstrap --variant=minbase trixie "$rootfs" ${DEBIAN_MIRROR:-} >/dev/null \
+    || fail "debootstrap failed (see $rootfs/debootstrap/debootstrap.log)"
+  cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+  mount -t proc proc "$rootfs/proc"
+  log 'apt-get install nodejs npm (in the new root)'
+  chroot "$rootfs" /usr/bin/env DEBIAN_FRONTEND=noninteractive sh -c \
+    'apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null && apt-get clean' \
+    || fail 'apt-get install nodejs npm failed in the new root'
+  umount "$rootfs/proc"
+  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs/etc/resolv.conf"
+  log "docker import as $LOCAL_BASE"
+  tar -C "$rootfs" --numeric-owner -c . | docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["node"]' \
+    --change 'LABEL org.quorumfence.base=debootstrap-trixie' \
+    - "$LOCAL_BASE" >/dev/null
+  cleanup_rootfs
+  trap - EXIT
+}
+
+# 1. The base.
+default_base=$(sed -n 's/^ARG BASE_IMAGE=//p' "$DOCKERFILE")
+[ -n "$default_base" ] || fail "$DOCKERFILE has no ARG BASE_IMAGE line"
+if [ -n "${QUORUMFENCE_BASE_IMAGE:-}" ]; then
+  base=$QUORUMFENCE_BASE_IMAGE
+  has_image "$base" || fail "QUORUMFENCE_BASE_IMAGE=$base is not in the engine (docker pull or docker load it)"
+elif has_image "$default_base"; then
+  base=$default_base
+elif has_image "$LOCAL_BASE"; then
+  base=$LOCAL_BASE
+  log "reusing $LOCAL_BASE"
+else
+  make_local_base
+  base=$LOCAL_BASE
+fi
+node_version=$(docker run --rm --network none --entrypoint node "$base" --version) || fail "$base has no working node"
+case "$node_version" in
+  v1[0-9].*) fail "$base has Node $node_version; quorumfence needs Node >= 20" ;;
+esac
+log "base $base (Node $node_version)"
+
+# 2. The build context: the host's build and production dependencies.
+context=$(mktemp -d "${TMPDIR:-/tmp}/quorumfence-image.XXXXXX")
+trap 'rm -rf "$context"' EXIT
+cp "$ROOT/package.json" "$ROOT/package-lock.json" "$context/"
+cp -R "$ROOT/dist" "$context/dist"
+log 'npm ci --omit=dev (production node_modules)'
+(cd "$context" && npm ci --omit=dev --prefer-offline --no-audit --no-fund --loglevel=error >/dev/null) \
+  || fail 'npm ci --omit=dev failed on the host'
+
+# 3. The image.
+log "docker build --target prebuilt -t $IMAGE"
+docker build --quiet --force-rm --file "$DOCKERFILE" --target prebuilt --build-arg "BASE_IMAGE=$base" \
+  --label org.quorumfence.built-by=local-image.sh --tag "$IMAGE" "$context" >/dev/null \
+  || fail 'docker build failed'
+echo "$IMAGE"
