@@ -39,28 +39,39 @@ docker info >/dev/null 2>&1 || fail 'the Docker engine is not running or not rea
 
 has_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
+# The new root, global so that the exit trap still sees it after a failure.
+rootfs=""
+# Unmount before removing: rm -rf must never walk into the host's /proc.
+cleanup_rootfs() {
+  [ -n "$rootfs" ] || return 0
+  umount "$rootfs/proc" 2>/dev/null || true
+  if ! mountpoint -q "$rootfs/proc" 2>/dev/null; then rm -rf "$rootfs"; fi
+  rootfs=""
+}
 # Makes quorumfence-base:trixie from Debian packages: a minimal trixie with Node.js and npm from Debian.
 make_local_base() {
   [ "$(id -u)" -eq 0 ] || fail "making $LOCAL_BASE needs root (debootstrap and chroot); or set QUORUMFENCE_BASE_IMAGE"
   command -v debootstrap >/dev/null 2>&1 || fail 'debootstrap is not installed (Debian: apt-get install debootstrap)'
-  local rootfs
   rootfs=$(mktemp -d "${TMPDIR:-/tmp}/quorumfence-base.XXXXXX")
-  # Unmount before removing: rm -rf must never walk into the host's /proc.
-  cleanup_rootfs() {
-    umount "$rootfs/proc" 2>/dev/null || true
-    if ! mountpoint -q "$rootfs/proc" 2>/dev/null; then rm -rf "$rootfs"; fi
-  }
+  # The root of the new system: apt's unprivileged downloader must be able to enter it.
+  chmod 755 "$rootfs"
   trap cleanup_rootfs EXIT
   log "debootstrap --variant=minbase trixie (a few minutes)"
   # shellcheck disable=SC2086 # DEBIAN_MIRROR is one word or nothing
-  debootstrap --variant=minbase trixie "$rootfs" ${DEBIAN_MIRROR:-} >/dev/null \
-    || fail "debootstrap failed (see $rootfs/debootstrap/debootstrap.log)"
+  if ! debootstrap --variant=minbase trixie "$rootfs" ${DEBIAN_MIRROR:-} >/dev/null; then
+    tail -n 20 "$rootfs/debootstrap/debootstrap.log" >&2 2>/dev/null || true
+    fail 'debootstrap failed'
+  fi
   cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
   mount -t proc proc "$rootfs/proc"
   log 'apt-get install nodejs npm (in the new root)'
-  chroot "$rootfs" /usr/bin/env DEBIAN_FRONTEND=noninteractive sh -c \
-    'apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null && apt-get clean' \
-    || fail 'apt-get install nodejs npm failed in the new root'
+  if ! chroot "$rootfs" /usr/bin/env DEBIAN_FRONTEND=noninteractive sh -c \
+    'apt-get update && apt-get install -y --no-install-recommends nodejs npm && apt-get clean' \
+    >"$rootfs/tmp/apt.log" 2>&1; then
+    tail -n 20 "$rootfs/tmp/apt.log" >&2
+    fail 'apt-get install nodejs npm failed in the new root'
+  fi
+  rm -f "$rootfs/tmp/apt.log"
   umount "$rootfs/proc"
   rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs/etc/resolv.conf"
   log "docker import as $LOCAL_BASE"
@@ -68,7 +79,7 @@ make_local_base() {
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'CMD ["node"]' \
     --change 'LABEL org.quorumfence.base=debootstrap-trixie' \
-    - "$LOCAL_BASE" >/dev/null
+    - "$LOCAL_BASE" >/dev/null || fail 'docker import failed'
   cleanup_rootfs
   trap - EXIT
 }
