@@ -373,9 +373,15 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
     const workerA = (await honest.container('worker-a'))!;
     const paused = await run('docker', ['pause', workerA]);
     if (paused.status === 0) {
-      await sleep(5_000);
-      expect(await honest.logs('worker-b')).not.toMatch(/worker B: acquired/);
-      await must('docker', ['unpause', workerA]);
+      try {
+        await sleep(5_000);
+        // Still waiting for A's write: B has neither seen one nor acquired.
+        const b = await honest.logs('worker-b');
+        expect(b).toMatch(/worker B: waiting for=a write by A/);
+        expect(b).not.toMatch(/worker B: (saw|acquired|write)/);
+      } finally {
+        await must('docker', ['unpause', workerA]);
+      }
     } else {
       // Only when A finished before the pause could land; B had to wait for it all the same.
       expect(paused.stderr).toMatch(/not running/);
