@@ -3,8 +3,9 @@
 # instead of running `npm ci` inside the build, it copies in this checkout's own build, and when no Node image
 # can be pulled it makes the base image from Debian packages.
 #
-#   npm ci && npm run build        # on the host, first
-#   deploy/docker/local-image.sh   # tags quorumfence:local (as root when the base has to be made)
+#   npm ci && npm run build                    # on the host, first
+#   deploy/docker/local-image.sh               # tags quorumfence:local (as root when the base has to be made)
+#   deploy/docker/local-image.sh --base-only   # only step 1 (needs no build): prints the base's name
 #
 # Steps:
 #  1. The base: $QUORUMFENCE_BASE_IMAGE when set; else the Dockerfile's default Node image when the engine
@@ -27,27 +28,42 @@ IMAGE=${QUORUMFENCE_IMAGE:-quorumfence:local}
 LOCAL_BASE=quorumfence-base:trixie
 DOCKERFILE="$ROOT/nodes/Dockerfile"
 
-log() { printf '[local-image] %s\n' "$*" >&2; }
+log() { printf '[local-image %s] %s\n' "$(date +%T)" "$*" >&2; }
 fail() {
   printf 'local-image.sh: %s\n' "$*" >&2
   exit 1
 }
 
+base_only=false
+case "${1:-}" in
+  '') ;;
+  --base-only) base_only=true ;;
+  *) fail "unknown argument \"$1\" (the only one is --base-only)" ;;
+esac
+
 command -v docker >/dev/null 2>&1 || fail 'docker is not installed (Debian: apt-get install docker.io)'
 docker info >/dev/null 2>&1 || fail 'the Docker engine is not running or not reachable (start dockerd)'
-[ -f "$ROOT/dist/nodes/quorumfence.js" ] || fail "no build in $ROOT/dist: run npm ci && npm run build first"
+$base_only || [ -f "$ROOT/dist/nodes/quorumfence.js" ] \
+  || fail "no build in $ROOT/dist: run npm ci && npm run build first"
 
 has_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 # The new root, global so that the exit trap still sees it after a failure.
 rootfs=""
-# Unmount before removing: rm -rf must never walk into the host's /proc.
+# Unmounts what debootstrap or this script mounted in the new root, then removes it: rm -rf must never walk
+# into the host's /proc, /sys or /dev.
 cleanup_rootfs() {
   [ -n "$rootfs" ] || return 0
-  umount "$rootfs/proc" 2>/dev/null || true
-  if ! mountpoint -q "$rootfs/proc" 2>/dev/null; then rm -rf "$rootfs"; fi
+  local mount
+  for mount in dev/pts dev sys proc; do umount "$rootfs/$mount" 2>/dev/null || true; done
+  if grep -q " $rootfs/" /proc/mounts; then
+    printf 'local-image.sh: %s still has mounts; left in place\n' "$rootfs" >&2
+  else
+    rm -rf "$rootfs"
+  fi
   rootfs=""
 }
+
 # Makes quorumfence-base:trixie from Debian packages: a minimal trixie with Node.js and npm from Debian.
 make_local_base() {
   [ "$(id -u)" -eq 0 ] || fail "making $LOCAL_BASE needs root (debootstrap and chroot); or set QUORUMFENCE_BASE_IMAGE"
@@ -56,11 +72,28 @@ make_local_base() {
   # The root of the new system: apt's unprivileged downloader must be able to enter it.
   chmod 755 "$rootfs"
   trap cleanup_rootfs EXIT
-  log "debootstrap --variant=minbase trixie (a few minutes)"
+  # Two stages, so that dpkg is configured before it installs anything: the packages are unpacked first,
+  # then installed inside the new root without an fsync per file (the root is thrown away once it is
+  # imported; a crash means running this again) and without documentation (as Debian's slim images).
+  log "debootstrap --variant=minbase trixie, first stage: download and unpack"
   # shellcheck disable=SC2086 # DEBIAN_MIRROR is one word or nothing
-  if ! debootstrap --variant=minbase trixie "$rootfs" ${DEBIAN_MIRROR:-} >/dev/null; then
+  if ! debootstrap --foreign --variant=minbase trixie "$rootfs" ${DEBIAN_MIRROR:-} >/dev/null; then
     tail -n 20 "$rootfs/debootstrap/debootstrap.log" >&2 2>/dev/null || true
-    fail 'debootstrap failed'
+    fail 'debootstrap (first stage) failed'
+  fi
+  mkdir -p "$rootfs/etc/dpkg/dpkg.cfg.d"
+  echo force-unsafe-io >"$rootfs/etc/dpkg/dpkg.cfg.d/quorumfence-unsafe-io"
+  cat >"$rootfs/etc/dpkg/dpkg.cfg.d/quorumfence-no-docs" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+EOF
+  log 'debootstrap, second stage: install (in the new root)'
+  if ! chroot "$rootfs" /debootstrap/debootstrap --second-stage >/dev/null 2>&1; then
+    tail -n 20 "$rootfs/debootstrap/debootstrap.log" >&2 2>/dev/null || true
+    fail 'debootstrap (second stage) failed'
   fi
   cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
   mount -t proc proc "$rootfs/proc"
@@ -71,9 +104,9 @@ make_local_base() {
     tail -n 20 "$rootfs/tmp/apt.log" >&2
     fail 'apt-get install nodejs npm failed in the new root'
   fi
-  rm -f "$rootfs/tmp/apt.log"
   umount "$rootfs/proc"
-  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs/etc/resolv.conf"
+  rm -rf "$rootfs"/tmp/apt.log "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs/etc/resolv.conf" \
+    "$rootfs/etc/dpkg/dpkg.cfg.d/quorumfence-unsafe-io"
   log "docker import as $LOCAL_BASE"
   tar -C "$rootfs" --numeric-owner -c . | docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
@@ -104,6 +137,10 @@ case "$node_version" in
   v1[0-9].*) fail "$base has Node $node_version; quorumfence needs Node >= 20" ;;
 esac
 log "base $base (Node $node_version)"
+if $base_only; then
+  echo "$base"
+  exit 0
+fi
 
 # 2. The build context: the host's build and production dependencies.
 context=$(mktemp -d "${TMPDIR:-/tmp}/quorumfence-image.XXXXXX")
