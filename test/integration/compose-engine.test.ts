@@ -32,7 +32,7 @@ import { checkHistory, formatViolation } from '../../src/testing/history-checker
 import { freePorts } from '../support/free-ports.js';
 import { outcomeOf, RawClient } from '../support/raw-client.js';
 import { filesHoldingShare } from '../support/share-scan.js';
-import { lacks, needs } from '../support/system-tools.js';
+import { hasTool, installHint, lacks, needs } from '../support/system-tools.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const COMPOSE_FILE = join(ROOT, 'docker-compose.yml');
@@ -77,7 +77,13 @@ async function must(command: string, args: readonly string[], options: Parameter
   return ran.stdout.toString();
 }
 
-/** Polls `probe` until it returns a value (not undefined), at most `timeoutMs`; fails naming `what`. */
+/** What a probe throws when waiting longer cannot help (a container exited). */
+class GaveUp extends Error {}
+
+/**
+ * Polls `probe` until it returns a value (not undefined), at most `timeoutMs`; fails naming `what`. A probe's
+ * error counts as "not yet" (a server still starting), except GaveUp, which ends the wait at once.
+ */
 async function waitFor<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
@@ -86,6 +92,7 @@ async function waitFor<T>(what: string, timeoutMs: number, probe: () => Promise<
       const value = await probe();
       if (value !== undefined) return value;
     } catch (error) {
+      if (error instanceof GaveUp) throw error;
       last = error;
     }
     if (Date.now() > deadline)
@@ -173,7 +180,9 @@ class Project {
   async healthy(service: string, timeoutMs = 300_000): Promise<void> {
     await waitFor(`${service} healthy`, timeoutMs, async () => {
       const state = await this.state(service);
-      if (state.Status === 'exited') throw new Error(`${service} exited: ${await this.logs(service)}`);
+      // Exited, or crashed and being restarted (restart: unless-stopped): it will not get healthy by waiting.
+      if (state.Status === 'exited' || state.Status === 'restarting')
+        throw new GaveUp(`${service} ${state.Status}: ${await this.logs(service)}`);
       return state.Health?.Status === 'healthy' ? true : undefined;
     });
   }
@@ -302,6 +311,8 @@ afterAll(async () => {
 
 describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs('docker')}`, () => {
   beforeAll(async () => {
+    // Required (CI) but missing: fail saying what to install and start.
+    if (!hasTool('docker')) throw new Error(installHint('docker'));
     const [resource, consolePort, ...replicas] = await freePorts(6);
     ports = { resource: resource!, console: consolePort!, replicas };
     honest = new Project('honest', 'honest', ports);
