@@ -140,6 +140,18 @@ describe('signing record identity and locking', () => {
     expect(openStore().identity.replicaIndex).toBe(2);
   });
 
+  it("takes over a lock naming this process's pid that it does not hold (a container's pid 1, restarted after a kill)", async () => {
+    await openStore().close();
+    open = [];
+    writeFileSync(join(dir, 'replica.lock'), `${process.pid}\n`);
+    const store = openStore();
+    expect(store.identity.replicaIndex).toBe(2);
+    // Held now: a second open in this process is still refused.
+    expectCode(() => SigningRecord.open(dir, identity), 'STORE_LOCKED');
+    await store.close();
+    expect(existsSync(join(dir, 'replica.lock'))).toBe(false);
+  });
+
   it('refuses to start from empty watermarks when the LMDB data was removed (STORE_CORRUPT)', async () => {
     const store = openStore();
     await store.checkAndRecord('r', () => ({ record: record('r', 1n, alice), result: undefined }));
