@@ -64,6 +64,7 @@ export function parseFlags<O extends OptionSpec>(
       (error as Error).message.replace(/\. To specify a positional.*$/s, ''),
     );
   }
+  refuseEmptyValues(parsed.values);
   const { min = 0, max = 0 } = positionals;
   if (parsed.positionals.length < min)
     throw new QuorumFenceError('INVALID_OPTION', `expected ${min} argument(s), got ${parsed.positionals.length}`);
@@ -73,9 +74,27 @@ export function parseFlags<O extends OptionSpec>(
   return { values: parsed.values, positionals: parsed.positionals };
 }
 
+/**
+ * The one rule for a flag given with an empty value (`--identity ""`, `--cluster=`): an error, for every flag of
+ * every verb. Read as absent, it would fall back to a default or an environment variable the user did not ask
+ * for (an unset shell variable in `--identity "$ID"` reads as "use $QUORUMFENCE_IDENTITY"), against the rule that
+ * a flag given always wins. Pure.
+ * @throws QuorumFenceError INVALID_OPTION naming the first empty flag
+ */
+export function refuseEmptyValues(values: Readonly<Record<string, unknown>>): void {
+  for (const [flag, value] of Object.entries(values)) {
+    const empty = value === '' || (Array.isArray(value) && value.includes(''));
+    if (empty)
+      throw new QuorumFenceError(
+        'INVALID_OPTION',
+        `--${flag} was given an empty value; give it a value, or leave the flag out for its default`,
+      );
+  }
+}
+
 /** Requires a string flag. @throws QuorumFenceError INVALID_OPTION */
 export function required(value: string | undefined, flag: string): string {
-  if (value === undefined || value === '') throw new QuorumFenceError('INVALID_OPTION', `--${flag} is required`);
+  if (value === undefined) throw new QuorumFenceError('INVALID_OPTION', `--${flag} is required`);
   return value;
 }
 
@@ -122,8 +141,9 @@ export const CLUSTER_ENVIRONMENT_VARIABLE = 'QUORUMFENCE_CLUSTER';
 export const IDENTITY_ENVIRONMENT_VARIABLE = 'QUORUMFENCE_IDENTITY';
 
 /**
- * A string flag that falls back to an environment variable, as etcdctl's ETCDCTL_ENDPOINTS does.
- * @throws QuorumFenceError INVALID_OPTION when both are absent or empty
+ * A string flag that falls back to an environment variable, as etcdctl's ETCDCTL_ENDPOINTS does. A flag given
+ * always wins (parseFlags refuses one given empty); a variable set to "" counts as unset.
+ * @throws QuorumFenceError INVALID_OPTION when both are absent
  */
 export function requiredOrEnvironment(
   value: string | undefined,
@@ -131,7 +151,7 @@ export function requiredOrEnvironment(
   variable: string,
   env: NodeJS.ProcessEnv = process.env,
 ): string {
-  if (value !== undefined && value !== '') return value;
+  if (value !== undefined) return value;
   const fromEnvironment = env[variable];
   if (fromEnvironment !== undefined && fromEnvironment !== '') return fromEnvironment;
   throw new QuorumFenceError('INVALID_OPTION', `--${flag} is required (or set $${variable})`);

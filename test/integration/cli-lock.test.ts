@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clusterToJson, withEndpoints } from '../../src/cluster/description.js';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { checkToken } from '../../src/token/admission-token.js';
-import { runCli } from '../support/cli.js';
+import { DEV_CLI_PATH, runCli } from '../support/cli.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 let dir: string;
 let local: LocalCluster;
@@ -200,6 +201,23 @@ describe('QUORUMFENCE_CLUSTER and QUORUMFENCE_IDENTITY', () => {
     expect(neither.code).toBe(2);
     expect(neither.stderr).toContain('--cluster is required (or set $QUORUMFENCE_CLUSTER)');
   });
+
+  it('a flag given empty is an error, never a fall-back to its variable (issue 43, item 8)', async () => {
+    const env = { QUORUMFENCE_CLUSTER: clusterFile, QUORUMFENCE_IDENTITY: alice };
+    for (const flags of [['--identity', ''], ['--cluster', ''], ['--cluster=']]) {
+      const empty = await runCli(['acquire', 'env/empty', ...flags, '--json'], { env });
+      expect(empty.code, flags.join(' ')).toBe(2);
+      expect(empty.stdout).toBe('');
+      expect(empty.stderr).toMatch(/was given an empty value/);
+      expect(lastLineCode(empty.stderr)).toBe('INVALID_OPTION');
+    }
+    // Nothing was acquired by those: another identity takes the resource at once.
+    const next = await runCli(['acquire', 'env/empty', ...as(bob), '--json']);
+    expect(next.code, next.stderr).toBe(0);
+    const lock = await runCli(['lock', 'env/empty-lock', '--identity', '', '--', 'true'], { env });
+    expect(lock.code).toBe(125);
+    expect(lastLineCode(lock.stderr)).toBe('INVALID_OPTION');
+  });
 });
 
 describe('quorumfence health and version', () => {
@@ -235,9 +253,14 @@ describe('quorumfence health and version', () => {
     }
   });
 
-  it('version prints the package version, node and the backend', async () => {
+  it('version prints the package version, node and the backend; --version is the same', async () => {
     const text = await runCli(['version']);
     expect(text.code).toBe(0);
+    const dashed = await runCli(['--version']);
+    expect(dashed).toEqual(text);
+    const dev = await runCli(['--version'], { program: DEV_CLI_PATH });
+    expect(dev.code).toBe(0);
+    expect(dev.stdout).toMatch(/^quorumfence-dev \d+\.\d+\.\d+\n$/);
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
     expect(text.stdout).toMatch(new RegExp(`^quorumfence ${pkg.version.replace(/\./g, '\\.')}\\n`));
     const json = JSON.parse((await runCli(['version', '--json'])).stdout) as Record<string, string>;
@@ -313,10 +336,40 @@ describe('quorumfence completion', () => {
     expect(script.stdout).toMatch(/^#compdef quorumfence\n/);
     for (const verb of ['keygen', 'lock', 'release', 'health', 'version', 'completion'])
       expect(script.stdout).toMatch(new RegExp(`^    '${verb}:`, 'm'));
-    const fish = await runCli(['completion', 'fish']);
-    expect(fish.code).toBe(2);
-    expect(lastLineCode(fish.stderr)).toBe('INVALID_OPTION');
+    const tcsh = await runCli(['completion', 'tcsh']);
+    expect(tcsh.code).toBe(2);
+    expect(tcsh.stderr).toContain('unknown shell "tcsh" (bash, zsh, fish)');
+    expect(lastLineCode(tcsh.stderr)).toBe('INVALID_OPTION');
   });
+
+  it.skipIf(lacks('fish'))(
+    `fish ${needs('fish')}: sourced, it completes verbs, subcommands, flags and commands after "--"`,
+    async () => {
+      const script = await runCli(['completion', 'fish']);
+      expect(script.code, script.stderr).toBe(0);
+      const file = join(dir, 'completion.fish');
+      writeFileSync(file, script.stdout);
+      /** What fish completes for the command line `line` (the cursor at its end): the words, without descriptions. */
+      const complete = (line: string) => {
+        const run = spawnSync('fish', ['--no-config', '-c', `source ${file}; complete -C ${JSON.stringify(line)}`], {
+          encoding: 'utf8',
+          timeout: 10_000,
+        });
+        expect(run.status, run.stderr).toBe(0);
+        return run.stdout
+          .split('\n')
+          .filter(Boolean)
+          .map((entry) => entry.split('\t')[0]!);
+      };
+      expect(complete('quorumfence lo')).toEqual(['lock']);
+      expect(complete('quorumfence re').sort()).toEqual(['release', 'replica', 'reshare', 'resource']);
+      expect(complete('quorumfence replica ex')).toEqual(['export']);
+      expect(complete('quorumfence lock r --ki')).toEqual(['--kill-after']);
+      expect(complete('quorumfence health --')).toEqual(['--cluster', '--help', '--json', '--timeout', '--wait']);
+      expect(complete('quorumfence lock r -- bas')).toContain('bash');
+      expect(complete('quorumfence lock r -- sh --ki')).not.toContain('--kill-after');
+    },
+  );
 });
 
 function readIfExists(path: string): string | undefined {

@@ -6,7 +6,10 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadBackend } from '../../src/crypto/load.js';
-import { parseDuration, requiredOrEnvironment } from '../../src/command/args.js';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseDuration, parseFlags, requiredOrEnvironment } from '../../src/command/args.js';
 import { chooseEndpointListen, endpointPort } from '../../src/command/endpoint-listen.js';
 import { completionOf } from '../../src/cli/completion.js';
 import { formatHealthReport, formatUptime, healthReport, judgeReplica } from '../../src/cli/health.js';
@@ -14,6 +17,16 @@ import { LOCK_EXIT_CODES, lockExitCode, splitCommandLine } from '../../src/cli/l
 import { parseEpochArgument } from '../../src/cli/release.js';
 import { codeOf } from '../support/error-code.js';
 import { dealCluster } from '../support/dealt-cluster.js';
+
+const SRC = fileURLToPath(new URL('../../src', import.meta.url));
+const sourceFiles = (dir: string): string[] =>
+  readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
+    entry.isDirectory()
+      ? sourceFiles(join(dir, entry.name))
+      : entry.name.endsWith('.ts')
+        ? [join(dir, entry.name)]
+        : [],
+  );
 
 describe('durations', () => {
   it('a number without a unit is refused (INVALID_OPTION), whatever the number; "0" alone needs none', () => {
@@ -56,9 +69,44 @@ describe('flags from the environment', () => {
     expect(requiredOrEnvironment('flag.json', 'cluster', 'QUORUMFENCE_CLUSTER', env)).toBe('flag.json');
     expect(requiredOrEnvironment(undefined, 'cluster', 'QUORUMFENCE_CLUSTER', env)).toBe('from-env.json');
     expect(codeOf(() => requiredOrEnvironment(undefined, 'cluster', 'QUORUMFENCE_CLUSTER', {}))).toBe('INVALID_OPTION');
-    expect(() => requiredOrEnvironment('', 'cluster', 'QUORUMFENCE_CLUSTER', { QUORUMFENCE_CLUSTER: '' })).toThrow(
-      '--cluster is required (or set $QUORUMFENCE_CLUSTER)',
-    );
+    // A variable set to "" counts as unset (a flag given empty never gets here: parseFlags refuses it).
+    expect(() =>
+      requiredOrEnvironment(undefined, 'cluster', 'QUORUMFENCE_CLUSTER', { QUORUMFENCE_CLUSTER: '' }),
+    ).toThrow('--cluster is required (or set $QUORUMFENCE_CLUSTER)');
+  });
+
+  it('a flag given empty is INVALID_OPTION for every flag, never read as absent (issue 43, item 8)', () => {
+    const options = {
+      identity: { type: 'string' },
+      watch: { type: 'string', multiple: true },
+      json: { type: 'boolean' },
+    } as const;
+    for (const argv of [
+      ['--identity', ''],
+      ['--identity='],
+      ['--watch', 'a', '--watch', ''],
+      ['--json', '--identity', ''],
+    ])
+      expect(() => parseFlags(argv, options), argv.join(' ')).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_OPTION',
+          message: expect.stringMatching(/^--(identity|watch) was given an empty value/),
+        }),
+      );
+    expect(parseFlags(['--identity', 'me.key', '--watch', 'a', '--json'], options).values).toEqual({
+      identity: 'me.key',
+      watch: ['a'],
+      json: true,
+    });
+  });
+
+  it('every verb reads its flags through parseFlags, where that rule lives (no other parseArgs in src/)', () => {
+    const offenders = sourceFiles(SRC)
+      .filter(
+        (file) => !file.endsWith(join('command', 'args.ts')) && !file.endsWith(join('testing', 'holder-child.ts')),
+      )
+      .filter((file) => /\bparseArgs\b/.test(readFileSync(file, 'utf8')));
+    expect(offenders).toEqual([]);
   });
 });
 
