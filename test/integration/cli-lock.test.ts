@@ -3,7 +3,7 @@
  * runs them: real processes against real replicas. lock runs a real command holding a real lease, the token
  * it saw is checked with the real verifier, and losing the lease is caused by stopping the replicas.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clusterToJson, withEndpoints } from '../../src/cluster/description.js';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { checkToken } from '../../src/token/admission-token.js';
-import { DEV_CLI_PATH, runCli } from '../support/cli.js';
+import { CLI_PATH, DEV_CLI_PATH, runCli } from '../support/cli.js';
 import { lacks, needs } from '../support/system-tools.js';
 
 let dir: string;
@@ -111,6 +111,48 @@ describe('quorumfence lock', () => {
     expect(result.stderr).toMatch(/^quorumfence lock: lost the lease on "lock\/lost".*\(LEASE_LOST\)$/m);
   });
 
+  it('lock itself SIGKILLed (or OOM-killed): CMD gets SIGTERM, then SIGKILL after --kill-after; it never runs on with the token (issue 43, item 7)', async () => {
+    const marker = join(dir, 'orphan-marker');
+    const pidFile = join(dir, 'orphan-pid');
+    const lock = spawn(
+      process.execPath,
+      [
+        CLI_PATH,
+        'lock',
+        'lock/orphan',
+        ...as(alice),
+        '--kill-after',
+        '1s',
+        '--',
+        'sh',
+        '-c',
+        // Records SIGTERM and keeps running, as does a child it started: only the SIGKILL ends them.
+        `trap 'echo TERM >> ${marker}' TERM; (trap '' TERM; while true; do sleep 0.1; done) & echo $! > ${pidFile}.child; echo $$ > ${pidFile}; echo started > ${marker}; while true; do sleep 0.1; done`,
+      ],
+      { stdio: 'ignore' },
+    );
+    try {
+      await waitFor(
+        () => readIfExists(marker) === 'started\n' && readIfExists(`${pidFile}.child`) !== undefined,
+        20_000,
+      );
+      const command = Number(readIfExists(pidFile));
+      const child = Number(readIfExists(`${pidFile}.child`));
+      expect(running(command) && running(child)).toBe(true);
+      const killedAt = Date.now();
+      lock.kill('SIGKILL');
+      await waitFor(() => readIfExists(marker) === 'started\nTERM\n', 10_000);
+      // Both ignore or survive SIGTERM; the SIGKILL comes --kill-after (1 s) later and ends the whole group.
+      await waitFor(() => !running(command) && !running(child), 15_000);
+      expect(Date.now() - killedAt).toBeGreaterThanOrEqual(900);
+    } finally {
+      lock.kill('SIGKILL');
+      // Whatever happened above, nothing of CMD's group outlives the test.
+      const group = Number(readIfExists(pidFile));
+      if (group > 0 && running(group)) process.kill(-group, 'SIGKILL');
+    }
+  });
+
   it('no lease: busy is 125 with a BUSY line; a CMD that is not found is 127; --ttl without a unit is refused', async () => {
     const taken = await runCli(['acquire', 'lock/busy', ...as(alice), '--ttl', '30s']);
     expect(taken.code, taken.stderr).toBe(0);
@@ -123,6 +165,12 @@ describe('quorumfence lock', () => {
     const missing = await runCli(['lock', 'lock/missing', ...as(alice), '--', join(dir, 'no-such-command')]);
     expect(missing.code).toBe(127);
     expect(lastLineCode(missing.stderr)).toBe('IO_ERROR');
+    const plain = join(dir, 'not-executable');
+    writeFileSync(plain, 'echo ran\n', { mode: 0o644 });
+    const notExecutable = await runCli(['lock', 'lock/missing', ...as(alice), '--', plain]);
+    expect(notExecutable.code).toBe(126);
+    expect(notExecutable.stdout).toBe('');
+    expect(notExecutable.stderr).toContain('not an executable file (IO_ERROR)');
 
     for (const verb of ['lock', 'acquire']) {
       const bare = await runCli([
@@ -371,6 +419,12 @@ describe('quorumfence completion', () => {
     },
   );
 });
+
+/** The process exists and has not ended (a zombie waiting for its parent to reap it has ended). Linux's /proc. */
+function running(pid: number): boolean {
+  const stat = readIfExists(`/proc/${pid}/stat`);
+  return stat !== undefined && !/^\d+ \(.*\) Z/s.test(stat);
+}
 
 function readIfExists(path: string): string | undefined {
   try {
