@@ -9,9 +9,9 @@ import { loadBackend } from '../../src/crypto/load.js';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseDuration, parseFlags, requiredOrEnvironment } from '../../src/command/args.js';
+import { parseDuration, parseFlags, requiredOrEnvironment, type Command } from '../../src/command/args.js';
 import { chooseEndpointListen, endpointPort } from '../../src/command/endpoint-listen.js';
-import { completionOf } from '../../src/cli/completion.js';
+import { completionOf, verbCompletions } from '../../src/cli/completion.js';
 import { formatHealthReport, formatUptime, healthReport, judgeReplica } from '../../src/cli/health.js';
 import { LOCK_EXIT_CODES, lockExitCode, splitCommandLine } from '../../src/cli/lock.js';
 import { parseEpochArgument } from '../../src/cli/release.js';
@@ -52,6 +52,28 @@ describe('durations', () => {
     expect(parseDuration('1.5s', 'ttl', 1)).toBe(1500);
     expect(parseDuration(undefined, 'ttl', 42)).toBe(42);
   });
+
+  it('no flag of any verb is a bare count of milliseconds or seconds: every duration takes its unit (issue 47, item 9)', async () => {
+    const { VERBS } = await import('../../src/cli/main.js');
+    // The development tools' table is private to src/devtools/main.ts: the same verbs, loaded the same way.
+    const DEV_VERBS: Record<string, () => Promise<{ command: Command }>> = {
+      demo: () => import('../../src/devtools/demo.js'),
+      chaos: () => import('../../src/devtools/chaos.js'),
+      simulate: () => import('../../src/devtools/simulate.js'),
+      bench: () => import('../../src/devtools/bench.js'),
+      worker: () => import('../../src/devtools/worker.js'),
+      vectors: () => import('../../src/devtools/vectors.js'),
+    };
+    for (const [program, verbs] of [
+      ['quorumfence', VERBS],
+      ['quorumfence-dev', DEV_VERBS],
+    ] as const)
+      for (const completion of await verbCompletions(program, verbs))
+        expect(
+          completion.flags.filter((flag) => /-(ms|millis|milliseconds|s|secs|seconds)$/.test(flag)),
+          `${program} ${completion.verb}`,
+        ).toEqual([]);
+  }, 30_000);
 
   it('the refusal says a unit is needed and suggests one', () => {
     expect(() => parseDuration('10', 'ttl', 1)).toThrow(/--ttl expects a duration with a unit.*10ms or 10s/);
