@@ -11,7 +11,7 @@ import { constants } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Lease } from '../client/lease.js';
-import { parseDuration, parseFlags, type Command } from '../command/args.js';
+import { parseDuration, parseFlags, resourceArgument, type Command } from '../command/args.js';
 import { DEFAULT_TTL_MS } from './acquire.js';
 import { CLIENT_FLAGS, CLUSTER_FLAG_USAGE, IDENTITY_FLAG_USAGE, openClient, refusalLine } from './client-flags.js';
 
@@ -262,7 +262,7 @@ export const command: Command = {
       },
       { min: 1, max: 1 },
     );
-    const resource = positionals[0]!;
+    const resource = resourceArgument(positionals[0]!);
     const ttlMs = parseDuration(values.ttl, 'ttl', DEFAULT_TTL_MS);
     const waitMs = parseDuration(values.wait, 'wait', 0);
     const killAfterMs = parseDuration(values['kill-after'], 'kill-after', DEFAULT_KILL_AFTER_MS);

@@ -3,7 +3,7 @@
  * as real processes against real replicas, with one-line errors for the
  * mistakes a user can make.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -249,6 +249,26 @@ describe('quorumfence acquire and status', () => {
     expect(unreachable.code).toBe(1);
     expect(unreachable.stderr.trim().split('\n')).toHaveLength(1);
     expect(unreachable.stderr).toContain('no replica of the cluster is reachable');
+
+    // A name that is not UTF-8 on the command line is refused, not turned into U+FFFD (issue 47, item 9): the
+    // bytes come from a shell, since node's own spawn can only pass UTF-8.
+    for (const verb of ['acquire', 'status']) {
+      const notUtf8 = spawnSync(
+        'bash',
+        [
+          '-c',
+          `exec "$0" "$1" ${verb} $'orders/\\xff' --cluster "$2" --identity "$3"`,
+          process.execPath,
+          CLI_PATH,
+          clusterFile,
+          dave,
+        ],
+        { encoding: 'utf8', timeout: 30_000 },
+      );
+      expect(notUtf8.status, verb).toBe(1);
+      expect(notUtf8.stderr.trim().split('\n')).toHaveLength(1);
+      expect(notUtf8.stderr).toMatch(/was not well-formed UTF-8 on the command line.*\(RESOURCE_NOT_UTF8\)\n$/);
+    }
 
     const noFlag = await runCli(['acquire', 'x', '--identity', dave]);
     expect(noFlag.code).toBe(2);

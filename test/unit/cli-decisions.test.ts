@@ -9,7 +9,13 @@ import { loadBackend } from '../../src/crypto/load.js';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseDuration, parseFlags, requiredOrEnvironment, type Command } from '../../src/command/args.js';
+import {
+  parseDuration,
+  parseFlags,
+  requiredOrEnvironment,
+  resourceArgument,
+  type Command,
+} from '../../src/command/args.js';
 import { chooseEndpointListen, endpointPort } from '../../src/command/endpoint-listen.js';
 import { completionOf, verbCompletions } from '../../src/cli/completion.js';
 import { formatHealthReport, formatUptime, healthReport, judgeReplica } from '../../src/cli/health.js';
@@ -129,6 +135,27 @@ describe('flags from the environment', () => {
       )
       .filter((file) => /\bparseArgs\b/.test(readFileSync(file, 'utf8')));
     expect(offenders).toEqual([]);
+  });
+});
+
+describe('resource names on the command line', () => {
+  const utf8 = (text: string) => new TextEncoder().encode(text);
+
+  it('a U+FFFD that stands for bytes that were not UTF-8 is RESOURCE_NOT_UTF8, never a name (issue 47, item 9)', () => {
+    const invalid = Uint8Array.of(...utf8('orders/'), 0xff);
+    expect(codeOf(() => resourceArgument('orders/\uFFFD', 'RESOURCE', [utf8('acquire'), invalid]))).toBe(
+      'RESOURCE_NOT_UTF8',
+    );
+    // Where the bytes cannot be read, a U+FFFD cannot be told apart: refused too, saying so.
+    expect(() => resourceArgument('orders/\uFFFD', 'RESOURCE', null)).toThrow(/this system cannot tell which/);
+    // The character itself, typed in UTF-8 (EF BF BD), is a name like any other.
+    expect(resourceArgument('orders/\uFFFD', 'RESOURCE', [utf8('orders/\uFFFD')])).toBe('orders/\uFFFD');
+    expect(resourceArgument('orders/42', 'RESOURCE', null)).toBe('orders/42');
+  });
+
+  it('the name contract is checked before anything connects', () => {
+    expect(codeOf(() => resourceArgument('a\tb', 'RESOURCE', []))).toBe('NAME_CONTROL_CHARACTER');
+    expect(codeOf(() => resourceArgument('r'.repeat(257), 'RESOURCE', []))).toBe('RESOURCE_TOO_LONG');
   });
 });
 
