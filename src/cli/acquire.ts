@@ -75,7 +75,7 @@ export const command: Command = {
           process.stdout.write(
             JSON.stringify({ ok: false, reason: result.reason, message: result.message, faults: result.faults }) + '\n',
           );
-        else process.stderr.write(refusalLine('acquire', result, client, resource));
+        else process.stderr.write(await refusalLine('acquire', result, client, resource));
         return 1;
       }
       const lease = result.lease;

@@ -280,7 +280,7 @@ export const command: Command = {
         resume: values.resume === true,
       });
       if (!result.ok) {
-        process.stderr.write(refusalLine('lock', result, client, resource));
+        process.stderr.write(await refusalLine('lock', result, client, resource));
         return LOCK_EXIT_CODES.failed;
       }
       const lease = result.lease;

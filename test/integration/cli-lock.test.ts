@@ -161,6 +161,22 @@ describe('quorumfence lock', () => {
     expect(busy.code).toBe(125);
     expect(lastLineCode(busy.stderr)).toBe('BUSY');
     expect(readIfExists(marker)).toBeUndefined();
+    // Another identity's lease: "another holder", and only waiting helps.
+    expect(busy.stderr).toMatch(
+      /busy: held by another holder at epoch \d+ for about \d+s more; wait longer with --wait \d+s \(BUSY\)\n$/,
+    );
+    // The same identity from another invocation (its own session) is told it is its own lease, and the ways out
+    // (issue 47, item 4): release --session, --resume, or wait.
+    const own = await runCli(['lock', 'lock/busy', ...as(alice), '--', 'sh', '-c', `touch ${marker}`]);
+    expect(own.code).toBe(125);
+    expect(readIfExists(marker)).toBeUndefined();
+    const alicePublic = (await runCli(['identity', 'show', alice])).stdout.trim();
+    const epoch = (
+      JSON.parse((await runCli(['status', 'lock/busy', ...as(bob), '--json'])).stdout) as { epoch: string }
+    ).epoch;
+    expect(own.stderr).toBe(
+      `quorumfence lock: busy: this identity (${alicePublic.slice(0, 16)}…) holds "lock/busy" at epoch ${epoch} in another session, for about ${/for about (\d+)s more/.exec(own.stderr)?.[1]}s more: if that process ended, release it with "quorumfence release lock/busy ${epoch} --session SESSION" (the session its acquire printed), take it over with --resume, or wait with ${/or wait with (--wait \d+s)/.exec(own.stderr)?.[1]} (BUSY)\n`,
+    );
 
     const missing = await runCli(['lock', 'lock/missing', ...as(alice), '--', join(dir, 'no-such-command')]);
     expect(missing.code).toBe(127);
@@ -222,6 +238,51 @@ describe('quorumfence release', () => {
     const badEpoch = await runCli(['release', 'release/orders', '0', ...as(alice)]);
     expect(badEpoch.code).toBe(2);
     expect(lastLineCode(badEpoch.stderr)).toBe('INVALID_OPTION');
+  });
+});
+
+describe('quorumfence verify, asking the replicas', () => {
+  it('says whether a valid token is current, ended or superseded; without an identity or with --offline it says it cannot tell (issue 47, item 9)', async () => {
+    const acquired = await runCli(['acquire', 'verify/current', ...as(alice), '--ttl', '30s', '--json']);
+    expect(acquired.code, acquired.stderr).toBe(0);
+    const { token, epoch, session } = JSON.parse(acquired.stdout) as { token: string; epoch: string; session: string };
+    const verify = async (...flags: string[]) => {
+      const result = await runCli(['verify', token, '--cluster', clusterFile, ...flags, '--json']);
+      expect(result.code, result.stderr).toBe(0);
+      return JSON.parse(result.stdout) as { valid: boolean; current: Record<string, unknown> };
+    };
+    const held = await verify('--identity', bob);
+    expect(held.valid).toBe(true);
+    expect(held.current).toMatchObject({ state: 'current' });
+    expect(held.current.remainingMs).toBeGreaterThan(20_000);
+    const text = await runCli(['verify', token, '--cluster', clusterFile], { env: { QUORUMFENCE_IDENTITY: bob } });
+    expect(text.stdout).toMatch(/\n {2}current {3}yes: its lease runs \(about \d+s more\)\n$/);
+
+    expect((await verify('--offline')).current).toEqual({ state: 'unknown', reason: 'not asked (--offline)' });
+    const anonymous = await runCli(['verify', token, '--cluster', clusterFile], { env: { QUORUMFENCE_IDENTITY: '' } });
+    expect(anonymous.code).toBe(0);
+    expect(anonymous.stdout).toMatch(
+      /\n {2}current {3}cannot tell: no identity to ask the replicas with \(give --identity FILE or set \$QUORUMFENCE_IDENTITY\)\n$/,
+    );
+
+    const released = await runCli(['release', 'verify/current', epoch, ...as(alice), '--session', session]);
+    expect(released.code, released.stderr).toBe(0);
+    expect((await verify('--identity', bob)).current).toEqual({ state: 'ended' });
+
+    const next = await runCli(['acquire', 'verify/current', ...as(bob), '--json']);
+    expect(next.code, next.stderr).toBe(0);
+    const nextEpoch = (JSON.parse(next.stdout) as { epoch: string }).epoch;
+    expect((await verify('--identity', bob)).current).toEqual({ state: 'superseded', epoch: nextEpoch });
+
+    // With the replicas stopped it cannot tell, and says why; the token is still valid (exit 0).
+    await Promise.all(local.replicas.map((r) => r.kill('SIGSTOP')));
+    try {
+      const blind = await verify('--identity', bob, '--timeout', '500ms');
+      expect(blind.valid).toBe(true);
+      expect(blind.current).toMatchObject({ state: 'unknown', reason: expect.stringMatching(/replicas answered/) });
+    } finally {
+      await Promise.all(local.replicas.map((r) => r.kill('SIGCONT')));
+    }
   });
 });
 

@@ -20,6 +20,8 @@ import { chooseEndpointListen, endpointPort } from '../../src/command/endpoint-l
 import { completionOf, verbCompletions } from '../../src/cli/completion.js';
 import { formatHealthReport, formatUptime, healthReport, judgeReplica } from '../../src/cli/health.js';
 import { LOCK_EXIT_CODES, lockExitCode, splitCommandLine } from '../../src/cli/lock.js';
+import { leaseOwner } from '../../src/cli/client-flags.js';
+import { currencyLine, tokenCurrency } from '../../src/cli/verify.js';
 import { parseEpochArgument } from '../../src/cli/release.js';
 import { codeOf } from '../support/error-code.js';
 import { dealCluster } from '../support/dealt-cluster.js';
@@ -156,6 +158,50 @@ describe('resource names on the command line', () => {
   it('the name contract is checked before anything connects', () => {
     expect(codeOf(() => resourceArgument('a\tb', 'RESOURCE', []))).toBe('NAME_CONTROL_CHARACTER');
     expect(codeOf(() => resourceArgument('r'.repeat(257), 'RESOURCE', []))).toBe('RESOURCE_TOO_LONG');
+  });
+});
+
+describe('whose busy lease, and whether a token is current: the (f+1) rules', () => {
+  const { cluster } = dealCluster(4, loadBackend('noble'));
+  const me = 'aa'.repeat(32);
+  const someone = new Uint8Array(32).fill(0xbb);
+  const listing = (replica: number, holder: Uint8Array, epoch = 7n) => ({
+    replica,
+    endpoint: `ws://127.0.0.1:${7100 + replica}`,
+    state: 'ok' as const,
+    leases: [{ resource: 'r', epoch, holder, remainingMs: 1000 }],
+    more: false,
+  });
+  const mine = new Uint8Array(32).fill(0xaa);
+
+  it("a busy lease is this identity's only when f+1 replicas list it so, another's only when f+1 list another holder", () => {
+    expect(leaseOwner([listing(1, mine), listing(2, mine)], 'r', 7n, me, 1)).toBe('mine');
+    // One replica (possibly the liar) is not enough either way.
+    expect(leaseOwner([listing(1, mine), listing(2, someone)], 'r', 7n, me, 1)).toBe('unknown');
+    expect(leaseOwner([listing(1, someone), listing(2, someone), listing(3, mine)], 'r', 7n, me, 1)).toBe('other');
+    // Another epoch or resource is not this lease.
+    expect(leaseOwner([listing(1, mine, 6n), listing(2, mine, 6n)], 'r', 7n, me, 1)).toBe('unknown');
+    expect(leaseOwner([], 'r', 7n, me, 1)).toBe('unknown');
+  });
+
+  it('a token is current while f+1 say its lease runs, ended at the same epoch, superseded below a later one', () => {
+    const status = (epoch: bigint | undefined, leased: boolean) => ({
+      resource: 'r',
+      replicas: [],
+      epoch,
+      leased,
+      remainingMs: leased ? 4200 : undefined,
+      answered: epoch === undefined ? 2 : 3,
+    });
+    expect(tokenCurrency(7n, status(7n, true), cluster)).toEqual({ state: 'current', remainingMs: 4200 });
+    expect(tokenCurrency(7n, status(7n, false), cluster)).toEqual({ state: 'ended' });
+    expect(tokenCurrency(7n, status(9n, false), cluster)).toEqual({ state: 'superseded', epoch: 9n });
+    expect(tokenCurrency(7n, status(undefined, false), cluster)).toEqual({
+      state: 'unknown',
+      reason: '2 of the 4 replicas answered, 3 are needed',
+    });
+    expect(tokenCurrency(7n, status(5n, false), cluster)).toMatchObject({ state: 'unknown' });
+    expect(currencyLine({ state: 'superseded', epoch: 9n })).toMatch(/^no: superseded, the replicas are at epoch 9/);
   });
 });
 
