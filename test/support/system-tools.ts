@@ -1,5 +1,5 @@
 /**
- * The system programs some tests run for real (PostgreSQL, Chromium, promtool, kubectl, docker-compose, etcd, fish), and
+ * The system programs some tests run for real (PostgreSQL, Chromium, promtool, kubectl, docker-compose, etcd, fish, systemd-analyze), and
  * whether this machine has them. `npm test` must work on a fresh machine with only Node.js (README, first lines), so
  * a test whose program is missing is skipped, and says so in its name ("needs PostgreSQL: not installed, skipped"):
  * vitest reports it as skipped, never as passed. CI installs every one of them (.ci/run) and sets
@@ -8,7 +8,8 @@
  */
 import { spawnSync } from 'node:child_process';
 
-export type SystemTool = 'postgresql' | 'chromium' | 'promtool' | 'kubectl' | 'docker-compose' | 'etcd' | 'fish';
+export type SystemTool =
+  'postgresql' | 'chromium' | 'promtool' | 'kubectl' | 'docker-compose' | 'etcd' | 'fish' | 'systemd-analyze';
 
 interface ToolInfo {
   /** What a test name calls it. */
@@ -27,6 +28,7 @@ const TOOLS: Record<SystemTool, ToolInfo> = {
   'docker-compose': { label: 'docker-compose', commands: ['docker-compose'], install: 'docker-compose' },
   etcd: { label: 'etcd', commands: ['etcd'], install: 'etcd-server' },
   fish: { label: 'fish', commands: ['fish'], install: 'fish' },
+  'systemd-analyze': { label: 'systemd-analyze', commands: ['systemd-analyze'], install: 'systemd' },
 };
 
 /** Set by CI: every system program must be there, and no test is skipped for want of one. */
