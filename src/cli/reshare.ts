@@ -20,7 +20,7 @@ import { run } from './reshare/run.js';
 export { MEMBERSHIP_PARTIAL_FORMAT } from './reshare/endorse.js';
 
 const usage = `usage: quorumfence reshare freeze --data DIR --key FILE --cluster FILE [--out FILE] [--reason TEXT]
-       quorumfence reshare freeze --url URL --secret-file FILE [--ca FILE] [--reason TEXT] [--timeout-ms N]
+       quorumfence reshare freeze --url URL --secret-file FILE [--ca FILE] [--reason TEXT] [--timeout 30s]
        quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE
                                [--old-key FILE] [--node-key-dir DIR] [--listen HOST:PORT] [--publish FILE] [--json]
        quorumfence reshare inherit --data DIR --key FILE --cluster FILE --old-cluster FILE --in FILE --in FILE ...
@@ -59,7 +59,7 @@ flushed (no grant is in flight past it); then export with "replica export
   --secret-file FILE       with --url: its operator secret (or $QUORUMFENCE_OPERATOR_SECRET)
   --ca FILE                with a wss:// or https:// --url: PEM certificate(s) to trust besides the
                            system's (a replica whose certificate this machine does not trust)
-  --timeout-ms N           with --url: how long to wait for the answer (default 30000)
+  --timeout DURATION       with --url: how long to wait for the answer (default 30s)
   --reason TEXT            kept in the freeze marker (default "reshare")
 
 run: take part in the reshare ceremony, as the proposal names this node key:

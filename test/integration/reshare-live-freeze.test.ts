@@ -103,6 +103,17 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
     }
     const noSecret = await runCli(['reshare', 'freeze', '--url', local!.replica(1).url]);
     expect([noSecret.code, noSecret.stderr]).toEqual([2, expect.stringMatching(/\(INVALID_OPTION\)/)]);
+    // Its one duration takes a unit like every other (issue 47, item 9); the old --timeout-ms says what replaced it.
+    const freezeWith = (...extra: string[]) =>
+      runCli(['reshare', 'freeze', '--url', local!.replica(1).url, '--secret-file', secretFile, ...extra]);
+    const old = await freezeWith('--timeout-ms', '5000');
+    expect([old.code, old.stderr]).toEqual([2, expect.stringContaining('--timeout-ms is now --timeout')]);
+    expect(old.stderr).toContain('(--timeout 5000ms)');
+    const unitless = await freezeWith('--timeout', '5000');
+    expect([unitless.code, unitless.stderr]).toEqual([
+      2,
+      expect.stringContaining('--timeout expects a duration with a unit'),
+    ]);
     for (const index of [1, 3]) expect((await health(index)).frozen).toBe(false);
     expect(await rawAcquire(1, 'untouched', 1n)).toBe('granted');
     expect(await rawAcquire(3, 'untouched', 1n)).toBe('granted');

@@ -1,6 +1,7 @@
 /**
  * The system programs some tests run for real (PostgreSQL, Chromium, promtool, kubectl, docker-compose, etcd, a
- * Docker engine), and whether this machine has them. `npm test` must work on a fresh machine with only Node.js (README, first lines), so
+ * Docker engine, fish, systemd-analyze), and whether this machine has them. `npm test` must work on a fresh machine
+ * with only Node.js (README, first lines), so
  * a test whose program is missing is skipped, and says so in its name ("needs PostgreSQL: not installed, skipped"):
  * vitest reports it as skipped, never as passed. CI installs every one of them (.ci/run) and sets
  * QUORUMFENCE_TEST_REQUIRE_SYSTEM=1, under which nothing is skipped: a missing program fails its tests with the
@@ -8,7 +9,16 @@
  */
 import { spawnSync } from 'node:child_process';
 
-export type SystemTool = 'postgresql' | 'chromium' | 'promtool' | 'kubectl' | 'docker-compose' | 'etcd' | 'docker';
+export type SystemTool =
+  | 'postgresql'
+  | 'chromium'
+  | 'promtool'
+  | 'kubectl'
+  | 'docker-compose'
+  | 'etcd'
+  | 'docker'
+  | 'fish'
+  | 'systemd-analyze';
 
 interface ToolInfo {
   /** What a test name calls it. */
@@ -38,6 +48,8 @@ const TOOLS: Record<SystemTool, ToolInfo> = {
     probe: 'docker info',
     missing: 'not installed or not running',
   },
+  fish: { label: 'fish', commands: ['fish'], install: 'fish' },
+  'systemd-analyze': { label: 'systemd-analyze', commands: ['systemd-analyze'], install: 'systemd' },
 };
 
 /** Set by CI: every system program must be there, and no test is skipped for want of one. */
