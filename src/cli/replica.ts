@@ -46,7 +46,11 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
                             --rate-limit (also the burst)                      (default ${d.leasesPerSecondPerConnection})
   --max-connections N       open connections                                    (default ${d.maxConnections})
   --max-unauthenticated-per-address N
-                            connections from one IP address not yet authenticated (default ${d.maxUnauthenticatedPerAddress})
+                            connections from one address prefix (an IPv4 address, an IPv6 /64) not yet
+                            authenticated; a newcomer beyond it displaces the oldest (default ${d.maxUnauthenticatedPerAddress})
+  --max-unauthenticated N   connections not yet authenticated, from all addresses; a newcomer beyond it, or
+                            beyond --max-connections, displaces the oldest of the prefix holding the most
+                                                                                (default ${d.maxUnauthenticated})
   --retention DURATION      keep a record this long after its grant once its lease ended (default ${d.retentionMs}ms)
   --compaction-interval DURATION
                             how often records past retention are folded into the floor (default ${d.compactionIntervalMs}ms)

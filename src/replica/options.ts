@@ -22,11 +22,16 @@ export interface ReplicaLimits {
   /** Open connections (authenticated or not); more are refused at the upgrade with 503. */
   readonly maxConnections: number;
   /**
-   * Connections from one IP address that have not authenticated yet; more are
-   * refused at the upgrade with 503. Stops one host from holding every slot
-   * with sockets that never say hello (each lives up to authTimeoutMs).
+   * Connections from one address prefix (an IPv4 address, an IPv6 /64) that have not authenticated yet; a newcomer
+   * beyond it displaces the prefix's oldest one. Stops one host from holding many slots with sockets that never
+   * say hello (each lives up to authTimeoutMs).
    */
   readonly maxUnauthenticatedPerAddress: number;
+  /**
+   * Connections that have not authenticated yet, from all addresses; a newcomer beyond it (or beyond
+   * maxConnections) displaces the oldest unauthenticated connection of the prefix holding the most.
+   */
+  readonly maxUnauthenticated: number;
   /** Time a new connection has to authenticate before it is closed with 1008. */
   readonly authTimeoutMs: number;
   /** Replies queued for a client that does not read; above this the connection is dropped. */
@@ -86,6 +91,9 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   // A client authenticates within a round trip; 64 handshakes at once covers a fleet behind one NAT address,
   // and keeps one host from tying up more than 64 of the 10,000 slots for authTimeoutMs each.
   maxUnauthenticatedPerAddress: 64,
+  // A fleet of thousands reconnecting at once after a restart completes its handshakes in a few round trips at
+  // 1,024 at a time; idle sockets from many hosts then hold at most a tenth of the default slots.
+  maxUnauthenticated: 1_024,
   // A client signs one challenge; 10 s allows for a slow link, and bounds idle unauthenticated sockets.
   authTimeoutMs: 10_000,
   // 1 MiB is thousands of replies: a client that far behind is not reading.
@@ -151,6 +159,7 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'maxConsecutiveRateLimited',
     'maxConnections',
     'maxUnauthenticatedPerAddress',
+    'maxUnauthenticated',
     'authTimeoutMs',
     'maxBufferedBytesPerConnection',
     'minTtlMs',
