@@ -52,6 +52,13 @@ export interface ReplicaLimits {
   readonly maxEpochStep: bigint;
   /** Catch-up evidence partials one connection may have checked per second (and in one burst): each is a pairing. */
   readonly evidenceChecksPerSecondPerConnection: number;
+  /** The same for one identity (holder key), over all its connections: more connections buy no more checks. */
+  readonly evidenceChecksPerSecondPerIdentity: number;
+  /**
+   * The same for the whole replica, over every identity (also the most checks ever waiting): what any number of
+   * identities can make the replica verify.
+   */
+  readonly evidenceChecksPerSecond: number;
   /**
    * `leases` requests one connection may send per second (and in one burst), on top of the request rate; over it
    * they get RATE_LIMITED. Each answer walks up to MAX_LEASES_EXAMINED entries of the lease index.
@@ -111,6 +118,12 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   // An honest client sends evidence only after a too_far answer, one partial per other replica: 32 a second is
   // several catch-ups a second, and bounds what one connection can make the replica verify to ~3% of a core.
   evidenceChecksPerSecondPerConnection: 32,
+  // One identity's connections share what one connection may have: an honest client catches up over one connection
+  // per replica, and a flood over 64 connections then costs what one does.
+  evidenceChecksPerSecondPerIdentity: 32,
+  // Four identities' worth: about an eighth of a core here (a pairing is ~1 ms, a batch that fails costs each check
+  // about twice), whoever asks. An honest catch-up needs f+1 checks at most.
+  evidenceChecksPerSecond: 128,
   // The console asks once per poll, and its shortest interval is 100 ms: 10 a second serves it, and bounds what one
   // connection can make the replica spend on them to ~1% of a core (each answer is at most ~1 ms of record reads).
   leasesPerSecondPerConnection: 10,
@@ -170,6 +183,8 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'retentionMs',
     'compactionIntervalMs',
     'evidenceChecksPerSecondPerConnection',
+    'evidenceChecksPerSecondPerIdentity',
+    'evidenceChecksPerSecond',
     'leasesPerSecondPerConnection',
   ] as const) {
     positiveInteger(limits, field);

@@ -25,7 +25,7 @@ import { ReplicaConnections, type Connection } from './connections.js';
 import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
 import { ReplicaMetrics } from './metrics.js';
 import { policyConfig, replicaLimits, type ReplicaLimits } from './options.js';
-import { EvidenceChecker } from './grant-evidence.js';
+import { EvidenceAllowance, EvidenceChecker } from './grant-evidence.js';
 import { RequestLog } from './request-log.js';
 import { noticeAfter, ReleaseWatchers } from './release-notices.js';
 import { ReplicaService } from './service.js';
@@ -79,6 +79,8 @@ export class ReplicaServer {
   readonly #clock: Clock;
   readonly #connections: ReplicaConnections;
   readonly #httpContext: ReplicaHttpContext;
+  /** Who pays for catch-up evidence checks: each identity, and the process (grant-evidence.ts). */
+  readonly #evidenceAllowance: EvidenceAllowance;
   #inFlight = 0;
   #closing: Promise<void> | undefined;
   /** For /healthz: when this server started (wall clock, ms) and the last error it logged. */
@@ -117,6 +119,10 @@ export class ReplicaServer {
     this.#logger = fields.logger;
     this.#clock = fields.clock;
     this.#requestLog = new RequestLog(fields.logger, fields.clock);
+    this.#evidenceAllowance = new EvidenceAllowance(
+      { perIdentity: fields.limits.evidenceChecksPerSecondPerIdentity, total: fields.limits.evidenceChecksPerSecond },
+      () => this.#clock.now(),
+    );
     this.#connections = new ReplicaConnections({
       wss: fields.wss,
       limits: fields.limits,
@@ -219,7 +225,7 @@ export class ReplicaServer {
         maxWaitersPerResource: limits.maxWaitersPerResource,
         generation: cluster.membershipVersion,
         policy: policyConfig(cluster, limits, options.access),
-        evidence: new EvidenceChecker(cluster, key.index),
+        evidence: new EvidenceChecker(cluster, key.index, undefined, { maxPending: limits.evidenceChecksPerSecond }),
       });
       late.service = service;
       const http = createReplicaHttp(limits, options.tls);
@@ -295,7 +301,7 @@ export class ReplicaServer {
       .handle(request, holder, {
         session: connection.session,
         signal: connection.closed.signal,
-        evidenceBudget: () => connection.evidenceChecks.take(this.#clock.now()),
+        evidenceBudget: this.#evidenceAllowance.budgetFor(holder, connection.evidenceChecks),
         onTurn: (epoch) => this.#connections.send(connection, { type: 'turn', resource: request.resource, epoch }),
       })
       .then(
