@@ -93,6 +93,11 @@ export type ErrorCode =
   | 'EXPORT_SIGNATURE_INVALID'
   /** A frozen export claims an epoch or floor at or above 2^62, which no honest replica reaches: its replica lies; nothing was written. */
   | 'EXPORT_IMPOSSIBLE_EPOCH'
+  /**
+   * `reshare inherit` with fewer than all old replicas' exports would inherit a value far above what f_old+1 of them
+   * back, which f_old liars could have set; nothing was written: give more exports.
+   */
+  | 'EXPORT_UNBACKED_EPOCH'
 
   // --- wire ---
   /** A frame is malformed, oversized, of an unknown type, or out of order. */

@@ -14,11 +14,15 @@ import fc from 'fast-check';
 import { isQuorumFenceError } from '../../src/common/errors.js';
 import { bytesEqual } from '../../src/common/bytes.js';
 import { exportInterchange, parseInterchange } from '../../src/replica/interchange.js';
-import { CONTESTED_HOLDER, inheritRecords, type OldRecordReport } from '../../src/replica/inherit.js';
+import {
+  CONTESTED_HOLDER,
+  inheritRecords,
+  unbackedLeadAllowed,
+  type OldRecordReport,
+} from '../../src/replica/inherit.js';
 import { mayReplace } from '../../src/replica/check-and-record.js';
 import { SigningRecord, type RecordEntry } from '../../src/replica/signing-record.js';
 import { grantDigest } from '../../src/token/grant.js';
-import { HONEST_EPOCH_CEILING } from '../../src/common/limits.js';
 import { codeOf } from '../support/error-code.js';
 
 const oldClusterId = new Uint8Array(32).fill(1);
@@ -213,8 +217,9 @@ describe('reshare: the inherited record never lets an old epoch be granted to so
               case 'low':
                 return { replica, floor: 0n, entries: lie === 'low' ? [entry('a', 1n, holders[2]!)] : [] };
               case 'absurd':
-                // As high as a lie may go and still be inherited: 2^62 and above is refused (below).
-                return { replica, floor: 0n, entries: [entry('a', HONEST_EPOCH_CEILING - 1n, holders[2]!)] };
+                // As high as a lie may go and still be inherited whatever the others report: 2^62 and above is
+                // refused, and so is a value more than 1/1024 of the epochs left below 2^62 above what f+1 back.
+                return { replica, floor: 0n, entries: [entry('a', unbackedLeadAllowed(0n), holders[2]!)] };
               case 'other-holder':
                 return {
                   replica,

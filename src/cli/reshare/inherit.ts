@@ -44,7 +44,7 @@ export async function inherit(argv: string[]): Promise<number> {
         '\n' +
         (reporters < old.n
           ? `reshare: ${reporters} of ${old.n} old replicas reported: f_old = ${old.f} lying replicas among them could ` +
-            `raise epochs (below 2^62); with all ${old.n} frozen exports none can\n`
+            `raise epochs (by at most 1/1024 of those left below 2^62); with all ${old.n} frozen exports none can\n`
           : ''),
     );
   } finally {
