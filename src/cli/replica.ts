@@ -25,6 +25,7 @@ const usage = `usage: quorumfence replica [run] --cluster FILE --key FILE --data
        quorumfence replica export --data DIR [--out FILE] [--key FILE --cluster FILE]
        quorumfence replica import --data DIR --in FILE --cluster FILE
        quorumfence replica init --data DIR --endpoint URL [--card FILE] [--if-missing]
+       quorumfence replica init --data DIR --cluster FILE --key FILE
 
 run (the default): serve the replica protocol over WebSocket, with GET /healthz
 and GET /metrics on the same port. Logs JSON lines; the "listening" line holds
@@ -32,7 +33,10 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
 
   --cluster FILE            the cluster description (cluster.json)              (required)
   --key FILE                this replica's key file (replica-<i>.key)            (required)
-  --data DIR                the signing record's directory, created if missing  (required)
+  --data DIR                the signing record's directory                        (required)
+                            never created here: a replica without its record refuses to start
+                            (STORE_MISSING); "replica init --cluster --key", "keygen --data", "dkg run"
+                            and "reshare inherit" make it, once
   --listen HOST:PORT        where to listen; port 0 picks one (default: the host and port of this
                             replica's endpoint in --cluster, which must be an address of this machine)
   --config FILE             access rules (quorumfence/replica-access/v1); default: all holders, all resources
@@ -133,6 +137,10 @@ async function runReplica(argv: string[]): Promise<number> {
       fatalError = error;
       watch.stop();
     },
+  }).catch((error: unknown) => {
+    // One that cannot start exits at once with its error, rather than wait on stdin until a launcher gives up.
+    watch.dispose();
+    throw error;
   });
   logger.info(
     {
@@ -222,10 +230,12 @@ async function importRecord(argv: string[]): Promise<number> {
       'BAD_INTERCHANGE',
       `interchange: "replica" ${replica} is not in this cluster of ${cluster.n}`,
     );
-  const store = SigningRecord.open(resolve(required(values.data, 'data')), {
-    clusterId: cluster.id,
-    replicaIndex: replica,
-  });
+  // A replica moved to new storage takes its record here: the file is its record, so the store may be made for it.
+  const store = SigningRecord.open(
+    resolve(required(values.data, 'data')),
+    { clusterId: cluster.id, replicaIndex: replica },
+    { create: true },
+  );
   try {
     const summary = await store.raiseFrom(entries, floor);
     process.stdout.write(

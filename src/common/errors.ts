@@ -81,6 +81,11 @@ export type ErrorCode =
   | 'STORE_CORRUPT'
   /** The data directory is in use by another live process (a second replica on one store could sign twice). */
   | 'STORE_LOCKED'
+  /**
+   * A replica's data directory holds no signing record, and nothing said the replica is new: it never creates one
+   * by itself (an empty record would sign again what it signed before). The message names the commands that do.
+   */
+  | 'STORE_MISSING'
   /** An interchange (export/import) file is malformed or from another cluster. */
   | 'BAD_INTERCHANGE'
   /** This replica's signing record is frozen for a reshare: it signs nothing more with this share. */

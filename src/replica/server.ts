@@ -57,6 +57,11 @@ export interface ReplicaServerOptions {
   /** Called when the replica can no longer work (a signing thread died); the process should stop. */
   readonly onFatal?: (error: Error) => void;
   /**
+   * Create the signing record when `dataDir` has none (default false: refused, STORE_MISSING). `replica run` never
+   * sets it (the commands that know a replica is new create its record); tests and the Byzantine tool may.
+   */
+  readonly createStore?: boolean;
+  /**
    * What unlocks POST /admin/freeze (`Authorization: Bearer <secret>`); without one the endpoint refuses
    * everyone. See common/operator-secret.ts.
    */
@@ -181,7 +186,8 @@ export class ReplicaServer {
   /**
    * Opens the signing record, starts the signer, and listens. Resolves once
    * /healthz answers 200.
-   * @throws QuorumFenceError INVALID_OPTION, CLUSTER_MISMATCH, STORE_CORRUPT, STORE_LOCKED, IO_ERROR, INTERNAL
+   * @throws QuorumFenceError INVALID_OPTION, CLUSTER_MISMATCH, STORE_CORRUPT, STORE_MISSING, STORE_LOCKED, IO_ERROR,
+   *   INTERNAL
    */
   static async start(options: ReplicaServerOptions): Promise<ReplicaServer> {
     const limits = replicaLimits(options.limits);
@@ -206,7 +212,11 @@ export class ReplicaServer {
       store = SigningRecord.open(
         options.dataDir,
         { clusterId: cluster.id, replicaIndex: key.index },
-        { onFlush: (ms) => late.metrics?.flushSeconds.observe(ms / 1000), probe: false },
+        {
+          onFlush: (ms) => late.metrics?.flushSeconds.observe(ms / 1000),
+          probe: false,
+          create: options.createStore === true,
+        },
       );
       const metrics = new ReplicaMetrics(
         { replica: key.index, cluster: cluster.idHex, n: cluster.n, t: cluster.t },

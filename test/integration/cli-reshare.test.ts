@@ -546,7 +546,11 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       expect(r.code, r.stderr + r.stdout).toBe(0);
       return JSON.parse(r.stdout) as { epoch: string; token: string };
     };
-    const oldRun = await startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'old-data') });
+    const oldRun = await startLocalCluster({
+      newStores: true,
+      dir: join(base, 'old'),
+      dataRoot: join(base, 'old-data'),
+    });
     let before: { epoch: string; token: string };
     try {
       writeFileSync(join(base, 'old-live.json'), JSON.stringify(clusterToJson(oldRun.cluster)));
@@ -718,7 +722,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     try {
       // Generation 0: four replicas; alice holds "orders" and writes through the guard.
       const first = await acquireOnce(
-        startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') }),
+        startLocalCluster({ newStores: true, dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') }),
         'alice',
       );
       expect(await guardWriteOf(first.token)).toMatchObject({ ok: true, epoch: first.epoch });

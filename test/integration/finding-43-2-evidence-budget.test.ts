@@ -24,7 +24,7 @@ const clients: RawClient[] = [];
 
 beforeAll(async () => {
   dealLocalCluster(join(root, 'keys'));
-  local = await startLocalCluster({ dir: join(root, 'keys'), dataRoot: join(root, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(root, 'keys'), dataRoot: join(root, 'data') });
 }, 60_000);
 
 afterAll(async () => {

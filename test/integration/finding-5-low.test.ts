@@ -112,6 +112,7 @@ describe('finding 5: small-order and non-canonical Ed25519 holder keys', () => {
     beforeAll(async () => {
       dealLocalCluster(join(root, 'keys'));
       cluster = await startLocalCluster({
+        newStores: true,
         dir: join(root, 'keys'),
         indices: [1],
         dataRoot: join(root, 'replica-data'),

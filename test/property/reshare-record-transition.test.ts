@@ -55,7 +55,7 @@ afterEach(() => rmSync(dirname(dir), { recursive: true, force: true }));
 describe('reshare: old members are frozen before they deal', () => {
   it('a frozen store refuses every grant with REPLICA_FROZEN, on this open and after a reopen; its export holds every grant before the freeze', async () => {
     const identity = { clusterId: oldClusterId, replicaIndex: 1 };
-    let store = SigningRecord.open(dir, identity);
+    let store = SigningRecord.open(dir, identity, { create: true });
     const granted = entry('orders', 5n, holders[0]!).record;
     await store.checkAndRecord('orders', () => ({ record: granted, result: undefined }));
     // A grant queued together with the freeze is decided before it.
@@ -86,7 +86,7 @@ describe('reshare: old members are frozen before they deal', () => {
 
   it('a live freeze under a steady stream of grants: calls made after it are refused at once, the ones before it finish first, and the export holds exactly the grants that resolved', async () => {
     const identity = { clusterId: oldClusterId, replicaIndex: 1 };
-    const store = SigningRecord.open(dir, identity);
+    const store = SigningRecord.open(dir, identity, { create: true });
     const calls: { resource: string; epoch: bigint; after: boolean; outcome: Promise<string | undefined> }[] = [];
     const grant = (k: number, after: boolean) => {
       // Four resources, so calls queue behind each other in one critical section as well as run side by side.
@@ -145,7 +145,7 @@ describe('reshare: old members are frozen before they deal', () => {
     const inherited = inheritRecords(reports, 1, newClusterId);
     expect(inherited.floor).toBe(10n);
     expect(inherited.entries.map((e) => [e.resource, e.record.epoch])).toEqual([['fresh', 12n]]);
-    const store = SigningRecord.open(dir, { clusterId: newClusterId, replicaIndex: 4 });
+    const store = SigningRecord.open(dir, { clusterId: newClusterId, replicaIndex: 4 }, { create: true });
     await store.raiseFrom(inherited.entries, inherited.floor);
     expect(store.floor).toBe(10n);
     expect(store.get('orders')).toBeUndefined(); // judged against the floor: epochs up to 10 are stale
@@ -160,7 +160,7 @@ describe('reshare: old members are frozen before they deal', () => {
       entries: [entry('orders', BigInt(replica), holders[0]!)],
     }));
     const inherited = inheritRecords(reports, 1, newClusterId);
-    const store = SigningRecord.open(dir, { clusterId: newClusterId, replicaIndex: 4 });
+    const store = SigningRecord.open(dir, { clusterId: newClusterId, replicaIndex: 4 }, { create: true });
     await store.raiseFrom(inherited.entries);
     const json = exportInterchange(store);
     expect(parseInterchange(json, newClusterId).entries[0]!.record.epoch).toBe(3n);
