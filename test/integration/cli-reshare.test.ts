@@ -628,7 +628,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     } finally {
       await newRun.close();
     }
-  });
+  }, 120_000);
 
   it('4 -> 7 -> 4 on live replicas, keeping the group key: old members 5..7 leave as outside dealers; after each step the new replicas inherit and serve, a guard configured before the first step accepts the new tokens and refuses the stale ones, and epochs continue above the old ones; membership 2 is endorsed and followed from membership 0, and a member that left retires its old share (refused before the endorsement)', async () => {
     const base = join(root, 'grow-shrink');
