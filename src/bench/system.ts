@@ -218,6 +218,7 @@ async function startSystem(
 ): Promise<{ local: LocalCluster; resource: LocalProcess }> {
   dealLocalCluster(join(dir, 'keys'), n);
   const local = await startLocalCluster({
+    newStores: true,
     dir: join(dir, 'keys'),
     dataRoot: join(dir, 'data'),
     extraArgs: signingWorkers === undefined ? [] : ['--signing-workers', String(signingWorkers)],

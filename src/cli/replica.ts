@@ -27,6 +27,7 @@ const usage = `usage: quorumfence replica [run] --cluster FILE --key FILE --data
        quorumfence replica export --data DIR [--out FILE] [--key FILE --cluster FILE]
        quorumfence replica import --data DIR --in FILE --cluster FILE
        quorumfence replica init --data DIR --endpoint URL [--card FILE] [--if-missing]
+       quorumfence replica init --data DIR --cluster FILE --key FILE
 
 run (the default): serve the replica protocol over WebSocket, with GET /healthz
 and GET /metrics on the same port. Logs JSON lines; the "listening" line holds
@@ -34,7 +35,10 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
 
   --cluster FILE            the cluster description (cluster.json)              (required)
   --key FILE                this replica's key file (replica-<i>.key)            (required)
-  --data DIR                the signing record's directory, created if missing  (required)
+  --data DIR                the signing record's directory                        (required)
+                            never created here: a replica without its record refuses to start
+                            (STORE_MISSING); "replica init --cluster --key", "keygen --data", "dkg run"
+                            and "reshare inherit" make it, once
   --listen HOST:PORT        where to listen; port 0 picks one (default: the host and port of this
                             replica's endpoint in --cluster, which must be an address of this machine)
   --config FILE             access rules (quorumfence/replica-access/v1); default: all holders, all resources
@@ -48,7 +52,11 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
                             --rate-limit (also the burst)                      (default ${d.leasesPerSecondPerConnection})
   --max-connections N       open connections                                    (default ${d.maxConnections})
   --max-unauthenticated-per-address N
-                            connections from one IP address not yet authenticated (default ${d.maxUnauthenticatedPerAddress})
+                            connections from one address prefix (an IPv4 address, an IPv6 /64) not yet
+                            authenticated; a newcomer beyond it displaces the oldest (default ${d.maxUnauthenticatedPerAddress})
+  --max-unauthenticated N   connections not yet authenticated, from all addresses; a newcomer beyond it, or
+                            beyond --max-connections, displaces the oldest of the prefix holding the most
+                                                                                (default ${d.maxUnauthenticated})
   --retention DURATION      keep a record this long after its grant once its lease ended (default ${d.retentionMs}ms)
   --compaction-interval DURATION
                             how often records past retention are folded into the floor (default ${d.compactionIntervalMs}ms)
@@ -134,6 +142,10 @@ async function runReplica(argv: string[]): Promise<number> {
       fatalError = error;
       watch.stop();
     },
+  }).catch((error: unknown) => {
+    // One that cannot start exits at once with its error, rather than wait on stdin until a launcher gives up.
+    watch.dispose();
+    throw error;
   });
   logger.info(
     {
@@ -265,10 +277,12 @@ async function importRecord(argv: string[]): Promise<number> {
       'BAD_INTERCHANGE',
       `interchange: "replica" ${replica} is not in this cluster of ${cluster.n}`,
     );
-  const store = SigningRecord.open(resolve(required(values.data, 'data')), {
-    clusterId: cluster.id,
-    replicaIndex: replica,
-  });
+  // A replica moved to new storage takes its record here: the file is its record, so the store may be made for it.
+  const store = SigningRecord.open(
+    resolve(required(values.data, 'data')),
+    { clusterId: cluster.id, replicaIndex: replica },
+    { create: true },
+  );
   try {
     const summary = await store.raiseFrom(entries, floor);
     process.stdout.write(

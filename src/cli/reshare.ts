@@ -86,8 +86,10 @@ signed frozen exports of r >= 2f_old+1 distinct old replicas, keeping per
 resource (and for the floor) the (r - 2f_old)-th largest report (an epoch
 reported with two holders is blocked for everyone). Give it ALL old replicas'
 frozen exports when they exist: then no lying replica can raise anything;
-with fewer, one liar can raise epochs up to 2^62, and a claim at or above
-2^62 is refused as a lie (EXPORT_IMPOSSIBLE_EPOCH, naming the file). Each export must be signed by its replica's share in the old
+with fewer, one liar can raise epochs by up to 1/1024 of those left below
+2^62: a value further above what f_old+1 exports back is refused
+(EXPORT_UNBACKED_EPOCH: give more exports), and a claim at or above 2^62 as
+a lie (EXPORT_IMPOSSIBLE_EPOCH); both name the files. Each export must be signed by its replica's share in the old
 cluster.json (EXPORT_SIGNATURE_INVALID: relabelled or changed; EXPORT_UNSIGNED:
 a v1/v2 export, e.g. one taken before the freeze); a refused input writes
 nothing.

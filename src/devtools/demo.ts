@@ -405,10 +405,16 @@ export const command: Command = {
       );
       const keys = join(dir, 'keys');
       dealLocalCluster(keys, 4);
-      const honest = await startLocalCluster({ dir: keys, dataRoot: join(dir, 'data'), indices: [1, 2, 3] });
+      const honest = await startLocalCluster({
+        newStores: true,
+        dir: keys,
+        dataRoot: join(dir, 'data'),
+        indices: [1, 2, 3],
+      });
       stops.push(() => honest.close());
       // Replica 4 is the real replica behind a front that can lie; it starts honest.
       const wrapped: LocalCluster = await startLocalCluster({
+        newStores: true,
         dir: keys,
         dataRoot: join(dir, 'data'),
         indices: [4],

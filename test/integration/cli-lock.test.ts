@@ -26,7 +26,7 @@ const lastLineCode = (stderr: string) => /\(([A-Z_]+)\)$/.exec(stderr.trim().spl
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-cli-lock-'));
   dealLocalCluster(join(dir, 'keys'), 4);
-  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
   clusterFile = join(dir, 'cluster.json');
   writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
   alice = join(dir, 'alice.key');

@@ -20,7 +20,7 @@ let clusterFile: string;
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-client-cli-'));
   dealLocalCluster(join(dir, 'keys'), 4);
-  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
   clusterFile = join(dir, 'cluster.json');
   writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
 }, 60_000);

@@ -84,7 +84,12 @@ async function setUp(n: number, proxied?: number): Promise<Setup> {
   const root = mkdtempSync(join(tmpdir(), `qf-console-faults-${n}-`));
   const keys = join(root, 'keys');
   dealLocalCluster(keys, n);
-  const replicas = await startLocalCluster({ dir: keys, dataRoot: join(root, 'data'), extraArgs: FAST });
+  const replicas = await startLocalCluster({
+    newStores: true,
+    dir: keys,
+    dataRoot: join(root, 'data'),
+    extraArgs: FAST,
+  });
   const proxy = proxied ? await startFaultProxy({ target: replicas.replica(proxied).url }) : undefined;
   const endpoints = replicas.cluster.replicas.map((r) => (r.index === proxied ? proxy!.url : r.endpoint));
   const consoleCluster = withEndpoints(replicas.cluster, endpoints);

@@ -58,7 +58,7 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'qf-docs-'));
   if (!blocks.some((b) => b.cluster)) return;
   dealLocalCluster(join(work, 'keys'), 4);
-  const local = await startLocalCluster({ dir: join(work, 'keys'), dataRoot: join(work, 'data') });
+  const local = await startLocalCluster({ newStores: true, dir: join(work, 'keys'), dataRoot: join(work, 'data') });
   const clusterFile = join(work, 'cluster.json');
   writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster), null, 2) + '\n');
   const resource = await startLocalResource({ clusterFile, dataDir: join(work, 'data', 'resource') });

@@ -50,7 +50,7 @@ beforeAll(async () => {
   keys = join(root, 'keys');
   dataRoot = join(root, 'data');
   dealLocalCluster(keys);
-  const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot });
+  const local = await startLocalCluster({ newStores: true, dir: keys, indices: [1], dataRoot });
   const client = await RawClient.open(local.replica(1).url, alice);
   for (const [resource, epoch] of [
     ['b', 4n],
@@ -206,7 +206,7 @@ describe('signing record interchange', () => {
   it('refuses to import into a store a running replica holds (STORE_LOCKED)', async () => {
     const file = join(root, 'locked.json');
     expect(run('export', '--data', join(dataRoot, 'replica-1'), '--out', file).status).toBe(0);
-    const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot });
+    const local = await startLocalCluster({ newStores: true, dir: keys, indices: [1], dataRoot });
     try {
       // Export works beside the running replica (read-only), and says the record may move on after it; import does not.
       const beside = run('export', '--data', join(dataRoot, 'replica-1'));

@@ -37,6 +37,7 @@ beforeAll(async () => {
   writeFileSync(wrongSecretFile, randomBytes(32).toString('base64url') + '\n', { mode: 0o600 });
   dealLocalCluster(join(dir, 'keys'), 4);
   local = await startLocalCluster({
+    newStores: true,
     dir: join(dir, 'keys'),
     dataRoot: join(dir, 'data'),
     // Replicas 1 and 2 have an operator secret; 3 and 4 none (their admin endpoint is closed).
@@ -203,6 +204,7 @@ describe('reshare freeze --url over wss:// with --ca', () => {
     const cert = makeSelfSignedCert(tlsDir);
     if (cert === undefined) return;
     const tls = await startLocalCluster({
+      newStores: true,
       dir: join(dir, 'keys'),
       indices: [1],
       dataRoot: join(dir, 'data-tls'),
