@@ -517,7 +517,13 @@ describe.skipIf(lacks('chromium'))(
       // Replica 4 answers half its requests with a malformed frame (random bytes, text, a wrong version, bad fields):
       // sometimes its lease list is fine and a status answer of the same poll is not.
       [honest, byzantine] = await Promise.all([
-        startLocalCluster({ dir: keys, indices: [1, 2, 3], dataRoot: join(root, 'data'), extraArgs: FAST }),
+        startLocalCluster({
+          dir: keys,
+          indices: [1, 2, 3],
+          dataRoot: join(root, 'data'),
+          extraArgs: FAST,
+          newStores: true,
+        }),
         startLocalCluster({
           dir: keys,
           indices: [4],
