@@ -126,7 +126,7 @@ async function fill(
   plan: GrowthPlan,
 ): Promise<{ left: number; floor: bigint; perSecond: number }> {
   let wall = 0;
-  const store = SigningRecord.open(dataDir, { clusterId, replicaIndex: 1 }, { wallClock: () => wall });
+  const store = SigningRecord.open(dataDir, { clusterId, replicaIndex: 1 }, { wallClock: () => wall, create: true });
   const holder = new Uint8Array(32).fill(0x42);
   // The bench replica's rules: open access, the default lease bounds and epoch step.
   const policy: PolicyConfig = {

@@ -260,6 +260,7 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
       for (const workers of workerCounts) {
         replicas.push(
           await startLocalCluster({
+            newStores: true,
             dir: keys,
             indices: [1],
             dataRoot: join(root, `data-${workers}`),
@@ -308,6 +309,7 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
     const handshakeCount = { full: 500, quick: 200, smoke: 20 }[size];
     const handshakes: HandshakeFigures[] = [];
     const storm = await startLocalCluster({
+      newStores: true,
       dir: keys,
       indices: [1],
       dataRoot: join(root, 'data-handshakes'),

@@ -17,7 +17,7 @@ const holder = new Uint8Array(32).fill(3);
 
 /** A benchmark store (cluster and replica made up): the same identity for the one here and those in children. */
 export function openBenchStore(dir: string): SigningRecord {
-  return SigningRecord.open(dir, { clusterId, replicaIndex: 1 });
+  return SigningRecord.open(dir, { clusterId, replicaIndex: 1 }, { create: true });
 }
 
 /** One durable grant at epoch 1 for a resource the store has not seen. */

@@ -237,6 +237,7 @@ async function startReplicas(
   odd: OddReplica | undefined,
 ): Promise<LocalCluster> {
   const common = {
+    newStores: true,
     dir: join(dir, 'keys'),
     dataRoot: join(dir, 'data'),
     extraArgs: signingWorkers === undefined ? [] : ['--signing-workers', String(signingWorkers)],

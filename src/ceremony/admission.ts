@@ -1,63 +1,62 @@
 /**
- * Which connections a ceremony listener keeps while they have not said who
- * they are (transport.ts): a small pool, apart from the members' places,
- * bounded in total and per remote address. A newcomer is always let in, so
- * no one can shut members out by holding the pool: when the pool (or the
- * newcomer's address) is full, the oldest waiting connection of the address
- * holding the most goes. An honest member says who it is one round trip
- * after connecting, so to push it out an outsider must open more
- * connections than the bound in that time, and from the member's own
- * address, since an address with fewer waiting never loses one while
- * another has more. Pure: the transport applies what this decides.
+ * Which connections a ceremony listener keeps while they have not said who they are (transport.ts). Two pools,
+ * apart from the members' places:
+ *
+ * - **Reserved**, per address prefix of an expected participant (the prefixes its ceremony endpoint's host
+ *   resolves to): two waiting places for each other participant expected there. A connection from such a prefix
+ *   waits only here, and only a newcomer from the same prefix ever displaces it (the oldest of that prefix, once
+ *   its places are taken). So no number of idle connections from other addresses can push out a member whose
+ *   hello is in flight, nor keep members from reaching each other.
+ * - **General**, for every other prefix: bounded in all and per prefix, the newcomer always let in
+ *   (src/common/address-admission.ts: the oldest of its own prefix at its bound, else of the prefix holding the
+ *   most). A member that dials from an address its endpoint does not resolve to (behind a NAT, say) waits here,
+ *   where to push it out an outsider must open more connections than the bound within its round trip, from
+ *   prefixes that each hold at least as many.
+ *
+ * A prefix is one IPv4 address or an IPv6 /64 (addressPrefix). Pure: the transport applies what this decides.
  */
+import { displacedBy, type AdmissionLimits, type WaitingConnection } from '../common/address-admission.js';
 
-/** A connection that has not authenticated yet; `order` counts arrivals, so a lower one is older. */
-export interface WaitingConnection {
-  readonly order: number;
-  readonly address: string;
+export { addressPrefix } from '../common/address-admission.js';
+
+/** A connection that has not authenticated yet, and the pool it waits in. */
+export interface CeremonyWaiting extends WaitingConnection {
+  readonly reserved: boolean;
 }
 
-export interface AdmissionLimits {
-  /** Waiting connections in all. */
-  readonly total: number;
-  /** Waiting connections from one remote address. */
-  readonly perAddress: number;
+export interface CeremonyAdmissionLimits extends AdmissionLimits {
+  /** Reserved waiting places per address prefix of the expected participants. */
+  readonly reserved: ReadonlyMap<string, number>;
 }
 
 /**
- * The bounds for a ceremony of `participants`: every other participant may be dialling, and redialling after a
- * drop, from one address (all on one host, or behind one NAT): twice the participants per address; twice that in
- * all, so one address never holds more than half the pool.
+ * The bounds for a ceremony of `participants`. General pool: every other participant may be dialling, and
+ * redialling after a drop, from one address (all on one host, or behind one NAT): twice the participants per
+ * prefix, twice that in all, so one prefix never holds more than half of it. Reserved: two places (a dial and a
+ * redial) per other participant at each prefix its endpoint resolves to (`expected`: prefix → participants).
  */
-export function admissionLimits(participants: number): AdmissionLimits {
-  return { total: 4 * participants, perAddress: 2 * participants };
-}
-
-function oldest(connections: readonly WaitingConnection[]): WaitingConnection | undefined {
-  let found: WaitingConnection | undefined;
-  for (const c of connections) if (!found || c.order < found.order) found = c;
-  return found;
+export function admissionLimits(
+  participants: number,
+  expected: ReadonlyMap<string, number> = new Map(),
+): CeremonyAdmissionLimits {
+  const reserved = new Map([...expected].map(([prefix, count]) => [prefix, 2 * count]));
+  return { total: 4 * participants, perPrefix: 2 * participants, reserved };
 }
 
 /**
- * The waiting connection a newcomer from `address` displaces, or undefined when there is room. Among addresses
- * holding equally many, the one with the oldest connection loses it.
+ * Where a newcomer from `prefix` waits (reserved or general) and which waiting connection it displaces (undefined:
+ * there is room).
  */
-export function displacedBy(
-  waiting: readonly WaitingConnection[],
-  address: string,
-  limits: AdmissionLimits,
-): WaitingConnection | undefined {
-  const byAddress = new Map<string, WaitingConnection[]>();
-  for (const c of waiting) {
-    const list = byAddress.get(c.address);
-    if (list) list.push(c);
-    else byAddress.set(c.address, [c]);
+export function admit<C extends CeremonyWaiting>(
+  waiting: readonly C[],
+  prefix: string,
+  limits: CeremonyAdmissionLimits,
+): { readonly reserved: boolean; readonly displaced: C | undefined } {
+  const places = limits.reserved.get(prefix);
+  if (places !== undefined) {
+    const mine = waiting.filter((c) => c.reserved && c.prefix === prefix);
+    return { reserved: true, displaced: displacedBy(mine, prefix, { perPrefix: places, total: Infinity }) };
   }
-  const mine = byAddress.get(address) ?? [];
-  if (mine.length >= limits.perAddress) return oldest(mine);
-  if (waiting.length < limits.total) return undefined;
-  let most = 0;
-  for (const list of byAddress.values()) most = Math.max(most, list.length);
-  return oldest([...byAddress.values()].filter((list) => list.length === most).flat());
+  const general = waiting.filter((c) => !c.reserved);
+  return { reserved: false, displaced: displacedBy(general, prefix, limits) };
 }

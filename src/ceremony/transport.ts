@@ -7,21 +7,24 @@
  * The endpoints are public (they are in the proposal), so an accepted
  * connection holds nothing until it says who dialled: the listener sends a
  * fresh challenge and the dialler signs it with its node key (hello.ts).
- * Until then it waits in a small pool apart from the members' places
- * (admission.ts: bounded in all and per address, the oldest displaced by a
- * newcomer), and is dropped after HANDSHAKE_TIMEOUT_MS, whether it is stuck
+ * Until then it waits apart from the members' places (admission.ts: in places
+ * reserved for the address prefixes the other participants' endpoints resolve
+ * to, which only a newcomer of the same prefix displaces, or else in a general
+ * pool bounded in all and per prefix, the oldest displaced by a newcomer), and
+ * is dropped after HANDSHAKE_TIMEOUT_MS, whether it is stuck
  * in its HTTP upgrade or silent after it. Each participant has one place: its
  * new connection replaces its old one. A place whose connection answers no
  * ping for two heartbeats is freed. What one participant may send over the
  * whole ceremony is bounded (framesAllowed). Packets stay signed and shares
  * sealed end to end: the hello only keeps outsiders from holding places.
  */
+import { lookup } from 'node:dns/promises';
 import { createServer, type IncomingMessage } from 'node:http';
-import type { Socket } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import { QuorumFenceError } from '../common/errors.js';
-import { admissionLimits, displacedBy, type WaitingConnection } from './admission.js';
+import { addressPrefix, admissionLimits, admit, type CeremonyWaiting } from './admission.js';
 import { decodeChallenge, encodeChallenge, encodeHello, MAX_HELLO_BYTES, newChallenge, verifyHello } from './hello.js';
 import type { NodeKey } from './node-key.js';
 import { MAX_PACKET_BYTES, PHASES } from './packets.js';
@@ -53,6 +56,8 @@ export const HEARTBEAT_MS = 5000;
 const MAX_QUEUED_PER_PEER = 256;
 /** Redial a participant that is not up yet this often. */
 const REDIAL_MS = 200;
+/** Look up again the endpoint hosts that did not resolve (a peer's name may appear only once its container runs). */
+const RESOLVE_AGAIN_MS = 2000;
 
 /**
  * Frames one participant may send a listener over the whole ceremony, all its connections together: one packet
@@ -73,9 +78,39 @@ interface Peer {
   timer: NodeJS.Timeout | undefined;
 }
 
-interface Waiting extends WaitingConnection {
+interface Waiting extends CeremonyWaiting {
   readonly socket: Duplex;
   readonly timer: NodeJS.Timeout;
+}
+
+/**
+ * The address prefixes the other participants' ceremony endpoints resolve to, each with how many participants
+ * it stands for (their reserved waiting places, admission.ts). An IP literal is its own; a name is looked up
+ * (every address it has). Names that do not resolve are left out and listed in `unresolved`.
+ */
+export async function expectedPrefixes(
+  proposal: Proposal,
+  self: number,
+): Promise<{ prefixes: Map<string, number>; unresolved: number }> {
+  const prefixes = new Map<string, number>();
+  let unresolved = 0;
+  await Promise.all(
+    proposal.participants
+      .filter((p) => p.sender !== self)
+      .map(async (participant) => {
+        const { host } = listenAddressOf(participant.ceremonyEndpoint);
+        let addresses: string[];
+        try {
+          addresses = isIP(host) ? [host] : (await lookup(host, { all: true })).map((a) => a.address);
+        } catch {
+          unresolved++;
+          return;
+        }
+        for (const prefix of new Set(addresses.map(addressPrefix)))
+          prefixes.set(prefix, (prefixes.get(prefix) ?? 0) + 1);
+      }),
+  );
+  return { prefixes, unresolved };
 }
 
 /** Where a member listens by default: the host and port of its ceremony endpoint. */
@@ -140,7 +175,19 @@ export async function openWebSocketTransport(options: {
   let onRefused: (refusal: { reason: string; code: string }) => void = () => undefined;
   let closed = false;
   const heartbeat = new Heartbeat();
-  const limits = admissionLimits(proposal.participants.length);
+  let limits = admissionLimits(proposal.participants.length);
+  /** Reserved places follow the expected prefixes as they resolve; a slow name service never delays listening. */
+  let resolving: NodeJS.Timeout | undefined;
+  const resolvePrefixes = () => {
+    void expectedPrefixes(proposal, self).then(({ prefixes, unresolved }) => {
+      if (closed) return;
+      limits = admissionLimits(proposal.participants.length, prefixes);
+      if (unresolved === 0) return;
+      resolving = setTimeout(resolvePrefixes, RESOLVE_AGAIN_MS);
+      resolving.unref();
+    });
+  };
+  resolvePrefixes();
   const allowed = framesAllowed(proposal);
   const waiting = new Map<Duplex, Waiting>();
   /** Every TCP connection accepted and not yet closed, so close() ends them all. */
@@ -172,12 +219,13 @@ export async function openWebSocketTransport(options: {
     if (closed) return void socket.destroy();
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
-    const address = socket.remoteAddress ?? 'unknown';
-    const victim = displacedBy([...waiting.values()], address, limits) as Waiting | undefined;
-    if (victim) victim.socket.destroy();
+    const prefix = addressPrefix(socket.remoteAddress ?? 'unknown');
+    const { reserved, displaced } = admit([...waiting.values()], prefix, limits);
+    if (displaced) displaced.socket.destroy();
     const entry: Waiting = {
       order: arrivals++,
-      address,
+      prefix,
+      reserved,
       socket,
       timer: setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS),
     };
@@ -313,6 +361,7 @@ export async function openWebSocketTransport(options: {
     async close() {
       closed = true;
       heartbeat.stop();
+      clearTimeout(resolving);
       for (const peer of peers.values()) {
         clearTimeout(peer.timer);
         // close, not terminate: what was sent last (our confirmation) still reaches the member.

@@ -2,7 +2,7 @@
  * `quorumfence acquire RESOURCE`: get an admission token from the cluster and
  * print it (and, with --hold, keep the lease until Ctrl-C, then release it).
  */
-import { parseDuration, parseFlags, type Command } from '../command/args.js';
+import { parseDuration, parseFlags, resourceArgument, type Command } from '../command/args.js';
 import { CLIENT_FLAGS, CLUSTER_FLAG_USAGE, IDENTITY_FLAG_USAGE, openClient, refusalLine } from './client-flags.js';
 
 /** A lease's length when --ttl is not given. */
@@ -54,7 +54,7 @@ export const command: Command = {
       },
       { min: 1, max: 1 },
     );
-    const resource = positionals[0]!;
+    const resource = resourceArgument(positionals[0]!);
     const ttlMs = parseDuration(values.ttl, 'ttl', DEFAULT_TTL_MS);
     const waitMs = parseDuration(values.wait, 'wait', 0);
     const client = await openClient(values);
@@ -75,7 +75,7 @@ export const command: Command = {
           process.stdout.write(
             JSON.stringify({ ok: false, reason: result.reason, message: result.message, faults: result.faults }) + '\n',
           );
-        else process.stderr.write(refusalLine('acquire', result, client, resource));
+        else process.stderr.write(await refusalLine('acquire', result, client, resource));
         return 1;
       }
       const lease = result.lease;

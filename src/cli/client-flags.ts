@@ -6,7 +6,9 @@
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
 import { loadClusterFile, type Cluster } from '../cluster/description.js';
+import { toHex } from '../common/bytes.js';
 import type { AcquireRefusal } from '../client/acquire.js';
+import type { ReplicaLeases } from '../client/active-leases.js';
 import { QuorumFenceClient } from '../client/client.js';
 import { loadIdentityFile, type Identity } from '../client/identity.js';
 import { CLUSTER_ENVIRONMENT_VARIABLE, IDENTITY_ENVIRONMENT_VARIABLE, requiredOrEnvironment } from '../command/args.js';
@@ -92,11 +94,69 @@ export async function openClient(
   return client;
 }
 
+/**
+ * Whose is the lease on `resource` at `epoch`, from the replicas' lists of running leases: `mine` when at least
+ * f+1 of them (so at least one honest one) list it under `holderHex`, `other` when f+1 list it under another
+ * holder, `unknown` otherwise (too few answers, or lists cut at their limit). Pure.
+ */
+export function leaseOwner(
+  views: readonly ReplicaLeases[],
+  resource: string,
+  epoch: bigint,
+  holderHex: string,
+  f: number,
+): 'mine' | 'other' | 'unknown' {
+  let mine = 0;
+  let other = 0;
+  for (const view of views) {
+    if (view.state !== 'ok') continue;
+    const lease = view.leases.find((l) => l.resource === resource && l.epoch === epoch);
+    if (lease === undefined) continue;
+    if (toHex(lease.holder) === holderHex) mine++;
+    else other++;
+  }
+  return mine >= f + 1 ? 'mine' : other >= f + 1 ? 'other' : 'unknown';
+}
+
+/** How long a busy lease still runs, as a --wait that outlasts it. */
+const waitFor = (remainingMs: number) => `--wait ${Math.ceil((remainingMs + 1) / 1000)}s`;
+
+/**
+ * The busy line. A busy lease may be this identity's own, taken by another invocation (a session of its own,
+ * docs/protocol.md "Sessions"): "another holder" would mislead, and the way out is release --session or
+ * --resume, not a longer wait. The replicas' lease lists say whose it is (f+1 of them must agree); when they do
+ * not answer, the line names both possibilities.
+ */
+async function busyHint(
+  refusal: Extract<AcquireRefusal, { reason: 'busy' }>,
+  client: QuorumFenceClient,
+  resource: string,
+): Promise<string> {
+  const seconds = Math.ceil(refusal.remainingMs / 1000);
+  const ownWayOut = `release it with "quorumfence release ${resource} ${refusal.epoch} --session SESSION" (the session its acquire printed), take it over with --resume, or wait with ${waitFor(refusal.remainingMs)}`;
+  let owner: 'mine' | 'other' | 'unknown';
+  try {
+    const views = await client.replicaLeases({ timeoutMs: 2_000 });
+    owner = leaseOwner(views, resource, refusal.epoch, client.identity.publicKeyHex, client.cluster.f);
+  } catch {
+    owner = 'unknown';
+  }
+  if (owner === 'mine')
+    return `this identity (${client.identity.publicKeyHex.slice(0, 16)}…) holds "${resource}" at epoch ${refusal.epoch} in another session, for about ${seconds}s more: if that process ended, ${ownWayOut}`;
+  return `held by another holder at epoch ${refusal.epoch} for about ${seconds}s more; wait longer with ${waitFor(refusal.remainingMs)}${
+    owner === 'unknown' ? ` (if it is this identity's own lease from another session: ${ownWayOut})` : ''
+  }`;
+}
+
 /** One line saying what went wrong and what to try. */
-export function refusalHint(refusal: AcquireRefusal, client: QuorumFenceClient, resource: string): string {
+export async function refusalHint(
+  refusal: AcquireRefusal,
+  client: QuorumFenceClient,
+  resource: string,
+): Promise<string> {
   switch (refusal.reason) {
     case 'busy':
-      return `${refusal.message}; wait longer with --wait ${Math.ceil((refusal.remainingMs + 1) / 1000)}s`;
+      return busyHint(refusal, client, resource);
     case 'unavailable':
       return `${refusal.message}; at least ${client.cluster.t} of the ${client.cluster.n} replicas must be running and reachable`;
     case 'timeout':
@@ -114,11 +174,11 @@ export function refusalHint(refusal: AcquireRefusal, client: QuorumFenceClient, 
  * The stderr line of a refused acquire. Like an error line it ends with a code in parentheses: the refusal
  * reason in capitals (BUSY, UNAVAILABLE, TIMEOUT, FORBIDDEN, INVALID, ABORTED).
  */
-export function refusalLine(
+export async function refusalLine(
   verb: string,
   refusal: AcquireRefusal,
   client: QuorumFenceClient,
   resource: string,
-): string {
-  return `quorumfence ${verb}: ${refusal.reason}: ${refusalHint(refusal, client, resource)} (${refusal.reason.toUpperCase()})\n`;
+): Promise<string> {
+  return `quorumfence ${verb}: ${refusal.reason}: ${await refusalHint(refusal, client, resource)} (${refusal.reason.toUpperCase()})\n`;
 }

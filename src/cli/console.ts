@@ -5,8 +5,7 @@ import { EvidenceLog } from '../client/evidence.js';
 import { loadIdentityFile } from '../client/identity.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
-import { expectResource } from '../common/check.js';
-import { parseDuration, parseFlags, parseListen, type Command } from '../command/args.js';
+import { parseDuration, parseFlags, parseListen, resourceArgument, type Command } from '../command/args.js';
 import { watchForStop } from '../command/lifecycle.js';
 import { ConsoleStore } from '../console/console-store.js';
 import { loadHolderNames } from '../console/holders.js';
@@ -89,7 +88,7 @@ export const command: Command = {
       throw new QuorumFenceError('INVALID_OPTION', `--watch may be given at most ${MAX_WATCHED} times`);
     for (const resource of watch) {
       try {
-        expectResource(resource);
+        resourceArgument(resource, '--watch');
       } catch (error) {
         throw new QuorumFenceError(
           'INVALID_OPTION',

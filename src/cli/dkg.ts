@@ -7,7 +7,8 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
-import { toHex } from '../common/bytes.js';
+import { fromHex, toHex } from '../common/bytes.js';
+import { createSigningRecord, signingRecordExists } from '../replica/signing-record.js';
 import { createLogger, type Logger } from '../common/log.js';
 import { LogLimiter } from '../common/log-limiter.js';
 import { loadClusterFile, type Cluster } from '../cluster/description.js';
@@ -67,7 +68,9 @@ init"), in replica index order, with a fresh ceremony id.
 run: take part for the replica whose node key is in DIR. Every member runs
 this with the same proposal; it finishes when all have. Progress on stderr (JSON log lines).
 On success writes DIR/${REPLICA_KEY_FILE} (secret, 0600) and DIR/${CLUSTER_FILE} (public,
-with every confirming member's signature). On an abort writes nothing and
+with every confirming member's signature), and makes the replica's empty signing
+record in DIR ("replica --data DIR"; refused before the ceremony if DIR holds one:
+a new key starts from a new record). On an abort writes nothing and
 exits 1 naming the members at fault; make a fresh proposal and run again.
   --data DIR               the replica's data directory (holds node.key)         (required)
   --proposal FILE          the proposal                                          (required)
@@ -304,6 +307,13 @@ async function run(argv: string[]): Promise<number> {
     }
   }
   assertNoKeyYet(dataDir);
+  // The new key's signing record is made here after the ceremony; one already here is not this key's.
+  if (signingRecordExists(dataDir))
+    throw new QuorumFenceError(
+      'FILE_EXISTS',
+      `${dataDir} already holds a signing record, of another key; a new key's replica starts from a new one ` +
+        `(move it away, or take part with another --data)`,
+    );
   // Before the ceremony, not after it: a link as --publish is refused while nothing is dealt yet.
   if (values.publish) refuseIrregularFile(resolve(values.publish));
   mkdirSync(dataDir, { recursive: true, mode: 0o700 });
@@ -336,6 +346,11 @@ async function run(argv: string[]): Promise<number> {
     clusterPath,
     summary: written,
   } = saveCeremonyResult(dataDir, proposal, self, outcome.result, values.publish);
+  // The key has signed nothing yet: the one moment its replica's record is known to be new ("replica run --data").
+  await createSigningRecord(dataDir, {
+    clusterId: fromHex(outcome.result.cluster.clusterId, 32, 'clusterId'),
+    replicaIndex: self,
+  });
   const summary = {
     ...written,
     excluded: outcome.result.excluded,

@@ -19,7 +19,8 @@ identity obtains; replicas' access configs (--config) list it to give the
 identity its resource prefixes.
 
 options:
-  --json   print one JSON object: { "file", "publicKey" }
+  --json   print one JSON object: { "file", "publicKey" } (new: also "created",
+           false when --if-missing kept an existing file)
 `;
 
 export const command: Command = {
@@ -34,11 +35,13 @@ export const command: Command = {
     const [sub, file] = positionals as [string, string];
     const path = resolve(file);
     let publicKey: string;
+    /** With --if-missing, whether this run made the file (false: it kept the one there). */
+    let created = sub === 'new';
     if (values['if-missing'] && sub !== 'new')
       throw new QuorumFenceError('INVALID_OPTION', '--if-missing goes with "identity new"');
     if (sub === 'new' && values['if-missing'] && existsSync(path)) {
       publicKey = loadIdentityFile(path).publicKeyHex;
-      process.stderr.write(`${path} already exists; keeping it\n`);
+      created = false;
     } else if (sub === 'new') {
       try {
         publicKey = createIdentityFile(path).publicKeyHex;
@@ -56,8 +59,10 @@ export const command: Command = {
     } else {
       throw new QuorumFenceError('INVALID_OPTION', `unknown subcommand "${sub}" (new, show)`);
     }
-    if (values.json) process.stdout.write(JSON.stringify({ file: path, publicKey }) + '\n');
-    else if (sub === 'new') process.stdout.write(`wrote ${path} (secret, mode 0600)\npublic key ${publicKey}\n`);
+    if (values.json)
+      process.stdout.write(JSON.stringify({ file: path, publicKey, ...(sub === 'new' ? { created } : {}) }) + '\n');
+    else if (created) process.stdout.write(`wrote ${path} (secret, mode 0600)\npublic key ${publicKey}\n`);
+    else if (sub === 'new') process.stdout.write(`kept ${path} (it exists; --if-missing)\npublic key ${publicKey}\n`);
     else process.stdout.write(`${publicKey}\n`);
     return 0;
   },

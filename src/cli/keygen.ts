@@ -6,18 +6,24 @@ import { writeFileDurably } from '../common/files.js';
 import { MAX_REPLICAS, MIN_REPLICAS } from '../common/limits.js';
 import { checkEndpoint, describeDealtKey, localEndpoints } from '../cluster/description.js';
 import { replicaKeyJson } from '../cluster/replica-key.js';
+import { fromHex } from '../common/bytes.js';
+import { createSigningRecord, signingRecordExists } from '../replica/signing-record.js';
 import { systemRandom } from '../crypto/random.js';
 import { dealKey } from '../crypto/threshold.js';
 import { integerFlag, parseFlags, required, type Command } from '../command/args.js';
 
-const usage = `usage: quorumfence keygen --replicas N --out DIR [--endpoints URL,URL,...] [--base-port PORT] [--host HOST]
+const usage = `usage: quorumfence keygen --replicas N --out DIR [--endpoints URL,URL,...] [--base-port PORT] [--host HOST] [--data ROOT]
 
 Deals a fresh BLS12-381 threshold key for N = 3f+1 replicas (threshold t = 2f+1)
 and writes:
   DIR/cluster.json       public cluster description (share it with clients and guards)
   DIR/replica-<i>.key    replica i's secret share, mode 0600 (give each to its replica only)
+  ROOT/replica-<i>/      with --data: replica i's empty signing record ("replica --data ROOT/replica-<i>")
 The group secret exists only in memory during the call and is never written.
-Refuses to overwrite existing files.
+Refuses to overwrite existing files. A replica never makes its own signing
+record (an empty one would sign again what it signed before): a key just dealt
+has signed nothing, so --data makes them here; without it, make each replica's
+with "quorumfence replica init --data DIR --cluster FILE --key FILE" on its machine.
 
 options:
   --replicas N        number of replicas: 4, 7, 10, ... 31 (N = 3f+1)      (required)
@@ -27,6 +33,8 @@ options:
   --host HOST         without --endpoints: the host for every replica       (default 127.0.0.1)
   --if-missing        do nothing (exit 0) when DIR already holds a complete key set
                       for N replicas; still refuses a partial one
+  --data ROOT         also make each replica's empty signing record in ROOT/replica-<i>
+                      (refused, before any key is dealt, when one exists there)
 `;
 
 export const command: Command = {
@@ -40,6 +48,7 @@ export const command: Command = {
       'base-port': { type: 'string' },
       host: { type: 'string' },
       'if-missing': { type: 'boolean' },
+      data: { type: 'string' },
     });
     const n = integerFlag(required(values.replicas, 'replicas'), 'replicas', 0, MIN_REPLICAS, MAX_REPLICAS);
     if ((n - 1) % 3 !== 0) {
@@ -77,6 +86,15 @@ export const command: Command = {
         `${existing[0]} already exists; refusing to overwrite keys (choose another --out)`,
       );
     }
+    const stores = values.data
+      ? Array.from({ length: n }, (_, k) => join(resolve(values.data!), `replica-${k + 1}`))
+      : [];
+    const taken = stores.find((dir) => signingRecordExists(dir));
+    if (taken)
+      throw new QuorumFenceError(
+        'FILE_EXISTS',
+        `${taken} already holds a signing record; a new key's replicas start from new ones (choose another --data)`,
+      );
     mkdirSync(out, { recursive: true, mode: 0o700 });
 
     const f = (n - 1) / 3;
@@ -94,12 +112,18 @@ export const command: Command = {
       );
     }
     writeFileDurably(files[0]!, JSON.stringify(description, null, 2) + '\n', { exclusive: true });
+    // The key has signed nothing: the one moment its replicas' records are known to be new.
+    const clusterId = fromHex(description.clusterId, 32, 'clusterId');
+    for (const [k, dir] of stores.entries()) await createSigningRecord(dir, { clusterId, replicaIndex: k + 1 });
 
     process.stdout.write(
       `cluster ${description.clusterId}\n` +
         `  n = ${n}, f = ${f}, t = ${description.t}\n` +
         `  wrote ${files[0]} (public)\n` +
-        key.shares.map((s) => `  wrote ${files[s.index]} (secret, mode 0600) for ${endpoints[s.index - 1]}\n`).join(''),
+        key.shares
+          .map((s) => `  wrote ${files[s.index]} (secret, mode 0600) for ${endpoints[s.index - 1]}\n`)
+          .join('') +
+        stores.map((dir, k) => `  made replica ${k + 1}'s signing record in ${dir}\n`).join(''),
     );
     return 0;
   },

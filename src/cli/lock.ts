@@ -5,10 +5,13 @@
  * CMD exits the lease is released and lock exits with CMD's code.
  */
 import { spawn } from 'node:child_process';
+import { accessSync, constants as fileConstants, statSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import { constants } from 'node:os';
+import { delimiter, join } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import type { Lease } from '../client/lease.js';
-import { parseDuration, parseFlags, type Command } from '../command/args.js';
+import { parseDuration, parseFlags, resourceArgument, type Command } from '../command/args.js';
 import { DEFAULT_TTL_MS } from './acquire.js';
 import { CLIENT_FLAGS, CLUSTER_FLAG_USAGE, IDENTITY_FLAG_USAGE, openClient, refusalLine } from './client-flags.js';
 
@@ -52,6 +55,9 @@ If the lease is lost anyway (the replicas unreachable past the ttl, or taken
 over), CMD's process group gets SIGTERM, then SIGKILL after --kill-after.
 CMD runs in a process group of its own, so the signals reach every process it
 started; SIGINT, SIGTERM and SIGHUP sent to this command are passed on to it.
+If this command itself dies (SIGKILL, the OOM killer), CMD's process group
+gets the same SIGTERM, then SIGKILL: a watcher in the group sees this
+command's end of a pipe close, so CMD never runs on with the token unwatched.
 
 Exit codes: CMD's own, or 128 + the signal number when a signal ended it;
   ${LOCK_EXIT_CODES.lost}  the lease was lost while CMD ran (CMD was stopped)
@@ -106,6 +112,58 @@ export function splitCommandLine(argv: readonly string[]): { own: string[]; file
   return { own: argv.slice(0, split), file, args };
 }
 
+/**
+ * What /bin/sh runs for CMD: a watcher in the background, then `exec CMD`, so CMD keeps the shell's pid (the
+ * process group's leader), its stdin and its exit status. The watcher is in CMD's process group, ignores the
+ * signals lock passes on, and reads fd 3, a socket from lock: "done" once CMD has exited, and end of file
+ * without it when lock died (SIGKILL, the OOM killer). Then it sends the group SIGTERM and, $1 seconds later,
+ * SIGKILL (which ends the watcher too). Lock outliving CMD tells it "done", so what CMD left running is not
+ * touched then (as before). Positional parameters: $1 the seconds from SIGTERM to SIGKILL, then CMD and ARGS.
+ */
+const GROUP_WATCHER = `{
+  trap '' INT TERM HUP
+  if IFS= read -r word <&3 && [ "$word" = done ]; then exit 0; fi
+  kill -TERM 0 2>/dev/null
+  sleep "$1"
+  kill -KILL 0
+} &
+exec 3<&-
+shift
+exec "$@"`;
+
+/**
+ * Where `file` would be run from, as execvp looks for it: itself when it holds a slash, else the first
+ * executable regular file of that name on PATH. Checked before spawning, so that lock says "not found" or "not
+ * executable" itself rather than through the shell's own words (127 and 126, the same codes either way).
+ */
+export function findCommand(
+  file: string,
+  path: string | undefined,
+): { ok: true } | { ok: false; errorCode: 'ENOENT' | 'EACCES' } {
+  const candidates = file.includes('/')
+    ? [file]
+    : (path ?? '').split(delimiter).map((directory) => join(directory || '.', file));
+  let exists = false;
+  for (const candidate of candidates) {
+    let isFile: boolean;
+    try {
+      isFile = statSync(candidate).isFile();
+    } catch {
+      continue; // Not there: the next directory may have it.
+    }
+    exists = true;
+    try {
+      if (isFile) {
+        accessSync(candidate, fileConstants.X_OK);
+        return { ok: true };
+      }
+    } catch {
+      // There, but not executable by us.
+    }
+  }
+  return { ok: false, errorCode: exists ? 'EACCES' : 'ENOENT' };
+}
+
 type SignalHandler = (signal: NodeJS.Signals) => void;
 const FORWARDED_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
 
@@ -118,17 +176,34 @@ function runHolding(
   setSignalHandler: (handler: SignalHandler) => void,
 ): Promise<CommandOutcome> {
   if (!lease.active) return Promise.resolve({ kind: 'lost_before_start' });
-  return new Promise((resolve) => {
-    const child = spawn(file, args, {
-      stdio: 'inherit',
-      detached: true,
-      env: {
-        ...process.env,
-        [LOCK_ENVIRONMENT.token]: lease.tokenText,
-        [LOCK_ENVIRONMENT.epoch]: lease.epoch.toString(),
-        [LOCK_ENVIRONMENT.resource]: lease.resource,
-      },
+  const found = findCommand(file, process.env.PATH);
+  if (!found.ok)
+    return Promise.resolve({
+      kind: 'not_started',
+      errorCode: found.errorCode,
+      message: found.errorCode === 'ENOENT' ? 'command not found' : 'not an executable file',
     });
+  return new Promise((resolve) => {
+    const child = spawn(
+      '/bin/sh',
+      ['-c', GROUP_WATCHER, 'quorumfence-lock', String(killAfterMs / 1000), file, ...args],
+      {
+        stdio: ['inherit', 'inherit', 'inherit', 'pipe'],
+        detached: true,
+        env: {
+          ...process.env,
+          [LOCK_ENVIRONMENT.token]: lease.tokenText,
+          [LOCK_ENVIRONMENT.epoch]: lease.epoch.toString(),
+          [LOCK_ENVIRONMENT.resource]: lease.resource,
+        },
+      },
+    );
+    // The watcher's end: "done" when CMD has exited; closed without it (this process died), the group is stopped.
+    const watcher = child.stdio[3] as Socket;
+    watcher.on('error', () => undefined); // The group may be gone already (a lost lease ends the watcher too).
+    const dismissWatcher = () => {
+      watcher.end('done\n');
+    };
     let lost = false;
     let killTimer: NodeJS.Timeout | undefined;
     const signalGroup = (signal: NodeJS.Signals) => {
@@ -164,6 +239,7 @@ function runHolding(
     child.once('exit', (code, signal) => {
       // What CMD left running in its group has no lease either.
       if (lost) signalGroup('SIGKILL');
+      else dismissWatcher();
       settle({ kind: 'exited', code, signal, lost });
     });
   });
@@ -186,7 +262,7 @@ export const command: Command = {
       },
       { min: 1, max: 1 },
     );
-    const resource = positionals[0]!;
+    const resource = resourceArgument(positionals[0]!);
     const ttlMs = parseDuration(values.ttl, 'ttl', DEFAULT_TTL_MS);
     const waitMs = parseDuration(values.wait, 'wait', 0);
     const killAfterMs = parseDuration(values['kill-after'], 'kill-after', DEFAULT_KILL_AFTER_MS);
@@ -204,7 +280,7 @@ export const command: Command = {
         resume: values.resume === true,
       });
       if (!result.ok) {
-        process.stderr.write(refusalLine('lock', result, client, resource));
+        process.stderr.write(await refusalLine('lock', result, client, resource));
         return LOCK_EXIT_CODES.failed;
       }
       const lease = result.lease;
@@ -216,9 +292,7 @@ export const command: Command = {
           `quorumfence lock: the lease on "${resource}" ended before the command started (LEASE_LOST)\n`,
         );
       if (outcome.kind === 'not_started') {
-        process.stderr.write(
-          `quorumfence lock: cannot run ${JSON.stringify(file)}: ${outcome.errorCode === 'ENOENT' ? 'command not found' : outcome.message} (IO_ERROR)\n`,
-        );
+        process.stderr.write(`quorumfence lock: cannot run ${JSON.stringify(file)}: ${outcome.message} (IO_ERROR)\n`);
       }
       if (lease.active) {
         // Waits for the replicas' answers: the line it prints says whether t confirmed.

@@ -3,7 +3,7 @@
  * invocation than the one that took it (`acquire` without --hold leaves its lease to run out).
  */
 import { QuorumFenceError } from '../common/errors.js';
-import { parseFlags, type Command } from '../command/args.js';
+import { parseFlags, resourceArgument, type Command } from '../command/args.js';
 import { CLIENT_FLAGS, CLUSTER_FLAG_USAGE, IDENTITY_FLAG_USAGE, openClient } from './client-flags.js';
 
 const usage = `usage: quorumfence release RESOURCE EPOCH [--cluster FILE] [--identity FILE] [--session S] [--json]
@@ -44,7 +44,8 @@ export const command: Command = {
       { ...CLIENT_FLAGS, session: { type: 'string' }, json: { type: 'boolean' } },
       { min: 2, max: 2 },
     );
-    const [resource, epochText] = positionals as [string, string];
+    const resource = resourceArgument(positionals[0]!);
+    const epochText = positionals[1]!;
     const epoch = parseEpochArgument(epochText);
     const client = await openClient(values);
     try {

@@ -2,10 +2,11 @@
  * `quorumfence replica`: run a replica (the default when only flags are
  * given), or `export` / `import` its signing record.
  */
-import { resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
-import { readJsonFile, writeFileDurably } from '../common/files.js';
+import { readJsonFile, refuseIrregularFile, writeFileDurably } from '../common/files.js';
 import { loadClusterFile, type Cluster } from '../cluster/description.js';
 import { loadReplicaKeyFile, type ReplicaKey } from '../cluster/replica-key.js';
 import { signFrozenExport } from '../replica/frozen-export.js';
@@ -13,6 +14,7 @@ import { exportInterchange, parseInterchange } from '../replica/interchange.js';
 import { DEFAULT_REPLICA_LIMITS } from '../replica/options.js';
 import { probeSigningRecord, SigningRecord } from '../replica/signing-record.js';
 import { parseFlags, required, runSubcommand, type Command } from '../command/args.js';
+import { directoryLockHolder, LOCK_FILES } from '../command/directory-lock.js';
 import { watchForStop } from '../command/lifecycle.js';
 import { readPem } from '../command/pem.js';
 import { endpointListenAddress, endpointPort } from '../command/endpoint-listen.js';
@@ -25,6 +27,7 @@ const usage = `usage: quorumfence replica [run] --cluster FILE --key FILE --data
        quorumfence replica export --data DIR [--out FILE] [--key FILE --cluster FILE]
        quorumfence replica import --data DIR --in FILE --cluster FILE
        quorumfence replica init --data DIR --endpoint URL [--card FILE] [--if-missing]
+       quorumfence replica init --data DIR --cluster FILE --key FILE
 
 run (the default): serve the replica protocol over WebSocket, with GET /healthz
 and GET /metrics on the same port. Logs JSON lines; the "listening" line holds
@@ -32,7 +35,10 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
 
   --cluster FILE            the cluster description (cluster.json)              (required)
   --key FILE                this replica's key file (replica-<i>.key)            (required)
-  --data DIR                the signing record's directory, created if missing  (required)
+  --data DIR                the signing record's directory                        (required)
+                            never created here: a replica without its record refuses to start
+                            (STORE_MISSING); "replica init --cluster --key", "keygen --data", "dkg run"
+                            and "reshare inherit" make it, once
   --listen HOST:PORT        where to listen; port 0 picks one (default: the host and port of this
                             replica's endpoint in --cluster, which must be an address of this machine)
   --config FILE             access rules (quorumfence/replica-access/v1); default: all holders, all resources
@@ -46,7 +52,11 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
                             --rate-limit (also the burst)                      (default ${d.leasesPerSecondPerConnection})
   --max-connections N       open connections                                    (default ${d.maxConnections})
   --max-unauthenticated-per-address N
-                            connections from one IP address not yet authenticated (default ${d.maxUnauthenticatedPerAddress})
+                            connections from one address prefix (an IPv4 address, an IPv6 /64) not yet
+                            authenticated; a newcomer beyond it displaces the oldest (default ${d.maxUnauthenticatedPerAddress})
+  --max-unauthenticated N   connections not yet authenticated, from all addresses; a newcomer beyond it, or
+                            beyond --max-connections, displaces the oldest of the prefix holding the most
+                                                                                (default ${d.maxUnauthenticated})
   --retention DURATION      keep a record this long after its grant once its lease ended (default ${d.retentionMs}ms)
   --compaction-interval DURATION
                             how often records past retention are folded into the floor (default ${d.compactionIntervalMs}ms)
@@ -62,10 +72,13 @@ the actual url. SIGTERM or SIGINT stops it gracefully.
                             Without it, the admin endpoint refuses everyone.
 
 export: write the signing record as JSON (format quorumfence/signing-record/v2, with the floor)
-to --out FILE or stdout. Safe while the replica runs (read-only). With --key
-and --cluster (this replica's key file and cluster.json), a FROZEN record is
-signed with the replica's share (format v3): the only export "reshare inherit"
-takes. A record that is not frozen is not signed (EXPORT_NOT_FROZEN).
+to --out FILE (never replaced: FILE_EXISTS) or stdout. Safe while the replica
+runs (read-only); it then says on stderr that the record may move on after the
+export, unless the replica is frozen. With --key and --cluster (this replica's
+key file and cluster.json), a FROZEN record is signed with the replica's share
+(format v3): the only export "reshare inherit" takes. A record that is not
+frozen is not signed (EXPORT_NOT_FROZEN). A --data without a signing record is
+INVALID_OPTION, naming the directory.
 
 import: raise the watermarks in --data from an interchange file. Never lowers
 a watermark; refuses (changing nothing) a file from another cluster or replica,
@@ -129,6 +142,10 @@ async function runReplica(argv: string[]): Promise<number> {
       fatalError = error;
       watch.stop();
     },
+  }).catch((error: unknown) => {
+    // One that cannot start exits at once with its error, rather than wait on stdin until a launcher gives up.
+    watch.dispose();
+    throw error;
   });
   logger.info(
     {
@@ -159,15 +176,57 @@ async function exportRecord(argv: string[]): Promise<number> {
   if ((values.key === undefined) !== (values.cluster === undefined))
     throw new QuorumFenceError('INVALID_OPTION', '--key and --cluster go together (they sign a frozen export)');
   const signer = values.key === undefined ? undefined : loadSigner(values.key, values.cluster!);
-  const store = SigningRecord.open(resolve(required(values.data, 'data')), undefined, { readOnly: true });
+  const dataDir = existingRecordDir(values.data);
+  if (values.out !== undefined) refuseOutFile(values.out);
+  const store = SigningRecord.open(dataDir, undefined, { readOnly: true });
   let text: string;
+  let frozen: boolean;
   try {
     text = signer ? frozenExportText(store, signer) : interchangeText(store);
+    frozen = store.frozen !== undefined;
   } finally {
     await store.close();
   }
   writeInterchangeText(text, values.out);
+  const running = directoryLockHolder(dataDir, LOCK_FILES.replica);
+  if (running !== undefined && !frozen)
+    process.stderr.write(
+      `note: replica process ${running} runs on ${dataDir} and is not frozen: this export is its record as of now, and grants it signs later are not in it (freeze it first for a record that no longer changes: "quorumfence reshare freeze")\n`,
+    );
   return 0;
+}
+
+/**
+ * The --data of a command that reads an existing signing record (export, freeze): refused when it holds none,
+ * before anything else is done, so a mistyped path says so instead of "store corrupt".
+ * @throws QuorumFenceError INVALID_OPTION
+ */
+export function existingRecordDir(value: string | undefined): string {
+  const dir = resolve(required(value, 'data'));
+  // A directory whose identity file survives but whose data.mdb is gone is a damaged store: the store says so.
+  if (!existsSync(join(dir, 'data.mdb')) && !existsSync(join(dir, 'signing-record.json')))
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      `--data ${dir} holds no signing record (${existsSync(dir) ? 'no data.mdb there' : 'no such directory'}); give the directory the replica runs with (its --data)`,
+      { dir },
+    );
+  return dir;
+}
+
+/**
+ * An --out the export will be written to: refused when something is there already (an export is evidence of
+ * what a replica signed; one must not silently replace another), or when it is a link or a device.
+ * @throws QuorumFenceError FILE_EXISTS, NOT_A_REGULAR_FILE
+ */
+export function refuseOutFile(out: string): void {
+  const path = resolve(out);
+  refuseIrregularFile(path);
+  if (existsSync(path))
+    throw new QuorumFenceError(
+      'FILE_EXISTS',
+      `--out ${path} already exists; refusing to replace it (choose another file, or remove it first)`,
+      { path },
+    );
 }
 
 /** The signing record as `replica export` prints it without a key: the (unsigned) interchange document. */
@@ -195,9 +254,9 @@ export function frozenExportText(store: SigningRecord, signer: ExportSigner): st
   return JSON.stringify(signFrozenExport(store, signer.cluster, signer.key), null, 2) + '\n';
 }
 
-/** An export to the file `out` (written durably, mode 0600) or, without --out, to stdout. */
+/** An export to the file `out` (written durably, mode 0600, never replacing a file) or, without --out, to stdout. */
 export function writeInterchangeText(text: string, out: string | undefined): void {
-  if (out) writeFileDurably(resolve(out), text, { mode: 0o600 });
+  if (out) writeFileDurably(resolve(out), text, { mode: 0o600, exclusive: true });
   else process.stdout.write(text);
 }
 
@@ -218,10 +277,12 @@ async function importRecord(argv: string[]): Promise<number> {
       'BAD_INTERCHANGE',
       `interchange: "replica" ${replica} is not in this cluster of ${cluster.n}`,
     );
-  const store = SigningRecord.open(resolve(required(values.data, 'data')), {
-    clusterId: cluster.id,
-    replicaIndex: replica,
-  });
+  // A replica moved to new storage takes its record here: the file is its record, so the store may be made for it.
+  const store = SigningRecord.open(
+    resolve(required(values.data, 'data')),
+    { clusterId: cluster.id, replicaIndex: replica },
+    { create: true },
+  );
   try {
     const summary = await store.raiseFrom(entries, floor);
     process.stdout.write(

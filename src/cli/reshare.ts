@@ -20,7 +20,7 @@ import { run } from './reshare/run.js';
 export { MEMBERSHIP_PARTIAL_FORMAT } from './reshare/endorse.js';
 
 const usage = `usage: quorumfence reshare freeze --data DIR --key FILE --cluster FILE [--out FILE] [--reason TEXT]
-       quorumfence reshare freeze --url URL --secret-file FILE [--ca FILE] [--reason TEXT] [--timeout-ms N]
+       quorumfence reshare freeze --url URL --secret-file FILE [--ca FILE] [--reason TEXT] [--timeout 30s]
        quorumfence reshare run --data DIR --proposal FILE --old-cluster FILE
                                [--old-key FILE] [--node-key-dir DIR] [--listen HOST:PORT] [--publish FILE] [--json]
        quorumfence reshare inherit --data DIR --key FILE --cluster FILE --old-cluster FILE --in FILE --in FILE ...
@@ -59,7 +59,7 @@ flushed (no grant is in flight past it); then export with "replica export
   --secret-file FILE       with --url: its operator secret (or $QUORUMFENCE_OPERATOR_SECRET)
   --ca FILE                with a wss:// or https:// --url: PEM certificate(s) to trust besides the
                            system's (a replica whose certificate this machine does not trust)
-  --timeout-ms N           with --url: how long to wait for the answer (default 30000)
+  --timeout DURATION       with --url: how long to wait for the answer (default 30s)
   --reason TEXT            kept in the freeze marker (default "reshare")
 
 run: take part in the reshare ceremony, as the proposal names this node key:
@@ -86,8 +86,10 @@ signed frozen exports of r >= 2f_old+1 distinct old replicas, keeping per
 resource (and for the floor) the (r - 2f_old)-th largest report (an epoch
 reported with two holders is blocked for everyone). Give it ALL old replicas'
 frozen exports when they exist: then no lying replica can raise anything;
-with fewer, one liar can raise epochs up to 2^62, and a claim at or above
-2^62 is refused as a lie (EXPORT_IMPOSSIBLE_EPOCH, naming the file). Each export must be signed by its replica's share in the old
+with fewer, one liar can raise epochs by up to 1/1024 of those left below
+2^62: a value further above what f_old+1 exports back is refused
+(EXPORT_UNBACKED_EPOCH: give more exports), and a claim at or above 2^62 as
+a lie (EXPORT_IMPOSSIBLE_EPOCH); both name the files. Each export must be signed by its replica's share in the old
 cluster.json (EXPORT_SIGNATURE_INVALID: relabelled or changed; EXPORT_UNSIGNED:
 a v1/v2 export, e.g. one taken before the freeze); a refused input writes
 nothing.

@@ -3,18 +3,20 @@ import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { createLogger } from '../common/log.js';
-import { loadClusterFile } from '../cluster/description.js';
+import { loadClusterFile, type Cluster } from '../cluster/description.js';
 import { DEFAULT_MAX_KEY_BYTES } from '../guard/core.js';
 import {
   DEFAULT_HEADERS_TIMEOUT_MS,
   DEFAULT_MAX_BODY_BYTES,
   DEFAULT_REQUEST_TIMEOUT_MS,
   ResourceServer,
+  type ResourceServerOptions,
 } from '../guard/resource-server.js';
 import { DEFAULT_TOKEN_CACHE_SIZE } from '../guard/verifier.js';
 import { DEFAULT_MAX_REFUSED_LOG_ENTRIES } from '../guard/lmdb-guard.js';
 import { MIN_OPERATOR_SECRET_LENGTH, OPERATOR_SECRET_ENV, readOperatorSecret } from '../common/operator-secret.js';
 import { integerFlag, parseDuration, parseFlags, parseListen, required, type Command } from '../command/args.js';
+import { LOCK_FILES, takeDirectoryLock } from '../command/directory-lock.js';
 import { watchForStop } from '../command/lifecycle.js';
 
 const usage = `usage: quorumfence resource --cluster FILE --data DIR [options]
@@ -25,7 +27,9 @@ tokens of the cluster: PUT/GET/DELETE /kv/<resource>/<key> with
 one LMDB store in --data; an accepted write is on disk before its 200.
 Also GET /barrier/<resource>, /log?after=N&limit=M, /healthz and /metrics.
 Logs JSON lines; the "listening" line holds the actual url. SIGTERM or SIGINT
-stops it gracefully. See src/guard/README.md for the status codes.
+stops it gracefully. See src/guard/README.md for the status codes. One process
+per --data directory: it holds DIR/resource.lock while it runs, and a second
+one on the same directory is refused (STORE_LOCKED).
 
 options:
   --cluster FILE        the cluster description (cluster.json)             (required)
@@ -83,7 +87,7 @@ export const command: Command = {
 
     const operatorSecret = readOperatorSecret(values['operator-secret-file']);
     const logger = createLogger('resource');
-    const server = await ResourceServer.start(dataDir, cluster, {
+    const options: ResourceServerOptions = {
       host: listen.host,
       port: listen.port,
       maxBodyBytes,
@@ -110,12 +114,40 @@ export const command: Command = {
           }),
       ...(operatorSecret === undefined ? {} : { operatorSecret }),
       logger,
-    });
-    const watch = watchForStop(logger);
-    await watch.stopped;
-    await server.close();
-    watch.dispose();
-    logger.info('stopped');
-    return 0;
+    };
+    const releaseLock = takeDirectoryLock(dataDir, LOCK_FILES.resource, 'resource');
+    try {
+      const server = await startServer(dataDir, cluster, options);
+      const watch = watchForStop(logger);
+      await watch.stopped;
+      await server.close();
+      watch.dispose();
+      logger.info('stopped');
+      return 0;
+    } finally {
+      releaseLock();
+    }
   },
 };
+
+/** The errors of listen(2) a --listen can cause, each said in one line (as the replica and the console say theirs). */
+const LISTEN_ERRORS: Readonly<Record<string, string>> = {
+  EADDRINUSE: 'the address is in use (another resource, or another program, listens there)',
+  EADDRNOTAVAIL: 'that host is not an address of this machine',
+  EACCES: 'permission denied (a port below 1024 needs privileges)',
+};
+
+/** @throws QuorumFenceError IO_ERROR for an address it cannot listen on, and ResourceServer.start's errors */
+async function startServer(dataDir: string, cluster: Cluster, options: ResourceServerOptions): Promise<ResourceServer> {
+  try {
+    return await ResourceServer.start(dataDir, cluster, options);
+  } catch (error) {
+    const reason = LISTEN_ERRORS[(error as NodeJS.ErrnoException).code ?? ''];
+    if (reason === undefined || error instanceof QuorumFenceError) throw error;
+    throw new QuorumFenceError(
+      'IO_ERROR',
+      `cannot listen on ${options.host}:${options.port}: ${reason}; pass another --listen HOST:PORT`,
+      { host: options.host, port: options.port },
+    );
+  }
+}

@@ -2,7 +2,7 @@
 import { toHex } from '../common/bytes.js';
 import type { ResourceStatus } from '../client/status.js';
 import { CLIENT_FLAGS, CLUSTER_FLAG_USAGE, IDENTITY_FLAG_USAGE, openClient } from './client-flags.js';
-import { parseDuration, parseFlags, type Command } from '../command/args.js';
+import { parseDuration, parseFlags, resourceArgument, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence status RESOURCE [--cluster FILE] [--identity FILE] [--timeout 2s] [--json]
 
@@ -45,7 +45,7 @@ export const command: Command = {
       },
       { min: 1, max: 1 },
     );
-    const resource = positionals[0]!;
+    const resource = resourceArgument(positionals[0]!);
     const timeoutMs = parseDuration(values.timeout, 'timeout', 2000);
     const client = await openClient(values);
     try {

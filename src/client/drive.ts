@@ -9,6 +9,7 @@ import { grantMessage } from '../token/grant.js';
 import type { CoreEnv } from './core/env.js';
 import type { CallCore, ConnectionView, CoreAction, CoreEvent } from './core/io.js';
 import { PartialCollector } from './partial-collector.js';
+import { slowReplicas } from './signer-choice.js';
 import type { QuorumContext } from './quorum-context.js';
 import type { RequestBody, RequestKind } from './replica-channel.js';
 
@@ -23,7 +24,11 @@ export interface DriveOptions {
 
 /** A snapshot of every connection, as the cores see them. */
 export function connectionViews(ctx: QuorumContext): ConnectionView[] {
-  return ctx.channels.channels.map((channel) => ({ index: channel.index, state: channel.state }));
+  return ctx.channels.channels.map((channel) => ({
+    index: channel.index,
+    state: channel.state,
+    latencyMs: channel.latencyMs,
+  }));
 }
 
 /** What the cores decide with, from a client's context: its cluster, identity, options and partial collectors. */
@@ -59,6 +64,8 @@ class Driver<R> {
   readonly #pending: CoreEvent[] = [];
   #stepping = false;
   #done = false;
+  /** The replicas that counted as slow when the core last saw the connections (refreshSlow). */
+  #slow = '';
 
   constructor(
     ctx: QuorumContext,
@@ -76,6 +83,7 @@ class Driver<R> {
 
   start(): void {
     const ctx = this.#ctx;
+    this.#slow = [...slowReplicas(connectionViews(ctx), ctx.cluster.t)].join(',');
     this.#stops.push(
       ctx.channels.subscribe(() =>
         this.#feed({ type: 'connections', at: this.#now(), connections: connectionViews(ctx) }),
@@ -152,6 +160,7 @@ class Driver<R> {
           action.timer,
           clock.setTimeout(() => {
             this.#timers.delete(action.timer);
+            this.#refreshSlow();
             this.#feed({ type: 'timer', at: this.#now(), timer: action.timer });
           }, action.ms),
         );
@@ -177,6 +186,19 @@ class Driver<R> {
     void channel
       .request(action.body as RequestBody<RequestKind>, action.timeoutMs, group.signal)
       .then((answer) => this.#feed({ type: 'answer', at: this.#now(), request: action.request, answer }));
+  }
+
+  /**
+   * A replica's answer time changes without any event (a hung one's unanswered ping just ages): before a timer's
+   * event, the core is told of the connections again when the replicas that count as slow changed, so that what it
+   * decides then (a leader, the first signers) leaves out the slow ones of now.
+   */
+  #refreshSlow(): void {
+    const views = connectionViews(this.#ctx);
+    const slow = [...slowReplicas(views, this.#ctx.cluster.t)].join(',');
+    if (slow === this.#slow) return;
+    this.#slow = slow;
+    this.#feed({ type: 'connections', at: this.#now(), connections: views });
   }
 
   #channel(replica: number) {

@@ -28,6 +28,12 @@ export interface ClientOptions {
   maxQueuedPerReplica: number;
   /** Largest frame accepted from a replica. */
   maxFrameBytes: number;
+  /**
+   * Each connection pings its replica this often (0: never). A hung replica's ping goes unanswered and ages, so
+   * acquires leave it out within about this long even when nothing else is in flight to it (docs/protocol.md,
+   * "Slow replicas").
+   */
+  pingIntervalMs: number;
 
   /** Lease length asked for when acquire() is given no ttlMs. */
   defaultTtlMs: number;
@@ -82,6 +88,8 @@ export const DEFAULT_CLIENT_OPTIONS: Readonly<ClientOptions> = Object.freeze({
   // A few thousand concurrent operations per client; past that the caller is overloading itself.
   maxQueuedPerReplica: 4096,
   maxFrameBytes: 16 * 1024,
+  // Four pings a second per replica cost nothing, and see a replica hang within a few hundred ms.
+  pingIntervalMs: 250,
   defaultTtlMs: 10_000,
   acquireTimeoutMs: 5000,
   // Split votes resolve once one contender goes first; a few ms of jitter on loopback is enough, 250 ms on a WAN.
@@ -121,6 +129,7 @@ const INTEGER_MINIMUMS: Readonly<Record<string, number>> = {
   maxInFlightPerReplica: 1,
   maxQueuedPerReplica: 0,
   maxFrameBytes: 0,
+  pingIntervalMs: 0,
   defaultTtlMs: 1,
   acquireTimeoutMs: 0,
   retryBaseMs: 0,

@@ -26,6 +26,8 @@ export type ReplicaAnswer<K extends RequestKind> =
 export interface ReplicaChannel {
   readonly index: number;
   readonly state: ConnectionState;
+  /** How quickly the replica answers, as of now (ReplicaLatency.estimateMs); undefined when not measured. */
+  readonly latencyMs?: number | undefined;
   request<K extends RequestKind>(
     body: RequestBody<K>,
     timeoutMs: number,

@@ -33,6 +33,7 @@ import {
 } from './connection-state.js';
 import type { ReplicaFault } from './evidence.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-channel.js';
+import { answersPromptly, latencyKind, ReplicaLatency, type LatencyKind } from './replica-latency.js';
 import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
 
@@ -59,6 +60,8 @@ interface InFlight {
   readonly detach: () => void;
   /** The encoded request while it waits for a free slot; undefined once sent. */
   frame: Uint8Array | undefined;
+  /** What its answer time says of the replica (replica-latency.ts); undefined: nothing (it may wait on purpose). */
+  readonly timed: LatencyKind | undefined;
 }
 
 const HELLO_ID = 0;
@@ -78,6 +81,10 @@ export class ReplicaConnection implements ReplicaChannel {
   /** Ids waiting for a slot, oldest first (the replica bounds requests in flight per connection). */
   readonly #waiting: number[] = [];
   #sent = 0;
+  readonly #latency = new ReplicaLatency();
+  /** Pings sent on this connection (WebSocket ping frames, answered by the replica's WebSocket layer). */
+  #pings = 0;
+  #pingTimer: TimerHandle;
 
   constructor(replica: ReplicaInfo, context: ConnectionContext) {
     this.index = replica.index;
@@ -87,6 +94,10 @@ export class ReplicaConnection implements ReplicaChannel {
 
   get state(): ConnectionState {
     return this.#state;
+  }
+
+  get latencyMs(): number | undefined {
+    return this.#latency.estimateMs(this.#context.options.clock.now());
   }
 
   /** Opens the first connection. */
@@ -138,6 +149,7 @@ export class ReplicaConnection implements ReplicaChannel {
         timer,
         detach: () => signal?.removeEventListener('abort', onAbort),
         frame,
+        timed: answersPromptly(body) ? latencyKind(body) : undefined,
       });
       if (this.#sent < maxInFlightPerReplica) this.#transmit(id);
       else this.#waiting.push(id);
@@ -159,6 +171,7 @@ export class ReplicaConnection implements ReplicaChannel {
     socket.send(entry.frame);
     entry.frame = undefined;
     this.#sent++;
+    if (entry.timed) this.#latency.sent(`r${id}`, entry.timed, this.#context.options.clock.now());
   }
 
   /** Sends queued requests while slots are free. */
@@ -203,6 +216,7 @@ export class ReplicaConnection implements ReplicaChannel {
   }
 
   #settleAll(answer: ReplicaAnswer<RequestKind>): void {
+    this.#latency.lost();
     // Queued ones first, so that freeing slots does not send them on a connection that is going away.
     for (const id of this.#waiting.splice(0)) this.#settle(id, answer);
     for (const id of [...this.#inFlight.keys()]) this.#settle(id, answer);
@@ -245,6 +259,10 @@ export class ReplicaConnection implements ReplicaChannel {
     });
     socket.on('message', (data: RawData, isBinary: boolean) => {
       if (this.#socket === socket) this.#onFrame(data, isBinary);
+    });
+    socket.on('pong', (data: Buffer) => {
+      if (this.#socket === socket)
+        this.#latency.answered(`p${data.toString('latin1').slice(0, 12)}`, options.clock.now());
     });
     socket.on('error', (error: Error) => {
       if (this.#socket !== socket) return;
@@ -323,9 +341,35 @@ export class ReplicaConnection implements ReplicaChannel {
     }
     this.#context.options.clock.clearTimeout(this.#handshakeTimer);
     this.#apply(message.floor === undefined ? { type: 'welcome' } : { type: 'welcome', floor: message.floor });
+    this.#pingLater(this.#socket!);
+  }
+
+  /**
+   * Pings the replica every pingIntervalMs while the connection is ready: a replica that hangs (SIGSTOP, a long pause)
+   * answers nothing, and its unanswered ping ages (replica-latency.ts), so acquires leave it out within a ping or two
+   * even when this client has nothing else in flight to it. The replica's WebSocket layer answers (a pong), so a
+   * ping says the process runs and how far away it is, and nothing about how it treats requests.
+   */
+  #pingLater(socket: WebSocket): void {
+    const { clock, pingIntervalMs } = this.#context.options;
+    if (pingIntervalMs <= 0) return;
+    clock.clearTimeout(this.#pingTimer);
+    this.#pingTimer = clock.setTimeout(
+      () => {
+        if (this.#socket !== socket || this.#state.phase !== 'ready' || socket.readyState !== WebSocket.OPEN) return;
+        const ping = ++this.#pings;
+        this.#latency.sent(`p${ping}`, 'ping', clock.now());
+        socket.ping(Buffer.from(String(ping)));
+        this.#pingLater(socket);
+      },
+      pingIntervalMs,
+      { unref: true },
+    );
   }
 
   #onReady(message: ServerMessage): void {
+    if (message.type === 'reply' || (message.type === 'error' && message.id !== undefined))
+      this.#latency.answered(`r${message.id!}`, this.#context.options.clock.now());
     if (message.type === 'reply') {
       const entry = this.#inFlight.get(message.id);
       // A reply to a request that timed out or was aborted: late, not wrong.
@@ -388,6 +432,7 @@ export class ReplicaConnection implements ReplicaChannel {
     const socket = this.#socket;
     if (!socket) return;
     this.#socket = undefined;
+    this.#context.options.clock.clearTimeout(this.#pingTimer);
     socket.removeAllListeners();
     // Late errors from a socket we already gave up on must not become uncaught exceptions.
     socket.on('error', () => {});

@@ -3,7 +3,10 @@
  * no more) saves a signature, a record write and its flush at every other
  * replica; the others are asked as soon as one of the first answers anything
  * but a usable partial, or is late. Spreading the first t over the replicas
- * by resource name keeps the load even when many resources are in use.
+ * by resource name keeps the load even when many resources are in use; the
+ * replicas this client sees answering far slower than the rest are left out
+ * of the first t and of the leader's place, so one slow, hung or
+ * slow-on-purpose replica costs no fast path its delay.
  */
 import type { ConnectionView } from './core/io.js';
 import type { ChannelSet } from './quorum-context.js';
@@ -15,24 +18,62 @@ export function leaderOf(resource: string, n: number): number {
   return (hash % n) + 1;
 }
 
+/** A replica answers slowly when its answer time is above this many times that of the t-th fastest... */
+const SLOW_FACTOR = 2;
+/** ...and above it by at least this much (a few milliseconds apart on a fast network is noise, not slowness). */
+const SLOW_MARGIN_MS = 5;
+
+const NONE: ReadonlySet<number> = new Set();
+
 /**
- * The first `t` connected replicas in ring order from the resource's leader, or undefined when fewer than `t`
- * are connected (then everyone reachable is asked at once).
+ * The connected replicas an acquire asks last (docs/protocol.md, "Slow replicas"): those whose answer time
+ * (replica-latency.ts) is far above that of the t-th fastest, at most all but t of them. A grant needs only t, so the
+ * slowest f can be left out of every fast path; a replica that answers late, or not at all, is one of them. Replicas
+ * not measured yet count as fast. Pure.
+ */
+export function slowReplicas(connections: readonly ConnectionView[], t: number): ReadonlySet<number> {
+  const ready = connections.filter((c) => c.state.phase === 'ready');
+  if (ready.length <= t) return NONE;
+  const sorted = [...ready].sort((a, b) => (a.latencyMs ?? 0) - (b.latencyMs ?? 0));
+  const bound = SLOW_FACTOR * (sorted[t - 1]!.latencyMs ?? 0) + SLOW_MARGIN_MS;
+  const slow = new Set<number>();
+  for (const c of sorted.slice(t)) if ((c.latencyMs ?? 0) > bound) slow.add(c.index);
+  return slow;
+}
+
+/** The connected replicas in ring order from the resource's hash leader, the slow ones left out. */
+function ringFrom(connections: readonly ConnectionView[], resource: string, t: number): ConnectionView[] {
+  const n = connections.length;
+  const start = leaderOf(resource, n) - 1;
+  const slow = slowReplicas(connections, t);
+  const ring: ConnectionView[] = [];
+  for (let k = 0; k < n; k++) {
+    const channel = connections[(start + k) % n]!;
+    if (channel.state.phase === 'ready' && !slow.has(channel.index)) ring.push(channel);
+  }
+  return ring;
+}
+
+/**
+ * The replica contended attempts ask first and whose line waiters join: the resource's hash leader, or the first
+ * connected replica after it in ring order when it is down or slow, so that a slow or hung replica holds no line
+ * up. Clients that see the same replicas slow agree on it. Undefined when no replica is connected.
+ */
+export function leaderFor(connections: readonly ConnectionView[], resource: string, t: number): number | undefined {
+  return ringFrom(connections, resource, t)[0]?.index;
+}
+
+/**
+ * The first `t` connected replicas in ring order from the resource's hash leader, the slow ones left out
+ * (slowReplicas), or undefined when fewer than `t` are connected (then everyone reachable is asked at once).
  */
 export function firstSigners(
   channels: ChannelSet | { readonly channels: readonly ConnectionView[] },
   resource: string,
   t: number,
 ): ReadonlySet<number> | undefined {
-  const all = channels.channels;
-  const n = all.length;
-  const start = leaderOf(resource, n) - 1;
-  const chosen = new Set<number>();
-  for (let k = 0; k < n && chosen.size < t; k++) {
-    const channel = all[(start + k) % n]!;
-    if (channel.state.phase === 'ready') chosen.add(channel.index);
-  }
-  return chosen.size === t ? chosen : undefined;
+  const ring = ringFrom(channels.channels, resource, t);
+  return ring.length >= t ? new Set(ring.slice(0, t).map((c) => c.index)) : undefined;
 }
 
 /**

@@ -3,11 +3,14 @@
  * demo, chaos runs and benchmarks. Each replica is `node dist/nodes/replica.js`
  * on 127.0.0.1 (or the given host) at a port the OS picks; the launcher reads
  * the actual url from the replica's "listening" log line, waits for /healthz,
- * and hands back the cluster description rebuilt with those endpoints.
+ * and hands back the cluster description rebuilt with those endpoints. A
+ * freshly dealt cluster's replicas get their empty signing records from it
+ * (`newStores`), as `keygen --data` makes them: a replica never makes its own.
  *
  * The process handling (listening line, health, no orphans) is
  * local-process.ts; this file knows what a replica and a resource need.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -41,6 +44,13 @@ export interface StartLocalClusterOptions {
   readonly startTimeoutMs?: number;
   /** The replica entry point (default: dist/nodes/replica.js of this package). */
   readonly entry?: string;
+  /**
+   * Make the empty signing record of each started replica whose data directory does not exist yet, with
+   * `quorumfence replica init --cluster --key`: the key was just dealt (as dealLocalCluster does), so nothing was
+   * signed with it. Without it, a replica with no record refuses to start (STORE_MISSING), as it always does: what
+   * was signed before must never be signed again. A restart (the same dataRoot) finds the records there.
+   */
+  readonly newStores?: boolean;
 }
 
 export interface LocalReplica extends LocalProcess {
@@ -71,6 +81,50 @@ function packageRoot(): string {
 /** The compiled replica entry point of this package. */
 export function replicaEntryPoint(): string {
   return join(packageRoot(), 'dist', 'nodes', 'replica.js');
+}
+
+/** The compiled `quorumfence` command of this package. */
+export function commandEntryPoint(): string {
+  return join(packageRoot(), 'dist', 'nodes', 'quorumfence.js');
+}
+
+/** How long `replica init` may take to make a record (a node start and one LMDB transaction; a loaded CI box). */
+const INIT_TIMEOUT_MS = 60_000;
+
+/**
+ * `quorumfence replica init --cluster --key` for a replica whose data directory does not exist yet: the real
+ * command makes its empty signing record.
+ * @throws QuorumFenceError INTERNAL naming the command's error
+ */
+function initSigningRecord(replica: LocalReplica, options: StartLocalClusterOptions): Promise<void> {
+  const dir = resolve(options.dir);
+  const args = [
+    commandEntryPoint(),
+    'replica',
+    'init',
+    '--data',
+    replica.dataDir,
+    '--cluster',
+    join(dir, 'cluster.json'),
+    '--key',
+    join(dir, `replica-${replica.index}.key`),
+  ];
+  return new Promise((resolveInit, reject) => {
+    execFile(
+      process.execPath,
+      args,
+      { timeout: INIT_TIMEOUT_MS, env: { ...process.env, ...options.env } },
+      (error, _out, err) => {
+        if (!error) return resolveInit();
+        reject(
+          new QuorumFenceError(
+            'INTERNAL',
+            `replica ${replica.index}: "quorumfence replica init" failed: ${String(err).trim() || error.message}`,
+          ),
+        );
+      },
+    );
+  });
 }
 
 /** The compiled reference resource entry point of this package. */
@@ -132,10 +186,11 @@ function startReplicaProcess(
 }
 
 /**
- * Starts the replicas (in parallel) and resolves when all are healthy. On any
- * failure, kills the ones that started and rejects with the failing replica's
+ * Starts the replicas (in parallel) and resolves when all are healthy (with `newStores`, making the signing
+ * records they lack first). On any failure, kills the ones that started and rejects with the failing replica's
  * stderr in the message.
- * @throws QuorumFenceError TIMEOUT, INTERNAL (a replica exited), and loadClusterFile's errors
+ * @throws QuorumFenceError TIMEOUT, INTERNAL (a replica exited: STORE_MISSING among others), and loadClusterFile's
+ *   and createSigningRecord's errors
  */
 export async function startLocalCluster(options: StartLocalClusterOptions): Promise<LocalCluster> {
   const base = loadClusterFile(join(resolve(options.dir), 'cluster.json'));
@@ -151,6 +206,8 @@ export async function startLocalCluster(options: StartLocalClusterOptions): Prom
       `replica entry point ${entry} is missing; build first (npx tsc -p tsconfig.json)`,
     );
   const replicas = indices.map((i) => startReplicaProcess(i, options, entry, options.host ?? '127.0.0.1'));
+  if (options.newStores)
+    await Promise.all(replicas.filter((r) => !existsSync(r.dataDir)).map((r) => initSigningRecord(r, options)));
   const started = await Promise.allSettled(replicas.map((r) => r.start()));
   const failed = started.find((s) => s.status === 'rejected');
   if (failed) {

@@ -2,7 +2,9 @@
  * Flag parsing shared by every verb: node's parseArgs in strict mode (unknown
  * flags are refused), with errors turned into one line that says what to do.
  */
+import { readFileSync } from 'node:fs';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { expectResource } from '../common/check.js';
 import { QuorumFenceError } from '../common/errors.js';
 
 export type OptionSpec = NonNullable<ParseArgsConfig['options']>;
@@ -64,6 +66,7 @@ export function parseFlags<O extends OptionSpec>(
       (error as Error).message.replace(/\. To specify a positional.*$/s, ''),
     );
   }
+  refuseEmptyValues(parsed.values);
   const { min = 0, max = 0 } = positionals;
   if (parsed.positionals.length < min)
     throw new QuorumFenceError('INVALID_OPTION', `expected ${min} argument(s), got ${parsed.positionals.length}`);
@@ -73,9 +76,27 @@ export function parseFlags<O extends OptionSpec>(
   return { values: parsed.values, positionals: parsed.positionals };
 }
 
+/**
+ * The one rule for a flag given with an empty value (`--identity ""`, `--cluster=`): an error, for every flag of
+ * every verb. Read as absent, it would fall back to a default or an environment variable the user did not ask
+ * for (an unset shell variable in `--identity "$ID"` reads as "use $QUORUMFENCE_IDENTITY"), against the rule that
+ * a flag given always wins. Pure.
+ * @throws QuorumFenceError INVALID_OPTION naming the first empty flag
+ */
+export function refuseEmptyValues(values: Readonly<Record<string, unknown>>): void {
+  for (const [flag, value] of Object.entries(values)) {
+    const empty = value === '' || (Array.isArray(value) && value.includes(''));
+    if (empty)
+      throw new QuorumFenceError(
+        'INVALID_OPTION',
+        `--${flag} was given an empty value; give it a value, or leave the flag out for its default`,
+      );
+  }
+}
+
 /** Requires a string flag. @throws QuorumFenceError INVALID_OPTION */
 export function required(value: string | undefined, flag: string): string {
-  if (value === undefined || value === '') throw new QuorumFenceError('INVALID_OPTION', `--${flag} is required`);
+  if (value === undefined) throw new QuorumFenceError('INVALID_OPTION', `--${flag} is required`);
   return value;
 }
 
@@ -122,8 +143,9 @@ export const CLUSTER_ENVIRONMENT_VARIABLE = 'QUORUMFENCE_CLUSTER';
 export const IDENTITY_ENVIRONMENT_VARIABLE = 'QUORUMFENCE_IDENTITY';
 
 /**
- * A string flag that falls back to an environment variable, as etcdctl's ETCDCTL_ENDPOINTS does.
- * @throws QuorumFenceError INVALID_OPTION when both are absent or empty
+ * A string flag that falls back to an environment variable, as etcdctl's ETCDCTL_ENDPOINTS does. A flag given
+ * always wins (parseFlags refuses one given empty); a variable set to "" counts as unset.
+ * @throws QuorumFenceError INVALID_OPTION when both are absent
  */
 export function requiredOrEnvironment(
   value: string | undefined,
@@ -131,7 +153,7 @@ export function requiredOrEnvironment(
   variable: string,
   env: NodeJS.ProcessEnv = process.env,
 ): string {
-  if (value !== undefined && value !== '') return value;
+  if (value !== undefined) return value;
   const fromEnvironment = env[variable];
   if (fromEnvironment !== undefined && fromEnvironment !== '') return fromEnvironment;
   throw new QuorumFenceError('INVALID_OPTION', `--${flag} is required (or set $${variable})`);
@@ -150,4 +172,70 @@ export function parseListen(
     throw new QuorumFenceError('INVALID_OPTION', `--${flag} expects host:port, got "${value}"`);
   }
   return { host: match[1]!.replace(/^\[(.*)\]$/, '$1') || '127.0.0.1', port };
+}
+
+/**
+ * This process's command-line arguments after the script, as the bytes the shell passed (Linux:
+ * /proc/self/cmdline; node's own options come before the script, so the last ones are the script's). Undefined
+ * where they cannot be read (null).
+ */
+export function rawArguments(): Buffer[] | null {
+  let cmdline: Buffer;
+  try {
+    cmdline = readFileSync('/proc/self/cmdline');
+  } catch {
+    return null;
+  }
+  const words: Buffer[] = [];
+  for (let start = 0; start < cmdline.length;) {
+    const end = cmdline.indexOf(0, start);
+    words.push(cmdline.subarray(start, end === -1 ? cmdline.length : end));
+    start = end === -1 ? cmdline.length : end + 1;
+  }
+  const count = process.argv.length - 2;
+  return count >= 0 && count <= words.length ? words.slice(words.length - count) : null;
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+function isUtf8(bytes: Uint8Array): boolean {
+  try {
+    strictUtf8.decode(bytes);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * A resource name as the command line gives it (RESOURCE, --watch), checked before anything connects: the name
+ * contract (src/common/check.ts), and bytes that were well-formed UTF-8. Node decodes arguments as UTF-8 and
+ * turns each invalid byte into U+FFFD, so `acquire $'orders/\xff'` would lock "orders/\uFFFD", a name the user
+ * never typed, which two different byte strings map to. A U+FFFD is accepted only when the bytes behind it are
+ * its own UTF-8 encoding (EF BF BD); where they cannot be read (no /proc), it is refused, since it cannot be told
+ * apart.
+ * @param commandLine the arguments' bytes (rawArguments()), null where they cannot be read
+ * @throws QuorumFenceError RESOURCE_NOT_UTF8, and expectResource's codes (RESOURCE_EMPTY, RESOURCE_TOO_LONG,
+ *   NAME_CONTROL_CHARACTER)
+ */
+export function resourceArgument(
+  value: string,
+  what = 'RESOURCE',
+  commandLine: readonly Uint8Array[] | null = rawArguments(),
+): string {
+  if (value.includes('\uFFFD')) {
+    const decoder = new TextDecoder();
+    const candidates = (commandLine ?? []).filter((word) => decoder.decode(word) === value);
+    if (!candidates.some(isUtf8))
+      throw new QuorumFenceError(
+        'RESOURCE_NOT_UTF8',
+        `${what} ${JSON.stringify(value)} ${
+          commandLine === null
+            ? 'holds U+FFFD, which is also what an invalid UTF-8 byte on the command line becomes, and this system cannot tell which'
+            : 'was not well-formed UTF-8 on the command line (U+FFFD marks the bytes that were not)'
+        }; resource names are UTF-8: give the name in UTF-8`,
+      );
+  }
+  expectResource(value, what);
+  return value;
 }

@@ -4,6 +4,7 @@
  * `quorumfence-dev`). Verbs load lazily so that `verify` does not pay for the replica's storage engine.
  */
 import { QuorumFenceError } from '../common/errors.js';
+import { PACKAGE_VERSION } from '../common/version.js';
 import type { Command } from './args.js';
 
 export type VerbTable = Readonly<Record<string, () => Promise<{ command: Command }>>>;
@@ -26,13 +27,19 @@ export async function runCommandLine(
   argv: string[],
   other?: OtherProgram,
 ): Promise<number> {
-  const [verb, ...rest] = argv;
+  const [first, ...after] = argv;
+  // `--version` as every command-line tool answers it: the version verb where the program has one.
+  if (first === '--version' && after.length === 0 && !Object.hasOwn(verbs, 'version')) {
+    process.stdout.write(`${program} ${PACKAGE_VERSION}\n`);
+    return 0;
+  }
+  const [verb, ...rest] = first === '--version' ? ['version', ...after] : argv;
   if (verb === undefined || verb === '--help' || verb === '-h' || verb === 'help') {
     const loaded = await Promise.all(
       Object.entries(verbs).map(async ([name, load]) => [name, (await load()).command] as [string, Command]),
     );
     process.stdout.write(
-      `usage: ${program} <command> [options]\n\ncommands:\n${verbList(loaded)}\n\nRun "${program} <command> --help" for a command's options.\n`,
+      `usage: ${program} <command> [options]\n       ${program} --version\n\ncommands:\n${verbList(loaded)}\n\nRun "${program} <command> --help" for a command's options.\n`,
     );
     return verb === undefined ? 2 : 0;
   }

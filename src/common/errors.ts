@@ -81,6 +81,11 @@ export type ErrorCode =
   | 'STORE_CORRUPT'
   /** The data directory is in use by another live process (a second replica on one store could sign twice). */
   | 'STORE_LOCKED'
+  /**
+   * A replica's data directory holds no signing record, and nothing said the replica is new: it never creates one
+   * by itself (an empty record would sign again what it signed before). The message names the commands that do.
+   */
+  | 'STORE_MISSING'
   /** An interchange (export/import) file is malformed or from another cluster. */
   | 'BAD_INTERCHANGE'
   /** This replica's signing record is frozen for a reshare: it signs nothing more with this share. */
@@ -93,6 +98,11 @@ export type ErrorCode =
   | 'EXPORT_SIGNATURE_INVALID'
   /** A frozen export claims an epoch or floor at or above 2^62, which no honest replica reaches: its replica lies; nothing was written. */
   | 'EXPORT_IMPOSSIBLE_EPOCH'
+  /**
+   * `reshare inherit` with fewer than all old replicas' exports would inherit a value far above what f_old+1 of them
+   * back, which f_old liars could have set; nothing was written: give more exports.
+   */
+  | 'EXPORT_UNBACKED_EPOCH'
 
   // --- wire ---
   /** A frame is malformed, oversized, of an unknown type, or out of order. */

@@ -19,10 +19,22 @@ export class TokenBucket {
 
   /** Spends one token at time `now` (ms, never earlier than the last call's); false when the bucket is empty. */
   take(now: number): boolean {
-    this.#tokens = Math.min(this.#burst, this.#tokens + Math.max(0, now - this.#refilledAt) * this.#perMs);
-    this.#refilledAt = now;
-    if (this.#tokens < 1) return false;
+    if (!this.holds(now)) return false;
     this.#tokens -= 1;
     return true;
   }
+
+  /** Whether a token is there at time `now`, spending none: a caller drawing on several buckets at once asks each first. */
+  holds(now: number): boolean {
+    this.#tokens = Math.min(this.#burst, this.#tokens + Math.max(0, now - this.#refilledAt) * this.#perMs);
+    this.#refilledAt = now;
+    return this.#tokens >= 1;
+  }
+}
+
+/** Spends one token of every bucket at time `now`, or none when any of them is empty. */
+export function takeFromAll(buckets: readonly TokenBucket[], now: number): boolean {
+  if (!buckets.every((bucket) => bucket.holds(now))) return false;
+  for (const bucket of buckets) bucket.take(now);
+  return true;
 }

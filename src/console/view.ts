@@ -252,6 +252,12 @@ export class ConsoleJudge {
   readonly #convictions = new Map<number, Map<FaultKind, Conviction>>();
   /** Replica → resource → the highest epoch it reported on its current connection. */
   readonly #epochs = new Map<number, BoundedMap<string, bigint>>();
+  /**
+   * Replicas that reported an epoch at or above the ceiling. Once more than f did, one of them is honest: the
+   * cluster's epochs crossed it (a reshare that inherited a lie before inherit refused such lies), and an epoch
+   * there proves nothing against anyone, so those convictions no longer count.
+   */
+  readonly #beyondCeiling = new Set<number>();
 
   constructor(f: number) {
     this.#f = f;
@@ -302,7 +308,10 @@ export class ConsoleJudge {
       if (o.answer !== 'ok') continue;
       const memory = this.#epochs.get(o.replica) ?? new BoundedMap<string, bigint>(REMEMBERED_RESOURCES);
       this.#epochs.set(o.replica, memory);
-      for (const lie of provableLies(o, memory)) convict(o.replica, lie);
+      for (const lie of provableLies(o, memory)) {
+        if (lie.kind === 'impossible_epoch') this.#beyondCeiling.add(o.replica);
+        convict(o.replica, lie);
+      }
       for (const lease of o.leases ?? []) remember(memory, lease.resource, lease.epoch);
       for (const [resource, epoch] of o.statusEpochs) remember(memory, resource, epoch);
     }
@@ -321,9 +330,12 @@ export class ConsoleJudge {
     return { replicas, newConvictions, available, margin: quorumMargin(available, this.#f) };
   }
 
-  /** The proofs against `replica`, first found first. */
+  /** The proofs against `replica`, first found first (an impossible epoch only while at most f replicas reported one). */
   convictions(replica: number): Conviction[] {
-    return [...(this.#convictions.get(replica)?.values() ?? [])].sort((a, b) => a.firstAt.localeCompare(b.firstAt));
+    const ceilingProves = this.#beyondCeiling.size <= this.#f;
+    return [...(this.#convictions.get(replica)?.values() ?? [])]
+      .filter((c) => ceilingProves || c.kind !== 'impossible_epoch')
+      .sort((a, b) => a.firstAt.localeCompare(b.firstAt));
   }
 }
 

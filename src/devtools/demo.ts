@@ -13,8 +13,8 @@
  * Every child process stops when this one exits or gets Ctrl-C. With --keep
  * the cluster stays up and the demo prints commands to use against it.
  */
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { join, relative, resolve } from 'node:path';
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { isAbsolute, join, relative, resolve } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { localOperatorSecret } from '../common/operator-secret.js';
 import { clusterToJson, withEndpoints, type Cluster } from '../cluster/description.js';
@@ -28,6 +28,7 @@ import { parseGuardLogEntry, type GuardLogEntry } from '../guard/log.js';
 import { byzantineEntryPoint, byzantineState, controlByzantine } from '../testing/byzantine/control.js';
 import { checkHistory, formatViolation } from '../testing/history-checker.js';
 import { parseDuration, parseFlags, type Command } from '../command/args.js';
+import { directoryLockHolder, LOCK_FILES, takeDirectoryLock } from '../command/directory-lock.js';
 
 const usage = `usage: quorumfence-dev demo [--keep] [--dir DIR] [--ttl DURATION] [--pause DURATION] [--rounds N]
 
@@ -44,7 +45,8 @@ Prints a timeline and a summary; exits 0 when every expectation held.
 options:
   --keep            leave the cluster running afterwards (Ctrl-C stops it) and
                     print quorumfence commands to use against it
-  --dir DIR         where keys and data go (default .quorumfence/demo; emptied first)
+  --dir DIR         where keys and data go (default .quorumfence/demo; emptied first,
+                    unless a demo still runs there: then it is refused, STORE_LOCKED)
   --ttl DURATION    lease length in scene 1   (default 2s)
   --pause DURATION  worker A's stall          (default 3.5s; longer than --ttl)
   --rounds N        turns per worker in scene 2 (default 6)
@@ -267,15 +269,95 @@ async function maliciousReplicaScene(
   return { granted, blamed };
 }
 
-function prepareDir(dir: string): void {
-  if (existsSync(dir)) {
-    if (!existsSync(join(dir, MARKER))) {
-      throw new QuorumFenceError('FILE_EXISTS', `${dir} exists and was not made by the demo; choose another --dir`);
-    }
-    rmSync(dir, { recursive: true, force: true });
-  }
+/**
+ * Takes `dir` for this run and empties it; returns the function that gives it back. A demo kept running
+ * (--keep) holds `dir/demo.lock`, and its replicas and resource hold their stores' locks: while any of them
+ * runs, this refuses (STORE_LOCKED) and deletes nothing, since the running demo would go on over deleted keys
+ * and stores and the commands it printed would point at a cluster about to die.
+ * @throws QuorumFenceError FILE_EXISTS (a directory the demo did not make), STORE_LOCKED, IO_ERROR
+ */
+function takeDemoDir(dir: string): () => void {
+  if (existsSync(dir) && readdirSync(dir).length > 0 && !existsSync(join(dir, MARKER)))
+    throw new QuorumFenceError('FILE_EXISTS', `${dir} exists and was not made by the demo; choose another --dir`);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  writeFileSync(join(dir, MARKER), 'made by quorumfence-dev demo; deleted by the next run\n');
+  const elsewhere = `stop it first (Ctrl-C in its terminal), or run this one beside it with --dir OTHER (npm start -- --dir ${relative(process.cwd(), dir) || dir}-2)`;
+  let release: () => void;
+  try {
+    release = takeDirectoryLock(dir, LOCK_FILES.demo, 'demo');
+  } catch (error) {
+    if (!(error instanceof QuorumFenceError) || error.code !== 'STORE_LOCKED') throw error;
+    throw new QuorumFenceError(
+      'STORE_LOCKED',
+      `a demo is running in ${dir} (process ${String(error.details?.pid)}) and would lose its keys and stores; ${elsewhere}`,
+      { dir },
+    );
+  }
+  try {
+    const data = join(dir, 'data');
+    for (const store of existsSync(data) ? readdirSync(data) : []) {
+      const pid =
+        directoryLockHolder(join(data, store), LOCK_FILES.replica) ??
+        directoryLockHolder(join(data, store), LOCK_FILES.resource);
+      if (pid !== undefined)
+        throw new QuorumFenceError(
+          'STORE_LOCKED',
+          `process ${pid} of an earlier demo still runs on ${join(data, store)}; ${elsewhere}`,
+          { dir, pid },
+        );
+    }
+    for (const entry of readdirSync(dir))
+      if (entry !== LOCK_FILES.demo) rmSync(join(dir, entry), { recursive: true, force: true });
+    writeFileSync(join(dir, MARKER), 'made by quorumfence-dev demo; emptied by the next run unless a demo runs here\n');
+  } catch (error) {
+    release();
+    throw error;
+  }
+  return release;
+}
+
+/** A word for a POSIX shell: as is when it needs no quoting, else in single quotes. Pure. */
+function shellWord(text: string): string {
+  return /^[\w./:@%+=,-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * The commands printed for a kept demo, one per line, each runnable as printed in a POSIX shell from the
+ * folder the demo ran in, one after the other: the lease acquire takes is released before lock takes the next.
+ * Pure.
+ */
+export function keptDemoCommands(options: {
+  readonly cwd: string;
+  readonly clusterFile: string;
+  readonly identityFile: string;
+  readonly leaseFile: string;
+  readonly resource: string;
+  readonly resourceUrl: string;
+  readonly replicaUrl: string;
+}): string[] {
+  const rel = (path: string) => relative(options.cwd, path) || path;
+  // What node's require() takes: a path that starts with "./" or "../" (or is absolute), else it looks in node_modules.
+  const requirable = (path: string) => {
+    const r = rel(path);
+    return isAbsolute(r) || r.startsWith('../') ? r : `./${r}`;
+  };
+  const field = (name: string) =>
+    `"$(node -p ${shellWord(`require(${JSON.stringify(requirable(options.leaseFile))}).${name}`)})"`;
+  // In this repository the command is an npm script (npx would look for the package elsewhere).
+  const q = 'npm run -s quorumfence --';
+  const r = shellWord(options.resource);
+  const put = `curl -fsS -X PUT -H "Authorization: QuorumFence $QUORUMFENCE_TOKEN" --data 42 ${options.resourceUrl}/kv/${encodeURIComponent(options.resource)}/total`;
+  return [
+    `export QUORUMFENCE_CLUSTER=${shellWord(rel(options.clusterFile))} QUORUMFENCE_IDENTITY=${shellWord(rel(options.identityFile))}`,
+    `${q} health`,
+    `${q} status ${r}`,
+    `${q} acquire ${r} --ttl 30s --json > ${shellWord(rel(options.leaseFile))}`,
+    `${q} verify ${field('token')}`,
+    `${q} release ${r} ${field('epoch')} --session ${field('session')}`,
+    `${q} lock ${r} -- sh -c ${shellWord(put)}`,
+    `curl -fsS ${options.resourceUrl}/log`,
+    `curl -fsS ${options.resourceUrl}/metrics`,
+    `curl -fsS ${options.replicaUrl}/metrics`,
+  ];
 }
 
 export const command: Command = {
@@ -302,27 +384,37 @@ export const command: Command = {
     const dir = resolve(values.dir ?? join('.quorumfence', 'demo'));
     const startedAt = performance.now();
     const stops: (() => Promise<unknown>)[] = [];
+    let releaseDir: () => void = () => undefined;
     const stopAll = async () => {
       for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
     };
     const onSignal = () => {
       process.stdout.write('\nstopping the demo cluster...\n');
-      void stopAll().then(() => process.exit(130));
+      void stopAll().then(() => {
+        releaseDir();
+        process.exit(130);
+      });
     };
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
 
     try {
+      releaseDir = takeDemoDir(dir);
       process.stdout.write(
         'quorumfence-dev demo: 4 replicas (f = 1, any 3 sign) and a guarded key-value resource, as processes on this machine\n',
       );
-      prepareDir(dir);
       const keys = join(dir, 'keys');
       dealLocalCluster(keys, 4);
-      const honest = await startLocalCluster({ dir: keys, dataRoot: join(dir, 'data'), indices: [1, 2, 3] });
+      const honest = await startLocalCluster({
+        newStores: true,
+        dir: keys,
+        dataRoot: join(dir, 'data'),
+        indices: [1, 2, 3],
+      });
       stops.push(() => honest.close());
       // Replica 4 is the real replica behind a front that can lie; it starts honest.
       const wrapped: LocalCluster = await startLocalCluster({
+        newStores: true,
         dir: keys,
         dataRoot: join(dir, 'data'),
         indices: [4],
@@ -380,18 +472,20 @@ export const command: Command = {
         const me = join(dir, 'me.key');
         createIdentityFile(me);
         await controlByzantine(wrapped.replica(4).url, { behaviours: [], rate: 1 });
-        const rel = (p: string) => relative(process.cwd(), p) || p;
-        // In this repository the command is an npm script (npx would look for the package elsewhere).
-        const q = 'npm run -s quorumfence --';
+        const commands = keptDemoCommands({
+          cwd: process.cwd(),
+          clusterFile,
+          identityFile: me,
+          leaseFile: join(dir, 'lease.json'),
+          resource: RESOURCE,
+          resourceUrl: resource.url,
+          replicaUrl: cluster.replicas[0]!.endpoint.replace(/^ws/, 'http'),
+        });
         process.stdout.write(
-          `\nThe cluster keeps running (replica 4 honest again). In another terminal, in this folder:\n` +
-            `  export QUORUMFENCE_CLUSTER=${rel(clusterFile)} QUORUMFENCE_IDENTITY=${rel(me)}\n` +
-            `  ${q} health\n` +
-            `  ${q} status ${RESOURCE}\n` +
-            `  ${q} acquire ${RESOURCE} --ttl 30s --json\n` +
-            `  ${q} verify <token>\n` +
-            `  ${q} lock ${RESOURCE} -- sh -c 'curl -X PUT -H "Authorization: QuorumFence $QUORUMFENCE_TOKEN" --data 42 ${resource.url}/kv/${encodeURIComponent(RESOURCE)}/total'\n` +
-            `  curl ${resource.url}/log      curl ${resource.url}/metrics      curl ${cluster.replicas[0]!.endpoint.replace(/^ws/, 'http')}/metrics\n` +
+          `\nThe cluster keeps running (replica 4 honest again). In another terminal, in this folder, these run\n` +
+            `one after the other (acquire takes a lease for 30 s, release ends it, lock takes the next):\n` +
+            commands.map((line) => `  ${line}\n`).join('') +
+            `A second demo refuses to start in ${relative(process.cwd(), dir) || dir} while this one runs.\n` +
             `Press Ctrl-C to stop it.\n`,
         );
         await new Promise(() => undefined); // Until Ctrl-C.
@@ -400,6 +494,7 @@ export const command: Command = {
       return ok ? 0 : 1;
     } finally {
       await stopAll();
+      releaseDir();
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
     }

@@ -14,20 +14,19 @@ import { sha256 } from '@noble/hashes/sha2.js';
 import { QuorumFenceError, type ErrorCode } from '../common/errors.js';
 import { copyBytes, fromBase64Url, toBase64Url, toHex } from '../common/bytes.js';
 import { expectInteger } from '../common/check.js';
-import { MAX_RESOURCE_BYTES } from '../common/limits.js';
 import type { Cluster } from '../cluster/description.js';
 import {
   decodeToken,
+  MAX_TOKEN_BYTES,
+  MAX_TOKEN_TEXT_LENGTH,
   verifyToken,
   verifyTokenBatched,
   type AdmissionToken,
   type TokenVerification,
 } from '../token/admission-token.js';
 
-/** The longest token there can be: version, cluster id, epoch, length, 256-byte resource, holder, signature. */
-export const MAX_TOKEN_BYTES = 1 + 32 + 8 + 2 + MAX_RESOURCE_BYTES + 32 + 96;
-/** Its text form (base64url, no padding). Longer input is refused before any decoding. */
-export const MAX_TOKEN_TEXT_LENGTH = Math.ceil((MAX_TOKEN_BYTES * 4) / 3);
+// The token decoder's bounds: longer input is refused before any decoding, here before the cache is even asked.
+export { MAX_TOKEN_BYTES, MAX_TOKEN_TEXT_LENGTH };
 
 /** Optional instrumentation; the process that owns the metrics implements it. */
 export interface VerifierObserver {

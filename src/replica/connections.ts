@@ -1,6 +1,6 @@
 /**
  * The replica's WebSocket connections, one frame at a time: admission of an upgrade (maxConnections,
- * maxUnauthenticatedPerAddress), the challenge and the hello that authenticates a holder key, the strict
+ * maxUnauthenticated, maxUnauthenticatedPerAddress), the challenge and the hello that authenticates a holder key, the strict
  * decoding of every frame, the per-connection in-flight bound and token bucket, and writing replies (corked,
  * bounded by maxBufferedBytesPerConnection) and closes. What an admitted request does is the server's
  * `dispatch` (server.ts).
@@ -18,8 +18,12 @@
  *   request before hello                     → error UNAUTHENTICATED, close 1008
  *   hello with a bad signature (or replayed),
  *     or a small-order / non-canonical key  → close 1008
- *   upgrade over maxConnections, or over maxUnauthenticatedPerAddress
- *     from the peer's IP address            → HTTP 503, no WebSocket
+ *   upgrade with every slot taken and no
+ *     connection still unauthenticated       → HTTP 503, no WebSocket
+ *   upgrade over maxUnauthenticatedPerAddress
+ *     (per address prefix), over
+ *     maxUnauthenticated, or at maxConnections → admitted; the oldest unauthenticated connection of its own
+ *                                              prefix, or of the prefix holding the most, closed with 1008
  *   second hello                             → close 1002
  *   over the in-flight bound or rate, or
  *     over the `leases` request's own rate   → error RATE_LIMITED (closed with 1008 after many in a row)
@@ -29,6 +33,7 @@ import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { WebSocket, WebSocketServer } from 'ws';
+import { addressPrefix, displacedBy, type WaitingConnection } from '../common/address-admission.js';
 import { toHex } from '../common/bytes.js';
 import { verifyEd25519 } from '../common/ed25519.js';
 import { QuorumFenceError } from '../common/errors.js';
@@ -68,8 +73,8 @@ export interface Connection {
   readonly leasesRequests: TokenBucket;
   consecutiveLimited: number;
   authTimer: TimerHandle;
-  /** The peer's IP address while it counts against maxUnauthenticatedPerAddress; undefined once authenticated or closed. */
-  unauthenticatedFrom: string | undefined;
+  /** Its place among the connections not yet authenticated; undefined once authenticated, displaced or closed. */
+  waiting: WaitingConnection | undefined;
   /** Aborted when the connection closes: its acquires waiting their turn leave the line. */
   readonly closed: AbortController;
 }
@@ -96,8 +101,9 @@ export class ReplicaConnections {
   readonly #metrics: ReplicaMetrics;
   readonly #clock: Clock;
   readonly #connections = new Set<Connection>();
-  /** IP address → connections from it not yet authenticated (see maxUnauthenticatedPerAddress). */
-  readonly #unauthenticatedByAddress = new Map<string, number>();
+  /** The connections not yet authenticated (maxUnauthenticated, maxUnauthenticatedPerAddress). */
+  readonly #waiting = new Map<WaitingConnection, Connection>();
+  #arrivals = 0;
 
   constructor(options: ReplicaConnectionsOptions) {
     this.#options = options;
@@ -106,34 +112,46 @@ export class ReplicaConnections {
     this.#clock = options.clock;
   }
 
+  /**
+   * Admits an upgrade unless the replica is stopping, or every slot is taken by authenticated connections. The
+   * bounds on connections that have not authenticated yet (per address prefix, in all, and maxConnections itself)
+   * make room instead of refusing: the oldest unauthenticated connection of the newcomer's prefix, or of the prefix
+   * holding the most, goes (src/common/address-admission.ts). So idle sockets from a few hosts can never keep an
+   * honest client out; to push out one whose hello is in flight they must come from prefixes holding as many.
+   */
   onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => socket.destroy());
-    const address = req.socket.remoteAddress ?? '';
-    if (
-      !this.#options.ready() ||
-      this.#connections.size >= this.#limits.maxConnections ||
-      (this.#unauthenticatedByAddress.get(address) ?? 0) >= this.#limits.maxUnauthenticatedPerAddress
-    ) {
+    const prefix = addressPrefix(req.socket.remoteAddress ?? '');
+    const slotFree = this.#connections.size < this.#limits.maxConnections;
+    const displaced = displacedBy([...this.#waiting.keys()], prefix, {
+      perPrefix: this.#limits.maxUnauthenticatedPerAddress,
+      total: slotFree ? this.#limits.maxUnauthenticated : 0,
+    });
+    if (!this.#options.ready() || (!slotFree && !displaced)) {
       socket.end('HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
       return;
     }
-    this.#options.wss.handleUpgrade(req, socket, head, (ws) => this.#onConnection(ws, address));
+    if (displaced) this.#displace(this.#waiting.get(displaced)!);
+    this.#options.wss.handleUpgrade(req, socket, head, (ws) => this.#onConnection(ws, prefix));
   }
 
-  /** Counts a connection that has not authenticated against its address (add = 1), or stops counting it (add = -1). */
-  #countUnauthenticated(address: string, add: 1 | -1): void {
-    const count = (this.#unauthenticatedByAddress.get(address) ?? 0) + add;
-    if (count > 0) this.#unauthenticatedByAddress.set(address, count);
-    else this.#unauthenticatedByAddress.delete(address);
+  /** Makes room for a newcomer: `connection` stops counting at once, and is closed. */
+  #displace(connection: Connection): void {
+    this.#authenticated(connection); // no longer waiting
+    if (this.#connections.delete(connection)) this.#metrics.connections.dec();
+    this.#metrics.closes.inc({ code: 'displaced' });
+    this.#clock.clearTimeout(connection.authTimer);
+    connection.socket.terminate();
   }
 
+  /** Stops counting `connection` among those not yet authenticated (it authenticated, was displaced, or closed). */
   #authenticated(connection: Connection): void {
-    if (connection.unauthenticatedFrom === undefined) return;
-    this.#countUnauthenticated(connection.unauthenticatedFrom, -1);
-    connection.unauthenticatedFrom = undefined;
+    if (connection.waiting === undefined) return;
+    this.#waiting.delete(connection.waiting);
+    connection.waiting = undefined;
   }
 
-  #onConnection(socket: WebSocket, address: string): void {
+  #onConnection(socket: WebSocket, prefix: string): void {
     const connection: Connection = {
       socket,
       stream: (socket as unknown as { _socket?: Duplex })._socket,
@@ -159,10 +177,10 @@ export class ReplicaConnections {
       ),
       consecutiveLimited: 0,
       authTimer: undefined,
-      unauthenticatedFrom: address,
+      waiting: { order: this.#arrivals++, prefix },
       closed: new AbortController(),
     };
-    this.#countUnauthenticated(address, 1);
+    this.#waiting.set(connection.waiting!, connection);
     this.#connections.add(connection);
     this.#metrics.connections.inc();
     connection.authTimer = this.#clock.setTimeout(

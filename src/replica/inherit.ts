@@ -9,8 +9,17 @@
  * before export, so final). r - 2f_old reports at e or above make the (r - 2f_old)-th largest at least e,
  * whatever the other reports say. With every member reporting (r = N) that is the (f_old+1)-th largest,
  * which f_old liars cannot raise above the honest reports. With fewer they can: one liar among 2f_old+1
- * reporters sets the largest. So a claim at or above HONEST_EPOCH_CEILING (2^62), which no honest replica
- * reaches, is refused outright, and a lie below it leaves at least 2^62 epochs of the resource.
+ * reporters sets the largest. So two claims are refused rather than inherited:
+ *
+ * - a claim at or above HONEST_EPOCH_CEILING (2^62), which no honest replica reaches, unless f_old+1 reports
+ *   reach it (then an honest one is there: a cluster whose epochs crossed the ceiling before this rule);
+ * - an inherited value that lies further above the backed value (the (f_old+1)-th largest report, which no
+ *   f_old liars can raise above an honest report) than 1/1024 of the epochs left below 2^62
+ *   (unbackedLeadAllowed). Honest replicas drift apart by free steps, a million epochs per grant at most, so
+ *   an honest lead that large takes billions of grants; and a liar, who can still push by that much per
+ *   reshare, takes 1/1024 of what is left each time, so no number of reshares brings an honest replica to 2^62.
+ *
+ * Both refusals name the reporters; the remedy is more exports (all N: then nothing is refused this way).
  * Taking only claims that 2f_old+1 reporters back would be unsafe: with r = 2f_old+1 a token may have a
  * single honest signer among the reporters.
  *
@@ -22,7 +31,7 @@
  */
 import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual } from '../common/bytes.js';
-import { HONEST_EPOCH_CEILING } from '../common/limits.js';
+import { DEFAULT_MAX_EPOCH_STEP, HONEST_EPOCH_CEILING } from '../common/limits.js';
 import { grantDigest } from '../token/grant.js';
 import type { RecordEntry } from './signing-record.js';
 
@@ -54,10 +63,12 @@ export interface InheritedRecord {
 const nameOf = (report: OldRecordReport) => report.source ?? `old replica ${report.replica}`;
 
 /**
- * The inherit rule: checks the reporters (distinct, at least 2f_old+1, no claim at or above the ceiling),
- * then merges their reports at rank r - 2f_old; digests are recomputed for the new cluster id.
+ * The inherit rule: checks the reporters (distinct, at least 2f_old+1, no lone claim at or above the ceiling, no
+ * inherited value far above what f_old+1 reports back), then merges their reports at rank r - 2f_old; digests are
+ * recomputed for the new cluster id.
  * @throws QuorumFenceError RESHARE_REFUSED (fewer than 2f_old+1 distinct old replicas, or one reported twice),
- *   EXPORT_IMPOSSIBLE_EPOCH (a report claims an epoch or floor no honest replica reaches, naming it)
+ *   EXPORT_IMPOSSIBLE_EPOCH (a report claims an epoch or floor no honest replica reaches, naming it),
+ *   EXPORT_UNBACKED_EPOCH (an inherited value f_old liars could have set far ahead, naming the reporters)
  */
 export function inheritRecords(
   reports: readonly OldRecordReport[],
@@ -82,24 +93,114 @@ export function inheritRecords(
       `the signing records of at least 2f_old+1 = ${needed} old replicas are needed, got ${from.length} (${from.join(', ') || 'none'})`,
     );
   }
-  for (const report of reports) refuseImpossibleClaims(report);
-  return mergeReports(reports, reports.length - 2 * oldF, newClusterId);
+  const rank = reports.length - 2 * oldF;
+  for (const quantity of reportedQuantities(reports)) {
+    refuseImpossibleClaim(quantity, oldF);
+    refuseUnbackedLead(quantity, oldF, rank, reports.length);
+  }
+  return mergeReports(reports, rank, newClusterId);
 }
 
-/** A report claiming what no honest replica reaches is a lie: refused, naming its source. */
-function refuseImpossibleClaims(report: OldRecordReport): void {
-  const lie =
-    report.floor >= HONEST_EPOCH_CEILING
-      ? `floor ${report.floor}`
-      : report.entries
-          .filter((e) => e.record.epoch >= HONEST_EPOCH_CEILING)
-          .map((e) => `epoch ${e.record.epoch} for "${e.resource.slice(0, 64)}"`)[0];
-  if (lie === undefined) return;
+/**
+ * How far above the backed value (the (f_old+1)-th largest report) an inherited value may lie: 1/1024 of the epochs
+ * left below 2^62. Beyond 2^62 (a cluster whose epochs crossed it before this rule, where it proves nothing), one
+ * maximum epoch step: what honest replicas drift apart by in one grant.
+ */
+export function unbackedLeadAllowed(backed: bigint): bigint {
+  return backed >= HONEST_EPOCH_CEILING ? DEFAULT_MAX_EPOCH_STEP : (HONEST_EPOCH_CEILING - backed) >> 10n;
+}
+
+/** One reporter's word on one quantity (the floor, or a resource's epoch). */
+interface Reported {
+  readonly report: OldRecordReport;
+  readonly epoch: bigint;
+  /** The holder its record names; undefined when the epoch is its floor's. */
+  readonly holder: Uint8Array | undefined;
+}
+
+/** What the reporters say about the floor, or about one resource. */
+interface Quantity {
+  /** The resource it is the epoch of; undefined for the floor. */
+  readonly resource: string | undefined;
+  /** For messages: `floor` or `epoch … for "resource"`. */
+  readonly what: (epoch: bigint) => string;
+  readonly reported: readonly Reported[];
+}
+
+/**
+ * Every quantity the reports speak of: the floor, and each resource any of them has a record for (a reporter
+ * without a record for it reports its floor: it signed the resource at most up to there), resources in byte order.
+ */
+function reportedQuantities(reports: readonly OldRecordReport[]): Quantity[] {
+  const byReporter = reports.map((r) => new Map(r.entries.map((e) => [e.resource, e.record])));
+  const resources = [...new Set(reports.flatMap((r) => r.entries.map((e) => e.resource)))].sort((a, b) =>
+    Buffer.compare(Buffer.from(a), Buffer.from(b)),
+  );
+  const floor: Quantity = {
+    resource: undefined,
+    what: (epoch) => `floor ${epoch}`,
+    reported: reports.map((report) => ({ report, epoch: report.floor, holder: undefined })),
+  };
+  return [
+    floor,
+    ...resources.map((resource): Quantity => ({
+      resource,
+      what: (epoch) => `epoch ${epoch} for "${resource.slice(0, 64)}"`,
+      reported: reports.map((report, k) => {
+        const record = byReporter[k]!.get(resource);
+        return { report, epoch: record?.epoch ?? report.floor, holder: record?.holder };
+      }),
+    })),
+  ];
+}
+
+/** Names reporters for a message: `old replica 1 (frozen-1.json)`. */
+function named(reported: readonly Reported[]): string {
+  return reported
+    .map(({ report }) => (report.source ? `old replica ${report.replica} (${report.source})` : nameOf(report)))
+    .join(', ');
+}
+
+/**
+ * A claim at or above 2^62 that fewer than f_old+1 reports reach is a lie: refused, naming its source. (When f_old+1
+ * reach it, one of them is honest: the cluster's epochs crossed the ceiling before inherit refused such lies, and
+ * the ceiling proves nothing there.)
+ */
+function refuseImpossibleClaim(quantity: Quantity, oldF: number): void {
+  const beyond = quantity.reported.filter((r) => r.epoch >= HONEST_EPOCH_CEILING);
+  if (beyond.length === 0 || beyond.length > oldF) return;
+  const first = beyond[0]!;
   throw new QuorumFenceError(
     'EXPORT_IMPOSSIBLE_EPOCH',
-    `${nameOf(report)} reports ${lie}, at or above 2^62, which no honest replica reaches (an epoch rises by at ` +
-      `most 10^6 per grant): old replica ${report.replica} lies; inherit from the other old replicas' exports`,
-    { replica: report.replica },
+    `${nameOf(first.report)} reports ${quantity.what(first.epoch)}, at or above 2^62, which no honest replica reaches ` +
+      `(an epoch rises by at most 10^6 per grant): old replica ${first.report.replica} lies; inherit from the other ` +
+      `old replicas' exports`,
+    { replica: first.report.replica, replicas: beyond.map((r) => r.report.replica) },
+  );
+}
+
+/**
+ * An inherited value (the report at `rank`) further above the backed one (the (f_old+1)-th largest) than
+ * unbackedLeadAllowed: with fewer than all N exports, f_old liars may have set it. Refused, naming the reporters
+ * above the allowance, and asking for more exports. Never with all N (the rank is then f_old+1 itself).
+ */
+function refuseUnbackedLead(quantity: Quantity, oldF: number, rank: number, reporters: number): void {
+  const epochs = quantity.reported.map((r) => r.epoch);
+  const inherited = kthLargest(epochs, rank);
+  const backed = kthLargest(epochs, oldF + 1);
+  const allowed = unbackedLeadAllowed(backed);
+  if (inherited - backed <= allowed) return;
+  const ahead = quantity.reported.filter((r) => r.epoch - backed > allowed);
+  const all = 3 * oldF + 1;
+  throw new QuorumFenceError(
+    'EXPORT_UNBACKED_EPOCH',
+    `${named(ahead)} report${ahead.length > 1 ? '' : 's'} ${quantity.what(inherited)}, more than ${allowed} ` +
+      `(${backed >= HONEST_EPOCH_CEILING ? 'one maximum epoch step, past 2^62' : '1/1024 of the epochs left below 2^62'}) ` +
+      `above the ${backed} that f_old+1 = ${oldF + 1} of the ${reporters} ` +
+      `reports reach. With ${reporters} of the ${all} old replicas' exports, ${oldF === 1 ? 'one liar' : `${oldF} liars`} ` +
+      `among them could have set it, so it is not inherited: give the frozen exports of more old replicas (with ` +
+      `all ${all}, no liar can raise anything), or leave out the export of a replica that lies`,
+    { replicas: ahead.map((r) => r.report.replica), inherited: String(inherited), backed: String(backed) },
   );
 }
 
@@ -119,22 +220,15 @@ export function mergeReports(
 ): InheritedRecord {
   if (!Number.isInteger(rank) || rank < 1 || rank > reports.length)
     throw new QuorumFenceError('INVALID_ARGUMENT', `rank ${rank} among ${reports.length} reports`);
+  const [floorQuantity, ...resourceQuantities] = reportedQuantities(reports);
   const floor = kthLargest(
-    reports.map((r) => r.floor),
+    floorQuantity!.reported.map((r) => r.epoch),
     rank,
-  );
-  const byReporter = reports.map((r) => new Map(r.entries.map((e) => [e.resource, e.record])));
-  const resources = [...new Set(reports.flatMap((r) => r.entries.map((e) => e.resource)))].sort((a, b) =>
-    Buffer.compare(Buffer.from(a), Buffer.from(b)),
   );
   const entries: RecordEntry[] = [];
   const contested: string[] = [];
-  for (const resource of resources) {
-    // A reporter without a record for the resource signed it at most up to its floor.
-    const reported = reports.map((r, k) => {
-      const record = byReporter[k]!.get(resource);
-      return record ? { epoch: record.epoch, holder: record.holder as Uint8Array | undefined } : { epoch: r.floor };
-    });
+  for (const { resource, reported } of resourceQuantities) {
+    if (resource === undefined) continue; // only the first quantity is the floor
     const epoch = kthLargest(
       reported.map((r) => r.epoch),
       rank,

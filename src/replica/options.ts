@@ -22,11 +22,16 @@ export interface ReplicaLimits {
   /** Open connections (authenticated or not); more are refused at the upgrade with 503. */
   readonly maxConnections: number;
   /**
-   * Connections from one IP address that have not authenticated yet; more are
-   * refused at the upgrade with 503. Stops one host from holding every slot
-   * with sockets that never say hello (each lives up to authTimeoutMs).
+   * Connections from one address prefix (an IPv4 address, an IPv6 /64) that have not authenticated yet; a newcomer
+   * beyond it displaces the prefix's oldest one. Stops one host from holding many slots with sockets that never
+   * say hello (each lives up to authTimeoutMs).
    */
   readonly maxUnauthenticatedPerAddress: number;
+  /**
+   * Connections that have not authenticated yet, from all addresses; a newcomer beyond it (or beyond
+   * maxConnections) displaces the oldest unauthenticated connection of the prefix holding the most.
+   */
+  readonly maxUnauthenticated: number;
   /** Time a new connection has to authenticate before it is closed with 1008. */
   readonly authTimeoutMs: number;
   /** Replies queued for a client that does not read; above this the connection is dropped. */
@@ -47,6 +52,13 @@ export interface ReplicaLimits {
   readonly maxEpochStep: bigint;
   /** Catch-up evidence partials one connection may have checked per second (and in one burst): each is a pairing. */
   readonly evidenceChecksPerSecondPerConnection: number;
+  /** The same for one identity (holder key), over all its connections: more connections buy no more checks. */
+  readonly evidenceChecksPerSecondPerIdentity: number;
+  /**
+   * The same for the whole replica, over every identity (also the most checks ever waiting): what any number of
+   * identities can make the replica verify.
+   */
+  readonly evidenceChecksPerSecond: number;
   /**
    * `leases` requests one connection may send per second (and in one burst), on top of the request rate; over it
    * they get RATE_LIMITED. Each answer walks up to MAX_LEASES_EXAMINED entries of the lease index.
@@ -86,6 +98,9 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   // A client authenticates within a round trip; 64 handshakes at once covers a fleet behind one NAT address,
   // and keeps one host from tying up more than 64 of the 10,000 slots for authTimeoutMs each.
   maxUnauthenticatedPerAddress: 64,
+  // A fleet of thousands reconnecting at once after a restart completes its handshakes in a few round trips at
+  // 1,024 at a time; idle sockets from many hosts then hold at most a tenth of the default slots.
+  maxUnauthenticated: 1_024,
   // A client signs one challenge; 10 s allows for a slow link, and bounds idle unauthenticated sockets.
   authTimeoutMs: 10_000,
   // 1 MiB is thousands of replies: a client that far behind is not reading.
@@ -103,6 +118,12 @@ export const DEFAULT_REPLICA_LIMITS: ReplicaLimits = {
   // An honest client sends evidence only after a too_far answer, one partial per other replica: 32 a second is
   // several catch-ups a second, and bounds what one connection can make the replica verify to ~3% of a core.
   evidenceChecksPerSecondPerConnection: 32,
+  // One identity's connections share what one connection may have: an honest client catches up over one connection
+  // per replica, and a flood over 64 connections then costs what one does.
+  evidenceChecksPerSecondPerIdentity: 32,
+  // Four identities' worth: about an eighth of a core here (a pairing is ~1 ms, a batch that fails costs each check
+  // about twice), whoever asks. An honest catch-up needs f+1 checks at most.
+  evidenceChecksPerSecond: 128,
   // The console asks once per poll, and its shortest interval is 100 ms: 10 a second serves it, and bounds what one
   // connection can make the replica spend on them to ~1% of a core (each answer is at most ~1 ms of record reads).
   leasesPerSecondPerConnection: 10,
@@ -151,6 +172,7 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'maxConsecutiveRateLimited',
     'maxConnections',
     'maxUnauthenticatedPerAddress',
+    'maxUnauthenticated',
     'authTimeoutMs',
     'maxBufferedBytesPerConnection',
     'minTtlMs',
@@ -161,6 +183,8 @@ export function replicaLimits(overrides: Partial<ReplicaLimits> = {}): ReplicaLi
     'retentionMs',
     'compactionIntervalMs',
     'evidenceChecksPerSecondPerConnection',
+    'evidenceChecksPerSecondPerIdentity',
+    'evidenceChecksPerSecond',
     'leasesPerSecondPerConnection',
   ] as const) {
     positiveInteger(limits, field);

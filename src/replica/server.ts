@@ -25,7 +25,7 @@ import { ReplicaConnections, type Connection } from './connections.js';
 import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
 import { ReplicaMetrics } from './metrics.js';
 import { policyConfig, replicaLimits, type ReplicaLimits } from './options.js';
-import { EvidenceChecker } from './grant-evidence.js';
+import { EvidenceAllowance, EvidenceChecker } from './grant-evidence.js';
 import { RequestLog } from './request-log.js';
 import { noticeAfter, ReleaseWatchers } from './release-notices.js';
 import { ReplicaService } from './service.js';
@@ -57,6 +57,11 @@ export interface ReplicaServerOptions {
   /** Called when the replica can no longer work (a signing thread died); the process should stop. */
   readonly onFatal?: (error: Error) => void;
   /**
+   * Create the signing record when `dataDir` has none (default false: refused, STORE_MISSING). `replica run` never
+   * sets it (the commands that know a replica is new create its record); tests and the Byzantine tool may.
+   */
+  readonly createStore?: boolean;
+  /**
    * What unlocks POST /admin/freeze (`Authorization: Bearer <secret>`); without one the endpoint refuses
    * everyone. See common/operator-secret.ts.
    */
@@ -79,6 +84,8 @@ export class ReplicaServer {
   readonly #clock: Clock;
   readonly #connections: ReplicaConnections;
   readonly #httpContext: ReplicaHttpContext;
+  /** Who pays for catch-up evidence checks: each identity, and the process (grant-evidence.ts). */
+  readonly #evidenceAllowance: EvidenceAllowance;
   #inFlight = 0;
   #closing: Promise<void> | undefined;
   /** For /healthz: when this server started (wall clock, ms) and the last error it logged. */
@@ -117,6 +124,10 @@ export class ReplicaServer {
     this.#logger = fields.logger;
     this.#clock = fields.clock;
     this.#requestLog = new RequestLog(fields.logger, fields.clock);
+    this.#evidenceAllowance = new EvidenceAllowance(
+      { perIdentity: fields.limits.evidenceChecksPerSecondPerIdentity, total: fields.limits.evidenceChecksPerSecond },
+      () => this.#clock.now(),
+    );
     this.#connections = new ReplicaConnections({
       wss: fields.wss,
       limits: fields.limits,
@@ -175,7 +186,8 @@ export class ReplicaServer {
   /**
    * Opens the signing record, starts the signer, and listens. Resolves once
    * /healthz answers 200.
-   * @throws QuorumFenceError INVALID_OPTION, CLUSTER_MISMATCH, STORE_CORRUPT, STORE_LOCKED, IO_ERROR, INTERNAL
+   * @throws QuorumFenceError INVALID_OPTION, CLUSTER_MISMATCH, STORE_CORRUPT, STORE_MISSING, STORE_LOCKED, IO_ERROR,
+   *   INTERNAL
    */
   static async start(options: ReplicaServerOptions): Promise<ReplicaServer> {
     const limits = replicaLimits(options.limits);
@@ -200,7 +212,11 @@ export class ReplicaServer {
       store = SigningRecord.open(
         options.dataDir,
         { clusterId: cluster.id, replicaIndex: key.index },
-        { onFlush: (ms) => late.metrics?.flushSeconds.observe(ms / 1000), probe: false },
+        {
+          onFlush: (ms) => late.metrics?.flushSeconds.observe(ms / 1000),
+          probe: false,
+          create: options.createStore === true,
+        },
       );
       const metrics = new ReplicaMetrics(
         { replica: key.index, cluster: cluster.idHex, n: cluster.n, t: cluster.t },
@@ -219,7 +235,7 @@ export class ReplicaServer {
         maxWaitersPerResource: limits.maxWaitersPerResource,
         generation: cluster.membershipVersion,
         policy: policyConfig(cluster, limits, options.access),
-        evidence: new EvidenceChecker(cluster, key.index),
+        evidence: new EvidenceChecker(cluster, key.index, undefined, { maxPending: limits.evidenceChecksPerSecond }),
       });
       late.service = service;
       const http = createReplicaHttp(limits, options.tls);
@@ -295,7 +311,7 @@ export class ReplicaServer {
       .handle(request, holder, {
         session: connection.session,
         signal: connection.closed.signal,
-        evidenceBudget: () => connection.evidenceChecks.take(this.#clock.now()),
+        evidenceBudget: this.#evidenceAllowance.budgetFor(holder, connection.evidenceChecks),
         onTurn: (epoch) => this.#connections.send(connection, { type: 'turn', resource: request.resource, epoch }),
       })
       .then(

@@ -28,6 +28,7 @@ import type { ReplicaMetrics, RefusalReason } from './metrics.js';
 import type { EvidenceBudget, EvidenceChecker } from './grant-evidence.js';
 import {
   decide,
+  epochStepAllowed,
   floorRecord,
   precheck,
   remainingMs,
@@ -295,17 +296,22 @@ export class ReplicaService {
   }
 
   /**
-   * The verified catch-up evidence of an acquire that needs it: none is checked (no pairing spent) when the
-   * requested epoch is within the free step of what this replica holds now. A record that moves before the decision
-   * only changes whether the evidence was needed, never what it proves.
+   * The verified catch-up evidence of an acquire that needs it: none is checked (no pairing spent) for a request
+   * refused whatever it carries (bounds, access) or within the free step of what this replica holds now, and no more
+   * than the epoch-step rule still needs (grant-evidence.ts). A record that moves before the decision only changes
+   * whether the evidence was needed, never what it proves.
    */
   async #support(request: Request, holder: Uint8Array, budget: EvidenceBudget | undefined): Promise<EpochSupport[]> {
     if ((request.type !== 'acquire' && request.type !== 'renew') || !request.evidence?.length || !this.#evidence)
       return [];
+    if (precheck(request, holder, this.#policy)) return [];
     const record = this.store.get(request.resource);
+    const current = record?.epoch ?? this.store.floor;
     const free = record ? this.#policy.freeEpochStep : this.#policy.maxEpochStep;
-    if (request.epoch - (record?.epoch ?? this.store.floor) <= free) return [];
-    return this.#evidence.support(request, holder, budget ?? (() => false));
+    if (request.epoch - current <= free) return [];
+    const enough = (support: readonly EpochSupport[]) =>
+      epochStepAllowed(current, record !== undefined, request.epoch, support, this.#policy);
+    return this.#evidence.support(request, holder, budget ?? (() => false), enough);
   }
 
   /**

@@ -52,9 +52,10 @@ import type { SignedRecord } from './policy.js';
 import { decodeRecord, decodeStoredRecord, encodeRecord, parseFloor } from './record-codec.js';
 import { storeCorrupt as corrupt } from './store-errors.js';
 import type { StoreIdentity } from './store-identity.js';
-import { openStore } from './store-open.js';
+import { openStore, signingRecordExists } from './store-open.js';
 
 export { probeSigningRecord } from './store-probe.js';
+export { signingRecordExists } from './store-open.js';
 export type { RecordChange } from './check-and-record.js';
 export { STORE_FORMAT, type StoreIdentity } from './store-identity.js';
 export type { FrozenState } from './freeze-marker.js';
@@ -76,6 +77,13 @@ export interface SigningRecordOptions {
   readonly probe?: boolean;
   /** Wall-clock milliseconds, stamped on each record for the retention window (default Date.now). */
   readonly wallClock?: () => number;
+  /**
+   * A writable open may create the store when there is none (default false: STORE_MISSING). Only what knows the
+   * replica is new says so: `replica init`, `keygen --data` and `dkg run` (a key just made has signed nothing),
+   * `reshare inherit` and `replica import` (which raise it from the records they are given). A replica never
+   * creates its own: starting from an empty record it would sign again what it signed before (docs/storage.md).
+   */
+  readonly create?: boolean;
 }
 
 /** What compaction may fold into the floor; called inside the compaction transaction, must not yield. */
@@ -161,11 +169,12 @@ export class SigningRecord {
   }
 
   /**
-   * Opens (creating when empty and writable) the signing record in `dir`.
+   * Opens the signing record in `dir` (creating it when there is none only with `options.create`).
    * @param expected the cluster and replica this store must belong to; a
    *   read-only open may leave it out to read any store.
    * @throws QuorumFenceError CLUSTER_MISMATCH (another cluster or replica index), STORE_CORRUPT
-   *   (unreadable, inconsistent, or reset), STORE_LOCKED (another live process has it open), IO_ERROR
+   *   (unreadable, inconsistent, or reset), STORE_MISSING (none there, and not told to create one),
+   *   STORE_LOCKED (another live process has it open), IO_ERROR
    */
   static open(dir: string, expected: StoreIdentity | undefined, options: SigningRecordOptions = {}): SigningRecord {
     const store = openStore(dir, expected, options);
@@ -394,4 +403,22 @@ export class SigningRecord {
       this.#releaseLock?.();
     }
   }
+}
+
+/**
+ * Makes the empty signing record of a new replica in `dir`, and closes it: for the commands that know the replica
+ * is new (SigningRecordOptions.create). Refuses a directory that holds a record already: a record is never
+ * replaced by an empty one.
+ * @throws QuorumFenceError FILE_EXISTS, and SigningRecord.open's
+ */
+export async function createSigningRecord(dir: string, identity: StoreIdentity): Promise<void> {
+  if (signingRecordExists(dir))
+    throw new QuorumFenceError(
+      'FILE_EXISTS',
+      `${dir} already holds a signing record; a replica's record is made once and never replaced by an empty one ` +
+        `(it is what stops the replica from signing twice)`,
+      { dir },
+    );
+  const store = SigningRecord.open(dir, identity, { create: true, probe: false });
+  await store.close();
 }

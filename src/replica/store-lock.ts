@@ -3,11 +3,18 @@
  * open for writing. Two processes signing from one store would each serialise
  * only their own requests, and could both sign one (resource, epoch).
  */
-import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, realpathSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 
 const LOCK_FILE = 'replica.lock';
+
+/**
+ * The locks this process holds, by the data directory's real path. A lock naming this process's pid that is not in here was left by an
+ * earlier process that had the same pid: in a container the replica is pid 1 every time it starts, so
+ * after a SIGKILL (`docker kill`, the OOM killer) the lock names the restarted replica's own pid.
+ */
+const held = new Set<string>();
 
 function isAlive(pid: number): boolean {
   try {
@@ -20,7 +27,8 @@ function isAlive(pid: number): boolean {
 
 /**
  * Takes `DIR/replica.lock`; returns the function that gives it back.
- * A lock left by a dead process (SIGKILL) is taken over.
+ * A lock left by a dead process (SIGKILL) is taken over, and so is one naming this process's pid that
+ * this process does not hold (an earlier process with the same pid).
  * @throws QuorumFenceError STORE_LOCKED, IO_ERROR
  */
 export function takeLock(dir: string): () => void {
@@ -33,7 +41,10 @@ export function takeLock(dir: string): () => void {
       } finally {
         closeSync(fd);
       }
+      const key = realpathSync(dir);
+      held.add(key);
       return () => {
+        held.delete(key);
         try {
           if (readFileSync(path, 'utf8').trim() === String(process.pid)) unlinkSync(path);
         } catch {
@@ -56,7 +67,8 @@ export function takeLock(dir: string): () => void {
     } catch {
       continue; // Removed between our open and read: try again.
     }
-    if (Number.isSafeInteger(owner) && owner > 0 && isAlive(owner)) {
+    const earlierSelf = owner === process.pid && !held.has(realpathSync(dir));
+    if (Number.isSafeInteger(owner) && owner > 0 && !earlierSelf && isAlive(owner)) {
       throw new QuorumFenceError(
         'STORE_LOCKED',
         `data directory ${dir} is in use by process ${owner}${owner === process.pid ? ' (this process)' : ''}; stop it first (or remove ${path} if no replica runs)`,

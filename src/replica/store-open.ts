@@ -1,9 +1,9 @@
 /**
- * Opening a signing record's data directory, before there is a SigningRecord: create it (writable opens),
- * take its pid lock, probe the store in a child process, open LMDB and its two tables, and check or
- * initialise the store's identity, so that a store of another cluster or replica, a reset or missing LMDB
- * file, or a store in use by a live process is refused with its code. The record's operations are in
- * signing-record.ts.
+ * Opening a signing record's data directory, before there is a SigningRecord: refuse a missing store unless told
+ * to create it (then create the directory), take its pid lock, probe the store in a child process, open LMDB and
+ * its two tables, and check or initialise the store's identity, so that a store of another cluster or replica, a
+ * reset or missing LMDB file, a store nobody said to create, or a store in use by a live process is refused with
+ * its code. The record's operations are in signing-record.ts.
  *
  * The data directory holds, besides LMDB's files, `signing-record.json` (the
  * cluster id and replica index, written at creation) and `replica.lock` (the
@@ -16,7 +16,7 @@ import { QuorumFenceError } from '../common/errors.js';
 import { bytesEqual, toHex } from '../common/bytes.js';
 import { writeFileDurably } from '../common/files.js';
 import type { SigningRecordOptions } from './signing-record.js';
-import { storeCorrupt as corrupt } from './store-errors.js';
+import { storeCorrupt as corrupt, storeMissing } from './store-errors.js';
 import { identityText, parseIdentity, type StoreIdentity } from './store-identity.js';
 import { takeLock } from './store-lock.js';
 import { probeStore } from './store-probe.js';
@@ -42,10 +42,11 @@ export interface OpenedStore {
 export function openStore(
   dir: string,
   expected: StoreIdentity | undefined,
-  options: Pick<SigningRecordOptions, 'readOnly' | 'probe'>,
+  options: Pick<SigningRecordOptions, 'readOnly' | 'probe' | 'create'>,
 ): OpenedStore {
   const readOnly = options.readOnly ?? false;
-  prepareDirectory(dir, expected, readOnly);
+  const create = !readOnly && (options.create ?? false);
+  prepareDirectory(dir, expected, readOnly, create);
   const releaseLock = readOnly ? undefined : takeLock(dir);
   let env: RootDatabase | undefined;
   try {
@@ -54,7 +55,7 @@ export function openStore(
     if ((options.probe ?? true) && existsSync(join(dir, 'data.mdb'))) probeStore(dir);
     const tables = openTables(dir, readOnly);
     env = tables.env;
-    const identity = storeIdentityOf(dir, tables, fileIdentity, readOnly ? undefined : expected);
+    const identity = storeIdentityOf(dir, tables, fileIdentity, create ? expected : undefined);
     checkExpected(dir, identity, expected);
     if (!readOnly && !fileIdentity) writeFileDurably(fileIdentityPath, identityText(identity) + '\n', { mode: 0o600 });
     return { identity, ...tables, releaseLock };
@@ -65,13 +66,20 @@ export function openStore(
   }
 }
 
-/** Refuses what cannot be opened as asked, and creates the directory of a writable open. */
-function prepareDirectory(dir: string, expected: StoreIdentity | undefined, readOnly: boolean): void {
+/** Whether `dir` holds a signing record, or the remains of one (its identity file says one was made). */
+export function signingRecordExists(dir: string): boolean {
+  return existsSync(join(dir, 'data.mdb')) || existsSync(join(dir, IDENTITY_FILE));
+}
+
+/** Refuses what cannot be opened as asked, and creates the directory of a store to be created. */
+function prepareDirectory(dir: string, expected: StoreIdentity | undefined, readOnly: boolean, create: boolean): void {
   if (!readOnly && !expected)
     throw new QuorumFenceError('INVALID_ARGUMENT', 'a writable signing record needs its cluster id and replica index');
   if (readOnly && !existsSync(join(dir, 'data.mdb')))
     throw corrupt(dir, 'no signing record here (data.mdb is missing)');
   if (readOnly) return;
+  if (!create && !signingRecordExists(dir)) throw storeMissing(dir);
+  if (!create) return;
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   } catch (error) {
@@ -122,8 +130,8 @@ function openTables(dir: string, readOnly: boolean): Tables {
 }
 
 /**
- * The identity LMDB holds, checked against the file's; a new, empty store is given `initialise` (absent for a
- * read-only open, which never initialises).
+ * The identity LMDB holds, checked against the file's; a new, empty store is given `initialise` (absent unless the
+ * open was told to create the store: a read-only open never initialises).
  */
 function storeIdentityOf(
   dir: string,
@@ -150,7 +158,8 @@ function storeIdentityOf(
       throw corrupt(dir, `cannot read it: ${(error as Error).message}`, error);
     }
     if (!empty) throw corrupt(dir, 'it holds records but no identity');
-    if (!initialise) throw corrupt(dir, 'it was never initialised');
+    // An empty LMDB file without an identity: a creation that stopped halfway, to be made again by what made it.
+    if (!initialise) throw storeMissing(dir);
     // Identity in LMDB first, then the file: a crash in between leaves a store the next open completes.
     meta.putSync(IDENTITY_KEY, identityText(initialise));
     return initialise;

@@ -16,6 +16,7 @@ import {
 } from '../client/connection-state.js';
 import type { ClientOptions } from '../client/options.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../client/replica-channel.js';
+import { answersPromptly, latencyKind, ReplicaLatency } from '../client/replica-latency.js';
 import type { TimerHandle } from '../common/clock.js';
 import { decodeServerMessage, parseOutcome } from '../protocol/codec.js';
 import type { OutcomeByRequest, ServerMessage, WireRequest } from '../protocol/messages.js';
@@ -31,6 +32,8 @@ export interface ChannelHost {
   readonly holder: Uint8Array;
   /** A mutation (mutations.ts): the floors replicas name are not kept. */
   readonly forgetsFloors?: boolean;
+  /** A mutation (mutations.ts): the connection reports no latency, so acquires choose signers blind to it. */
+  readonly blindToLatency?: boolean;
   /** Any connection changed state. */
   onChange(): void;
   onReleased(resource: string): void;
@@ -55,6 +58,10 @@ export class SimChannel implements ReplicaChannel {
   #conn = 0;
   #nextId = 1;
   readonly #inFlight = new Map<number, InFlight>();
+  readonly #latency = new ReplicaLatency();
+  #pings = 0;
+  #pingTimer: TimerHandle;
+  #quiet = false;
   #handshakeTimer: TimerHandle;
   #retryTimer: TimerHandle;
 
@@ -72,6 +79,10 @@ export class SimChannel implements ReplicaChannel {
     return this.#state;
   }
 
+  get latencyMs(): number | undefined {
+    return this.#host.blindToLatency ? undefined : this.#latency.estimateMs(this.#host.clock.now());
+  }
+
   /** Requests open now (for the bounded-state check). */
   get open(): number {
     return this.#inFlight.size;
@@ -87,6 +98,7 @@ export class SimChannel implements ReplicaChannel {
     this.#apply({ type: 'close' });
     this.#host.clock.clearTimeout(this.#handshakeTimer);
     this.#host.clock.clearTimeout(this.#retryTimer);
+    this.#host.clock.clearTimeout(this.#pingTimer);
     this.#settleAll({ kind: 'unreachable', message: 'client closed' });
   }
 
@@ -113,6 +125,7 @@ export class SimChannel implements ReplicaChannel {
         timer,
         detach: () => signal?.removeEventListener('abort', onAbort),
       });
+      if (answersPromptly(body)) this.#latency.sent(`r${id}`, latencyKind(body), this.#host.clock.now());
       this.#send({ kind: 'request', conn: this.#conn, request }, describeRequest(request));
     });
   }
@@ -137,9 +150,12 @@ export class SimChannel implements ReplicaChannel {
             ? { type: 'welcome', floor: message.floor }
             : { type: 'welcome' },
         );
+        this.#pingLater(message.conn);
         return;
       case 'closed':
         return this.#fail('closed', 'closed by the replica');
+      case 'pong':
+        return this.#latency.answered(`p${message.ping}`, this.#host.clock.now());
       case 'message':
         return this.#onMessage(message.message, false);
       case 'frame':
@@ -161,6 +177,9 @@ export class SimChannel implements ReplicaChannel {
   /** `decoded`: the message came as a frame, so its outcome is checked against the request (parseOutcome). */
   #onMessage(message: ServerMessage, decoded: boolean): void {
     if (this.#state.phase !== 'ready') return;
+    // As the SDK's connection does: every answer, late ones included, says how fast the replica is.
+    if (message.type === 'reply' || (message.type === 'error' && message.id !== undefined))
+      this.#latency.answered(`r${message.id!}`, this.#host.clock.now());
     switch (message.type) {
       case 'reply': {
         const entry = this.#inFlight.get(message.id);
@@ -202,6 +221,29 @@ export class SimChannel implements ReplicaChannel {
     }, this.#host.options.handshakeTimeoutMs);
   }
 
+  /**
+   * The client is done: no more pings (a real client pings until it closes, but a run's quiet period must end with
+   * nothing in flight, for the bounded-state check).
+   */
+  quiesce(): void {
+    this.#quiet = true;
+    this.#host.clock.clearTimeout(this.#pingTimer);
+  }
+
+  /** As the SDK's connection does (replica-connection.ts): a ping every pingIntervalMs while the connection is ready. */
+  #pingLater(conn: number): void {
+    const { pingIntervalMs } = this.#host.options;
+    if (pingIntervalMs <= 0 || this.#quiet) return;
+    this.#host.clock.clearTimeout(this.#pingTimer);
+    this.#pingTimer = this.#host.clock.setTimeout(() => {
+      if (this.#conn !== conn || this.#state.phase !== 'ready') return;
+      const ping = ++this.#pings;
+      this.#latency.sent(`p${ping}`, 'ping', this.#host.clock.now());
+      this.#send({ kind: 'ping', conn, ping }, `ping#${ping}`);
+      this.#pingLater(conn);
+    }, pingIntervalMs);
+  }
+
   #send(message: ToReplica, label: string): void {
     this.#host.network.send(this.#host.address, this.#replica, message, label);
   }
@@ -216,6 +258,7 @@ export class SimChannel implements ReplicaChannel {
   #fail(kind: ConnectionFailure, message: string): void {
     if (this.#state.phase === 'closed' || this.#state.phase === 'backoff') return;
     this.#host.clock.clearTimeout(this.#handshakeTimer);
+    this.#host.clock.clearTimeout(this.#pingTimer);
     this.#settleAll({ kind: 'unreachable', message: `connection to replica ${this.index} lost (${kind}: ${message})` });
     this.#apply({ type: 'failed', kind, message });
   }
@@ -230,6 +273,7 @@ export class SimChannel implements ReplicaChannel {
   }
 
   #settleAll(answer: ReplicaAnswer<RequestKind>): void {
+    this.#latency.lost();
     for (const id of [...this.#inFlight.keys()]) this.#settle(id, answer);
   }
 

@@ -75,6 +75,8 @@ export interface ClientMutation {
   readonly releaseWaits?: boolean;
   /** Its connections keep no replica's floor, so a first acquire proposes epoch 1 (as before issue 31). */
   readonly forgetsFloors?: boolean;
+  /** Its connections report no latency, so acquires ask and queue at slow replicas as at fast ones (issue 42). */
+  readonly blindToLatency?: boolean;
 }
 
 /** A judged acquire answered `unavailable` asks again this much later (client ms): a reconnect takes about that. */
@@ -148,6 +150,7 @@ export class SimClient {
           options: this.#options,
           holder: this.identity.publicKey,
           forgetsFloors: this.#setup.mutation?.forgetsFloors === true,
+          blindToLatency: this.#setup.mutation?.blindToLatency === true,
           onChange: () => {
             for (const listener of [...this.#changeListeners]) listener();
           },
@@ -180,6 +183,7 @@ export class SimClient {
       }
     }
     this.#done = true;
+    for (const channel of this.#channels) channel.quiesce();
   }
 
   /** The run is over: every connection closes. */

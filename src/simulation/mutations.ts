@@ -114,6 +114,14 @@ export const MUTATIONS: readonly Mutation[] = [
     caughtBy: 'timing',
   },
   {
+    name: 'client-blind-to-latency',
+    description:
+      "a client's connections report no latency: its acquires ask, and queue at, slow or hung replicas first",
+    breaks: 'one slow or hung replica slows no fast path (docs/protocol.md, "Slow replicas")',
+    effects: { client: { blindToLatency: true } },
+    caughtBy: 'timing',
+  },
+  {
     name: 'reshare-inherits-f-plus-1',
     description: 'a reshare inherits the signing records of f+1 old replicas instead of 2f+1',
     breaks: 'the reshare record carry-over (docs/resharing.md), hence S1',

@@ -21,6 +21,11 @@ export interface NetworkConditions {
    * same link). Off in the seeded sweep, whose messages overtake each other; on in the timing scenarios (timing.ts).
    */
   readonly fifo?: boolean;
+  /**
+   * Nodes whose every link is slower (a replica far away, or slow on purpose: docs/protocol.md, "Slow replicas"):
+   * node address (its part before any '.') → extra one-way ms on each message to or from it. Timing scenarios only.
+   */
+  readonly slowNodes?: Readonly<Record<string, number>>;
 }
 
 export const CALM: NetworkConditions = { baseDelayMs: 0.2, jitterMs: 0.6, loss: 0, duplicate: 0 };
@@ -33,6 +38,8 @@ export class SimNetwork {
   readonly #handlers = new Map<string, Handler>();
   /** Cut links, as "a|b" with a < b. */
   readonly #cut = new Set<string>();
+  /** Hung nodes (their address's part before any '.'): what they are sent, and would send, vanishes; links stay up. */
+  readonly #hung = new Set<string>();
   #conditions: NetworkConditions;
   /** Per link ("from>to"), when its last message is delivered (fifo conditions only). */
   readonly #lastDelivery = new Map<string, number>();
@@ -73,6 +80,7 @@ export class SimNetwork {
 
   send(from: string, to: string, message: unknown, label: string): void {
     this.#sent++;
+    if (this.#hung.has(nodeOf(from)) || this.#hung.has(nodeOf(to))) return;
     if (!this.connected(from, to) || this.#random.chance(this.#conditions.loss)) return;
     this.#deliverLater(from, to, message, label);
     if (this.#random.chance(this.#conditions.duplicate)) this.#deliverLater(from, to, message, `${label} (copy)`);
@@ -90,7 +98,16 @@ export class SimNetwork {
 
   heal(): void {
     this.#cut.clear();
+    this.#hung.clear();
     this.#conditions = CALM;
+  }
+
+  /**
+   * `address`'s node hangs, as a process under SIGSTOP: its connections stay open, but nothing it is sent arrives
+   * and it sends nothing, from now until the heal.
+   */
+  hang(address: string): void {
+    this.#hung.add(nodeOf(address));
   }
 
   setConditions(conditions: NetworkConditions): void {
@@ -98,8 +115,9 @@ export class SimNetwork {
   }
 
   #deliverLater(from: string, to: string, message: unknown, label: string): void {
-    const { baseDelayMs, jitterMs, fifo } = this.#conditions;
+    const { baseDelayMs, jitterMs, fifo, slowNodes } = this.#conditions;
     let delay = baseDelayMs + this.#random.next() * jitterMs;
+    if (slowNodes) delay += (slowNodes[nodeOf(from)] ?? 0) + (slowNodes[nodeOf(to)] ?? 0);
     if (fifo) {
       const link = `${from}>${to}`;
       const at = Math.max(this.#scheduler.now + delay, this.#lastDelivery.get(link) ?? 0);
@@ -109,11 +127,17 @@ export class SimNetwork {
     this.#inFlight++;
     this.#scheduler.schedule(delay, `${from}>${to} ${label}`, () => {
       this.#inFlight--;
-      // A link cut while the message travelled loses it too.
-      if (!this.connected(from, to)) return;
+      // A link cut while the message travelled loses it too, and so does a node that hung meanwhile.
+      if (!this.connected(from, to) || this.#hung.has(nodeOf(to))) return;
       this.#handlers.get(to)?.(from, message);
     });
   }
+}
+
+/** A node's address without what follows a '.' (a replica's share generation: r3.g1 is r3). */
+function nodeOf(address: string): string {
+  const dot = address.indexOf('.');
+  return dot < 0 ? address : address.slice(0, dot);
 }
 
 function linkOf(a: string, b: string): string {

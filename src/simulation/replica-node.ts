@@ -259,6 +259,11 @@ export class SimReplica {
       this.#connections.delete(key);
       return;
     }
+    if (message.kind === 'ping') {
+      // The WebSocket layer answers pings itself, before any request handling (and before a Byzantine front).
+      this.#setup.network.send(this.address, from, { kind: 'pong', conn: message.conn, ping: message.ping }, 'pong');
+      return;
+    }
     if (this.#front) this.#front.relay(connection.holder, message.request, this.#io(connection, key));
     else this.#dispatch(connection, key, message.request, (m) => this.#send(connection, m));
   }

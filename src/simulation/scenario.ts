@@ -51,7 +51,9 @@ export type Fault =
       readonly grants: number;
     }
   /** One replica is replaced by a reshare: every old replica frozen, records inherited, new shares of the same key. */
-  | { readonly at: number; readonly kind: 'reshare' };
+  | { readonly at: number; readonly kind: 'reshare' }
+  /** Replica `replica` hangs (SIGSTOP: connections open, nothing answered) until the heal. Timing scenarios only. */
+  | { readonly at: number; readonly kind: 'hang'; readonly replica: number };
 
 export interface Plan {
   readonly seed: number;
@@ -277,6 +279,11 @@ function drawHeldLease(
   // Down during the hold and back before it ends (the hold lasts at least 3 ttls from startAt), so the restart rule's
   // leases end within the run's quiet period.
   const at = startAt + random.int(Math.ceil(ttlMs / 2), ttlMs);
-  const crashes = down.map((replica): Fault => ({ at, kind: 'crash', replica, downMs: random.int(Math.ceil(ttlMs / 2), ttlMs) }));
+  const crashes = down.map((replica): Fault => ({
+    at,
+    kind: 'crash',
+    replica,
+    downMs: random.int(Math.ceil(ttlMs / 2), ttlMs),
+  }));
   return { client: random.int(0, clients - 1), op, crashes };
 }

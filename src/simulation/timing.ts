@@ -12,11 +12,16 @@
  * - one client: an acquire + release cycle costs one round trip (the release does not wait for its answers).
  * - first acquire: a client acquires resources nobody has used while the replicas' floors differ; each acquire
  *   costs one round trip and the t requests of the first signers (docs/protocol.md, "Epoch choice").
+ * - gray faults: the hot line and the one client again with the resource's hash leader far slower than the rest
+ *   (50 ms more each way), or hung (its connections open, nothing answered) from a moment on: once the clients have
+ *   seen it (measured from 1 s into the run, or 1 s after the hang), each fast path still costs one round trip,
+ *   since any t replicas suffice (docs/protocol.md, "Slow replicas").
  */
 import { RUN_LIMITS, type Plan } from './scenario.js';
 import type { ClientOp } from './client-node.js';
 import type { MutationEffects } from './mutations.js';
 import type { NetworkConditions } from './network.js';
+import { leaderOf } from '../client/signer-choice.js';
 import { World } from './world.js';
 
 /** One way, ms: a link across zones. */
@@ -72,20 +77,47 @@ function op(resource: string, first: boolean, holdMs = 0): ClientOp {
   };
 }
 
-function plan(seed: number, n: number, ops: ClientOp[][], floors?: bigint[]): Plan {
+/** A gray fault on the resource's hash leader (docs/protocol.md, "Slow replicas"). */
+interface Gray {
+  /** Extra one-way ms on each of its links. */
+  readonly slowMs?: number;
+  /** It hangs from then on (virtual ms). */
+  readonly hangAt?: number;
+}
+
+/** Far slower than the rest: five times a one-way trip more, each way (the issue's 50 ms on a network of 2 ms). */
+const SLOW_MS = 5 * ONE_WAY_MS;
+/** The hang starts once every client has held the resource a few times. */
+const HANG_AT_MS = 600;
+/** Gray samples count from here: the clients have seen the slow or hung replica by then (a ping or two). */
+const SEEN_AFTER_MS = 1_000;
+
+function plan(seed: number, n: number, ops: ClientOp[][], floors?: bigint[], gray: Gray = {}): Plan {
   const resources = [...new Set(ops.flat().map((o) => o.resource))];
+  const leader = `r${leaderOf(resources[0]!, n)}`;
   return {
     seed,
     n,
     clients: ops.length,
     resources,
     byzantine: [],
-    faults: [],
+    faults: gray.hangAt === undefined ? [] : [{ at: gray.hangAt, kind: 'hang', replica: leaderOf(resources[0]!, n) }],
     ops,
     healAt: NO_HEAL_MS,
-    network: NETWORK,
+    network: gray.slowMs === undefined ? NETWORK : { ...NETWORK, slowNodes: { [leader]: gray.slowMs } },
     ...(floors ? { floors } : {}),
   };
+}
+
+/** When a gray scenario's samples start to count: a second after its fault is in place. */
+function seenFrom(gray: Gray): number {
+  return (gray.hangAt ?? 0) + SEEN_AFTER_MS;
+}
+
+function grayName(gray: Gray): string {
+  if (gray.slowMs !== undefined) return `, leader ${gray.slowMs} ms slower each way`;
+  if (gray.hangAt !== undefined) return ', leader hung';
+  return '';
 }
 
 /** Every operation ended with its lease (a timing run has no fault to excuse a refusal). */
@@ -99,14 +131,15 @@ function refusals(world: World): string[] {
  * Clients on one hot resource, each releasing the moment it holds it and asking again at once; handoffs from the
  * time every client could have held it twice (the line has formed: each has found it busy and gone to the line).
  */
-function hotLine(seed: number, n: number, clients: number, cycles: number, holdMs: number): Scenario {
+function hotLine(seed: number, n: number, clients: number, cycles: number, holdMs: number, gray: Gray = {}): Scenario {
   const ops = Array.from({ length: clients }, () =>
     Array.from({ length: cycles }, (_, k) => op('hot', k === 0, holdMs)),
   );
+  const from = gray.slowMs === undefined && gray.hangAt === undefined ? 0 : seenFrom(gray);
   return {
-    name: `hot line, N = ${n}, ${clients} clients${holdMs ? `, holding ${holdMs} ms` : ''}`,
+    name: `hot line, N = ${n}, ${clients} clients${holdMs ? `, holding ${holdMs} ms` : ''}${grayName(gray)}`,
     measures: "handoff: the holder's release sent, to the next holder's token",
-    plan: plan(seed, n, ops),
+    plan: plan(seed, n, ops, undefined, gray),
     measure: (world) => {
       const grants = world.clients
         .flatMap((client) => client.outcomes.filter((o) => o.ok).map((o) => ({ client, ...o })))
@@ -114,21 +147,25 @@ function hotLine(seed: number, n: number, clients: number, cycles: number, holdM
       const samples: number[] = [];
       // A grant to the holder again is no handoff: nobody else waited (the others had finished).
       for (let k = 2 * clients + 1; k < grants.length; k++)
-        if (grants[k]!.client !== grants[k - 1]!.client) samples.push(grants[k]!.acquiredAt - grants[k - 1]!.endedAt);
+        if (grants[k]!.client !== grants[k - 1]!.client && grants[k - 1]!.endedAt >= from)
+          samples.push(grants[k]!.acquiredAt - grants[k - 1]!.endedAt);
       return { samples, failures: refusals(world) };
     },
   };
 }
 
 /** One client: acquire + release cycles on one resource, each from its start to the next one's. */
-function oneClient(seed: number, cycles: number): Scenario {
+function oneClient(seed: number, cycles: number, gray: Gray = {}): Scenario {
+  const from = gray.slowMs === undefined && gray.hangAt === undefined ? 0 : seenFrom(gray);
   return {
-    name: 'one client, N = 4',
+    name: `one client, N = 4${grayName(gray)}`,
     measures: 'acquire + release cycle',
-    plan: plan(seed, 4, [Array.from({ length: cycles }, (_, k) => op('solo', k === 0))]),
+    plan: plan(seed, 4, [Array.from({ length: cycles }, (_, k) => op('solo', k === 0))], undefined, gray),
     measure: (world) => {
       const outcomes = world.clients[0]!.outcomes;
-      const samples = outcomes.slice(1).map((o, k) => o.startedAt - outcomes[k]!.startedAt);
+      const samples = outcomes
+        .slice(1)
+        .flatMap((o, k) => (outcomes[k]!.startedAt >= from ? [o.startedAt - outcomes[k]!.startedAt] : []));
       return { samples, failures: refusals(world) };
     },
   };
@@ -168,6 +205,10 @@ export function timingScenarios(): Scenario[] {
     oneClient(31_006, 10),
     firstAcquire(31_007, 4, [3n * RUN_LIMITS.freeEpochStep, 5n, 0n, 2n * RUN_LIMITS.freeEpochStep], 6),
     firstAcquire(31_008, 7, [40n, 0n, 90n, 12n, 12n, 0n, 64n], 6),
+    hotLine(31_009, 4, 3, 40, 0, { slowMs: SLOW_MS }),
+    oneClient(31_010, 60, { slowMs: SLOW_MS }),
+    hotLine(31_011, 4, 3, 50, 0, { hangAt: HANG_AT_MS }),
+    oneClient(31_012, 80, { hangAt: HANG_AT_MS }),
   ];
 }
 

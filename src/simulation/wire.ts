@@ -10,13 +10,16 @@ import type { ServerMessage, WireRequest } from '../protocol/messages.js';
 export type ToReplica =
   | { readonly kind: 'open'; readonly conn: number; readonly holder: Uint8Array }
   | { readonly kind: 'request'; readonly conn: number; readonly request: WireRequest }
-  | { readonly kind: 'close'; readonly conn: number };
+  | { readonly kind: 'close'; readonly conn: number }
+  /** A WebSocket ping: the replica's transport answers it (a pong) while the process runs, whatever its requests. */
+  | { readonly kind: 'ping'; readonly conn: number; readonly ping: number };
 
 export type ToClient =
   | { readonly kind: 'welcome'; readonly conn: number; readonly floor: bigint }
   | { readonly kind: 'message'; readonly conn: number; readonly message: ServerMessage }
   | { readonly kind: 'frame'; readonly conn: number; readonly frame: Uint8Array | string }
-  | { readonly kind: 'closed'; readonly conn: number };
+  | { readonly kind: 'closed'; readonly conn: number }
+  | { readonly kind: 'pong'; readonly conn: number; readonly ping: number };
 
 /** A short description of a request for the trace and the digest. */
 export function describeRequest(request: WireRequest): string {

@@ -178,6 +178,8 @@ export class World {
         return;
       case 'reshare':
         return this.#reshare();
+      case 'hang':
+        return this.network.hang(`r${fault.replica}`);
     }
   }
 

@@ -333,14 +333,19 @@ export async function replaceOneReplica(options: ReshareOptions): Promise<Reshar
     for (let i = 1; i <= n; i++) {
       copyFileSync(join(memberDir(i), 'replica.key'), join(keysDir, `replica-${i}.key`));
       const chosen = random.shuffle([...reports]).slice(0, 2 * oldF + 1);
-      if (options.skipInheritance) continue;
-      const inherited = inheritRecords(chosen, oldF, newCluster.id);
-      const store = SigningRecord.open(join(dataRoot, `replica-${i}`), { clusterId: newCluster.id, replicaIndex: i });
+      // The planted fault: the new member's record is made empty (told it is new), not raised from the old set's.
+      const inherited = options.skipInheritance ? undefined : inheritRecords(chosen, oldF, newCluster.id);
+      const store = SigningRecord.open(
+        join(dataRoot, `replica-${i}`),
+        { clusterId: newCluster.id, replicaIndex: i },
+        { create: true },
+      );
       try {
-        await store.raiseFrom(inherited.entries, inherited.floor);
+        if (inherited) await store.raiseFrom(inherited.entries, inherited.floor);
       } finally {
         await store.close();
       }
+      if (!inherited) continue;
       inheritedFrom[String(i)] = inherited.from;
       inheritedResources = Math.max(inheritedResources, inherited.entries.length);
       contested = Math.max(contested, inherited.contested.length);

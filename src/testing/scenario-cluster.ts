@@ -142,6 +142,8 @@ async function startReplicas(options: {
   n: number;
   replicaArgs: readonly string[];
   byzantineArgs: (index: number) => readonly string[];
+  /** The key was just dealt: make the records (a reshare's new set has them from inheritance instead). */
+  newStores: boolean;
 }): Promise<ReplicaGeneration> {
   const honestIndices = Array.from({ length: options.n }, (_, k) => k + 1).filter(
     (i) => !options.byzantine.includes(i),
@@ -150,6 +152,7 @@ async function startReplicas(options: {
   const env = { [OPERATOR_SECRET_ENV]: localOperatorSecret() };
   const started = await Promise.allSettled([
     startLocalCluster({
+      newStores: options.newStores,
       dir: options.keysDir,
       dataRoot: options.dataRoot,
       indices: honestIndices,
@@ -159,6 +162,7 @@ async function startReplicas(options: {
     options.byzantine.length === 0
       ? Promise.resolve(undefined)
       : startLocalCluster({
+          newStores: options.newStores,
           dir: options.keysDir,
           dataRoot: options.dataRoot,
           indices: options.byzantine,
@@ -247,6 +251,7 @@ export class ScenarioCluster {
         n,
         replicaArgs: options.replicaArgs ?? [],
         byzantineArgs: options.byzantineArgs ?? (() => []),
+        newStores: true,
       }),
       startResourceProcess({
         clusterFile: join(keys, 'cluster.json'),
@@ -322,6 +327,7 @@ export class ScenarioCluster {
       n: this.n,
       replicaArgs: this.#options.replicaArgs ?? [],
       byzantineArgs: options.byzantineArgs ?? this.#options.byzantineArgs ?? (() => []),
+      newStores: false,
     });
     this.#generations.push(generation);
     return generation;

@@ -178,8 +178,9 @@ export class TwinsCluster {
     const address = cut.address();
     const cutEndpoint = `ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
     const [a, b] = await Promise.allSettled([
-      startLocalCluster({ ...common, dataRoot: join(options.dataRoot, 'A') }),
+      startLocalCluster({ newStores: true, ...common, dataRoot: join(options.dataRoot, 'A') }),
       startLocalCluster({
+        newStores: true,
         ...common,
         dataRoot: join(options.dataRoot, 'B'),
         ...(options.twinnable ? { indices: options.twinnable } : {}),

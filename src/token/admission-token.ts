@@ -17,6 +17,10 @@ import { CLUSTER_ID_BYTES, HOLDER_BYTES, encodeGrantBody, grantMessage, type Gra
 export const TOKEN_VERSION = 0x01;
 /** version + clusterId + epoch + resourceLength + holder + signature, without the resource itself. */
 const FIXED_BYTES = 1 + CLUSTER_ID_BYTES + 8 + 2 + HOLDER_BYTES + SIGNATURE_BYTES;
+/** The longest token there can be: version, cluster id, epoch, length, 256-byte resource, holder, signature. */
+export const MAX_TOKEN_BYTES = FIXED_BYTES + MAX_RESOURCE_BYTES;
+/** Its text form (base64url, no padding). */
+export const MAX_TOKEN_TEXT_LENGTH = Math.ceil((MAX_TOKEN_BYTES * 4) / 3);
 
 export interface AdmissionToken {
   readonly grant: Grant;
@@ -57,6 +61,8 @@ function fail(code: ErrorCode, message: string): never {
  */
 export function decodeToken(bytes: Uint8Array, backend: BlsBackend): AdmissionToken {
   if (!(bytes instanceof Uint8Array)) fail('INVALID_ARGUMENT', 'expected bytes');
+  // First, before any field is read, as every verifier does (docs/protocol.md, "Token": the order of checks).
+  if (bytes.length > MAX_TOKEN_BYTES) fail('BAD_LENGTH', `longer than ${MAX_TOKEN_BYTES} bytes`);
   if (bytes.length === 0) fail('BAD_LENGTH', 'empty');
   if (bytes[0] !== TOKEN_VERSION)
     fail('UNKNOWN_VERSION', `unknown version byte 0x${bytes[0]!.toString(16).padStart(2, '0')}`);
@@ -85,10 +91,13 @@ export function decodeToken(bytes: Uint8Array, backend: BlsBackend): AdmissionTo
 }
 
 /**
- * Decodes the text form.
- * @throws QuorumFenceError BAD_ENCODING, and everything decodeToken throws.
+ * Decodes the text form. Text longer than the longest token's is refused before it is decoded at all, so an
+ * oversized input costs nothing.
+ * @throws QuorumFenceError BAD_LENGTH, BAD_ENCODING, and everything decodeToken throws.
  */
 export function decodeTokenText(text: string, backend: BlsBackend): AdmissionToken {
+  if (typeof text === 'string' && text.length > MAX_TOKEN_TEXT_LENGTH)
+    fail('BAD_LENGTH', `longer than ${MAX_TOKEN_TEXT_LENGTH} characters`);
   return decodeToken(fromBase64Url(text, 'admission token'), backend);
 }
 

@@ -36,7 +36,12 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-byz-clients-'));
   dealLocalCluster(join(dir, 'keys'), 4);
   const [cluster, resource] = await Promise.all([
-    startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data'), extraArgs: ['--signing-workers', '0'] }),
+    startLocalCluster({
+      newStores: true,
+      dir: join(dir, 'keys'),
+      dataRoot: join(dir, 'data'),
+      extraArgs: ['--signing-workers', '0'],
+    }),
     startResource({ clusterFile: join(dir, 'keys', 'cluster.json'), dataDir: join(dir, 'resource') }),
   ]);
   local = cluster;

@@ -33,6 +33,7 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-byz-replica-'));
   dealLocalCluster(join(dir, 'keys'), 4);
   local = await startLocalCluster({
+    newStores: true,
     dir: join(dir, 'keys'),
     dataRoot: join(dir, 'data'),
     indices: [3, 4],

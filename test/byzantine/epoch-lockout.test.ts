@@ -28,11 +28,13 @@ beforeAll(async () => {
   dealLocalCluster(join(dir, 'small'), 4);
   [defaults, small] = await Promise.all([
     startLocalCluster({
+      newStores: true,
       dir: join(dir, 'defaults'),
       dataRoot: join(dir, 'defaults-data'),
       extraArgs: ['--signing-workers', '0'],
     }),
     startLocalCluster({
+      newStores: true,
       dir: join(dir, 'small'),
       dataRoot: join(dir, 'small-data'),
       extraArgs: [

@@ -6,7 +6,10 @@
  * holds a member's place only after a hello signed by that member's node key
  * over a fresh challenge (refusals carry their code); a member's new
  * connection replaces its old one; what one member may send is bounded; a
- * place whose connection stops answering pings is freed.
+ * place whose connection stops answering pings is freed. Issue 43, finding 3:
+ * idle connections from many addresses (127.0.0.2-21) neither push out a
+ * member whose hello is in flight nor abort a ceremony, however often they
+ * reconnect.
  */
 import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -95,6 +98,40 @@ async function besiege(url: string, idle: number, partial: number): Promise<Sieg
   return { idle: sockets, partial: partials };
 }
 
+/**
+ * An outsider with one idle WebSocket from each of `addresses` at `url`, reconnecting each one as soon as it is
+ * closed (displaced, or timed out), until `stop()`; bounded in reconnections and time.
+ */
+function churn(url: string, addresses: readonly string[], maxOpens = 4000): { opened: () => number; stop: () => void } {
+  let stopped = false;
+  let opens = 0;
+  const live = new Set<WebSocket>();
+  const started = Date.now();
+  const open = (localAddress: string) => {
+    if (stopped || opens >= maxOpens || Date.now() - started > 120_000) return;
+    opens++;
+    const socket = new WebSocket(url, { perMessageDeflate: false, localAddress });
+    live.add(socket);
+    socket.on('error', () => undefined);
+    socket.once('close', () => {
+      live.delete(socket);
+      setTimeout(() => open(localAddress), 5);
+    });
+  };
+  for (const address of addresses) open(address);
+  const stop = () => {
+    stopped = true;
+    for (const socket of live) socket.terminate();
+  };
+  cleanups.push(stop);
+  return { opened: () => opens, stop };
+}
+
+/** 127.0.0.<from> .. 127.0.0.<to>: loopback addresses other than the members' 127.0.0.1. */
+function loopbackAddresses(from: number, to: number): string[] {
+  return Array.from({ length: to - from + 1 }, (_, k) => `127.0.0.${from + k}`);
+}
+
 describe('ceremony transport: outsiders cannot keep members out (finding 5)', () => {
   it('16, then 64 idle unauthenticated WebSockets and 16 half-sent upgrades at two members, before anyone dials them: every member ends with a share of one key', async () => {
     const sieges: Siege[] = [];
@@ -128,6 +165,52 @@ describe('ceremony transport: outsiders cannot keep members out (finding 5)', ()
     const closed = await Promise.all(all.map((s) => closedWithin(s, HANDSHAKE_TIMEOUT_MS + 10_000)));
     expect(closed.filter((c) => !c)).toHaveLength(0);
   });
+});
+
+describe('ceremony transport: idle connections from many addresses (issue 43, finding 3)', () => {
+  it('20 idle WebSockets from 127.0.0.2-21 do not push out a member whose hello is in flight', async () => {
+    const { proposal, keys, frames, refused } = await lone();
+    const member = await dial(proposal);
+    const outsiders = loopbackAddresses(2, 21).map((localAddress) =>
+      new WebSocket(proposal.members[0]!.ceremonyEndpoint, { perMessageDeflate: false, localAddress }).on(
+        'error',
+        () => undefined,
+      ),
+    );
+    cleanups.push(() => outsiders.forEach((s) => s.terminate()));
+    await Promise.all(outsiders.map((s) => settled(s)));
+    // The waiting pool (4 x 4 places outside the reserved ones) overflowed: outsiders displaced outsiders.
+    expect(outsiders.filter((s) => s.readyState !== WebSocket.OPEN).length).toBeGreaterThanOrEqual(4);
+    expect(member.socket.readyState).toBe(WebSocket.OPEN);
+    member.socket.send(encodeHello(proposal, 2, 1, member.challenge, (m) => keys[1]!.sign(m)));
+    member.socket.send(new Uint8Array([7]));
+    await until(() => frames.length === 1);
+    expect(frames.map((f) => [...f])).toEqual([[7]]);
+    expect(refused).toEqual([]);
+  });
+
+  it(
+    'two idle connections from each of 127.0.0.2-17, reconnecting as soon as they close, at the first member from the moment it listens: the ceremony completes',
+    { timeout: 90_000 },
+    async () => {
+      let siege: ReturnType<typeof churn> | undefined;
+      const run = await runNetworkCeremony(4, {
+        acceptTimeoutMs: 20_000,
+        openFirst: [1],
+        beforeOthers: async (proposal) => {
+          // 32 connections for 16 waiting places: they keep displacing each other, and come back at once.
+          const addresses = loopbackAddresses(2, 17);
+          siege = churn(proposal.members[0]!.ceremonyEndpoint, [...addresses, ...addresses]);
+          await until(() => siege!.opened() >= 64, 5000);
+        },
+      });
+      siege?.stop();
+      expect(run.outcomes.map((o) => (o?.ok ? 'ok' : JSON.stringify(o)))).toEqual(['ok', 'ok', 'ok', 'ok']);
+      expect(new Set(run.outcomes.map((o) => (o?.ok ? o.result.cluster.clusterId : undefined))).size).toBe(1);
+      // The siege really ran: its connections were displaced and came back.
+      expect(siege!.opened()).toBeGreaterThanOrEqual(64);
+    },
+  );
 });
 
 /** One member's transport alone, and the keys to speak for the others. */

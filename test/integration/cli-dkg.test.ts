@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadClusterFile } from '../../src/cluster/description.js';
 import { loadReplicaKeyFile } from '../../src/cluster/replica-key.js';
-import { fromHex } from '../../src/common/bytes.js';
+import { fromHex, toHex } from '../../src/common/bytes.js';
+import { SigningRecord } from '../../src/replica/signing-record.js';
 import { verifiedSigners, type CeremonyClusterJson } from '../../src/ceremony/output.js';
 import { runCli } from '../support/cli.js';
 import { initMemberCards, proposeCeremony } from '../support/ceremony-net.js';
@@ -80,6 +81,14 @@ describe('quorumfence dkg (processes over real sockets)', () => {
       expect(statSync(join(dir, 'replica.key')).mode & 0o777).toBe(0o600);
       expect(loadReplicaKeyFile(join(dir, 'replica.key'), cluster).index).toBe(i);
       expect(loadClusterFile(join(dir, 'cluster.json')).idHex).toBe(cluster.idHex);
+      // dkg run made the replica's empty signing record beside its key (issue 43, finding 5).
+      const record = SigningRecord.open(dir, undefined, { readOnly: true, probe: false });
+      expect([record.identity.replicaIndex, toHex(record.identity.clusterId), record.size]).toEqual([
+        i,
+        cluster.idHex,
+        0,
+      ]);
+      await record.close();
       const share = fromHex(
         (JSON.parse(readFileSync(join(dir, 'replica.key'), 'utf8')) as { secretShare: string }).secretShare,
         32,

@@ -3,7 +3,7 @@
  * runs them: real processes against real replicas. lock runs a real command holding a real lease, the token
  * it saw is checked with the real verifier, and losing the lease is caused by stopping the replicas.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clusterToJson, withEndpoints } from '../../src/cluster/description.js';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { checkToken } from '../../src/token/admission-token.js';
-import { runCli } from '../support/cli.js';
+import { CLI_PATH, DEV_CLI_PATH, runCli } from '../support/cli.js';
+import { lacks, needs } from '../support/system-tools.js';
 
 let dir: string;
 let local: LocalCluster;
@@ -25,7 +26,7 @@ const lastLineCode = (stderr: string) => /\(([A-Z_]+)\)$/.exec(stderr.trim().spl
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-cli-lock-'));
   dealLocalCluster(join(dir, 'keys'), 4);
-  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
   clusterFile = join(dir, 'cluster.json');
   writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
   alice = join(dir, 'alice.key');
@@ -110,6 +111,48 @@ describe('quorumfence lock', () => {
     expect(result.stderr).toMatch(/^quorumfence lock: lost the lease on "lock\/lost".*\(LEASE_LOST\)$/m);
   });
 
+  it('lock itself SIGKILLed (or OOM-killed): CMD gets SIGTERM, then SIGKILL after --kill-after; it never runs on with the token (issue 43, item 7)', async () => {
+    const marker = join(dir, 'orphan-marker');
+    const pidFile = join(dir, 'orphan-pid');
+    const lock = spawn(
+      process.execPath,
+      [
+        CLI_PATH,
+        'lock',
+        'lock/orphan',
+        ...as(alice),
+        '--kill-after',
+        '1s',
+        '--',
+        'sh',
+        '-c',
+        // Records SIGTERM and keeps running, as does a child it started: only the SIGKILL ends them.
+        `trap 'echo TERM >> ${marker}' TERM; (trap '' TERM; while true; do sleep 0.1; done) & echo $! > ${pidFile}.child; echo $$ > ${pidFile}; echo started > ${marker}; while true; do sleep 0.1; done`,
+      ],
+      { stdio: 'ignore' },
+    );
+    try {
+      await waitFor(
+        () => readIfExists(marker) === 'started\n' && readIfExists(`${pidFile}.child`) !== undefined,
+        20_000,
+      );
+      const command = Number(readIfExists(pidFile));
+      const child = Number(readIfExists(`${pidFile}.child`));
+      expect(running(command) && running(child)).toBe(true);
+      const killedAt = Date.now();
+      lock.kill('SIGKILL');
+      await waitFor(() => readIfExists(marker) === 'started\nTERM\n', 10_000);
+      // Both ignore or survive SIGTERM; the SIGKILL comes --kill-after (1 s) later and ends the whole group.
+      await waitFor(() => !running(command) && !running(child), 15_000);
+      expect(Date.now() - killedAt).toBeGreaterThanOrEqual(900);
+    } finally {
+      lock.kill('SIGKILL');
+      // Whatever happened above, nothing of CMD's group outlives the test.
+      const group = Number(readIfExists(pidFile));
+      if (group > 0 && running(group)) process.kill(-group, 'SIGKILL');
+    }
+  });
+
   it('no lease: busy is 125 with a BUSY line; a CMD that is not found is 127; --ttl without a unit is refused', async () => {
     const taken = await runCli(['acquire', 'lock/busy', ...as(alice), '--ttl', '30s']);
     expect(taken.code, taken.stderr).toBe(0);
@@ -118,10 +161,32 @@ describe('quorumfence lock', () => {
     expect(busy.code).toBe(125);
     expect(lastLineCode(busy.stderr)).toBe('BUSY');
     expect(readIfExists(marker)).toBeUndefined();
+    // Another identity's lease: "another holder", and only waiting helps.
+    expect(busy.stderr).toMatch(
+      /busy: held by another holder at epoch \d+ for about \d+s more; wait longer with --wait \d+s \(BUSY\)\n$/,
+    );
+    // The same identity from another invocation (its own session) is told it is its own lease, and the ways out
+    // (issue 47, item 4): release --session, --resume, or wait.
+    const own = await runCli(['lock', 'lock/busy', ...as(alice), '--', 'sh', '-c', `touch ${marker}`]);
+    expect(own.code).toBe(125);
+    expect(readIfExists(marker)).toBeUndefined();
+    const alicePublic = (await runCli(['identity', 'show', alice])).stdout.trim();
+    const epoch = (
+      JSON.parse((await runCli(['status', 'lock/busy', ...as(bob), '--json'])).stdout) as { epoch: string }
+    ).epoch;
+    expect(own.stderr).toBe(
+      `quorumfence lock: busy: this identity (${alicePublic.slice(0, 16)}…) holds "lock/busy" at epoch ${epoch} in another session, for about ${/for about (\d+)s more/.exec(own.stderr)?.[1]}s more: if that process ended, release it with "quorumfence release lock/busy ${epoch} --session SESSION" (the session its acquire printed), take it over with --resume, or wait with ${/or wait with (--wait \d+s)/.exec(own.stderr)?.[1]} (BUSY)\n`,
+    );
 
     const missing = await runCli(['lock', 'lock/missing', ...as(alice), '--', join(dir, 'no-such-command')]);
     expect(missing.code).toBe(127);
     expect(lastLineCode(missing.stderr)).toBe('IO_ERROR');
+    const plain = join(dir, 'not-executable');
+    writeFileSync(plain, 'echo ran\n', { mode: 0o644 });
+    const notExecutable = await runCli(['lock', 'lock/missing', ...as(alice), '--', plain]);
+    expect(notExecutable.code).toBe(126);
+    expect(notExecutable.stdout).toBe('');
+    expect(notExecutable.stderr).toContain('not an executable file (IO_ERROR)');
 
     for (const verb of ['lock', 'acquire']) {
       const bare = await runCli([
@@ -176,6 +241,51 @@ describe('quorumfence release', () => {
   });
 });
 
+describe('quorumfence verify, asking the replicas', () => {
+  it('says whether a valid token is current, ended or superseded; without an identity or with --offline it says it cannot tell (issue 47, item 9)', async () => {
+    const acquired = await runCli(['acquire', 'verify/current', ...as(alice), '--ttl', '30s', '--json']);
+    expect(acquired.code, acquired.stderr).toBe(0);
+    const { token, epoch, session } = JSON.parse(acquired.stdout) as { token: string; epoch: string; session: string };
+    const verify = async (...flags: string[]) => {
+      const result = await runCli(['verify', token, '--cluster', clusterFile, ...flags, '--json']);
+      expect(result.code, result.stderr).toBe(0);
+      return JSON.parse(result.stdout) as { valid: boolean; current: Record<string, unknown> };
+    };
+    const held = await verify('--identity', bob);
+    expect(held.valid).toBe(true);
+    expect(held.current).toMatchObject({ state: 'current' });
+    expect(held.current.remainingMs).toBeGreaterThan(20_000);
+    const text = await runCli(['verify', token, '--cluster', clusterFile], { env: { QUORUMFENCE_IDENTITY: bob } });
+    expect(text.stdout).toMatch(/\n {2}current {3}yes: its lease runs \(about \d+s more\)\n$/);
+
+    expect((await verify('--offline')).current).toEqual({ state: 'unknown', reason: 'not asked (--offline)' });
+    const anonymous = await runCli(['verify', token, '--cluster', clusterFile], { env: { QUORUMFENCE_IDENTITY: '' } });
+    expect(anonymous.code).toBe(0);
+    expect(anonymous.stdout).toMatch(
+      /\n {2}current {3}cannot tell: no identity to ask the replicas with \(give --identity FILE or set \$QUORUMFENCE_IDENTITY\)\n$/,
+    );
+
+    const released = await runCli(['release', 'verify/current', epoch, ...as(alice), '--session', session]);
+    expect(released.code, released.stderr).toBe(0);
+    expect((await verify('--identity', bob)).current).toEqual({ state: 'ended' });
+
+    const next = await runCli(['acquire', 'verify/current', ...as(bob), '--json']);
+    expect(next.code, next.stderr).toBe(0);
+    const nextEpoch = (JSON.parse(next.stdout) as { epoch: string }).epoch;
+    expect((await verify('--identity', bob)).current).toEqual({ state: 'superseded', epoch: nextEpoch });
+
+    // With the replicas stopped it cannot tell, and says why; the token is still valid (exit 0).
+    await Promise.all(local.replicas.map((r) => r.kill('SIGSTOP')));
+    try {
+      const blind = await verify('--identity', bob, '--timeout', '500ms');
+      expect(blind.valid).toBe(true);
+      expect(blind.current).toMatchObject({ state: 'unknown', reason: expect.stringMatching(/replicas answered/) });
+    } finally {
+      await Promise.all(local.replicas.map((r) => r.kill('SIGCONT')));
+    }
+  });
+});
+
 describe('QUORUMFENCE_CLUSTER and QUORUMFENCE_IDENTITY', () => {
   it('stand in for --cluster and --identity; a flag wins over its variable', async () => {
     const env = { QUORUMFENCE_CLUSTER: clusterFile, QUORUMFENCE_IDENTITY: alice };
@@ -199,6 +309,23 @@ describe('QUORUMFENCE_CLUSTER and QUORUMFENCE_IDENTITY', () => {
     });
     expect(neither.code).toBe(2);
     expect(neither.stderr).toContain('--cluster is required (or set $QUORUMFENCE_CLUSTER)');
+  });
+
+  it('a flag given empty is an error, never a fall-back to its variable (issue 43, item 8)', async () => {
+    const env = { QUORUMFENCE_CLUSTER: clusterFile, QUORUMFENCE_IDENTITY: alice };
+    for (const flags of [['--identity', ''], ['--cluster', ''], ['--cluster=']]) {
+      const empty = await runCli(['acquire', 'env/empty', ...flags, '--json'], { env });
+      expect(empty.code, flags.join(' ')).toBe(2);
+      expect(empty.stdout).toBe('');
+      expect(empty.stderr).toMatch(/was given an empty value/);
+      expect(lastLineCode(empty.stderr)).toBe('INVALID_OPTION');
+    }
+    // Nothing was acquired by those: another identity takes the resource at once.
+    const next = await runCli(['acquire', 'env/empty', ...as(bob), '--json']);
+    expect(next.code, next.stderr).toBe(0);
+    const lock = await runCli(['lock', 'env/empty-lock', '--identity', '', '--', 'true'], { env });
+    expect(lock.code).toBe(125);
+    expect(lastLineCode(lock.stderr)).toBe('INVALID_OPTION');
   });
 });
 
@@ -235,9 +362,14 @@ describe('quorumfence health and version', () => {
     }
   });
 
-  it('version prints the package version, node and the backend', async () => {
+  it('version prints the package version, node and the backend; --version is the same', async () => {
     const text = await runCli(['version']);
     expect(text.code).toBe(0);
+    const dashed = await runCli(['--version']);
+    expect(dashed).toEqual(text);
+    const dev = await runCli(['--version'], { program: DEV_CLI_PATH });
+    expect(dev.code).toBe(0);
+    expect(dev.stdout).toMatch(/^quorumfence-dev \d+\.\d+\.\d+\n$/);
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
     expect(text.stdout).toMatch(new RegExp(`^quorumfence ${pkg.version.replace(/\./g, '\\.')}\\n`));
     const json = JSON.parse((await runCli(['version', '--json'])).stdout) as Record<string, string>;
@@ -313,11 +445,47 @@ describe('quorumfence completion', () => {
     expect(script.stdout).toMatch(/^#compdef quorumfence\n/);
     for (const verb of ['keygen', 'lock', 'release', 'health', 'version', 'completion'])
       expect(script.stdout).toMatch(new RegExp(`^    '${verb}:`, 'm'));
-    const fish = await runCli(['completion', 'fish']);
-    expect(fish.code).toBe(2);
-    expect(lastLineCode(fish.stderr)).toBe('INVALID_OPTION');
+    const tcsh = await runCli(['completion', 'tcsh']);
+    expect(tcsh.code).toBe(2);
+    expect(tcsh.stderr).toContain('unknown shell "tcsh" (bash, zsh, fish)');
+    expect(lastLineCode(tcsh.stderr)).toBe('INVALID_OPTION');
   });
+
+  it.skipIf(lacks('fish'))(
+    `fish ${needs('fish')}: sourced, it completes verbs, subcommands, flags and commands after "--"`,
+    async () => {
+      const script = await runCli(['completion', 'fish']);
+      expect(script.code, script.stderr).toBe(0);
+      const file = join(dir, 'completion.fish');
+      writeFileSync(file, script.stdout);
+      /** What fish completes for the command line `line` (the cursor at its end): the words, without descriptions. */
+      const complete = (line: string) => {
+        const run = spawnSync('fish', ['--no-config', '-c', `source ${file}; complete -C ${JSON.stringify(line)}`], {
+          encoding: 'utf8',
+          timeout: 10_000,
+        });
+        expect(run.status, run.stderr).toBe(0);
+        return run.stdout
+          .split('\n')
+          .filter(Boolean)
+          .map((entry) => entry.split('\t')[0]!);
+      };
+      expect(complete('quorumfence lo')).toEqual(['lock']);
+      expect(complete('quorumfence re').sort()).toEqual(['release', 'replica', 'reshare', 'resource']);
+      expect(complete('quorumfence replica ex')).toEqual(['export']);
+      expect(complete('quorumfence lock r --ki')).toEqual(['--kill-after']);
+      expect(complete('quorumfence health --')).toEqual(['--cluster', '--help', '--json', '--timeout', '--wait']);
+      expect(complete('quorumfence lock r -- bas')).toContain('bash');
+      expect(complete('quorumfence lock r -- sh --ki')).not.toContain('--kill-after');
+    },
+  );
 });
+
+/** The process exists and has not ended (a zombie waiting for its parent to reap it has ended). Linux's /proc. */
+function running(pid: number): boolean {
+  const stat = readIfExists(`/proc/${pid}/stat`);
+  return stat !== undefined && !/^\d+ \(.*\) Z/s.test(stat);
+}
 
 function readIfExists(path: string): string | undefined {
   try {

@@ -90,7 +90,11 @@ describe('outputs named by the user are never written through a symbolic link', 
 
   it('replica export --out, quorumfence-dev vectors --out, and reshare retire --old-key', async () => {
     const cluster = loadClusterFile(join(keys, 'cluster.json'));
-    const store = SigningRecord.open(join(root, 'record'), { clusterId: cluster.id, replicaIndex: 1 });
+    const store = SigningRecord.open(
+      join(root, 'record'),
+      { clusterId: cluster.id, replicaIndex: 1 },
+      { create: true },
+    );
     await store.close();
     expectRefused(await runCli(['replica', 'export', '--data', join(root, 'record'), '--out', linkToKey()]));
     expectRefused(await runDevCli(['vectors', '--out', linkToKey()]));

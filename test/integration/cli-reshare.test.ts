@@ -546,7 +546,11 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       expect(r.code, r.stderr + r.stdout).toBe(0);
       return JSON.parse(r.stdout) as { epoch: string; token: string };
     };
-    const oldRun = await startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'old-data') });
+    const oldRun = await startLocalCluster({
+      newStores: true,
+      dir: join(base, 'old'),
+      dataRoot: join(base, 'old-data'),
+    });
     let before: { epoch: string; token: string };
     try {
       writeFileSync(join(base, 'old-live.json'), JSON.stringify(clusterToJson(oldRun.cluster)));
@@ -624,7 +628,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     } finally {
       await newRun.close();
     }
-  });
+  }, 120_000);
 
   it('4 -> 7 -> 4 on live replicas, keeping the group key: old members 5..7 leave as outside dealers; after each step the new replicas inherit and serve, a guard configured before the first step accepts the new tokens and refuses the stale ones, and epochs continue above the old ones; membership 2 is endorsed and followed from membership 0, and a member that left retires its old share (refused before the endorsement)', async () => {
     const base = join(root, 'grow-shrink');
@@ -718,7 +722,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     try {
       // Generation 0: four replicas; alice holds "orders" and writes through the guard.
       const first = await acquireOnce(
-        startLocalCluster({ dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') }),
+        startLocalCluster({ newStores: true, dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') }),
         'alice',
       );
       expect(await guardWriteOf(first.token)).toMatchObject({ ok: true, epoch: first.epoch });

@@ -3,7 +3,7 @@
  * as real processes against real replicas, with one-line errors for the
  * mistakes a user can make.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,7 +20,7 @@ let clusterFile: string;
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-client-cli-'));
   dealLocalCluster(join(dir, 'keys'), 4);
-  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
   clusterFile = join(dir, 'cluster.json');
   writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
 }, 60_000);
@@ -50,9 +50,14 @@ describe('quorumfence identity', () => {
 
     // --if-missing (deployments run it at every start) keeps the identity and prints its key; a file that is
     // not an identity is refused, not replaced.
+    expect(JSON.parse(made.stdout)).toEqual({ file, publicKey, created: true });
     const kept = await runCli(['identity', 'new', file, '--if-missing', '--json']);
     expect(kept.code, kept.stderr).toBe(0);
-    expect(JSON.parse(kept.stdout)).toEqual({ file, publicKey });
+    expect(JSON.parse(kept.stdout)).toEqual({ file, publicKey, created: false });
+    // In text, too, it says it kept the file (it used to print "wrote").
+    const keptText = await runCli(['identity', 'new', file, '--if-missing']);
+    expect(keptText.code, keptText.stderr).toBe(0);
+    expect(keptText.stdout).toBe(`kept ${file} (it exists; --if-missing)\npublic key ${publicKey}\n`);
     expect((await runCli(['identity', 'show', file])).stdout.trim()).toBe(publicKey);
     const garbage = join(dir, 'not-an-identity.key');
     writeFileSync(garbage, 'not json');
@@ -66,6 +71,73 @@ describe('quorumfence identity', () => {
     expect((JSON.parse(made2.stdout) as { publicKey: string }).publicKey).not.toBe(publicKey);
     const misplaced = await runCli(['identity', 'show', file, '--if-missing']);
     expect([misplaced.code, misplaced.stderr]).toEqual([2, expect.stringContaining('INVALID_OPTION')]);
+  });
+});
+
+describe('quorumfence resource', () => {
+  it('a port in use and a data directory in use: one line each with its code, no stack trace (issue 47, items 5 and 9)', async () => {
+    const data = join(dir, 'resource-data');
+    const first = spawn(
+      process.execPath,
+      [CLI_PATH, 'resource', '--cluster', clusterFile, '--data', data, '--listen', '127.0.0.1:0'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        const timer = setTimeout(() => reject(new Error(`no "listening" line: ${out}`)), 20_000);
+        first.stdout.on('data', (chunk) => {
+          out += chunk;
+          const match = /"url":"(http:\/\/[^"]+)"/.exec(out);
+          if (match) {
+            clearTimeout(timer);
+            resolve(match[1]!);
+          }
+        });
+      });
+      const port = new URL(url).port;
+      const portTaken = await runCli([
+        'resource',
+        '--cluster',
+        clusterFile,
+        '--data',
+        join(dir, 'resource-other'),
+        '--listen',
+        `127.0.0.1:${port}`,
+      ]);
+      expect(portTaken.code).toBe(1);
+      expect(portTaken.stderr).toBe(
+        `quorumfence resource: cannot listen on 127.0.0.1:${port}: the address is in use (another resource, or another program, listens there); pass another --listen HOST:PORT (IO_ERROR)\n`,
+      );
+      const dataTaken = await runCli(['resource', '--cluster', clusterFile, '--data', data, '--listen', '127.0.0.1:0']);
+      expect(dataTaken.code).toBe(1);
+      expect(dataTaken.stderr.trim().split('\n')).toHaveLength(1);
+      expect(dataTaken.stderr).toContain(`data directory ${data} is in use by process ${first.pid}`);
+      expect(dataTaken.stderr).toMatch(/\(STORE_LOCKED\)\n$/);
+      // The first one still serves.
+      expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    } finally {
+      first.kill('SIGTERM');
+      await new Promise((resolve) => first.once('exit', resolve));
+    }
+    // Stopped, it gave the directory back: another resource starts on it.
+    const again = spawn(process.execPath, [CLI_PATH, 'resource', '--cluster', clusterFile, '--data', data], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('the second resource did not start')), 20_000);
+        again.stdout.on('data', (chunk: Buffer) => {
+          if (chunk.toString().includes('listening')) {
+            clearTimeout(timer);
+            resolve();
+          }
+        });
+        again.once('exit', (code) => reject(new Error(`the second resource exited ${code}`)));
+      });
+    } finally {
+      again.kill('SIGTERM');
+    }
   });
 });
 
@@ -177,6 +249,26 @@ describe('quorumfence acquire and status', () => {
     expect(unreachable.code).toBe(1);
     expect(unreachable.stderr.trim().split('\n')).toHaveLength(1);
     expect(unreachable.stderr).toContain('no replica of the cluster is reachable');
+
+    // A name that is not UTF-8 on the command line is refused, not turned into U+FFFD (issue 47, item 9): the
+    // bytes come from a shell, since node's own spawn can only pass UTF-8.
+    for (const verb of ['acquire', 'status']) {
+      const notUtf8 = spawnSync(
+        'bash',
+        [
+          '-c',
+          `exec "$0" "$1" ${verb} $'orders/\\xff' --cluster "$2" --identity "$3"`,
+          process.execPath,
+          CLI_PATH,
+          clusterFile,
+          dave,
+        ],
+        { encoding: 'utf8', timeout: 30_000 },
+      );
+      expect(notUtf8.status, verb).toBe(1);
+      expect(notUtf8.stderr.trim().split('\n')).toHaveLength(1);
+      expect(notUtf8.stderr).toMatch(/was not well-formed UTF-8 on the command line.*\(RESOURCE_NOT_UTF8\)\n$/);
+    }
 
     const noFlag = await runCli(['acquire', 'x', '--identity', dave]);
     expect(noFlag.code).toBe(2);

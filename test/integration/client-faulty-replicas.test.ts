@@ -154,7 +154,7 @@ interface Fixture {
 async function startFixture(n: number): Promise<Fixture> {
   const dir = mkdtempSync(join(tmpdir(), 'qf-client-faulty-'));
   const { keyPaths } = dealLocalCluster(join(dir, 'keys'), n);
-  const local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  const local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
   const keys = keyPaths.map((path) => loadReplicaKeyFile(path, local.cluster));
   return { dir, local, keys, faulty: [], clients: [], slowed: new Map() };
 }

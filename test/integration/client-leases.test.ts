@@ -24,7 +24,7 @@ const clients: QuorumFenceClient[] = [];
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-client-leases-'));
   dealLocalCluster(join(dir, 'keys'), 4);
-  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
 }, 60_000);
 
 afterAll(async () => {

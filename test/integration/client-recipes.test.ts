@@ -23,7 +23,7 @@ const clients: QuorumFenceClient[] = [];
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-client-recipes-'));
   dealLocalCluster(join(dir, 'keys'), 4);
-  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
   guard = await LmdbGuard.open(join(dir, 'guard'), local.cluster);
 }, 60_000);
 

@@ -22,7 +22,7 @@ let identityFile: string;
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'qf-sessions-'));
   dealLocalCluster(join(dir, 'keys'), 4);
-  local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
   clusterFile = join(dir, 'cluster.json');
   writeFileSync(clusterFile, JSON.stringify(clusterToJson(local.cluster)));
   identityFile = join(dir, 'shared.key');

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { parseCluster } from '../../src/cluster/description.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import { TokenVerifier } from '../../src/guard/verifier.js';
-import { conformanceOutcome, type ConformanceVectors } from '../../src/testing/conformance.js';
+import { conformanceOutcome, PRECEDENCE, verdictOf, type ConformanceVectors } from '../../src/testing/conformance.js';
 import { checkToken } from '../../src/token/admission-token.js';
 import { createTokenVerifier } from '../../src/verify/index.js';
 import { runDevCli } from '../support/cli.js';
@@ -39,10 +39,37 @@ describe('token conformance vectors', () => {
       'UNKNOWN_VERSION',
       'POINT_IDENTITY',
       'POINT_NOT_IN_SUBGROUP',
+      'POINT_NOT_ON_CURVE',
       'POINT_NOT_CANONICAL',
       'EPOCH_OUT_OF_RANGE',
+      'RESOURCE_EMPTY',
+      'RESOURCE_TOO_LONG',
+      'RESOURCE_NOT_UTF8',
+      'NAME_CONTROL_CHARACTER',
     ])
       expect(codes).toContain(needed);
+  });
+
+  it("states the precedence of checks, and every case's verdict is the one its first fault gives (issue 47, item 11)", () => {
+    // The file carries the order (docs/protocol.md, "Token"), the same as this repository's.
+    expect(vectors.precedence).toEqual(PRECEDENCE);
+    const order = vectors.precedence.map((step) => step.fault);
+    for (const c of vectors.cases) {
+      for (const fault of c.faults) expect(order, `${c.name}: ${fault}`).toContain(fault);
+      const first = vectors.precedence.find((step) => c.faults.includes(step.fault));
+      expect(c.expected, c.name).toEqual(first === undefined ? { ok: true } : first.expected);
+    }
+    // Each check alone, and tokens with several faults where the order decides: the verifiers above are held to them.
+    const firstFault = (faults: readonly string[]) => order.find((fault) => faults.includes(fault));
+    for (const fault of order)
+      expect(
+        vectors.cases.some((c) => firstFault(c.faults) === fault),
+        `a case whose first fault is ${fault}`,
+      ).toBe(true);
+    const decided = vectors.cases.filter(
+      (c) => new Set(c.faults.map((fault) => JSON.stringify(verdictOf([fault])))).size > 1,
+    );
+    expect(decided.length).toBeGreaterThanOrEqual(10);
   });
 
   it.each(['noble', 'blst'] as const)('checkToken with the %s backend reaches every expected verdict', (name) => {

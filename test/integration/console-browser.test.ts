@@ -56,8 +56,15 @@ beforeAll(async () => {
   dealLocalCluster(keys);
   const fast = ['--signing-workers', '0', '--min-ttl', '50ms', '--max-ttl', '30s'];
   [honest, byzantine] = await Promise.all([
-    startLocalCluster({ dir: keys, indices: [1, 2, 3], dataRoot: join(root, 'data'), extraArgs: fast }),
     startLocalCluster({
+      newStores: true,
+      dir: keys,
+      indices: [1, 2, 3],
+      dataRoot: join(root, 'data'),
+      extraArgs: fast,
+    }),
+    startLocalCluster({
+      newStores: true,
       dir: keys,
       indices: [4],
       dataRoot: join(root, 'data'),

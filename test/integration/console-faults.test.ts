@@ -84,7 +84,12 @@ async function setUp(n: number, proxied?: number): Promise<Setup> {
   const root = mkdtempSync(join(tmpdir(), `qf-console-faults-${n}-`));
   const keys = join(root, 'keys');
   dealLocalCluster(keys, n);
-  const replicas = await startLocalCluster({ dir: keys, dataRoot: join(root, 'data'), extraArgs: FAST });
+  const replicas = await startLocalCluster({
+    newStores: true,
+    dir: keys,
+    dataRoot: join(root, 'data'),
+    extraArgs: FAST,
+  });
   const proxy = proxied ? await startFaultProxy({ target: replicas.replica(proxied).url }) : undefined;
   const endpoints = replicas.cluster.replicas.map((r) => (r.index === proxied ? proxy!.url : r.endpoint));
   const consoleCluster = withEndpoints(replicas.cluster, endpoints);
@@ -512,7 +517,13 @@ describe.skipIf(lacks('chromium'))(
       // Replica 4 answers half its requests with a malformed frame (random bytes, text, a wrong version, bad fields):
       // sometimes its lease list is fine and a status answer of the same poll is not.
       [honest, byzantine] = await Promise.all([
-        startLocalCluster({ dir: keys, indices: [1, 2, 3], dataRoot: join(root, 'data'), extraArgs: FAST }),
+        startLocalCluster({
+          dir: keys,
+          indices: [1, 2, 3],
+          dataRoot: join(root, 'data'),
+          extraArgs: FAST,
+          newStores: true,
+        }),
         startLocalCluster({
           dir: keys,
           indices: [4],

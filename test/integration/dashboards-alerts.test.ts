@@ -172,7 +172,7 @@ describe('every metric the rules and the dashboard name is exported by a real pr
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'qf-dashboards-alerts-'));
     dealLocalCluster(join(dir, 'keys'), 4);
-    local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+    local = await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
     resource = await startLocalResource({
       clusterFile: join(dir, 'keys', 'cluster.json'),
       dataDir: join(dir, 'resource'),

@@ -156,6 +156,7 @@ describe.skipIf(lacks('promtool'))(
         .server_name;
       dealLocalCluster(join(root, 'keys'), 4);
       const local = await startLocalCluster({
+        newStores: true,
         dir: join(root, 'keys'),
         indices: [1],
         dataRoot: join(root, 'data'),

@@ -39,6 +39,7 @@ beforeAll(async () => {
         port: 0,
         limits: { signingWorkers: 0 },
         clock,
+        createStore: true,
       }),
     );
   }

@@ -43,7 +43,7 @@ async function requestsCounted(): Promise<number> {
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), 'qf-finding1-live-'));
   dealLocalCluster(join(root, 'keys'));
-  local = await startLocalCluster({ dir: join(root, 'keys'), dataRoot: join(root, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(root, 'keys'), dataRoot: join(root, 'data') });
   resource = await startLocalResource({
     clusterFile: join(root, 'keys', 'cluster.json'),
     dataDir: join(root, 'resource'),

@@ -120,7 +120,12 @@ describe('finding 3: only 64-bit integers, no extensions, no floats, strict UTF-
     beforeAll(async () => {
       root = mkdtempSync(join(tmpdir(), 'qf-finding3-'));
       dealLocalCluster(join(root, 'keys'));
-      local = await startLocalCluster({ dir: join(root, 'keys'), indices: [1], dataRoot: join(root, 'data') });
+      local = await startLocalCluster({
+        newStores: true,
+        dir: join(root, 'keys'),
+        indices: [1],
+        dataRoot: join(root, 'data'),
+      });
       url = local.replica(1).url;
       const control = await RawClient.open(url);
       expect(outcomeOf(await control.acquire('finding3', 3n)).status).toBe('granted');

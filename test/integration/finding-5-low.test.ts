@@ -2,7 +2,8 @@
  * Issue 16, finding 5 (low): small-order Ed25519 holder keys, an unbounded
  * guard log, half-closed sockets at the resource, error-level logs for a
  * client's own disconnect, and no per-address cap on unauthenticated sockets
- * at the replica. Real processes on loopback, real LMDB.
+ * at the replica (now a newcomer over it displaces its address's oldest:
+ * issue 43, finding 9). Real processes on loopback, real LMDB.
  */
 import { readdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
@@ -111,6 +112,7 @@ describe('finding 5: small-order and non-canonical Ed25519 holder keys', () => {
     beforeAll(async () => {
       dealLocalCluster(join(root, 'keys'));
       cluster = await startLocalCluster({
+        newStores: true,
         dir: join(root, 'keys'),
         indices: [1],
         dataRoot: join(root, 'replica-data'),
@@ -150,7 +152,7 @@ describe('finding 5: small-order and non-canonical Ed25519 holder keys', () => {
       }
     });
 
-    test('per-address cap on unauthenticated sockets: the 4th from one address gets 503, others and authenticated ones are not counted', async () => {
+    test("per-address cap on unauthenticated sockets: the 4th from one address displaces that address's oldest; others and authenticated ones are not counted", async () => {
       const url = cluster.replica(1).url;
       const open = (localAddress = '127.0.0.1') =>
         new Promise<WebSocket>((resolve, reject) => {
@@ -159,18 +161,28 @@ describe('finding 5: small-order and non-canonical Ed25519 holder keys', () => {
           socket.once('unexpected-response', (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
           socket.once('error', reject);
         });
+      const closed = (socket: WebSocket) =>
+        until(() => socket.readyState === WebSocket.CLOSED || socket.readyState === WebSocket.CLOSING, 5_000);
       const idle = [await open(), await open(), await open()];
       try {
-        await expect(open()).rejects.toThrow('HTTP 503');
-        // Another address has its own allowance.
+        // Issue 43, finding 9: a newcomer is let in (no 503), and its own address pays for it with its oldest.
+        idle.push(await open());
+        expect(await closed(idle[0]!)).toBe(true);
+        expect(idle.slice(1).map((s) => s.readyState)).toEqual([WebSocket.OPEN, WebSocket.OPEN, WebSocket.OPEN]);
+        // Another address has its own allowance: nobody from 127.0.0.1 goes for it.
         const elsewhere = await open('127.0.0.2');
+        await until(() => false, 200);
+        expect(idle.slice(1).map((s) => s.readyState)).toEqual([WebSocket.OPEN, WebSocket.OPEN, WebSocket.OPEN]);
         elsewhere.terminate();
-        // A closed socket frees its place, and an authenticated connection stops counting.
-        idle[0]!.terminate();
+        // An authenticated connection stops counting: three idle ones and it, and nobody displaced.
+        idle[1]!.terminate();
         await until(() => false, 200);
         const authenticated = await RawClient.open(url, newHolder());
-        idle[0] = await open();
-        await expect(open()).rejects.toThrow('HTTP 503');
+        idle[1] = await open();
+        expect(idle.slice(1).map((s) => s.readyState)).toEqual([WebSocket.OPEN, WebSocket.OPEN, WebSocket.OPEN]);
+        idle.push(await open());
+        expect(await closed(idle[2]!)).toBe(true);
+        expect(await authenticated.status('r')).toMatchObject({ outcome: { status: 'ok' } });
         await authenticated.close();
       } finally {
         for (const socket of idle) socket.terminate();

@@ -22,7 +22,7 @@ let local: LocalCluster;
 
 beforeAll(async () => {
   dealLocalCluster(join(root, 'keys'), 4);
-  local = await startLocalCluster({ dir: join(root, 'keys'), dataRoot: join(root, 'data') });
+  local = await startLocalCluster({ newStores: true, dir: join(root, 'keys'), dataRoot: join(root, 'data') });
 });
 afterAll(async () => {
   await local?.close();

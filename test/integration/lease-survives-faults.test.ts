@@ -94,7 +94,7 @@ describe.each([
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), `qf-lease-faults-${n}-`));
     dealLocalCluster(join(dir, 'keys'), n);
-    local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') });
+    local = await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data'), newStores: true });
     holder = await QuorumFenceClient.connect(local.cluster, generateIdentity(), { reconnectMaxMs: 200 });
     other = await QuorumFenceClient.connect(local.cluster, generateIdentity(), { reconnectMaxMs: 200 });
   }, 90_000);

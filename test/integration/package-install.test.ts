@@ -146,7 +146,7 @@ const { clusterToJson } = await import('quorumfence/cluster');
 const { createTokenVerifier } = await import('quorumfence/verify');
 const { PostgresGuard } = await import('quorumfence/guard/postgres');
 const dir = mkdtempSync(join(tmpdir(), 'qf-installed-'));
-const local = (dealLocalCluster(join(dir, 'keys')), await startLocalCluster({ dir: join(dir, 'keys'), dataRoot: join(dir, 'data') }));
+const local = (dealLocalCluster(join(dir, 'keys')), await startLocalCluster({ newStores: true, dir: join(dir, 'keys'), dataRoot: join(dir, 'data') }));
 try {
   const postgres = await PostgresGuard.open({}, local.cluster).then(() => 'opened', (error) => error.code);
   const client = await QuorumFenceClient.connect(local.cluster, generateIdentity());

@@ -36,6 +36,7 @@ async function eventually(check: () => Promise<boolean>, ms: number): Promise<bo
 describe('S2 across compaction in a replica process', () => {
   it('folds ended leases into the floor, refuses at or below it with the floor, keeps running leases, and keeps the floor across SIGKILL', async () => {
     const local = await startLocalCluster({
+      newStores: true,
       dir: keys,
       indices: [1],
       dataRoot: join(root, 'data'),

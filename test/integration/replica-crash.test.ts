@@ -38,6 +38,7 @@ beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), 'qf-replica-crash-'));
   dealLocalCluster(join(root, 'keys'));
   local = await startLocalCluster({
+    newStores: true,
     dir: join(root, 'keys'),
     indices: [1],
     dataRoot: join(root, 'data'),

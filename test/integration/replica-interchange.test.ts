@@ -50,7 +50,7 @@ beforeAll(async () => {
   keys = join(root, 'keys');
   dataRoot = join(root, 'data');
   dealLocalCluster(keys);
-  const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot });
+  const local = await startLocalCluster({ newStores: true, dir: keys, indices: [1], dataRoot });
   const client = await RawClient.open(local.replica(1).url, alice);
   for (const [resource, epoch] of [
     ['b', 4n],
@@ -179,13 +179,41 @@ describe('signing record interchange', () => {
     }
   });
 
+  it('export: a --data without a store is INVALID_OPTION naming it; an existing --out is never replaced (issue 47, item 7)', () => {
+    for (const [mistyped, why] of [
+      [join(dataRoot, 'replica-l'), 'no such directory'],
+      [root, 'no data.mdb there'],
+    ] as const) {
+      const result = run('export', '--data', mistyped);
+      expect(result.status, mistyped).toBe(2);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toContain(`--data ${mistyped} holds no signing record (${why})`);
+      expect(result.stderr.trim()).toMatch(/\(INVALID_OPTION\)$/);
+    }
+    // Stopped replica: no note on stderr.
+    const file = join(root, 'kept-export.json');
+    const first = run('export', '--data', join(dataRoot, 'replica-1'), '--out', file);
+    expect(first.status, first.stderr).toBe(0);
+    expect(first.stderr).toBe('');
+    writeFileSync(file, 'an earlier export\n');
+    const again = run('export', '--data', join(dataRoot, 'replica-1'), '--out', file);
+    expect(again.status).toBe(1);
+    expect(again.stderr).toContain('already exists; refusing to replace it');
+    expect(again.stderr.trim()).toMatch(/\(FILE_EXISTS\)$/);
+    expect(readFileSync(file, 'utf8')).toBe('an earlier export\n');
+  });
+
   it('refuses to import into a store a running replica holds (STORE_LOCKED)', async () => {
     const file = join(root, 'locked.json');
     expect(run('export', '--data', join(dataRoot, 'replica-1'), '--out', file).status).toBe(0);
-    const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot });
+    const local = await startLocalCluster({ newStores: true, dir: keys, indices: [1], dataRoot });
     try {
-      // Export works beside the running replica (read-only); import does not.
-      expect(run('export', '--data', join(dataRoot, 'replica-1')).status).toBe(0);
+      // Export works beside the running replica (read-only), and says the record may move on after it; import does not.
+      const beside = run('export', '--data', join(dataRoot, 'replica-1'));
+      expect(beside.status).toBe(0);
+      expect(beside.stderr).toMatch(
+        /^note: replica process \d+ runs on .*replica-1 and is not frozen: this export is its record as of now, and grants it signs later are not in it/,
+      );
       const result = run(
         'import',
         '--data',

@@ -54,6 +54,7 @@ describe('a replica line when requests meet in the critical section', () => {
       { clusterId: dealt.cluster.id, replicaIndex: 1 },
       {
         probe: false,
+        create: true,
       },
     );
     const clock = new ManualClock(1_000);

@@ -38,6 +38,7 @@ afterAll(async () => {
 /** Replica 1 alone, at `level`, with the operator secret; its own data directory. */
 async function startReplica(name: string, level: string, extraArgs: string[] = []): Promise<LocalCluster> {
   const local = await startLocalCluster({
+    newStores: true,
     dir: join(dir, 'keys'),
     indices: [1],
     dataRoot: join(dir, name),

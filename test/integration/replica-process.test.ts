@@ -1,8 +1,9 @@
 /**
  * The replica as a process: refusing to start (non-zero exit, one line on
  * stderr naming the problem) on a bad key, a share that does not match, a
- * data directory of another cluster or replica, a corrupt or reset store, or
- * a store in use; graceful SIGTERM; and TLS.
+ * data directory of another cluster or replica, a corrupt or reset store, a
+ * store nobody made (issue 43, finding 5), or a store in use; graceful
+ * SIGTERM; and TLS.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -65,7 +66,7 @@ function expectOneLine(result: { status: number | null; stderr: string }, code: 
 
 /** Starts replica 1 of `keys` on `data` until healthy, then stops it, leaving a real store behind. */
 async function makeStore(dir: string, data: string, index = 1): Promise<void> {
-  const local = await startLocalCluster({ dir, indices: [index], dataRoot: data });
+  const local = await startLocalCluster({ newStores: true, dir, indices: [index], dataRoot: data });
   const client = await RawClient.open(local.replica(index).url);
   expect(outcomeOf(await client.acquire('r', 1n)).status).toBe('granted');
   await client.close();
@@ -127,8 +128,27 @@ describe('replica start-up refuses what it cannot trust', () => {
     expectOneLine(startFails({ data: dir }), 'STORE_CORRUPT', /refusing to start from empty watermarks/);
   });
 
+  it('a data directory without a signing record: a new one, a mistyped one, an emptied volume (STORE_MISSING, nothing made)', async () => {
+    // Never made: a new replica started without `replica init` (or keygen --data, dkg run, reshare inherit).
+    const fresh = join(root, 'd-never-made');
+    expectOneLine(startFails({ data: fresh }), 'STORE_MISSING', /no signing record in .*d-never-made.*replica init/);
+    expect(existsSync(fresh)).toBe(false);
+    // An emptied volume (or a mistyped --data that exists): a replica that granted, its files gone.
+    const data = join(root, 'd-emptied');
+    await makeStore(keys, data);
+    for (const name of ['data.mdb', 'lock.mdb', 'signing-record.json'])
+      rmSync(join(data, 'replica-1', name), { force: true });
+    expectOneLine(startFails({ data: join(data, 'replica-1') }), 'STORE_MISSING', /reshare inherit/);
+    expect(existsSync(join(data, 'replica-1', 'data.mdb'))).toBe(false);
+  });
+
   it('a data directory in use by a live replica (STORE_LOCKED)', async () => {
-    const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot: join(root, 'd-locked') });
+    const local = await startLocalCluster({
+      newStores: true,
+      dir: keys,
+      indices: [1],
+      dataRoot: join(root, 'd-locked'),
+    });
     try {
       expectOneLine(
         startFails({ data: local.replica(1).dataDir }),
@@ -192,18 +212,19 @@ describe('where a replica listens', () => {
   it('without --listen, on the host and port of its own endpoint in cluster.json; a --listen on another port is logged as a warning', async () => {
     const base = await freePortRange(4);
     const dir = join(root, 'endpoint-listen');
+    // keygen --data makes each replica's record: the key was just dealt.
     const made = spawnSync(
       process.execPath,
-      [CLI_PATH, 'keygen', '--replicas', '4', '--out', dir, '--base-port', String(base)],
+      [CLI_PATH, 'keygen', '--replicas', '4', '--out', dir, '--base-port', String(base), '--data', join(root, 'd-el')],
       { encoding: 'utf8', timeout: 30_000 },
     );
     expect(made.status, made.stderr).toBe(0);
-    const lines = await startAndStop(dir, 3, join(root, 'd-endpoint-listen'));
+    const lines = await startAndStop(dir, 3, join(root, 'd-el', 'replica-3'));
     expect(lines.find((l) => l.msg === 'listening')?.url).toBe(`ws://127.0.0.1:${base + 2}`);
     expect(lines.filter((l) => l.level >= 40)).toEqual([]);
 
     const [other] = await freePorts(1);
-    const moved = await startAndStop(dir, 3, join(root, 'd-endpoint-listen'), ['--listen', `127.0.0.1:${other}`]);
+    const moved = await startAndStop(dir, 3, join(root, 'd-el', 'replica-3'), ['--listen', `127.0.0.1:${other}`]);
     expect(moved.find((l) => l.msg === 'listening')?.url).toBe(`ws://127.0.0.1:${other}`);
     expect(moved.find((l) => l.level === 40)?.msg).toContain(`is not the port of this replica's endpoint`);
   });
@@ -242,6 +263,7 @@ describe('where a replica listens', () => {
 describe('S6 leases across a restart', () => {
   it('counts every recorded lease as running for maxTtl after a SIGKILL and restart, released ones too (releases are not fsynced)', async () => {
     const local = await startLocalCluster({
+      newStores: true,
       dir: keys,
       indices: [1],
       dataRoot: join(root, 'd-restart-lease'),
@@ -280,7 +302,7 @@ describe('S6 leases across a restart', () => {
 
 describe('replica shutdown and transport', () => {
   it('on SIGTERM answers the requests in flight, closes connections with 1001, and exits 0', async () => {
-    const local = await startLocalCluster({ dir: keys, indices: [1], dataRoot: join(root, 'd-term') });
+    const local = await startLocalCluster({ newStores: true, dir: keys, indices: [1], dataRoot: join(root, 'd-term') });
     const replica = local.replica(1);
     const client = await RawClient.open(replica.url);
     const answers = Array.from({ length: 40 }, (_, k) => client.acquire(`term/${k}`, 1n));
@@ -300,6 +322,15 @@ describe('replica shutdown and transport', () => {
   });
 
   it('exits when its launcher goes away (no orphans)', async () => {
+    const init = spawnSync(
+      process.execPath,
+      [CLI_PATH, 'replica', 'init', '--data', join(root, 'd-orphan'), '--cluster', join(keys, 'cluster.json')].concat([
+        '--key',
+        join(keys, 'replica-1.key'),
+      ]),
+      { encoding: 'utf8', timeout: 30_000 },
+    );
+    expect(init.status, init.stderr).toBe(0);
     const child = spawn(
       process.execPath,
       [
@@ -331,6 +362,7 @@ describe('replica shutdown and transport', () => {
     const cert = makeSelfSignedCert(tlsDir);
     if (cert === undefined) return;
     const local = await startLocalCluster({
+      newStores: true,
       dir: keys,
       indices: [1],
       dataRoot: join(root, 'd-tls'),

@@ -256,6 +256,7 @@ describe("leases (the console's read-only request)", () => {
 describe('wire limits', () => {
   it('answers requests over the in-flight bound or the rate with RATE_LIMITED and keeps the connection', async () => {
     const limited = await startLocalCluster({
+      newStores: true,
       dir: join(root, 'keys'),
       indices: [2],
       dataRoot: join(root, 'data-limited'),
@@ -282,6 +283,7 @@ describe('wire limits', () => {
 
   it('takes a quiet release on a connection whose in-flight slots are full: it holds none', async () => {
     const limited = await startLocalCluster({
+      newStores: true,
       dir: join(root, 'keys'),
       indices: [3],
       dataRoot: join(root, 'data-one-slot'),

@@ -12,6 +12,7 @@ import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../sr
 import { QuorumFenceClient } from '../../src/client/client.js';
 import { generateIdentity } from '../../src/client/identity.js';
 import { loadClusterFile, withEndpoints } from '../../src/cluster/description.js';
+import { createSigningRecord } from '../../src/replica/signing-record.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { RawClient } from '../support/raw-client.js';
 
@@ -27,6 +28,10 @@ beforeAll(async () => {
   const json = JSON.parse(readFileSync(clusterPath, 'utf8')) as Record<string, unknown>;
   writeFileSync(join(dir, 'gen1', 'cluster.json'), JSON.stringify({ ...json, membershipVersion: 1 }));
   keyPaths.forEach((path, k) => copyFileSync(path, join(dir, 'gen1', `replica-${k + 1}.key`)));
+  // Membership 1 made by hand, not by a reshare: its records are made here (a real one's come from inherit).
+  const { id } = loadClusterFile(clusterPath);
+  for (let i = 1; i <= 4; i++)
+    await createSigningRecord(join(dir, 'data', `replica-${i}`), { clusterId: id, replicaIndex: i });
   local = await startLocalCluster({ dir: join(dir, 'gen1'), dataRoot: join(dir, 'data') });
 }, 60_000);
 

@@ -7,7 +7,8 @@
  * changed after signing, another membership's export, and one replica's export twice. Honest signed
  * exports of any 2f_old+1 replicas carry orders@5 over. And finding 3: one old replica signing a floor of
  * 2^63-1 (which made every new name fail with EPOCH_OUT_OF_RANGE) is refused as a lie; a lie below 2^62 is
- * outvoted when every old replica reports.
+ * outvoted when every old replica reports, and with 2f_old+1 reporters it is refused when it lies further above
+ * what f_old+1 reports back than 1/1024 of the epochs left below 2^62 (issue 43, finding 4).
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -283,10 +284,19 @@ describe('one lying old replica cannot push the new set out of reach (issue 30, 
       );
   });
 
-  it('a lie below 2^62 is outvoted when all four report, and with three costs at most the epochs below it', async () => {
-    const liar = await lyingExport(String((1n << 62n) - 1n));
+  it('a floor of 2^62 - 3 signed by old replica 1 (issue 43, finding 4): outvoted when all four report; with three, refused (EXPORT_UNBACKED_EPOCH) naming its file; a small lie is inherited', async () => {
+    const liar = await lyingExport(String((1n << 62n) - 3n));
     expect(await inherited([liar, frozen(2), frozen(3), frozen(4)])).toEqual([0n, 5n]);
-    // With 2f_old+1 reporters one liar sets the floor; 2^62 - 1 still leaves 2^62 epochs for every resource.
-    expect(await inherited([liar, frozen(2), frozen(3)])).toEqual([(1n << 62n) - 1n, undefined]);
+    // Before, the three were inherited: the floor went to 2^62 - 3, an honest acquire was granted at 2^62, and
+    // every replica then looked impossible to the console and to the next reshare.
+    await expectRefused(
+      [liar, frozen(2), frozen(3)],
+      'EXPORT_UNBACKED_EPOCH',
+      liar,
+      /reports floor 4611686018427387901, more than 4503599627370496 \(1\/1024 of the epochs left below 2\^62\) above the 0 that f_old\+1 = 2 of the 3 reports reach/,
+    );
+    // Within 1/1024 of what is left: inherited, and it costs that resource (here every one: a floor) 2^40 epochs.
+    const small = await lyingExport(String(1n << 40n));
+    expect(await inherited([small, frozen(2), frozen(3)])).toEqual([1n << 40n, undefined]);
   });
 });

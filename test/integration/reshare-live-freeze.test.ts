@@ -37,6 +37,7 @@ beforeAll(async () => {
   writeFileSync(wrongSecretFile, randomBytes(32).toString('base64url') + '\n', { mode: 0o600 });
   dealLocalCluster(join(dir, 'keys'), 4);
   local = await startLocalCluster({
+    newStores: true,
     dir: join(dir, 'keys'),
     dataRoot: join(dir, 'data'),
     // Replicas 1 and 2 have an operator secret; 3 and 4 none (their admin endpoint is closed).
@@ -103,6 +104,17 @@ describe('freezing a running replica (POST /admin/freeze)', () => {
     }
     const noSecret = await runCli(['reshare', 'freeze', '--url', local!.replica(1).url]);
     expect([noSecret.code, noSecret.stderr]).toEqual([2, expect.stringMatching(/\(INVALID_OPTION\)/)]);
+    // Its one duration takes a unit like every other (issue 47, item 9); the old --timeout-ms says what replaced it.
+    const freezeWith = (...extra: string[]) =>
+      runCli(['reshare', 'freeze', '--url', local!.replica(1).url, '--secret-file', secretFile, ...extra]);
+    const old = await freezeWith('--timeout-ms', '5000');
+    expect([old.code, old.stderr]).toEqual([2, expect.stringContaining('--timeout-ms is now --timeout')]);
+    expect(old.stderr).toContain('(--timeout 5000ms)');
+    const unitless = await freezeWith('--timeout', '5000');
+    expect([unitless.code, unitless.stderr]).toEqual([
+      2,
+      expect.stringContaining('--timeout expects a duration with a unit'),
+    ]);
     for (const index of [1, 3]) expect((await health(index)).frozen).toBe(false);
     expect(await rawAcquire(1, 'untouched', 1n)).toBe('granted');
     expect(await rawAcquire(3, 'untouched', 1n)).toBe('granted');
@@ -192,6 +204,7 @@ describe('reshare freeze --url over wss:// with --ca', () => {
     const cert = makeSelfSignedCert(tlsDir);
     if (cert === undefined) return;
     const tls = await startLocalCluster({
+      newStores: true,
       dir: join(dir, 'keys'),
       indices: [1],
       dataRoot: join(dir, 'data-tls'),

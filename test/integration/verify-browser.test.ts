@@ -53,7 +53,7 @@ beforeAll(async () => {
   base = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
 
   dealLocalCluster(join(root, 'keys'));
-  cluster = await startLocalCluster({ dir: join(root, 'keys'), dataRoot: join(root, 'data') });
+  cluster = await startLocalCluster({ newStores: true, dir: join(root, 'keys'), dataRoot: join(root, 'data') });
   const client = await QuorumFenceClient.connect(cluster.cluster, generateIdentity());
   try {
     const acquired = await client.acquire('browser/orders', { ttlMs: 5_000 });

@@ -109,7 +109,7 @@ class Replica {
   }
 
   #open(dir: string): SigningRecord {
-    return SigningRecord.open(dir, identity, { probe: false, wallClock: () => this.wall });
+    return SigningRecord.open(dir, identity, { probe: false, wallClock: () => this.wall, create: true });
   }
 
   #serve(): ReplicaService {

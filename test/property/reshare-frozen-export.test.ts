@@ -29,7 +29,11 @@ type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-ex
 
 /** A real store of replica `index` holding `grants` (resource -> epoch, holder byte), frozen or not. */
 async function storeWith(index: number, grants: [string, number, number][], frozen: boolean) {
-  const store = SigningRecord.open(join(root, `store-${++stores}`), { clusterId: cluster.id, replicaIndex: index });
+  const store = SigningRecord.open(
+    join(root, `store-${++stores}`),
+    { clusterId: cluster.id, replicaIndex: index },
+    { create: true },
+  );
   for (const [resource, epoch, holderByte] of grants) {
     const holder = new Uint8Array(32).fill(holderByte);
     await store.checkAndRecord(resource, () => ({

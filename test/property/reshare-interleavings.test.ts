@@ -15,12 +15,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { inheritRecords, type OldRecordReport } from '../../src/replica/inherit.js';
+import { inheritRecords, unbackedLeadAllowed, type OldRecordReport } from '../../src/replica/inherit.js';
 import { mayReplace } from '../../src/replica/check-and-record.js';
 import type { SignedRecord } from '../../src/replica/policy.js';
 import type { RecordEntry } from '../../src/replica/signing-record.js';
 import { grantDigest } from '../../src/token/grant.js';
-import { HONEST_EPOCH_CEILING } from '../../src/common/limits.js';
 
 /** The v2 cluster id depends on the group key alone, so it is the same before and after a reshare. */
 const clusterId = new Uint8Array(32).fill(7);
@@ -147,8 +146,9 @@ function play(
         for (const r of resources) entries.push({ resource: r, record: signed(r, 1n, holders[2]!) });
         break;
       case 'absurd':
-        // As high as a lie may go and still be inherited (2^62 and above is refused as impossible).
-        entries.push({ resource: resources[0], record: signed(resources[0], HONEST_EPOCH_CEILING - 1n, holders[2]!) });
+        // As high as a lie may go and still be inherited whatever the others report: 2^62 and above is refused as
+        // impossible, and so is a value more than 1/1024 of the epochs left below 2^62 above what f+1 reports back.
+        entries.push({ resource: resources[0], record: signed(resources[0], unbackedLeadAllowed(0n), holders[2]!) });
         break;
       case 'other-holder':
       case 'truthful': {

@@ -14,11 +14,15 @@ import fc from 'fast-check';
 import { isQuorumFenceError } from '../../src/common/errors.js';
 import { bytesEqual } from '../../src/common/bytes.js';
 import { exportInterchange, parseInterchange } from '../../src/replica/interchange.js';
-import { CONTESTED_HOLDER, inheritRecords, type OldRecordReport } from '../../src/replica/inherit.js';
+import {
+  CONTESTED_HOLDER,
+  inheritRecords,
+  unbackedLeadAllowed,
+  type OldRecordReport,
+} from '../../src/replica/inherit.js';
 import { mayReplace } from '../../src/replica/check-and-record.js';
 import { SigningRecord, type RecordEntry } from '../../src/replica/signing-record.js';
 import { grantDigest } from '../../src/token/grant.js';
-import { HONEST_EPOCH_CEILING } from '../../src/common/limits.js';
 import { codeOf } from '../support/error-code.js';
 
 const oldClusterId = new Uint8Array(32).fill(1);
@@ -51,7 +55,7 @@ afterEach(() => rmSync(dirname(dir), { recursive: true, force: true }));
 describe('reshare: old members are frozen before they deal', () => {
   it('a frozen store refuses every grant with REPLICA_FROZEN, on this open and after a reopen; its export holds every grant before the freeze', async () => {
     const identity = { clusterId: oldClusterId, replicaIndex: 1 };
-    let store = SigningRecord.open(dir, identity);
+    let store = SigningRecord.open(dir, identity, { create: true });
     const granted = entry('orders', 5n, holders[0]!).record;
     await store.checkAndRecord('orders', () => ({ record: granted, result: undefined }));
     // A grant queued together with the freeze is decided before it.
@@ -82,7 +86,7 @@ describe('reshare: old members are frozen before they deal', () => {
 
   it('a live freeze under a steady stream of grants: calls made after it are refused at once, the ones before it finish first, and the export holds exactly the grants that resolved', async () => {
     const identity = { clusterId: oldClusterId, replicaIndex: 1 };
-    const store = SigningRecord.open(dir, identity);
+    const store = SigningRecord.open(dir, identity, { create: true });
     const calls: { resource: string; epoch: bigint; after: boolean; outcome: Promise<string | undefined> }[] = [];
     const grant = (k: number, after: boolean) => {
       // Four resources, so calls queue behind each other in one critical section as well as run side by side.
@@ -141,7 +145,7 @@ describe('reshare: old members are frozen before they deal', () => {
     const inherited = inheritRecords(reports, 1, newClusterId);
     expect(inherited.floor).toBe(10n);
     expect(inherited.entries.map((e) => [e.resource, e.record.epoch])).toEqual([['fresh', 12n]]);
-    const store = SigningRecord.open(dir, { clusterId: newClusterId, replicaIndex: 4 });
+    const store = SigningRecord.open(dir, { clusterId: newClusterId, replicaIndex: 4 }, { create: true });
     await store.raiseFrom(inherited.entries, inherited.floor);
     expect(store.floor).toBe(10n);
     expect(store.get('orders')).toBeUndefined(); // judged against the floor: epochs up to 10 are stale
@@ -156,7 +160,7 @@ describe('reshare: old members are frozen before they deal', () => {
       entries: [entry('orders', BigInt(replica), holders[0]!)],
     }));
     const inherited = inheritRecords(reports, 1, newClusterId);
-    const store = SigningRecord.open(dir, { clusterId: newClusterId, replicaIndex: 4 });
+    const store = SigningRecord.open(dir, { clusterId: newClusterId, replicaIndex: 4 }, { create: true });
     await store.raiseFrom(inherited.entries);
     const json = exportInterchange(store);
     expect(parseInterchange(json, newClusterId).entries[0]!.record.epoch).toBe(3n);
@@ -213,8 +217,9 @@ describe('reshare: the inherited record never lets an old epoch be granted to so
               case 'low':
                 return { replica, floor: 0n, entries: lie === 'low' ? [entry('a', 1n, holders[2]!)] : [] };
               case 'absurd':
-                // As high as a lie may go and still be inherited: 2^62 and above is refused (below).
-                return { replica, floor: 0n, entries: [entry('a', HONEST_EPOCH_CEILING - 1n, holders[2]!)] };
+                // As high as a lie may go and still be inherited whatever the others report: 2^62 and above is
+                // refused, and so is a value more than 1/1024 of the epochs left below 2^62 above what f+1 back.
+                return { replica, floor: 0n, entries: [entry('a', unbackedLeadAllowed(0n), holders[2]!)] };
               case 'other-holder':
                 return {
                   replica,

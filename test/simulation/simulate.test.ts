@@ -6,13 +6,26 @@
  * (`--timing`): every fast path within its one-round-trip bound, and each planted bug that only costs time caught
  * there. Build first (it runs dist/).
  */
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { MUTATIONS } from '../../src/simulation/mutations.js';
 import { runDevCli } from '../support/cli.js';
+import { fencedBlocks } from '../support/doc-blocks.js';
 
 /** About a minute of CPU on the 2-core CI machine with simulated crypto (about 30 ms a scenario). */
 const BUDGET_RUNS = 1_000;
 const SEED = 20261126;
+
+/**
+ * The command docs/testing.md ("Running it") documents and the digest it publishes for it: the budget run is
+ * that command, as written, so the published digest is checked. A protocol change changes the digest on
+ * purpose; the one place to update is that line of docs/testing.md.
+ */
+const TESTING_MD = readFileSync(new URL('../../docs/testing.md', import.meta.url), 'utf8');
+const DOCUMENTED_COMMAND = fencedBlocks('docs/testing.md', TESTING_MD)
+  .flatMap((block) => block.code.split('\n'))
+  .find((line) => line.includes('quorumfence-dev.js simulate'));
+const DOCUMENTED_DIGEST = /^expected digest: `([0-9a-f]{64})`$/m.exec(TESTING_MD)?.[1];
 
 interface Summary {
   readonly runs: number;
@@ -43,11 +56,28 @@ async function simulate(args: string[], timeoutMs: number): Promise<Summary> {
 }
 
 describe('quorumfence-dev simulate', () => {
-  it(`${BUDGET_RUNS} seeded scenarios: no violation, no liveness failure, a digest over every event`, async () => {
-    const summary = await simulate(['--seed', String(SEED), '--runs', String(BUDGET_RUNS), '--workers', '2'], 600_000);
+  it(`${BUDGET_RUNS} seeded scenarios, the command docs/testing.md documents: no violation, no liveness failure, the digest it publishes`, async () => {
+    // node dist/nodes/quorumfence-dev.js simulate ... --json: the words after the program, as written.
+    const args = DOCUMENTED_COMMAND?.trim().split(/\s+/).slice(2) ?? [];
+    expect(args, 'the simulate command of docs/testing.md, "Running it"').toEqual([
+      'simulate',
+      '--seed',
+      String(SEED),
+      '--runs',
+      String(BUDGET_RUNS),
+      '--workers',
+      '2',
+      '--json',
+    ]);
+    const result = await runDevCli(args, { timeoutMs: 600_000 });
+    expect(result.stderr).toBe('');
+    const summary = JSON.parse(result.stdout) as Summary;
     expect(summary.failedRuns).toEqual([]);
     expect(summary).toMatchObject({ runs: BUDGET_RUNS, violations: 0, livenessFailures: 0 });
-    expect(summary.digest).toMatch(/^[0-9a-f]{64}$/);
+    expect(
+      summary.digest,
+      `the digest docs/testing.md publishes ("expected digest:"). After a deliberate protocol change, put ${summary.digest} there (the one place it is written); otherwise the simulation is no longer deterministic`,
+    ).toBe(DOCUMENTED_DIGEST);
   }, 620_000);
 
   it.each([

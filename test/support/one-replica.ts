@@ -41,6 +41,7 @@ export async function startOneReplica(
       }),
     );
     const local = await startLocalCluster({
+      newStores: true,
       dir: join(root, 'keys'),
       indices: [1],
       dataRoot: join(root, 'data'),

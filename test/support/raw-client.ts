@@ -74,9 +74,16 @@ export class RawClient {
   }
 
   /** Connects and waits for the replica's challenge. Does not authenticate. */
-  static connect(url: string, options: { timeoutMs?: number; ca?: string | Buffer } = {}): Promise<RawClient> {
+  static connect(
+    url: string,
+    options: { timeoutMs?: number; ca?: string | Buffer; localAddress?: string } = {},
+  ): Promise<RawClient> {
     return new Promise((resolve, reject) => {
-      const socket = new WebSocket(url, { perMessageDeflate: false, ...(options.ca ? { ca: options.ca } : {}) });
+      const socket = new WebSocket(url, {
+        perMessageDeflate: false,
+        ...(options.ca ? { ca: options.ca } : {}),
+        ...(options.localAddress ? { localAddress: options.localAddress } : {}),
+      });
       socket.binaryType = 'nodebuffer';
       let client: RawClient | undefined;
       const closed = new Promise<Closed>((resolveClosed) =>
@@ -116,7 +123,7 @@ export class RawClient {
   static async open(
     url: string,
     holder: Holder = newHolder(),
-    options: { timeoutMs?: number; ca?: string | Buffer } = {},
+    options: { timeoutMs?: number; ca?: string | Buffer; localAddress?: string } = {},
   ): Promise<RawClient> {
     const client = await RawClient.connect(url, options);
     const answer = await client.exchange(helloFor(holder, client.challenge, client.nextId()));

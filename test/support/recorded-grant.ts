@@ -10,7 +10,7 @@ export async function recordGrant(
   replica: { readonly clusterId: Uint8Array; readonly replicaIndex: number },
   grant: { readonly resource: string; readonly epoch: bigint; readonly holder: Uint8Array },
 ): Promise<void> {
-  const store = SigningRecord.open(dir, replica);
+  const store = SigningRecord.open(dir, replica, { create: true });
   try {
     const { resource, epoch, holder } = grant;
     await store.checkAndRecord(resource, () => ({

@@ -1,14 +1,25 @@
 /**
- * The system programs some tests run for real (PostgreSQL, Chromium, promtool, kubectl, docker-compose, etcd, a C
- * compiler), and whether this machine has them. `npm test` must work on a fresh machine with only Node.js (README,
- * first lines), so a test whose program is missing is skipped, and says so in its name ("needs PostgreSQL: not
- * installed, skipped"): vitest reports it as skipped, never as passed. CI installs every one of them (.ci/run) and
- * sets QUORUMFENCE_TEST_REQUIRE_SYSTEM=1, under which nothing is skipped: a missing program fails its tests with the
+ * The system programs some tests run for real (PostgreSQL, Chromium, promtool, kubectl, docker-compose, etcd, a
+ * Docker engine, fish, systemd-analyze, a C compiler), and whether this machine has them. `npm test` must work on a fresh machine
+ * with only Node.js (README, first lines), so
+ * a test whose program is missing is skipped, and says so in its name ("needs PostgreSQL: not installed, skipped"):
+ * vitest reports it as skipped, never as passed. CI installs every one of them (.ci/run) and sets
+ * QUORUMFENCE_TEST_REQUIRE_SYSTEM=1, under which nothing is skipped: a missing program fails its tests with the
  * command that installs it.
  */
 import { spawnSync } from 'node:child_process';
 
-export type SystemTool = 'postgresql' | 'chromium' | 'promtool' | 'kubectl' | 'docker-compose' | 'etcd' | 'cc';
+export type SystemTool =
+  | 'postgresql'
+  | 'chromium'
+  | 'promtool'
+  | 'kubectl'
+  | 'docker-compose'
+  | 'etcd'
+  | 'docker'
+  | 'fish'
+  | 'systemd-analyze'
+  | 'cc';
 
 interface ToolInfo {
   /** What a test name calls it. */
@@ -17,6 +28,10 @@ interface ToolInfo {
   readonly commands: readonly string[];
   /** Debian's package. */
   readonly install: string;
+  /** A shell command that must also succeed: the program is there and can work (a daemon answers). */
+  readonly probe?: string;
+  /** What a test name says when it is missing (default "not installed"). */
+  readonly missing?: string;
 }
 
 const TOOLS: Record<SystemTool, ToolInfo> = {
@@ -26,6 +41,16 @@ const TOOLS: Record<SystemTool, ToolInfo> = {
   kubectl: { label: 'kubectl', commands: ['kubectl'], install: 'kubernetes-client' },
   'docker-compose': { label: 'docker-compose', commands: ['docker-compose'], install: 'docker-compose' },
   etcd: { label: 'etcd', commands: ['etcd'], install: 'etcd-server' },
+  // The engine, not just its client: dockerd must answer (.ci/run starts it), and compose must be there to drive it.
+  docker: {
+    label: 'a Docker engine',
+    commands: ['docker', 'docker-compose'],
+    install: 'docker.io docker-compose, then start dockerd',
+    probe: 'docker info',
+    missing: 'not installed or not running',
+  },
+  fish: { label: 'fish', commands: ['fish'], install: 'fish' },
+  'systemd-analyze': { label: 'systemd-analyze', commands: ['systemd-analyze'], install: 'systemd' },
   // bench --gray's slow-flush compiles a small preloaded library.
   cc: { label: 'a C compiler', commands: ['cc'], install: 'gcc' },
 };
@@ -39,9 +64,10 @@ const found = new Map<SystemTool, boolean>();
 export function hasTool(tool: SystemTool): boolean {
   let has = found.get(tool);
   if (has === undefined) {
-    has = TOOLS[tool].commands.every(
-      (command) => spawnSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' }).status === 0,
-    );
+    const { commands, probe } = TOOLS[tool];
+    has =
+      commands.every((command) => spawnSync('sh', ['-c', `command -v ${command}`], { stdio: 'ignore' }).status === 0) &&
+      (probe === undefined || spawnSync('sh', ['-c', probe], { stdio: 'ignore', timeout: 30_000 }).status === 0);
     found.set(tool, has);
   }
   return has;
@@ -55,10 +81,13 @@ export function lacks(...tools: SystemTool[]): boolean {
 /** For a test's name: "(needs PostgreSQL)", or "(needs PostgreSQL: not installed, skipped)" when it will be. */
 export function needs(...tools: SystemTool[]): string {
   const labels = tools.map((tool) => TOOLS[tool].label).join(', ');
-  return lacks(...tools) ? `(needs ${labels}: not installed, skipped)` : `(needs ${labels})`;
+  if (!lacks(...tools)) return `(needs ${labels})`;
+  const why = tools.find((tool) => !hasTool(tool));
+  return `(needs ${labels}: ${(why && TOOLS[why].missing) ?? 'not installed'}, skipped)`;
 }
 
 /** What to run to install a program (Debian). */
 export function installHint(tool: SystemTool): string {
-  return `${TOOLS[tool].label} is not installed (Debian: apt-get install ${TOOLS[tool].install}; .ci/run installs it)`;
+  const { label, install, missing = 'not installed' } = TOOLS[tool];
+  return `${label} is ${missing} (Debian: apt-get install ${install}; .ci/run does it)`;
 }

@@ -6,14 +6,35 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadBackend } from '../../src/crypto/load.js';
-import { parseDuration, requiredOrEnvironment } from '../../src/command/args.js';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  parseDuration,
+  parseFlags,
+  requiredOrEnvironment,
+  resourceArgument,
+  type Command,
+} from '../../src/command/args.js';
 import { chooseEndpointListen, endpointPort } from '../../src/command/endpoint-listen.js';
-import { completionOf } from '../../src/cli/completion.js';
+import { completionOf, verbCompletions } from '../../src/cli/completion.js';
 import { formatHealthReport, formatUptime, healthReport, judgeReplica } from '../../src/cli/health.js';
 import { LOCK_EXIT_CODES, lockExitCode, splitCommandLine } from '../../src/cli/lock.js';
+import { leaseOwner } from '../../src/cli/client-flags.js';
+import { currencyLine, tokenCurrency } from '../../src/cli/verify.js';
 import { parseEpochArgument } from '../../src/cli/release.js';
 import { codeOf } from '../support/error-code.js';
 import { dealCluster } from '../support/dealt-cluster.js';
+
+const SRC = fileURLToPath(new URL('../../src', import.meta.url));
+const sourceFiles = (dir: string): string[] =>
+  readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
+    entry.isDirectory()
+      ? sourceFiles(join(dir, entry.name))
+      : entry.name.endsWith('.ts')
+        ? [join(dir, entry.name)]
+        : [],
+  );
 
 describe('durations', () => {
   it('a number without a unit is refused (INVALID_OPTION), whatever the number; "0" alone needs none', () => {
@@ -40,6 +61,28 @@ describe('durations', () => {
     expect(parseDuration(undefined, 'ttl', 42)).toBe(42);
   });
 
+  it('no flag of any verb is a bare count of milliseconds or seconds: every duration takes its unit (issue 47, item 9)', async () => {
+    const { VERBS } = await import('../../src/cli/main.js');
+    // The development tools' table is private to src/devtools/main.ts: the same verbs, loaded the same way.
+    const DEV_VERBS: Record<string, () => Promise<{ command: Command }>> = {
+      demo: () => import('../../src/devtools/demo.js'),
+      chaos: () => import('../../src/devtools/chaos.js'),
+      simulate: () => import('../../src/devtools/simulate.js'),
+      bench: () => import('../../src/devtools/bench.js'),
+      worker: () => import('../../src/devtools/worker.js'),
+      vectors: () => import('../../src/devtools/vectors.js'),
+    };
+    for (const [program, verbs] of [
+      ['quorumfence', VERBS],
+      ['quorumfence-dev', DEV_VERBS],
+    ] as const)
+      for (const completion of await verbCompletions(program, verbs))
+        expect(
+          completion.flags.filter((flag) => /-(ms|millis|milliseconds|s|secs|seconds)$/.test(flag)),
+          `${program} ${completion.verb}`,
+        ).toEqual([]);
+  }, 30_000);
+
   it('the refusal says a unit is needed and suggests one', () => {
     expect(() => parseDuration('10', 'ttl', 1)).toThrow(/--ttl expects a duration with a unit.*10ms or 10s/);
     for (const bad of ['', 's', '10 s', '10sec', '-1s', '1e3ms', 'ten'])
@@ -56,9 +99,109 @@ describe('flags from the environment', () => {
     expect(requiredOrEnvironment('flag.json', 'cluster', 'QUORUMFENCE_CLUSTER', env)).toBe('flag.json');
     expect(requiredOrEnvironment(undefined, 'cluster', 'QUORUMFENCE_CLUSTER', env)).toBe('from-env.json');
     expect(codeOf(() => requiredOrEnvironment(undefined, 'cluster', 'QUORUMFENCE_CLUSTER', {}))).toBe('INVALID_OPTION');
-    expect(() => requiredOrEnvironment('', 'cluster', 'QUORUMFENCE_CLUSTER', { QUORUMFENCE_CLUSTER: '' })).toThrow(
-      '--cluster is required (or set $QUORUMFENCE_CLUSTER)',
+    // A variable set to "" counts as unset (a flag given empty never gets here: parseFlags refuses it).
+    expect(() =>
+      requiredOrEnvironment(undefined, 'cluster', 'QUORUMFENCE_CLUSTER', { QUORUMFENCE_CLUSTER: '' }),
+    ).toThrow('--cluster is required (or set $QUORUMFENCE_CLUSTER)');
+  });
+
+  it('a flag given empty is INVALID_OPTION for every flag, never read as absent (issue 43, item 8)', () => {
+    const options = {
+      identity: { type: 'string' },
+      watch: { type: 'string', multiple: true },
+      json: { type: 'boolean' },
+    } as const;
+    for (const argv of [
+      ['--identity', ''],
+      ['--identity='],
+      ['--watch', 'a', '--watch', ''],
+      ['--json', '--identity', ''],
+    ])
+      expect(() => parseFlags(argv, options), argv.join(' ')).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_OPTION',
+          message: expect.stringMatching(/^--(identity|watch) was given an empty value/),
+        }),
+      );
+    expect(parseFlags(['--identity', 'me.key', '--watch', 'a', '--json'], options).values).toEqual({
+      identity: 'me.key',
+      watch: ['a'],
+      json: true,
+    });
+  });
+
+  it('every verb reads its flags through parseFlags, where that rule lives (no other parseArgs in src/)', () => {
+    const offenders = sourceFiles(SRC)
+      .filter(
+        (file) => !file.endsWith(join('command', 'args.ts')) && !file.endsWith(join('testing', 'holder-child.ts')),
+      )
+      .filter((file) => /\bparseArgs\b/.test(readFileSync(file, 'utf8')));
+    expect(offenders).toEqual([]);
+  });
+});
+
+describe('resource names on the command line', () => {
+  const utf8 = (text: string) => new TextEncoder().encode(text);
+
+  it('a U+FFFD that stands for bytes that were not UTF-8 is RESOURCE_NOT_UTF8, never a name (issue 47, item 9)', () => {
+    const invalid = Uint8Array.of(...utf8('orders/'), 0xff);
+    expect(codeOf(() => resourceArgument('orders/\uFFFD', 'RESOURCE', [utf8('acquire'), invalid]))).toBe(
+      'RESOURCE_NOT_UTF8',
     );
+    // Where the bytes cannot be read, a U+FFFD cannot be told apart: refused too, saying so.
+    expect(() => resourceArgument('orders/\uFFFD', 'RESOURCE', null)).toThrow(/this system cannot tell which/);
+    // The character itself, typed in UTF-8 (EF BF BD), is a name like any other.
+    expect(resourceArgument('orders/\uFFFD', 'RESOURCE', [utf8('orders/\uFFFD')])).toBe('orders/\uFFFD');
+    expect(resourceArgument('orders/42', 'RESOURCE', null)).toBe('orders/42');
+  });
+
+  it('the name contract is checked before anything connects', () => {
+    expect(codeOf(() => resourceArgument('a\tb', 'RESOURCE', []))).toBe('NAME_CONTROL_CHARACTER');
+    expect(codeOf(() => resourceArgument('r'.repeat(257), 'RESOURCE', []))).toBe('RESOURCE_TOO_LONG');
+  });
+});
+
+describe('whose busy lease, and whether a token is current: the (f+1) rules', () => {
+  const { cluster } = dealCluster(4, loadBackend('noble'));
+  const me = 'aa'.repeat(32);
+  const someone = new Uint8Array(32).fill(0xbb);
+  const listing = (replica: number, holder: Uint8Array, epoch = 7n) => ({
+    replica,
+    endpoint: `ws://127.0.0.1:${7100 + replica}`,
+    state: 'ok' as const,
+    leases: [{ resource: 'r', epoch, holder, remainingMs: 1000 }],
+    more: false,
+  });
+  const mine = new Uint8Array(32).fill(0xaa);
+
+  it("a busy lease is this identity's only when f+1 replicas list it so, another's only when f+1 list another holder", () => {
+    expect(leaseOwner([listing(1, mine), listing(2, mine)], 'r', 7n, me, 1)).toBe('mine');
+    // One replica (possibly the liar) is not enough either way.
+    expect(leaseOwner([listing(1, mine), listing(2, someone)], 'r', 7n, me, 1)).toBe('unknown');
+    expect(leaseOwner([listing(1, someone), listing(2, someone), listing(3, mine)], 'r', 7n, me, 1)).toBe('other');
+    // Another epoch or resource is not this lease.
+    expect(leaseOwner([listing(1, mine, 6n), listing(2, mine, 6n)], 'r', 7n, me, 1)).toBe('unknown');
+    expect(leaseOwner([], 'r', 7n, me, 1)).toBe('unknown');
+  });
+
+  it('a token is current while f+1 say its lease runs, ended at the same epoch, superseded below a later one', () => {
+    const status = (epoch: bigint | undefined, leased: boolean) => ({
+      resource: 'r',
+      replicas: [],
+      epoch,
+      leased,
+      remainingMs: leased ? 4200 : undefined,
+      answered: epoch === undefined ? 2 : 3,
+    });
+    expect(tokenCurrency(7n, status(7n, true), cluster)).toEqual({ state: 'current', remainingMs: 4200 });
+    expect(tokenCurrency(7n, status(7n, false), cluster)).toEqual({ state: 'ended' });
+    expect(tokenCurrency(7n, status(9n, false), cluster)).toEqual({ state: 'superseded', epoch: 9n });
+    expect(tokenCurrency(7n, status(undefined, false), cluster)).toEqual({
+      state: 'unknown',
+      reason: '2 of the 4 replicas answered, 3 are needed',
+    });
+    expect(tokenCurrency(7n, status(5n, false), cluster)).toMatchObject({ state: 'unknown' });
+    expect(currencyLine({ state: 'superseded', epoch: 9n })).toMatch(/^no: superseded, the replicas are at epoch 9/);
   });
 });
 

@@ -1,6 +1,6 @@
 /** The token bucket behind every per-connection rate (requests, evidence checks). */
 import { describe, expect, it } from 'vitest';
-import { TokenBucket } from '../../src/common/token-bucket.js';
+import { takeFromAll, TokenBucket } from '../../src/common/token-bucket.js';
 
 describe('TokenBucket', () => {
   it('starts full, spends one token per take, refills at its rate up to its burst', () => {
@@ -17,5 +17,22 @@ describe('TokenBucket', () => {
     const bucket = new TokenBucket(1_000, 1, 1_000);
     expect(bucket.take(1_000)).toBe(true);
     expect(bucket.take(0)).toBe(false);
+  });
+
+  it('takeFromAll spends one token of each bucket, or none when any of them is empty', () => {
+    const wide = new TokenBucket(1, 5, 0);
+    const narrow = new TokenBucket(1, 1, 0);
+    expect(takeFromAll([wide, narrow], 0)).toBe(true);
+    // The narrow one is empty: the wide one keeps its token.
+    expect(takeFromAll([wide, narrow], 0)).toBe(false);
+    expect([wide.take(0), wide.take(0), wide.take(0), wide.take(0), wide.take(0)]).toEqual([
+      true,
+      true,
+      true,
+      true,
+      false,
+    ]);
+    expect(narrow.holds(1_000)).toBe(true);
+    expect(takeFromAll([narrow], 1_000)).toBe(true);
   });
 });

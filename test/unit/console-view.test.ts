@@ -205,6 +205,25 @@ describe('ConsoleJudge', () => {
     expect(judge.convictions(3)[0]).toMatchObject({ count: 2, firstAt: at(0), lastAt: at(1) });
   });
 
+  it('an epoch at or above 2^62 convicts while at most f replicas reported one; once more than f did, it proves nothing (issue 43, finding 4)', () => {
+    const judge = new ConsoleJudge(1);
+    const ceiling = 2n ** 62n;
+    const one = judge.poll([observe(1, [], { orders: ceiling }), observe(2, [], { orders: 5n })], at(0));
+    expect(one.replicas.map((r) => r.faulty !== null)).toEqual([true, false]);
+    expect(one.margin).toBe(-2);
+    // The cluster crossed the ceiling (a reshare inherited a lie before inherit refused them): every replica is
+    // there after an honest grant at 2^62. Two of four: one of them is honest, so nobody is faulty for it.
+    const all = judge.poll(
+      [1, 2, 3, 4].map((replica) => observe(replica, [], { orders: ceiling + 1n })),
+      at(1),
+    );
+    expect(all.replicas.map((r) => r.faulty)).toEqual([null, null, null, null]);
+    expect(all.margin).toBe(1);
+    // Other proofs still count.
+    const down = judge.poll([observe(3, [], { orders: 7n })], at(2));
+    expect(down.replicas[0]!.faulty).toMatch(/after reporting/);
+  });
+
   it('starts a replica’s history over on a new connection, so a reshare’s new member is not blamed (negative case)', () => {
     const judge = new ConsoleJudge(1);
     judge.poll([observe(2, [], { orders: 9n })], at(0));

@@ -3,7 +3,14 @@
  * runnable, their attributes, nested fences, and the one change it makes, example ports as whole numbers.
  */
 import { describe, expect, it } from 'vitest';
-import { examplePortsIn, mapPorts, runnableBlocks } from '../support/doc-blocks.js';
+import {
+  examplePortsIn,
+  fencedBlocks,
+  isCommandBlock,
+  mapPorts,
+  runnableBlocks,
+  uncoveredBlocks,
+} from '../support/doc-blocks.js';
 
 const markdown = [
   '# Title',
@@ -26,13 +33,24 @@ const markdown = [
 describe('runnable blocks', () => {
   it('finds the fences marked runnable, with their line, language and attributes, and nothing inside another fence', () => {
     expect(runnableBlocks('doc.md', markdown)).toEqual([
-      { file: 'doc.md', line: 5, language: 'sh', cluster: false, lock: undefined, code: 'echo one\n' },
+      {
+        file: 'doc.md',
+        line: 5,
+        language: 'sh',
+        cluster: false,
+        lock: undefined,
+        script: undefined,
+        checkout: undefined,
+        code: 'echo one\n',
+      },
       {
         file: 'doc.md',
         line: 13,
         language: 'ts',
         cluster: true,
         lock: 'orders/eu',
+        script: undefined,
+        checkout: undefined,
         code: 'const x: number = 1; // ``` not a close\n',
       },
     ]);
@@ -46,6 +64,68 @@ describe('runnable blocks', () => {
       'doc.md:2: unknown attribute "fast"',
     );
     expect(() => runnableBlocks('doc.md', '```sh runnable lock=r\nx\n```')).toThrow(/lock= is for js and ts/);
+    expect(() => runnableBlocks('doc.md', '```js runnable script=guard.js\nx\n```')).toThrow(/a \.mjs \(js\)/);
+    expect(() => runnableBlocks('doc.md', '```js runnable checkout=../q\nx\n```')).toThrow(/checkout= is for shell/);
+    expect(runnableBlocks('doc.md', '```sh runnable checkout=../quorumfence\nx\n```')[0]?.checkout).toBe(
+      '../quorumfence',
+    );
+    expect(runnableBlocks('doc.md', '```ts runnable script=guard.mts\nx\n```')[0]?.script).toBe('guard.mts');
+  });
+
+  it('a command block is a shell, JavaScript or TypeScript block, or an unlabelled one holding a command line', () => {
+    const doc = [
+      '```sh',
+      'echo labelled',
+      '```',
+      '```',
+      '# an unlabelled block of commands is still one',
+      'quorumfence keygen --replicas 4 --out keys',
+      '```',
+      '```',
+      'grant message = "quorumfence/grant/v1" ‖ clusterId',
+      '```',
+      '```text',
+      'npm install (a format, labelled text)',
+      '```',
+      '1. a list item:',
+      '   ```sh',
+      '   npx quorumfence health',
+      '   ```',
+    ].join('\n');
+    const blocks = fencedBlocks('doc.md', doc);
+    expect(blocks.map((b) => [b.line, isCommandBlock(b)])).toEqual([
+      [1, true],
+      [4, true],
+      [8, false],
+      [11, false],
+      [15, true],
+    ]);
+    // A fence inside a list item: its indent is not part of the command.
+    expect(blocks[4]!.code).toBe('npx quorumfence health\n');
+    expect(() => isCommandBlock(fencedBlocks('doc.md', '```python\nprint(1)\n```')[0]!)).toThrow(
+      /doc\.md:1: a block labelled "python"/,
+    );
+  });
+
+  it('a command block that is neither runnable nor listed with a reason is reported, and so is a list entry that names no block', () => {
+    const doc = [
+      '```sh runnable',
+      'echo runs',
+      '```',
+      '```sh',
+      'kubectl apply -k deploy',
+      '```',
+      '```sh',
+      'echo forgotten',
+      '```',
+    ].join('\n');
+    const blocks = fencedBlocks('doc.md', doc).filter(isCommandBlock);
+    const listed = { file: 'doc.md', starts: 'kubectl apply', reason: 'needs Kubernetes' };
+    const stale = { file: 'doc.md', starts: 'docker compose up', reason: 'gone' };
+    const { unlisted, stale: staleEntries } = uncoveredBlocks(blocks, [listed, stale]);
+    expect(unlisted.map((b) => b.line)).toEqual([7]);
+    expect(staleEntries).toEqual([stale]);
+    expect(uncoveredBlocks(blocks.slice(0, 2), [listed])).toEqual({ unlisted: [], stale: [] });
   });
 
   it('maps example ports only as whole numbers', () => {

@@ -9,7 +9,9 @@ import { describe, expect, it } from 'vitest';
 import { loadBackend } from '../../src/crypto/load.js';
 import { decodeClientMessage, encodeMessage } from '../../src/protocol/codec.js';
 import type { AcquireRequest, GrantEvidence } from '../../src/protocol/messages.js';
-import { EvidenceChecker } from '../../src/replica/grant-evidence.js';
+import { EvidenceAllowance, EvidenceChecker, MAX_PENDING_PER_IDENTITY } from '../../src/replica/grant-evidence.js';
+import { VerifyBatcher } from '../../src/crypto/verify-batch.js';
+import { TokenBucket } from '../../src/common/token-bucket.js';
 import { catchUpStep } from '../../src/client/catch-up.js';
 import { dealCluster } from '../support/dealt-cluster.js';
 import { codeOf } from '../support/error-code.js';
@@ -112,6 +114,98 @@ describe('EvidenceChecker', () => {
       { replica: 2, epoch: 9n },
       { replica: 3, epoch: 9n },
     ]);
+  });
+});
+
+describe('EvidenceChecker: cheapest checks first (issue 43, finding 2)', () => {
+  /** A budget that counts what it was asked for. */
+  const counting = () => {
+    const budget = Object.assign(() => ++budget.spent > 0, { spent: 0 });
+    return budget;
+  };
+  const atLeast = (count: number) => (support: readonly unknown[]) => support.length >= count;
+  /** A point in the subgroup that is no partial of this cluster: a partial of another cluster's key. */
+  const stranger = dealCluster(4, backend);
+  const randomPoint = (replica: number, epoch: bigint): GrantEvidence => ({
+    replica,
+    epoch,
+    partial: stranger.partial(replica, { clusterId: stranger.cluster.id, resource, epoch, holder }).bytes,
+  });
+
+  it('checks nothing when even all of the evidence, verified, would not be enough', async () => {
+    const checker = new EvidenceChecker(dealt.cluster, 1);
+    const budget = counting();
+    const request = acquire(9n, [evidenceBy(2, 9n), evidenceBy(3, 9n)]);
+    expect(await checker.support(request, holder, budget, atLeast(3))).toEqual([]);
+    expect(budget.spent).toBe(0);
+  });
+
+  it('checks only as many as are still needed, and more only when some fail', async () => {
+    const budget = counting();
+    const request = acquire(9n, [evidenceBy(2, 9n), evidenceBy(3, 9n), evidenceBy(4, 9n)]);
+    expect(await new EvidenceChecker(dealt.cluster, 1).support(request, holder, budget, atLeast(1))).toEqual([
+      { replica: 2, epoch: 9n },
+    ]);
+    expect(budget.spent).toBe(1);
+    const mixed = counting();
+    const withBad = acquire(9n, [randomPoint(2, 9n), evidenceBy(3, 9n), randomPoint(4, 9n)]);
+    expect(await new EvidenceChecker(dealt.cluster, 1).support(withBad, holder, mixed, atLeast(2))).toEqual([
+      { replica: 3, epoch: 9n },
+    ]);
+    // Two at first (both needed), then the third to replace the one that failed.
+    expect(mixed.spent).toBe(3);
+  });
+
+  it('one identity holds at most MAX_PENDING_PER_IDENTITY places in the queue; another identity still gets one', async () => {
+    // A batcher that runs only when told: every check stays pending meanwhile.
+    const held: (() => void)[] = [];
+    const batcher = new VerifyBatcher(backend, 8, (run) => held.push(run));
+    const checker = new EvidenceChecker(dealt.cluster, 1, batcher, { maxPending: 1_000 });
+    const flood = Array.from({ length: MAX_PENDING_PER_IDENTITY + 4 }, (_, k) =>
+      checker.support(acquire(BigInt(100 + k), [randomPoint(2, BigInt(100 + k))]), other, () => true),
+    );
+    expect(checker.pending).toBe(MAX_PENDING_PER_IDENTITY);
+    const honest = checker.support(acquire(9n, [evidenceBy(2, 9n)]), holder, () => true);
+    expect(checker.pending).toBe(MAX_PENDING_PER_IDENTITY + 1);
+    for (let turns = 0; held.length > 0 && turns < 100; turns++) held.shift()!();
+    expect(await honest).toEqual([{ replica: 2, epoch: 9n }]);
+    expect((await Promise.all(flood)).flat()).toEqual([]);
+    expect(checker.pending).toBe(0);
+  });
+
+  it('checks nothing while a full queue of checks waits, and spends no budget on it', async () => {
+    const checker = new EvidenceChecker(dealt.cluster, 1, undefined, { maxPending: 0 });
+    const budget = counting();
+    expect(await checker.support(acquire(9n, [evidenceBy(2, 9n)]), holder, budget)).toEqual([]);
+    expect(budget.spent).toBe(0);
+    expect(checker.pending).toBe(0);
+  });
+});
+
+describe('EvidenceAllowance (issue 43, finding 2)', () => {
+  it("one identity's connections share its allowance: more connections buy no more checks", () => {
+    let now = 0;
+    const allowance = new EvidenceAllowance({ perIdentity: 3, total: 100 }, () => now);
+    const connections = Array.from({ length: 8 }, () => new TokenBucket(32, 32, 0));
+    const spent = connections.map((c) => allowance.budgetFor(holder, c)).map((budget) => [budget(), budget()]);
+    expect(spent.flat().filter(Boolean)).toHaveLength(3);
+    // Another identity has its own.
+    expect(allowance.budgetFor(other)()).toBe(true);
+    now = 1_000;
+    expect(allowance.budgetFor(holder, connections[0])()).toBe(true);
+  });
+
+  it('every identity together draws on the total; a refused check costs no allowance', () => {
+    const allowance = new EvidenceAllowance({ perIdentity: 5, total: 4 }, () => 0);
+    const identities = Array.from({ length: 6 }, (_, k) => new Uint8Array(32).fill(k + 10));
+    const granted = identities.map((key) => allowance.budgetFor(key)());
+    expect(granted).toEqual([true, true, true, true, false, false]);
+    // A connection out of tokens refuses without spending its identity's or the total's.
+    const fresh = new EvidenceAllowance({ perIdentity: 1, total: 1 }, () => 0);
+    const empty = new TokenBucket(1, 1, 0);
+    empty.take(0);
+    expect(fresh.budgetFor(holder, empty)()).toBe(false);
+    expect(fresh.budgetFor(holder)()).toBe(true);
   });
 });
 

@@ -27,7 +27,7 @@ let dir: string;
 let wall = 1_000;
 let stores: SigningRecord[] = [];
 function openStore(): SigningRecord {
-  const store = SigningRecord.open(dir, identity, { probe: false, wallClock: () => wall });
+  const store = SigningRecord.open(dir, identity, { probe: false, wallClock: () => wall, create: true });
   stores.push(store);
   return store;
 }

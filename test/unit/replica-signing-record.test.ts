@@ -1,6 +1,7 @@
 /**
  * The signing record on real LMDB files in a temp dir: identity checks,
- * locking, reset detection, refusing to lower a watermark, and atomic imports.
+ * locking, reset detection, no store made unless told, refusing to lower a
+ * watermark, and atomic imports.
  */
 import { existsSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,7 +12,8 @@ import { grantDigest } from '../../src/token/grant.js';
 import type { SignedRecord } from '../../src/replica/policy.js';
 import { mayReplace } from '../../src/replica/check-and-record.js';
 import { decodeRecord, encodeRecord } from '../../src/replica/record-codec.js';
-import { SigningRecord, type StoreIdentity } from '../../src/replica/signing-record.js';
+import { createSigningRecord, SigningRecord, type StoreIdentity } from '../../src/replica/signing-record.js';
+import { open as lmdbOpen } from 'lmdb';
 
 const clusterId = new Uint8Array(32).fill(1);
 const identity: StoreIdentity = { clusterId, replicaIndex: 2 };
@@ -35,7 +37,8 @@ function expectCode(fn: () => unknown, code: ErrorCode): void {
 let dir: string;
 let open: SigningRecord[] = [];
 function openStore(id: StoreIdentity | undefined = identity, readOnly = false): SigningRecord {
-  const store = SigningRecord.open(dir, id, { readOnly });
+  // A new store for each test: told it is new, as `replica init` or `keygen --data` would.
+  const store = SigningRecord.open(dir, id, { readOnly, create: !readOnly });
   open.push(store);
   return store;
 }
@@ -140,6 +143,18 @@ describe('signing record identity and locking', () => {
     expect(openStore().identity.replicaIndex).toBe(2);
   });
 
+  it("takes over a lock naming this process's pid that it does not hold (a container's pid 1, restarted after a kill)", async () => {
+    await openStore().close();
+    open = [];
+    writeFileSync(join(dir, 'replica.lock'), `${process.pid}\n`);
+    const store = openStore();
+    expect(store.identity.replicaIndex).toBe(2);
+    // Held now: a second open in this process is still refused.
+    expectCode(() => SigningRecord.open(dir, identity), 'STORE_LOCKED');
+    await store.close();
+    expect(existsSync(join(dir, 'replica.lock'))).toBe(false);
+  });
+
   it('refuses to start from empty watermarks when the LMDB data was removed (STORE_CORRUPT)', async () => {
     const store = openStore();
     await store.checkAndRecord('r', () => ({ record: record('r', 1n, alice), result: undefined }));
@@ -160,6 +175,39 @@ describe('signing record identity and locking', () => {
 
   it('refuses a read-only open of a directory without a store', () => {
     expectCode(() => SigningRecord.open(dir, undefined, { readOnly: true }), 'STORE_CORRUPT');
+  });
+
+  it('never makes a store unless told to (STORE_MISSING, nothing created); told once, it finds it afterwards (issue 43, finding 5)', async () => {
+    let message = '';
+    try {
+      SigningRecord.open(dir, identity);
+    } catch (error) {
+      expect(isQuorumFenceError(error, 'STORE_MISSING')).toBe(true);
+      message = (error as Error).message;
+    }
+    // The message names the ways a store is made.
+    for (const way of ['replica init', 'keygen --data', 'dkg run', 'reshare inherit', 'replica import'])
+      expect(message).toContain(way);
+    expect(existsSync(dir)).toBe(false);
+    await createSigningRecord(dir, identity);
+    const store = SigningRecord.open(dir, identity);
+    open.push(store);
+    expect(store.identity.replicaIndex).toBe(2);
+    // A record is never replaced by an empty one.
+    await expect(createSigningRecord(dir, identity)).rejects.toMatchObject({ code: 'FILE_EXISTS' });
+  });
+
+  it('an LMDB file whose making stopped before its identity was written is made again only when told (STORE_MISSING)', async () => {
+    await openStore().close();
+    open = [];
+    // What a crash between LMDB's file and the identity leaves: an empty store with no identity.
+    rmSync(dir, { recursive: true, force: true });
+    const env = lmdbOpen({ path: dir, maxDbs: 4 });
+    env.openDB('records', { encoding: 'binary', keyEncoding: 'binary' });
+    env.openDB('meta', { encoding: 'string' });
+    await env.close();
+    expectCode(() => SigningRecord.open(dir, identity), 'STORE_MISSING');
+    expect(openStore().identity.replicaIndex).toBe(2);
   });
 });
 

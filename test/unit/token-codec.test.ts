@@ -90,8 +90,14 @@ describe('admission token codec', () => {
 
   it('refuses an empty resource with RESOURCE_EMPTY and an over-long one with RESOURCE_TOO_LONG', () => {
     expect(codeOf(() => decodeToken(rawToken({ resource: new Uint8Array(0) }), backend))).toBe('RESOURCE_EMPTY');
+    // The length field is read before the bytes behind it: 257 is refused however many follow...
+    expect(
+      codeOf(() => decodeToken(rawToken({ resourceLength: 257, resource: new Uint8Array(12).fill(0x61) }), backend)),
+    ).toBe('RESOURCE_TOO_LONG');
+    // ... except that a token longer than the longest one there can be (427 bytes) is refused before any field is
+    // read (docs/protocol.md, "Token": the order of checks), as the guard's verifier always did.
     expect(codeOf(() => decodeToken(rawToken({ resource: new Uint8Array(257).fill(0x61) }), backend))).toBe(
-      'RESOURCE_TOO_LONG',
+      'BAD_LENGTH',
     );
     expect(codeOf(() => makeGrant({ ...grant, resource: '' }))).toBe('RESOURCE_EMPTY');
     expect(codeOf(() => makeGrant({ ...grant, resource: 'é'.repeat(129) }))).toBe('RESOURCE_TOO_LONG');

@@ -10,11 +10,13 @@ import { resolve } from 'node:path';
 import { QuorumFenceError } from '../../common/errors.js';
 import { OPERATOR_SECRET_ENV, readOperatorSecret } from '../../common/operator-secret.js';
 import { SigningRecord } from '../../replica/signing-record.js';
-import { integerFlag, parseFlags, required } from '../../command/args.js';
+import { parseDuration, parseFlags, required } from '../../command/args.js';
+
+/** How long a live freeze may take, the replica's flush included, when --timeout is not given. */
+const DEFAULT_FREEZE_TIMEOUT_MS = 30_000;
 import { readCertificateAuthority } from '../../command/pem.js';
 import { bytesEqual } from '../../common/bytes.js';
-import { refuseIrregularFile } from '../../common/files.js';
-import { frozenExportText, loadSigner, writeInterchangeText } from '../replica.js';
+import { existingRecordDir, frozenExportText, loadSigner, refuseOutFile, writeInterchangeText } from '../replica.js';
 
 export async function freeze(argv: string[]): Promise<number> {
   const { values } = parseFlags(argv, {
@@ -23,11 +25,18 @@ export async function freeze(argv: string[]): Promise<number> {
     reason: { type: 'string' },
     url: { type: 'string' },
     'secret-file': { type: 'string' },
+    timeout: { type: 'string' },
+    // Replaced by --timeout (a duration with its unit, as every other duration): named, so it is refused with a hint.
     'timeout-ms': { type: 'string' },
     ca: { type: 'string' },
     key: { type: 'string' },
     cluster: { type: 'string' },
   });
+  if (values['timeout-ms'] !== undefined)
+    throw new QuorumFenceError(
+      'INVALID_OPTION',
+      `--timeout-ms is now --timeout, a duration with its unit like every other (--timeout ${values['timeout-ms']}ms)`,
+    );
   if ((values.url === undefined) === (values.data === undefined))
     throw new QuorumFenceError('INVALID_OPTION', 'freeze: give --data (a stopped replica) or --url (a running one)');
   if (values.url !== undefined) {
@@ -41,19 +50,19 @@ export async function freeze(argv: string[]): Promise<number> {
       urlText: values.url,
       secretFile: values['secret-file'],
       reason: values.reason ?? 'reshare',
-      timeoutText: values['timeout-ms'],
+      timeoutText: values.timeout,
       caFile: values.ca,
     });
   }
   if (values.ca !== undefined)
     throw new QuorumFenceError('INVALID_OPTION', '--ca goes with --url (a running replica over wss:// or https://)');
-  const dataDir = resolve(values.data!);
+  const dataDir = existingRecordDir(values.data);
   // The export is signed with the replica's share, so everything it needs is checked before anything is frozen.
   const signer = loadSigner(required(values.key, 'key'), required(values.cluster, 'cluster'));
+  if (values.out !== undefined) refuseOutFile(values.out);
   const peek = SigningRecord.open(dataDir, undefined, { readOnly: true });
   const identity = peek.identity;
   await peek.close();
-  if (values.out !== undefined) refuseIrregularFile(resolve(values.out));
   if (!bytesEqual(identity.clusterId, signer.cluster.id) || identity.replicaIndex !== signer.key.index)
     throw new QuorumFenceError(
       'CLUSTER_MISMATCH',
@@ -156,7 +165,9 @@ async function freezeLive(options: {
       'INVALID_OPTION',
       `--secret-file (or $${OPERATOR_SECRET_ENV}) is required with --url: the replica's operator secret`,
     );
-  const timeoutMs = integerFlag(options.timeoutText, 'timeout-ms', 30_000, 1, 600_000);
+  const timeoutMs = parseDuration(options.timeoutText, 'timeout', DEFAULT_FREEZE_TIMEOUT_MS);
+  if (timeoutMs < 1 || timeoutMs > 600_000)
+    throw new QuorumFenceError('INVALID_OPTION', `--timeout expects 1ms .. 10m, got "${options.timeoutText}"`);
   let answer: { status: number; body: Record<string, unknown> };
   try {
     answer = await postJson(

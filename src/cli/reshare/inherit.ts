@@ -31,7 +31,8 @@ export async function inherit(argv: string[]): Promise<number> {
   const inherited = inheritRecords(reports, old.f, cluster.id);
   const dataDir = resolve(required(values.data, 'data'));
   const replicaIndex = loadReplicaKeyFile(resolve(required(values.key, 'key')), cluster).index;
-  const store = SigningRecord.open(dataDir, { clusterId: cluster.id, replicaIndex });
+  // The new member's record is made here, raised from the old set's: the one way a reshared replica gets one.
+  const store = SigningRecord.open(dataDir, { clusterId: cluster.id, replicaIndex }, { create: true });
   try {
     const summary = await store.raiseFrom(inherited.entries, inherited.floor);
     const reporters = inherited.from.length;
@@ -44,7 +45,7 @@ export async function inherit(argv: string[]): Promise<number> {
         '\n' +
         (reporters < old.n
           ? `reshare: ${reporters} of ${old.n} old replicas reported: f_old = ${old.f} lying replicas among them could ` +
-            `raise epochs (below 2^62); with all ${old.n} frozen exports none can\n`
+            `raise epochs (by at most 1/1024 of those left below 2^62); with all ${old.n} frozen exports none can\n`
           : ''),
     );
   } finally {

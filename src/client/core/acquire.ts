@@ -14,7 +14,7 @@ import { backoffDelay } from '../backoff.js';
 import { escalationEpoch } from '../catch-up.js';
 import { chooseEpoch, firstEpoch } from '../epoch-choice.js';
 import { CallFaults, type EpochHint } from '../quorum-context.js';
-import { leaderOf } from '../signer-choice.js';
+import { leaderFor } from '../signer-choice.js';
 import { busyPauseMs, turnWaitMs } from './waits.js';
 import { AttemptCore } from './attempt.js';
 import type { Attempt } from './attempt-result.js';
@@ -71,7 +71,6 @@ export class AcquireCore implements CallCore<AcquireEnd> {
   readonly #faults = new CallFaults();
   /** The highest epoch each replica reported during this call. A liar's entry is outvoted by the (f+1)-th rule. */
   readonly #known = new Map<number, bigint>();
-  readonly #leader: number;
   #deadline = 0;
   #waitUntil = 0;
   /** The lowest epoch still worth asking for, raised by releases of partial grants (floorAfterRelease). */
@@ -120,12 +119,19 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     this.#call = new CallState(connections, aborted);
     this.#hint = hint?.epoch;
     this.#contended = hint?.contended ?? false;
-    this.#leader = leaderOf(request.resource, env.cluster.n);
     this.#turnMissed = request.pollOnly === true;
   }
 
   get result(): AcquireEnd | undefined {
     return this.#end;
+  }
+
+  /**
+   * The resource's leader now: its hash leader, or the next connected one in ring order when that one is down or
+   * answers far slower than the rest (leaderFor); undefined with no replica connected.
+   */
+  get #leader(): number | undefined {
+    return leaderFor(this.#call.connections, this.#request.resource, this.#env.cluster.t);
   }
 
   start(at: number): CoreAction[] {
@@ -206,7 +212,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     if (this.#call.aborted) return this.#refuse('aborted', 'the caller aborted the acquire');
     if (at >= this.#deadline) return this.#refuse('timeout', `no grant within ${this.#request.timeoutMs} ms`);
     const leaderFirst =
-      this.#contended && at - this.#lastFullAttemptAt < LEADER_FIRST_WINDOW_MS && this.#call.isReady(this.#leader);
+      this.#contended && at - this.#lastFullAttemptAt < LEADER_FIRST_WINDOW_MS && this.#leader !== undefined;
     const guessed = this.#known.size < 2 * this.#env.cluster.f + 1;
     const unknown = guessed && this.#hint === undefined;
     const epoch = this.#chooseEpoch(leaderFirst);
@@ -259,7 +265,8 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     }
     // Leader-first, the leader's own record decides, so follow it even when the (f+1)-th rule lags behind it:
     // a leader ahead of the quorum (partial grants it gave) would otherwise refuse every attempt as stale.
-    const leaderEpoch = this.#known.get(this.#leader);
+    const leader = this.#leader;
+    const leaderEpoch = leader === undefined ? undefined : this.#known.get(leader);
     if (leaderFirst && leaderEpoch !== undefined && leaderEpoch + 1n > epoch && leaderEpoch < MAX_EPOCH)
       epoch = leaderEpoch + 1n;
     const escalateTo = this.#escalateTo;
@@ -311,6 +318,8 @@ export class AcquireCore implements CallCore<AcquireEnd> {
       case 'contended':
         this.#escalateTo = escalationEpoch(attempt.blockers, this.#escalationTried);
         return this.#pause(at);
+      case 'leader_gone':
+        return this.#next(at);
     }
   }
 
@@ -328,7 +337,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
 
   /** f+1 replicas say it is held: take a place in the leader's line now rather than poll for the release. */
   #busy(busy: Extract<Attempt, { kind: 'busy' }>, at: number): void {
-    if (!busy.leaderOnly && !this.#turnMissed && this.#call.isReady(this.#leader) && at < this.#waitUntil)
+    if (!busy.leaderOnly && !this.#turnMissed && this.#leader !== undefined && at < this.#waitUntil)
       return this.#next(at);
     const limit = Math.min(this.#waitUntil, this.#deadline);
     if (at >= limit) return this.#finish(busyRefusal(busy, this.#faults));

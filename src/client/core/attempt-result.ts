@@ -27,6 +27,11 @@ export type Attempt =
       readonly blockers: readonly Blocker[];
     }
   | { readonly kind: 'outdated'; readonly leaderOnly: boolean }
+  /**
+   * The leader this attempt waited at turned slow or hung (its connection's answer time: signer-choice.ts), or went
+   * down, before it answered: wait in the line of the leader there is now instead.
+   */
+  | { readonly kind: 'leader_gone' }
   | { readonly kind: 'stop'; readonly reason: Exclude<AcquireRefusalReason, 'busy'>; readonly message: string };
 
 /** A replica whose record is at or above the attempt's epoch, as it said. */

@@ -13,7 +13,7 @@ import type { Grant } from '../../token/grant.js';
 import type { AcquireOutcome } from '../../protocol/messages.js';
 import type { CombineOutcome, PartialCollector } from '../partial-collector.js';
 import type { CallFaults } from '../quorum-context.js';
-import { firstSigners } from '../signer-choice.js';
+import { firstSigners, leaderFor } from '../signer-choice.js';
 import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import type { AcquireCall } from './acquire.js';
 import { AnswerJudge } from './answers.js';
@@ -52,6 +52,8 @@ export interface EpochAttempt {
 
 /** Once 2f+1 replicas answered without a token, the rest get this many times the time those took (and at least stragglerMinMs). */
 const STRAGGLER_FACTOR = 3;
+/** How often an attempt waiting in a leader's line looks whether that leader is still the resource's leader. */
+const LEADER_CHECK_MS = 100;
 
 /** The parts of an attempt its answers change: shared with the judge of answers (answers.ts). */
 export interface AttemptState {
@@ -83,6 +85,9 @@ export class AttemptCore {
   readonly #judge: AnswerJudge;
   #widenTimer: number | undefined;
   #lateTimer: number | undefined;
+  #leaderCheckTimer: number | undefined;
+  /** The leader waited at stopped being the resource's leader (slow, hung, down): see checkLeader. */
+  #leaderGone = false;
   #straggling = false;
   /** The answer whose partials are being combined, judged further once `combined` comes. */
   #combining: { readonly replica: number; readonly outcome: AcquireOutcome } | undefined;
@@ -127,6 +132,8 @@ export class AttemptCore {
     // First replicas that are slow to answer do not hold the attempt up for long: then everyone is asked. A leader
     // keeping us in its line is not slow: it answers when our turn comes.
     if (first !== undefined && this.#waitTurnMs <= 0) this.#widenTimer = call.out.setTimer(this.#widenAfterMs(at));
+    // A line's wait may be long on purpose, so no answer from the leader says nothing; its connection does.
+    if (leader !== undefined && this.#waitTurnMs > 0) this.#leaderCheckTimer = call.out.setTimer(LEADER_CHECK_MS);
     this.#pump(at);
   }
 
@@ -147,6 +154,9 @@ export class AttemptCore {
     } else if (timer === this.#lateTimer) {
       this.#lateTimer = undefined;
       this.#round.widen(at);
+    } else if (timer === this.#leaderCheckTimer) {
+      this.#leaderCheckTimer = undefined;
+      if (this.#checkLeader()) return (this.#finish(at), true);
     } else if (!this.#round.timer(timer)) return false;
     this.#pump(at);
     return true;
@@ -257,7 +267,9 @@ export class AttemptCore {
    */
   #askMoreAfter(replica: number, usable: boolean, at: number): void {
     if (this.#round.narrow && !usable) this.#round.widen(at);
-    if (usable && replica === this.#spec.leader) this.#widenWhenLate(at);
+    // Leader-first, any signer's grant (the leader's, or another's after the turn was told) starts the clock on the
+    // others: a leader that hung after telling the turn must not keep the attempt waiting for its partial.
+    if (usable && this.#spec.leader !== undefined) this.#widenWhenLate(at);
   }
 
   /** Leader-first: a grant opens the attempt to the first t signers; a refusal that only says "not now" ends it. */
@@ -292,6 +304,22 @@ export class AttemptCore {
     this.#round.shortenDeadline(at + Math.max(this.#env.options.stragglerMinMs, elapsed * STRAGGLER_FACTOR), at);
   }
 
+  /**
+   * Waiting in the leader's line: true once the leader is no longer the resource's leader for this client (it turned
+   * slow or hung, or went down: leaderFor), so the attempt gives its place up and waits in the line of the one that
+   * is; a hung leader would otherwise keep it for the whole turn wait. Checked again later while it still is.
+   */
+  #checkLeader(): boolean {
+    if (!this.#state.leaderOnly || this.#result) return false;
+    const { request, leader } = this.#spec;
+    if (leaderFor(this.#call.connections, request.resource, this.#env.cluster.t) !== leader) {
+      this.#leaderGone = true;
+      return true;
+    }
+    this.#leaderCheckTimer = this.#call.out.setTimer(LEADER_CHECK_MS);
+    return false;
+  }
+
   /** Once the leader granted, the other signers' leases end with the same release: late answers mean asking the rest. */
   #widenWhenLate(at: number): void {
     if (this.#lateTimer !== undefined || !this.#round.narrow) return;
@@ -315,7 +343,8 @@ export class AttemptCore {
     const out = this.#call.out;
     out.clearTimer(this.#widenTimer);
     out.clearTimer(this.#lateTimer);
-    this.#widenTimer = this.#lateTimer = undefined;
+    out.clearTimer(this.#leaderCheckTimer);
+    this.#widenTimer = this.#lateTimer = this.#leaderCheckTimer = undefined;
     const reachable = this.#judge.voted.size + this.#round.possible;
     const asked = this.#round.asked;
     this.#round.close();
@@ -325,6 +354,10 @@ export class AttemptCore {
   #outcome(at: number, reachable: number, asked: readonly number[]): Attempt {
     const state = this.#state;
     if (state.leaderRefusal) return state.leaderRefusal;
+    if (this.#leaderGone) {
+      this.#judge.releaseWhatWasWon(asked); // the request waiting in its line, should it wake up and grant it
+      return { kind: 'leader_gone' };
+    }
     const { request, leader } = this.#spec;
     if (state.signature?.ok) {
       if (leader === undefined) this.#env.grantLatency?.observe(at - state.sentAt);

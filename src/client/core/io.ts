@@ -15,6 +15,8 @@ import type { ReplicaAnswer, RequestBody, RequestKind } from '../replica-channel
 export interface ConnectionView {
   readonly index: number;
   readonly state: ConnectionState;
+  /** How quickly the replica answers this client, when measured (replica-latency.ts): slow ones are asked last. */
+  readonly latencyMs?: number | undefined;
 }
 
 export type AnyRequestBody = { [K in RequestKind]: RequestBody<K> }[RequestKind];

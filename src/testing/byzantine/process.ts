@@ -139,10 +139,16 @@ export async function runByzantineReplica(argv: string[]): Promise<number> {
     ...(operatorSecret === undefined ? {} : { operatorSecret }),
     clock,
     logger,
+    // A faulty replica may start from an empty record (no-record does on purpose): it is one of the f.
+    createStore: true,
     onFatal: (error) => {
       fatalError = error;
       watch.stop();
     },
+  }).catch((error: unknown) => {
+    // One that cannot start exits at once with its error, rather than wait on stdin until a launcher gives up.
+    watch.dispose();
+    throw error;
   });
   let front: ByzantineFront;
   try {

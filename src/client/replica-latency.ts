@@ -1,0 +1,89 @@
+/**
+ * How quickly one replica answers this client (docs/protocol.md, "Slow replicas"). The connection reports each
+ * request it sends and each answer it gets, late ones included (an answer to a request its caller stopped waiting for
+ * still says how fast the replica is), and the pings it sends to see that the replica is alive. The estimate is the
+ * slowest of: the smoothed time of its grants (acquire answers), the smoothed time of its other answers, and the age
+ * of its oldest unanswered request or ping. A replica can make itself look slow, by answering late or not at all, but
+ * not fast: only its own answers make samples, a replica fast at some requests and slow at grants is judged by its
+ * grants, and anything it leaves unanswered counts against it for as long as it stays so.
+ *
+ * A grant time is forgotten once nothing has renewed it for GRANT_SAMPLE_MS: a replica left out of the first signers
+ * for being slow is asked for grants again then (one attempt whose straggler timer bounds its cost), so one that
+ * recovered is used again. Pure: the connection passes the times.
+ */
+import type { RequestBody, RequestKind } from './replica-channel.js';
+
+/**
+ * Whether a request's answer time says how fast the replica is: every request but an acquire that may wait its turn
+ * in a line (it is answered when its turn comes, on purpose late).
+ */
+export function answersPromptly(body: RequestBody<RequestKind>): boolean {
+  return body.type !== 'acquire' || ((body as RequestBody<'acquire'>).waitMs ?? 0) === 0;
+}
+
+/** What an answer time measures: a grant (it waits for a record's flush), any other answer, or a ping (liveness). */
+export type LatencyKind = 'grant' | 'other' | 'ping';
+
+/** Weight of a new sample: a replica that recovers is trusted again after a handful of quick answers. */
+const SMOOTHING = 0.25;
+/** Unanswered requests remembered per replica: enough to see a hung replica, bounded whatever it does. */
+const MAX_PENDING = 64;
+/** How long a grant time counts without a new one (see the header). */
+export const GRANT_SAMPLE_MS = 2_000;
+
+interface Pending {
+  readonly at: number;
+  readonly kind: LatencyKind;
+}
+
+export class ReplicaLatency {
+  #grantMs: number | undefined;
+  #grantAt = 0;
+  #otherMs: number | undefined;
+  /** Request (or ping) key → when it left, in the order they left; answered or lost ones are removed. */
+  readonly #pending = new Map<string, Pending>();
+
+  /** Request (or ping) `key` of `kind` left at `at` (client ms). */
+  sent(key: string, kind: LatencyKind, at: number): void {
+    if (this.#pending.size < MAX_PENDING) this.#pending.set(key, { at, kind });
+  }
+
+  /** The answer to `key` (reply, error frame, pong) came at `at`, whether or not anyone still waits for it. */
+  answered(key: string, at: number): void {
+    const sent = this.#pending.get(key);
+    if (sent === undefined) return;
+    this.#pending.delete(key);
+    const sample = Math.max(0, at - sent.at);
+    if (sent.kind === 'grant') {
+      this.#grantMs = smooth(this.#grantMs, sample);
+      this.#grantAt = at;
+    } else if (sent.kind === 'other') this.#otherMs = smooth(this.#otherMs, sample);
+  }
+
+  /** The connection dropped: nothing sent on it will be answered, and the next one starts with a clean slate. */
+  lost(): void {
+    this.#pending.clear();
+  }
+
+  /** The replica's answer time as of `now` (the header); undefined before anything was measured. */
+  estimateMs(now: number): number | undefined {
+    let estimate: number | undefined;
+    const slowest = (ms: number | undefined) => {
+      if (ms !== undefined && (estimate === undefined || ms > estimate)) estimate = ms;
+    };
+    slowest(this.#otherMs);
+    if (now - this.#grantAt < GRANT_SAMPLE_MS) slowest(this.#grantMs);
+    const oldest = this.#pending.values().next();
+    if (!oldest.done) slowest(Math.max(0, now - oldest.value.at));
+    return estimate;
+  }
+}
+
+function smooth(previous: number | undefined, sample: number): number {
+  return previous === undefined ? sample : (1 - SMOOTHING) * previous + SMOOTHING * sample;
+}
+
+/** What an answer to `body` measures. */
+export function latencyKind(body: RequestBody<RequestKind>): LatencyKind {
+  return body.type === 'acquire' ? 'grant' : 'other';
+}

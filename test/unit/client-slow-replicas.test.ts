@@ -1,0 +1,84 @@
+/**
+ * Slow replicas (docs/protocol.md): what a connection measures of its replica (replica-latency.ts), and which
+ * replicas acquires then leave out of the first signers and of the leader's place (signer-choice.ts). A replica can
+ * make itself look slow but not fast.
+ */
+import { describe, expect, it } from 'vitest';
+import type { ConnectionView } from '../../src/client/core/io.js';
+import { GRANT_SAMPLE_MS, ReplicaLatency } from '../../src/client/replica-latency.js';
+import { firstSigners, leaderFor, leaderOf, slowReplicas } from '../../src/client/signer-choice.js';
+
+const READY = { phase: 'ready', failures: 0, lastFailure: undefined } as const;
+const DOWN = { phase: 'backoff', failures: 1, lastFailure: { kind: 'unreachable', message: 'down' } } as const;
+
+function views(latencies: (number | undefined)[], down: number[] = []): ConnectionView[] {
+  return latencies.map((latencyMs, k) => ({ index: k + 1, state: down.includes(k + 1) ? DOWN : READY, latencyMs }));
+}
+
+describe('ReplicaLatency: what a connection measures of its replica', () => {
+  it('smooths the answer times, late answers included, and counts an unanswered request by its age', () => {
+    const latency = new ReplicaLatency();
+    expect(latency.estimateMs(0)).toBeUndefined();
+    latency.sent('r1', 'other', 0);
+    latency.answered('r1', 4);
+    expect(latency.estimateMs(10)).toBe(4);
+    // A request left unanswered (the caller may have stopped waiting) ages: a hung replica looks slower by the ms.
+    latency.sent('p1', 'ping', 10);
+    expect(latency.estimateMs(12)).toBe(4);
+    expect(latency.estimateMs(60)).toBe(50);
+    // Its answer, however late, ends that and is a sample of how slow the replica was.
+    latency.answered('p1', 61);
+    expect(latency.estimateMs(61)).toBe(4); // a ping says the process runs, not how it treats requests
+    latency.sent('r2', 'other', 70);
+    latency.answered('r2', 170);
+    expect(latency.estimateMs(170)).toBe(0.75 * 4 + 0.25 * 100);
+  });
+
+  it('judges a replica by its slowest kind of answer: fast renewals do not hide slow grants, for a while', () => {
+    const latency = new ReplicaLatency();
+    latency.sent('r1', 'grant', 0);
+    latency.answered('r1', 50);
+    for (let k = 2; k < 20; k++) {
+      latency.sent(`r${k}`, 'other', k * 10);
+      latency.answered(`r${k}`, k * 10 + 1);
+    }
+    expect(latency.estimateMs(200)).toBe(50);
+    // Grant times not renewed for a while are forgotten, so a replica left out for slow grants is tried again.
+    expect(latency.estimateMs(50 + GRANT_SAMPLE_MS)).toBeLessThan(2);
+  });
+
+  it('a lost connection forgets what was unanswered on it; an answer nobody asked for changes nothing', () => {
+    const latency = new ReplicaLatency();
+    latency.sent('r1', 'other', 0);
+    latency.lost();
+    expect(latency.estimateMs(1_000)).toBeUndefined();
+    latency.answered('r9', 5);
+    expect(latency.estimateMs(1_000)).toBeUndefined();
+  });
+});
+
+describe('slowReplicas, firstSigners, leaderFor: acquires leave the slowest f out', () => {
+  it('leaves out a replica far slower than the t-th fastest, at most all but t, and none among similar ones', () => {
+    expect([...slowReplicas(views([2, 2.5, 3, 52]), 3)]).toEqual([4]);
+    expect([...slowReplicas(views([2, 2.5, 3, 9]), 3)]).toEqual([]); // within 2x + 5 ms
+    expect([...slowReplicas(views([20, 21, 22, 25]), 3)]).toEqual([]); // a 20 ms network: all alike
+    // N = 7, t = 5: two slow ones left out; with three slow, the t-th fastest is slow itself and none is.
+    expect([...slowReplicas(views([2, 2, 2, 2, 2, 80, 90]), 5)].sort()).toEqual([6, 7]);
+    expect([...slowReplicas(views([2, 2, 2, 2, 90, 80, 70]), 5)]).toEqual([]);
+    // Unmeasured counts as fast; a replica down is not a candidate at all.
+    expect([...slowReplicas(views([undefined, 2, 3, 60]), 3)]).toEqual([4]);
+    expect([...slowReplicas(views([2, 2, 60, 3], [4]), 3)]).toEqual([]);
+  });
+
+  it('the first signers and the leader skip the slow replica in ring order; all else as before', () => {
+    const resource = 'orders/1';
+    const leader = leaderOf(resource, 4);
+    const healthy = views([2, 2, 2, 2]);
+    expect(leaderFor(healthy, resource, 3)).toBe(leader);
+    const ring = [0, 1, 2, 3].map((k) => ((leader - 1 + k) % 4) + 1);
+    expect([...firstSigners({ channels: healthy }, resource, 3)!]).toEqual(ring.slice(0, 3));
+    const slowLeader = views([2, 2, 2, 2].map((ms, k) => (k + 1 === leader ? 60 : ms)));
+    expect(leaderFor(slowLeader, resource, 3)).toBe(ring[1]);
+    expect([...firstSigners({ channels: slowLeader }, resource, 3)!]).toEqual(ring.slice(1, 4));
+  });
+});
