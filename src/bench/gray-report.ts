@@ -193,31 +193,44 @@ export function grayFaultText(figures: GrayFaultFigures, clients: number): strin
   const target = GRAY_TARGET_FAULTS.has(figures.kind)
     ? ` (issue 42: cycles/s >= ${GRAY_TARGET.cyclesAtLeast}x, cycle p99 <= ${GRAY_TARGET.p99AtMost}x)`
     : '';
-  // etcd's columns only where etcd ran this fault.
+  // Each system's columns only where it ran this fault; quorumfence / etcd only where both did.
   const withEtcd = leader !== undefined || follower !== undefined;
-  const row = (cells: string[]) => `| ${(withEtcd ? cells : cells.slice(0, 3)).join(' | ')} |`;
+  const row = (cells: { q: string; leader: string; follower: string; versus: string }, loop: string, figure: string) =>
+    `| ${[
+      loop,
+      figure,
+      ...(q ? [cells.q] : []),
+      ...(withEtcd ? [cells.leader, cells.follower] : []),
+      ...(q && withEtcd ? [cells.versus] : []),
+    ].join(' | ')} |`;
   const lines = [
-    row([
+    row(
+      {
+        q: `quorumfence, replica ${q?.grayReplica ?? '?'} faulty: healthy → faulted${target}`,
+        leader: `etcd, fault on its leader${leader ? ` (${leader.faulted})` : ''}`,
+        follower: `etcd, fault on a follower${follower ? ` (${follower.faulted})` : ''}`,
+        versus: 'quorumfence / etcd, faulted (leader, follower)',
+      },
       'loop',
       'figure',
-      `quorumfence, replica ${q?.grayReplica ?? '?'} faulty: healthy → faulted${target}`,
-      `etcd, fault on its leader${leader ? ` (${leader.faulted})` : ''}`,
-      `etcd, fault on a follower${follower ? ` (${follower.faulted})` : ''}`,
-      'quorumfence / etcd, faulted (leader, follower)',
-    ]),
-    row(['---', '---', '---', '---', '---', '---']),
+    ),
+    row({ q: '---', leader: '---', follower: '---', versus: '---' }, '---', '---'),
   ];
   for (const loop of GRAY_LOOPS)
     for (const figure of figuresOf(loop))
       lines.push(
-        row([
+        row(
+          {
+            q: q ? quorumfenceCell(q, figures.kind, loop, figure) : '',
+            leader: etcdCell(leader, loop, figure),
+            follower: etcdCell(follower, loop, figure),
+            versus: q
+              ? [versus(q, leader, loop, figure), versus(q, follower, loop, figure)].filter(Boolean).join(', ')
+              : '',
+          },
           loopTitle(loop, clients),
           figure.label,
-          q ? quorumfenceCell(q, figures.kind, loop, figure) : '',
-          etcdCell(leader, loop, figure),
-          etcdCell(follower, loop, figure),
-          q ? [versus(q, leader, loop, figure), versus(q, follower, loop, figure)].filter(Boolean).join(', ') : '',
-        ]),
+        ),
       );
   return [...heading, '', ...lines, '', ...evidence(figures)].join('\n');
 }
@@ -237,9 +250,29 @@ export function grayHeading(bench: GrayBench): string {
  */
 export function graySummary(bench: GrayBench, clients: number): string {
   const [cycles, , p99] = GRAY_FIGURES;
+  // A system's columns only when the run asked for it (the sections named); quorumfence / etcd only for both.
+  const withQuorumfence = bench.faults.some((f) => f.quorumfence !== undefined);
+  const withEtcd = bench.faults.some((f) => f.etcd !== undefined);
+  const row = (cells: { q: string; leader: string; follower: string; versus: string }, fault: string, loop: string) =>
+    `| ${[
+      fault,
+      loop,
+      ...(withQuorumfence ? [cells.q] : []),
+      ...(withEtcd ? [cells.leader, cells.follower] : []),
+      ...(withQuorumfence && withEtcd ? [cells.versus] : []),
+    ].join(' | ')} |`;
   const lines = [
-    `| gray fault (one node) | loop | quorumfence, faulted / healthy: cycles/s, cycle p99 | etcd, fault on its leader: cycles/s, cycle p99 | etcd, fault on a follower: cycles/s, cycle p99 | quorumfence / etcd (leader), faulted cycles/s |`,
-    '| --- | --- | --- | --- | --- | --- |',
+    row(
+      {
+        q: 'quorumfence, faulted / healthy: cycles/s, cycle p99',
+        leader: 'etcd, fault on its leader: cycles/s, cycle p99',
+        follower: 'etcd, fault on a follower: cycles/s, cycle p99',
+        versus: 'quorumfence / etcd (leader), faulted cycles/s',
+      },
+      'gray fault (one node)',
+      'loop',
+    ),
+    row({ q: '---', leader: '---', follower: '---', versus: '---' }, '---', '---'),
   ];
   for (const figures of bench.faults) {
     const q = ran(figures.quorumfence) ? figures.quorumfence : undefined;
@@ -264,7 +297,16 @@ export function graySummary(bench: GrayBench, clients: number): string {
         return `${ratio(cycles)}, ${ratio(p99)}`;
       };
       lines.push(
-        `| ${figures.fault} | ${loopTitle(loop, clients)} | ${qCell()} | ${eCell(leader)} | ${eCell(follower)} | ${q ? versus(q, leader, loop, cycles!) : ''} |`,
+        row(
+          {
+            q: qCell(),
+            leader: eCell(leader),
+            follower: eCell(follower),
+            versus: q ? versus(q, leader, loop, cycles!) : '',
+          },
+          figures.fault,
+          loopTitle(loop, clients),
+        ),
       );
     }
   }

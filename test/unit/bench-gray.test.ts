@@ -307,6 +307,18 @@ describe('grayFaultText', () => {
       grayFailures(bench([{ ...slowLink, etcd: { ...etcd(), leader: { failed: { code: 'TIMEOUT', message: '' } } } }])),
     ).toEqual(['etcd (leader) under slow-link:50ms']);
   });
+  test('a run of etcd alone (bench etcd --gray): no quorumfence columns, nor quorumfence / etcd', () => {
+    const { quorumfence: _none, ...etcdOnly } = slowLink;
+    const text = grayFaultText(etcdOnly, 16);
+    expect(text).toMatch(
+      /^\| loop \| figure \| etcd, fault on its leader \(etcd-1\) \| etcd, fault on a follower \(etcd-2\) \|$/m,
+    );
+    expect(text).toContain('| 1 client | cycles/s | 50.0 → 10.0 = 0.20x (gateway) | 50.0 → 50.0 = 1.00x (gateway) |');
+    expect(text).not.toContain('quorumfence');
+    const summary = graySummary(bench([etcdOnly]), 16);
+    expect(summary).toContain('| slow-link:50ms | 1 client | 0.20x, 5.00x | 1.00x, 1.00x |\n');
+    expect(summary).not.toContain('quorumfence');
+  });
 });
 
 describe('graySummary', () => {
