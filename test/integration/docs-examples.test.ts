@@ -106,9 +106,16 @@ const NOT_RUN: readonly NotRunBlock[] = [
   },
   {
     file: 'docs/performance.md',
-    starts: 'npm run bench -- system etcd',
+    starts: 'npm run bench -- system etcd                # quorumfence and etcd side by side',
     reason:
       'a benchmark runs for minutes on a quiet machine; bench-sections.test.ts runs every section at its smallest size',
+    runBy: 'test/integration/bench-sections.test.ts',
+  },
+  {
+    file: 'docs/performance.md',
+    starts: 'npm run bench -- system etcd --rtt 2ms --out bench-results/gray.json',
+    reason:
+      'a benchmark runs for minutes on a quiet machine; bench-sections.test.ts runs every gray fault at its smallest size',
     runBy: 'test/integration/bench-sections.test.ts',
   },
   {
