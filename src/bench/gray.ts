@@ -13,7 +13,9 @@
  * fault begins, the loops run on uncounted for the settling time (the
  * clients' time to notice it, under load: 1 s), then the counted cycles; the
  * fault ends when they are done. The healthy runs take the same steps with no
- * fault.
+ * fault. quorumfence's processes are shared by the faults of a run, its gray
+ * replica restarted alone when a fault starts it another way; etcd's cluster
+ * is started afresh for each fault.
  *
  *   slow-link:MS       the node's links get MS more one-way delay at the proxies: every connection to it, and
  *                      (etcd) the peer links it dials itself, found by its process in /proc (socket-owner.ts)
@@ -56,7 +58,7 @@ import {
 } from './measure.js';
 import { MAX_RTT_MS, measureRoundTrip, startDelayedNetwork, type DelayedNetwork } from './network.js';
 import { buildSlowFlush, findCompiler, type SlowFlush } from './slow-flush.js';
-import { acquireLoop, reach, startSystem, type OddReplica, type Running } from './system.js';
+import { acquireLoop, reach, restartReplica, startSystem, type OddReplica, type Running } from './system.js';
 
 export const GRAY_FAULT_KINDS = ['slow-link', 'hung', 'byzantine-slow', 'slow-flush'] as const;
 export type GrayFaultKind = (typeof GRAY_FAULT_KINDS)[number];
@@ -435,30 +437,84 @@ async function quorumfenceLoop(
   };
 }
 
+/**
+ * quorumfence's processes, shared by the faults of one run: started at the first fault, the gray replica
+ * alone restarted when a fault starts it another way (the Byzantine replica process, the preloaded library)
+ * or back as the others are; everything started afresh after a fault that failed. Every fault still runs each
+ * loop healthy and then faulted on the same processes; sharing them spares a start of the whole system per
+ * fault (the largest part of a smoke run).
+ */
+class QuorumfenceProcesses {
+  private readonly dir = mkdtempSync(join(tmpdir(), 'qf-bench-gray-'));
+  private system: Awaited<ReturnType<typeof startSystem>> | undefined;
+  /** How the gray replica runs now (JSON of its OddReplica, or '' as the others). */
+  private grayStartedAs = '';
+  private slowFlush: SlowFlush | undefined;
+
+  constructor(private readonly options: GrayOptions) {}
+
+  /** The slow-flush library, built once per run. */
+  flushLibrary(): SlowFlush {
+    this.slowFlush ??= buildSlowFlush(this.dir);
+    return this.slowFlush;
+  }
+
+  /** The system with the gray replica started as `odd` says (as the others without it), and the clients' routes. */
+  async running(odd: OddReplica | undefined, network: DelayedNetwork, progress: (line: string) => void) {
+    const index = this.options.grayReplica;
+    const startedAs = odd ? JSON.stringify(odd) : '';
+    if (!this.system) {
+      progress(`starting ${this.options.replicas} replicas ...`);
+      this.system = await startSystem(this.dir, this.options.replicas, undefined, undefined, odd);
+      this.grayStartedAs = startedAs;
+    } else if (startedAs !== this.grayStartedAs) {
+      progress(`restarting replica ${index} ...`);
+      const local = await restartReplica(this.dir, this.system.local, undefined, odd ?? { index });
+      this.system = { ...this.system, local };
+      this.grayStartedAs = startedAs;
+    }
+    return {
+      running: await reach(this.system.local, this.system.resource, network),
+      gray: this.system.local.replica(index),
+    };
+  }
+
+  /** Stops every process (the next fault starts afresh). */
+  async stop(): Promise<void> {
+    const system = this.system;
+    this.system = undefined;
+    this.grayStartedAs = '';
+    await system?.resource.stop();
+    await system?.local.close();
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.stop();
+    } finally {
+      rmSync(this.dir, { recursive: true, force: true });
+    }
+  }
+}
+
 async function grayQuorumfence(
   fault: GrayFault,
   options: GrayOptions,
   network: DelayedNetwork,
+  processes: QuorumfenceProcesses,
   progress: (line: string) => void,
 ): Promise<QuorumfenceGray> {
-  const dir = mkdtempSync(join(tmpdir(), 'qf-bench-gray-'));
   const index = options.grayReplica;
   const seconds = LOOP_PLAN[options.size].seconds;
   const settleMs = SETTLE_MS[options.size];
-  let system: Awaited<ReturnType<typeof startSystem>> | undefined;
+  const tag = (line: string) => progress(`quorumfence, ${fault.name} on replica ${index}: ${line}`);
   try {
-    const slowFlush = fault.kind === 'slow-flush' ? buildSlowFlush(dir) : undefined;
-    const switches = quorumfenceFault(fault, index, slowFlush);
-    progress(`quorumfence, ${fault.name} on replica ${index}: starting ${options.replicas} replicas ...`);
-    system = await startSystem(dir, options.replicas, undefined, undefined, switches.odd);
-    const running = await reach(system.local, system.resource, network);
-    const gray = system.local.replica(index);
+    const switches = quorumfenceFault(fault, index, fault.kind === 'slow-flush' ? processes.flushLibrary() : undefined);
+    const { running, gray } = await processes.running(switches.odd, network, tag);
     const loops = {} as Record<GrayLoopName, Paired<QuorumfenceGrayLoop>>;
     for (const loop of GRAY_LOOPS) {
       const run = async (state: 'healthy' | 'faulted') => {
-        progress(
-          `quorumfence, ${fault.name} on replica ${index}: ${loopTitle(loop, GRAY_CLIENTS[options.size])}, ${state} ...`,
-        );
+        tag(`${loopTitle(loop, GRAY_CLIENTS[options.size])}, ${state} ...`);
         return quorumfenceLoop(
           running,
           gray,
@@ -476,10 +532,10 @@ async function grayQuorumfence(
       loops[loop] = { healthy, faulted: await run('faulted') };
     }
     return { replicas: options.replicas, grayReplica: index, loops };
-  } finally {
-    await system?.resource.stop();
-    await system?.local.close();
-    rmSync(dir, { recursive: true, force: true });
+  } catch (error) {
+    // A fault that failed may leave a process stopped or slowed: the next one starts on fresh processes.
+    await processes.stop();
+    throw error;
   }
 }
 
@@ -615,6 +671,7 @@ export async function benchGray(options: GrayOptions): Promise<GrayBench> {
   const start = loadavg()[0]!;
   progress(`gray faults, round trip ${options.rttMs} ms: starting the delay proxies ...`);
   const network = await startDelayedNetwork(options.rttMs);
+  const processes = new QuorumfenceProcesses(options);
   try {
     const measuredRttMs = await measureRoundTrip(network, PINGS[options.size]);
     const etcdThere = options.etcd !== false && findEtcd() !== undefined;
@@ -635,7 +692,7 @@ export async function benchGray(options: GrayOptions): Promise<GrayBench> {
             ? ({
                 skipped: 'no C compiler on PATH to build the slow-flush library (Debian: apt-get install gcc)',
               } satisfies Skipped)
-            : await side(() => grayQuorumfence(fault, options, network, tag));
+            : await side(() => grayQuorumfence(fault, options, network, processes, tag));
       const etcdReason = ETCD_HAS_NO[fault.kind];
       const etcd =
         options.etcd === false
@@ -663,7 +720,11 @@ export async function benchGray(options: GrayOptions): Promise<GrayBench> {
       faults,
     };
   } finally {
-    await network.close();
+    try {
+      await processes.close();
+    } finally {
+      await network.close();
+    }
   }
 }
 

@@ -23,7 +23,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 import { clusterToJson, withEndpoints, type Cluster } from '../cluster/description.js';
-import { dealLocalCluster, startLocalCluster, startLocalResource, type LocalCluster } from '../cluster/launcher.js';
+import {
+  dealLocalCluster,
+  startLocalCluster,
+  startLocalResource,
+  type LocalCluster,
+  type LocalReplica,
+} from '../cluster/launcher.js';
 import type { LocalProcess } from '../cluster/local-process.js';
 import { Session } from 'node:inspector/promises';
 import { breakdown, monotonicUs, readProfiles, type CpuProfile, type KindBreakdown } from './profile.js';
@@ -228,6 +234,52 @@ export interface OddReplica {
   readonly env?: NodeJS.ProcessEnv;
 }
 
+/** How the replicas of `dir` are started (every one alike). */
+function replicaOptions(
+  dir: string,
+  signingWorkers: number | undefined,
+  nodeArgs: ((process: string) => readonly string[]) | undefined,
+) {
+  return {
+    newStores: true,
+    dir: join(dir, 'keys'),
+    dataRoot: join(dir, 'data'),
+    extraArgs: signingWorkers === undefined ? [] : ['--signing-workers', String(signingWorkers)],
+    ...(nodeArgs ? { nodeArgs: (index: number) => nodeArgs(`replica-${index}`) } : {}),
+  };
+}
+
+/** `odd.index` alone, started its own way (on its signing record, made if missing). */
+function startOdd(common: ReturnType<typeof replicaOptions>, odd: OddReplica): Promise<LocalCluster> {
+  return startLocalCluster({
+    ...common,
+    indices: [odd.index],
+    extraArgs: [...common.extraArgs, ...(odd.extraArgs ?? [])],
+    ...(odd.entry ? { entry: odd.entry } : {}),
+    ...(odd.env ? { env: odd.env } : {}),
+  });
+}
+
+/** One cluster of `replicas` (every index once), the description's endpoints theirs. */
+function joined(base: LocalCluster, replicas: readonly LocalReplica[]): LocalCluster {
+  const sorted = [...replicas].sort((a, b) => a.index - b.index);
+  return {
+    cluster: withEndpoints(
+      base.cluster,
+      sorted.map((r) => r.url),
+    ),
+    replicas: sorted,
+    replica(index) {
+      const found = sorted.find((r) => r.index === index);
+      if (!found) throw new QuorumFenceError('INVALID_ARGUMENT', `replica ${index} was not started`);
+      return found;
+    },
+    async close() {
+      await Promise.all(sorted.map((r) => r.stop()));
+    },
+  };
+}
+
 /** The replicas of `dir`, with `odd` (if any) started its own way; what started is stopped on a failure. */
 async function startReplicas(
   dir: string,
@@ -236,46 +288,37 @@ async function startReplicas(
   nodeArgs: ((process: string) => readonly string[]) | undefined,
   odd: OddReplica | undefined,
 ): Promise<LocalCluster> {
-  const common = {
-    newStores: true,
-    dir: join(dir, 'keys'),
-    dataRoot: join(dir, 'data'),
-    extraArgs: signingWorkers === undefined ? [] : ['--signing-workers', String(signingWorkers)],
-    ...(nodeArgs ? { nodeArgs: (index: number) => nodeArgs(`replica-${index}`) } : {}),
-  };
+  const common = replicaOptions(dir, signingWorkers, nodeArgs);
   if (!odd) return startLocalCluster(common);
   const started = await Promise.allSettled([
     startLocalCluster({
       ...common,
       indices: Array.from({ length: n }, (_, k) => k + 1).filter((i) => i !== odd.index),
     }),
-    startLocalCluster({
-      ...common,
-      indices: [odd.index],
-      extraArgs: [...common.extraArgs, ...(odd.extraArgs ?? [])],
-      ...(odd.entry ? { entry: odd.entry } : {}),
-      ...(odd.env ? { env: odd.env } : {}),
-    }),
+    startOdd(common, odd),
   ]);
   const [others, one] = started;
   if (others.status === 'rejected' || one.status === 'rejected') {
     await Promise.allSettled(started.flatMap((s) => (s.status === 'fulfilled' ? [s.value.close()] : [])));
     throw (started.find((s) => s.status === 'rejected') as PromiseRejectedResult).reason;
   }
-  const replicas = [...others.value.replicas, ...one.value.replicas].sort((a, b) => a.index - b.index);
-  return {
-    cluster: withEndpoints(
-      others.value.cluster,
-      replicas.map((r) => r.url),
-    ),
-    replicas,
-    replica(index) {
-      return index === odd.index ? one.value.replica(index) : others.value.replica(index);
-    },
-    async close() {
-      await Promise.all([others.value.close(), one.value.close()]);
-    },
-  };
+  return joined(others.value, [...others.value.replicas, ...one.value.replicas]);
+}
+
+/**
+ * Replica `odd.index` of a system startSystem started under `dir`, stopped and started again its own way
+ * (`odd`), on the same signing record; or as the others are when `odd` gives nothing but the index (bench
+ * --gray, between faults). The others keep running. Its address changes: route to it again (reach).
+ */
+export async function restartReplica(
+  dir: string,
+  local: LocalCluster,
+  signingWorkers: number | undefined,
+  odd: OddReplica,
+): Promise<LocalCluster> {
+  await local.replica(odd.index).stop();
+  const one = await startOdd(replicaOptions(dir, signingWorkers, undefined), odd);
+  return joined(local, [...local.replicas.filter((r) => r.index !== odd.index), ...one.replicas]);
 }
 
 /**
