@@ -102,7 +102,6 @@ export const command: Command = {
           'INVALID_OPTION',
           `--allowed-host expects HOST:PORT as a browser or scraper sends it in Host (e.g. localhost:7460), got ${JSON.stringify(name.slice(0, 80))}`,
         );
-    if (values.data === '') throw new QuorumFenceError('INVALID_OPTION', '--data expects a folder, got ""');
     const cluster = loadClusterForCommand(clusterPathOf(values));
     const identity = loadIdentityFile(identityPathOf(values));
     const holderNames = values.holders === undefined ? undefined : loadHolderNames(values.holders);

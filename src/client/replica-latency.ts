@@ -28,6 +28,14 @@ export type LatencyKind = 'grant' | 'other' | 'ping';
 const SMOOTHING = 0.25;
 /** Unanswered requests remembered per replica: enough to see a hung replica, bounded whatever it does. */
 const MAX_PENDING = 64;
+/**
+ * An unanswered request counts once it is this old. Younger ones say nothing yet: on a busy machine a replica's event
+ * loop stalls for tens of milliseconds (a collection, a flush), and counting every request in flight at its age made
+ * a healthy replica look slow at random instants, so that clients disagreed about a resource's leader and lines lost
+ * their order. A replica that answers late is still judged by its answers; one that does not answer at all is seen
+ * as slow this long after it stopped.
+ */
+export const PENDING_COUNTS_AFTER_MS = 100;
 /** How long a grant time counts without a new one (see the header). */
 export const GRANT_SAMPLE_MS = 2_000;
 
@@ -74,7 +82,7 @@ export class ReplicaLatency {
     slowest(this.#otherMs);
     if (now - this.#grantAt < GRANT_SAMPLE_MS) slowest(this.#grantMs);
     const oldest = this.#pending.values().next();
-    if (!oldest.done) slowest(Math.max(0, now - oldest.value.at));
+    if (!oldest.done && now - oldest.value.at >= PENDING_COUNTS_AFTER_MS) slowest(now - oldest.value.at);
     return estimate;
   }
 }

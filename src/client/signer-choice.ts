@@ -18,10 +18,26 @@ export function leaderOf(resource: string, n: number): number {
   return (hash % n) + 1;
 }
 
-/** A replica answers slowly when its answer time is above this many times that of the t-th fastest... */
-const SLOW_FACTOR = 2;
-/** ...and above it by at least this much (a few milliseconds apart on a fast network is noise, not slowness). */
-const SLOW_MARGIN_MS = 5;
+/** How far above the t-th fastest replica's answer time a replica's must be to count as slow. */
+interface SlowBound {
+  /** More than this many times the t-th fastest... */
+  readonly factor: number;
+  /** ...and more than this many milliseconds above that. */
+  readonly marginMs: number;
+}
+
+/** For the first signers: a few milliseconds apart on a fast network is noise, not slowness. */
+const SLOW_SIGNER: SlowBound = { factor: 2, marginMs: 5 };
+/**
+ * For giving up the resource's hash leader, which keeps the line: wider, because leading costs the leader itself. It
+ * answers the line's turns and hands the lease over at every release, and on a busy machine a hot resource's leader
+ * answers several times later than the others for that alone. Judged as a signer, it looked slow at random instants,
+ * clients disagreed about the leader and waited in different lines, and the line lost its order
+ * (hot-handoff.test.ts, on a loaded machine); moving the line moves that load with it. A leader 50 ms late on a
+ * millisecond network (its links, a pause, or on purpose) is still left, and a hung one as soon as its oldest
+ * unanswered request is that old.
+ */
+const SLOW_LEADER: SlowBound = { factor: 4, marginMs: 40 };
 
 const NONE: ReadonlySet<number> = new Set();
 
@@ -31,21 +47,31 @@ const NONE: ReadonlySet<number> = new Set();
  * slowest f can be left out of every fast path; a replica that answers late, or not at all, is one of them. Replicas
  * not measured yet count as fast. Pure.
  */
-export function slowReplicas(connections: readonly ConnectionView[], t: number): ReadonlySet<number> {
+export function slowReplicas(
+  connections: readonly ConnectionView[],
+  t: number,
+  slowness: SlowBound = SLOW_SIGNER,
+): ReadonlySet<number> {
   const ready = connections.filter((c) => c.state.phase === 'ready');
   if (ready.length <= t) return NONE;
   const sorted = [...ready].sort((a, b) => (a.latencyMs ?? 0) - (b.latencyMs ?? 0));
-  const bound = SLOW_FACTOR * (sorted[t - 1]!.latencyMs ?? 0) + SLOW_MARGIN_MS;
+  const fastest = sorted[t - 1]!.latencyMs ?? 0;
+  const bound = Math.max(slowness.factor * fastest, fastest + slowness.marginMs);
   const slow = new Set<number>();
   for (const c of sorted.slice(t)) if ((c.latencyMs ?? 0) > bound) slow.add(c.index);
   return slow;
 }
 
-/** The connected replicas in ring order from the resource's hash leader, the slow ones left out. */
-function ringFrom(connections: readonly ConnectionView[], resource: string, t: number): ConnectionView[] {
+/** The connected replicas in ring order from the resource's hash leader, the slow ones (by `slowness`) left out. */
+function ringFrom(
+  connections: readonly ConnectionView[],
+  resource: string,
+  t: number,
+  slowness: SlowBound,
+): ConnectionView[] {
   const n = connections.length;
   const start = leaderOf(resource, n) - 1;
-  const slow = slowReplicas(connections, t);
+  const slow = slowReplicas(connections, t, slowness);
   const ring: ConnectionView[] = [];
   for (let k = 0; k < n; k++) {
     const channel = connections[(start + k) % n]!;
@@ -56,11 +82,11 @@ function ringFrom(connections: readonly ConnectionView[], resource: string, t: n
 
 /**
  * The replica contended attempts ask first and whose line waiters join: the resource's hash leader, or the first
- * connected replica after it in ring order when it is down or slow, so that a slow or hung replica holds no line
- * up. Clients that see the same replicas slow agree on it. Undefined when no replica is connected.
+ * connected replica after it in ring order when it is down or slow (by SLOW_LEADER's wider bound), so that a slow or
+ * hung replica holds no line up. Clients that see the same replicas slow agree on it. Undefined when no replica is connected.
  */
 export function leaderFor(connections: readonly ConnectionView[], resource: string, t: number): number | undefined {
-  return ringFrom(connections, resource, t)[0]?.index;
+  return ringFrom(connections, resource, t, SLOW_LEADER)[0]?.index;
 }
 
 /**
@@ -72,7 +98,7 @@ export function firstSigners(
   resource: string,
   t: number,
 ): ReadonlySet<number> | undefined {
-  const ring = ringFrom(channels.channels, resource, t);
+  const ring = ringFrom(channels.channels, resource, t, SLOW_SIGNER);
   return ring.length >= t ? new Set(ring.slice(0, t).map((c) => c.index)) : undefined;
 }
 

@@ -86,8 +86,6 @@ export const command: Command = {
     if (untilSuperseded && pauseMs === undefined)
       throw new QuorumFenceError('INVALID_OPTION', '--until-superseded needs --pause (the longest stall)');
     const afterWriteBy = values['after-write-by'];
-    if (afterWriteBy !== undefined && afterWriteBy.length === 0)
-      throw new QuorumFenceError('INVALID_OPTION', '--after-write-by needs the name of the other worker');
     const afterTimeoutMs = parseDuration(values['after-timeout'], 'after-timeout', 120_000);
     if (values['after-timeout'] !== undefined && afterWriteBy === undefined)
       throw new QuorumFenceError('INVALID_OPTION', '--after-timeout goes with --after-write-by');

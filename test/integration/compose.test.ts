@@ -146,7 +146,7 @@ describe('docker-compose.yml', () => {
     ];
     for (const [extra, message] of [
       [['--until-superseded'], /--until-superseded needs --pause/],
-      [['--after-write-by', ''], /--after-write-by needs the name/],
+      [['--after-write-by', ''], /--after-write-by was given an empty value/],
       [['--after-timeout', '5s'], /--after-timeout goes with --after-write-by/],
     ] as const) {
       const refused = spawnSync(process.execPath, [worker, ...base, ...extra], { encoding: 'utf8' });

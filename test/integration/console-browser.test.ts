@@ -382,7 +382,8 @@ describe('quorumfence console: bad input', () => {
     expect(hostless.stderr).toContain('(INVALID_OPTION)');
     const noData = await runCli(['console', '--cluster', clusterFile, '--identity', identityFile, '--data', '']);
     expect(noData.code).toBe(2);
-    expect(noData.stderr).toContain('--data expects a folder');
+    expect(noData.stderr).toContain('--data was given an empty value');
+    expect(noData.stderr).toContain('(INVALID_OPTION)');
 
     const help = await runCli(['console', '--help']);
     expect(help.code).toBe(0);

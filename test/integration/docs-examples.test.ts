@@ -86,10 +86,10 @@ const NOT_RUN: readonly NotRunBlock[] = [
   },
   {
     file: 'README.md',
-    starts: 'docker compose up --build',
+    starts: 'npm ci && npm run build && deploy/docker/local-image.sh',
     reason:
-      'no Docker image can be pulled here; compose.test.ts runs every service of the file, its command and environment, as local processes',
-    runBy: 'test/integration/compose.test.ts',
+      'needs a Docker engine and minutes of image building; compose-engine.test.ts builds the image this way and runs the story in a real engine (compose.test.ts runs every service as local processes)',
+    runBy: 'test/integration/compose-engine.test.ts',
   },
   {
     file: 'README.md',

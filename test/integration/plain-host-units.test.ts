@@ -51,6 +51,11 @@ beforeAll(async () => {
   copyFileSync(join(keys, 'cluster.json'), join(dir, 'etc', 'cluster.json'));
   copyFileSync(join(keys, 'replica-1.key'), join(dir, 'etc', 'replica.key'));
   writeFileSync(join(dir, 'etc', 'operator-secret'), 'an-operator-secret-of-enough-length\n', { mode: 0o600 });
+  // The setup's `replica init`, as written there: a replica never makes its signing record itself.
+  const init = /^runuser -u quorumfence -- quorumfence (replica init .+)$/m.exec(OPERATIONS)?.[1];
+  expect(init, 'docs/operations.md runs "replica init" before the unit first starts').toBeDefined();
+  const initialized = await runCli(await onThisMachine(init!.split(/\s+/)));
+  expect(initialized.code, initialized.stderr).toBe(0);
 }, 60_000);
 
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -226,16 +226,17 @@ describe('Leases that outlive f signers: the service over a real signing record'
   const root = mkdtempSync(join(tmpdir(), 'qf-lease-joins-'));
   afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-  function open(dir: string, clock: ManualClock): { service: ReplicaService; store: SigningRecord } {
+  // `create` the first time only: a restart opens the record it made, as a replica does.
+  function open(dir: string, clock: ManualClock, create = false): { service: ReplicaService; store: SigningRecord } {
     const identity = { clusterId: dealt.cluster.id, replicaIndex: 4 };
-    const store = SigningRecord.open(join(root, dir), identity, { probe: false });
+    const store = SigningRecord.open(join(root, dir), identity, { probe: false, create });
     const signer = inThreadSigner(backend, dealt.secretKeys[3]!);
     return { service: new ReplicaService({ store, signer, clock, policy: config }), store };
   }
 
   it('a join above the record is durable before `renewed`: after a restart the lease still keeps others out', async () => {
     const clock = new ManualClock(1_000);
-    const { service, store } = open('above', clock);
+    const { service, store } = open('above', clock, true);
     expect(await service.handle(renew(4n, 30_000), holder, { session: 's' })).toMatchObject({ status: 'renewed' });
     expect(store.get(R)).toMatchObject({ epoch: 4n });
     expect(await service.handle(acquire(5n), other)).toMatchObject({ status: 'busy' });
@@ -252,7 +253,7 @@ describe('Leases that outlive f signers: the service over a real signing record'
 
   it('a join below the record writes nothing, keeps others out, and ends with its release', async () => {
     const clock = new ManualClock(1_000);
-    const { service, store } = open('below', clock);
+    const { service, store } = open('below', clock, true);
     try {
       expect(await service.handle(acquire(6n), other, { session: 'o' })).toMatchObject({ status: 'granted' });
       expect(await service.handle(release(6n), other, { session: 'o' })).toMatchObject({ status: 'released' });
