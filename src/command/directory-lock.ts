@@ -3,9 +3,11 @@
  * the replica's `DIR/replica.lock` does (src/replica/store-lock.ts, the same rule and format). The commands
  * that keep data of their own (`quorumfence resource`, the demo) take one, so a second process on the same
  * directory is refused with STORE_LOCKED instead of sharing or deleting files under a running one. A lock
- * left by a process that is gone (SIGKILL) is taken over.
+ * left by a process that is gone (SIGKILL) is taken over, and so is one naming this process's pid that this
+ * process does not hold: an earlier process had the same pid (in a container the process is pid 1 every time it
+ * starts, so after a SIGKILL, `docker kill` or the OOM killer the lock names the restarted process's own pid).
  */
-import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, realpathSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { QuorumFenceError } from '../common/errors.js';
 
@@ -15,6 +17,13 @@ export const LOCK_FILES = {
   resource: 'resource.lock',
   demo: 'demo.lock',
 } as const;
+
+/** The locks this process holds: lock file path under the directory's real path. */
+const held = new Set<string>();
+
+function heldKey(dir: string, file: string): string {
+  return join(realpathSync(dir), file);
+}
 
 function isAlive(pid: number): boolean {
   try {
@@ -33,7 +42,9 @@ export function directoryLockHolder(dir: string, file: string): number | undefin
   } catch {
     return undefined;
   }
-  return Number.isSafeInteger(owner) && owner > 0 && isAlive(owner) ? owner : undefined;
+  if (!Number.isSafeInteger(owner) || owner <= 0) return undefined;
+  const earlierSelf = owner === process.pid && !held.has(heldKey(dir, file));
+  return !earlierSelf && isAlive(owner) ? owner : undefined;
 }
 
 /**
@@ -51,7 +62,10 @@ export function takeDirectoryLock(dir: string, file: string, what: string): () =
       } finally {
         closeSync(fd);
       }
+      const key = heldKey(dir, file);
+      held.add(key);
       return () => {
+        held.delete(key);
         try {
           if (readFileSync(path, 'utf8').trim() === String(process.pid)) unlinkSync(path);
         } catch {
