@@ -72,11 +72,15 @@ function guardRefusals(world: World): string[] {
   return found;
 }
 
-/** The malicious client's probes (malicious.ts) got, from every honest replica, an answer the rules allow. */
+/**
+ * The malicious client's probes (malicious.ts) got, from every honest replica, an answer the rules allow (when the
+ * evidence shown came from honest replicas only).
+ */
 function probeAnswers(world: World): string[] {
   const honest = new Set(world.allReplicas.filter((replica) => !replica.byzantine).map((replica) => replica.address));
   return world.probes
-    .filter((probe) => honest.has(probe.replica) && !probe.allowed.includes(probe.answered))
+    .filter((probe) => honest.has(probe.replica) && probe.backers.every((backer) => honest.has(backer)))
+    .filter((probe) => !probe.allowed.includes(probe.answered))
     .map(
       (probe) =>
         `replica ${probe.replica} answered the ${probe.probe} probe ${probe.answered}, not ${probe.allowed.join(' or ')}`,

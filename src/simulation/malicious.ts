@@ -37,6 +37,11 @@ export interface ProbeExpectation {
   readonly answered: AcquireOutcome['status'];
   /** The statuses the rules allow; any other is a violation at an honest replica. */
   readonly allowed: readonly AcquireOutcome['status'][];
+  /**
+   * The replicas whose partials the request showed as evidence: the expectation holds only when all are honest (a
+   * Byzantine replica's partial need not verify, and then the evidence is short of what the probe meant).
+   */
+  readonly backers: readonly string[];
 }
 
 /** A probe whose answer the rules leave open (a record may move meanwhile): the lease ledger judges what was done. */
@@ -166,6 +171,7 @@ export class MaliciousClient {
           { epoch, evidence: [...evidence, ...won] },
           ['granted', 'stale', 'busy'],
           true,
+          [...climbers, extra],
         );
         return;
       }
@@ -182,6 +188,7 @@ export class MaliciousClient {
     request: { resource?: string; epoch: bigint; ttlMs?: number; evidence?: GrantEvidence[] },
     allowed: readonly AcquireOutcome['status'][] | undefined,
     release = false,
+    backers: readonly SimChannel[] = [],
   ): Promise<void> {
     const resource = request.resource ?? probe.resource;
     const answer = await channel.request<'acquire'>(
@@ -197,7 +204,13 @@ export class MaliciousClient {
     if (answer.kind !== 'reply') return;
     const status = answer.outcome.status;
     if (allowed)
-      this.expectations.push({ probe: probe.probe, replica: channel.replicaAddress, answered: status, allowed });
+      this.expectations.push({
+        probe: probe.probe,
+        replica: channel.replicaAddress,
+        answered: status,
+        allowed,
+        backers: backers.map((backer) => backer.replicaAddress),
+      });
     this.#scheduler.note(`m probe ${probe.probe} at ${channel.replicaAddress}: ${status}`);
     if (status === 'granted' && release) await this.#releaseAll(resource, request.epoch, [channel]);
   }
