@@ -40,6 +40,7 @@ export function coreEnv(ctx: QuorumContext): CoreEnv {
     random: ctx.options.random,
     grantLatency: ctx.grantLatency,
     collect: (grant) => new PartialCollector(ctx.cluster, ctx.backend, grant, grantMessage(grant), ctx.evidence),
+    rules: ctx.rules,
   };
 }
 

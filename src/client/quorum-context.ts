@@ -11,6 +11,7 @@ import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestKind } from './replica-channel.js';
 import type { GrantLatency } from './signer-choice.js';
+import type { CoreRules } from './core/env.js';
 
 /** The connections a call draws on, with a way to hear when any of them changes state. */
 export interface ChannelSet {
@@ -38,6 +39,8 @@ export interface QuorumContext {
    * client waits for these rather than cutting them off. A plain `lease.release()` is quiet and has none.
    */
   readonly releases?: Set<Promise<unknown>>;
+  /** The client rules the cores apply (default: src/client's; the simulator plants its mutations here). */
+  readonly rules?: CoreRules;
   /** Listens for replicas' release notices on `resource`; returns a function that stops listening. */
   onReleased(resource: string, listener: () => void): () => void;
   /** Listens for turn notices on `resource` (which replica says our turn comes next, at which epoch). */

@@ -251,8 +251,22 @@ export function decide(
   support: readonly EpochSupport[] = [],
   session = '',
 ): Decision {
-  const refused = precheck(request, holder, config);
-  if (refused) return refused;
+  return (
+    precheck(request, holder, config) ?? decideChecked(record, request, holder, now, config, floor, support, session)
+  );
+}
+
+/** Steps 3 onwards: the rules for a request that passed steps 1 and 2 (`precheck`). */
+export function decideChecked(
+  record: PolicyRecord | undefined,
+  request: Request,
+  holder: Uint8Array,
+  now: number,
+  config: PolicyConfig,
+  floor = 0n,
+  support: readonly EpochSupport[] = [],
+  session = '',
+): Decision {
   const caller = { holder, session };
   switch (request.type) {
     case 'acquire':

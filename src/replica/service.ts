@@ -70,10 +70,35 @@ export interface ReplicaServiceOptions {
   readonly defer?: (run: () => void) => void;
   /** The replica rules (default policy.ts's `decide`); the simulator plants its mutations here. */
   readonly decide?: typeof decide;
+  /** Steps 1 and 2 as the service applies them before the record's critical section (default policy.ts's `precheck`). */
+  readonly precheck?: typeof precheck;
   /** Where a new waiter takes its place in a resource's line (default: at the back; see handoff-queue.ts). */
   readonly linePlacement?: LinePlacement;
   /** How many waiters at the head of a line know their turn's epoch (default TURNS_TOLD_AHEAD; handoff-queue.ts). */
   readonly turnsToldAhead?: number;
+  /**
+   * Hears every decision that starts, extends or ends a lease, as it is taken (inside the record's critical section):
+   * the simulator checks from these, independently of the rules, that leases exclude each other (src/simulation).
+   */
+  readonly onLeaseDecision?: (note: LeaseDecisionNote) => void;
+}
+
+/** A decision that changed a lease, as `onLeaseDecision` hears it. */
+export interface LeaseDecisionNote {
+  readonly resource: string;
+  readonly action: 'grant' | 'resend' | 'join' | 'renew' | 'release';
+  /** The grant the request names (a nextEpoch acquire's at the epoch it was decided at). */
+  readonly epoch: bigint;
+  readonly holder: Uint8Array;
+  readonly session: string;
+  /** The request asked to end the same holder's lease under another session (`resume`). */
+  readonly resume: boolean;
+  /** When it was decided, and when the lease now ends (0: released), on the replica's monotonic clock. */
+  readonly at: number;
+  readonly leaseEndsAt: number;
+  /** The record's epoch before the decision (the floor without a record), and whether there was a record. */
+  readonly recordEpoch: bigint;
+  readonly hadRecord: boolean;
 }
 
 /** What a caller of `handle` may add to a request besides its holder. */
@@ -115,6 +140,8 @@ export class ReplicaService {
   readonly #evidence: Pick<EvidenceChecker, 'support'> | undefined;
   readonly #defer: (run: () => void) => void;
   readonly #decide: typeof decide;
+  readonly #precheck: typeof precheck;
+  readonly #onLeaseDecision: ((note: LeaseDecisionNote) => void) | undefined;
   #compacting: Promise<CompactionSummary> | undefined;
   readonly handoffs: HandoffQueue;
 
@@ -131,6 +158,8 @@ export class ReplicaService {
     this.#evidence = options.evidence;
     this.#defer = options.defer ?? setImmediate;
     this.#decide = options.decide ?? decide;
+    this.#precheck = options.precheck ?? precheck;
+    this.#onLeaseDecision = options.onLeaseDecision;
     this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
     this.handoffs = new HandoffQueue(
       options.timers ?? systemClock,
@@ -181,7 +210,7 @@ export class ReplicaService {
   #joinWaiting(request: Request, caller: Caller, waiting: HandleContext | undefined): Promise<Outcome> | undefined {
     if (!waitsWhenBusy(request) || !request.nextEpoch || request.evidence?.length) return undefined;
     if (!this.handoffs.joinable(request.resource) || this.store.frozen) return undefined;
-    if (precheck(request, caller.holder, this.#policy)) return undefined;
+    if (this.#precheck(request, caller.holder, this.#policy)) return undefined;
     return this.handoffs.wait(request, caller, undefined, waiting?.signal, waiting?.onTurn);
   }
 
@@ -197,7 +226,7 @@ export class ReplicaService {
     support: readonly EpochSupport[] = [],
   ): Promise<Outcome> {
     const { holder, session } = caller;
-    const refused = precheck(received, holder, this.#policy);
+    const refused = this.#precheck(received, holder, this.#policy);
     if (refused) return this.#answer(refused);
     const { resource } = received;
     let request = received;
@@ -232,6 +261,8 @@ export class ReplicaService {
         current,
         queued,
       );
+      if (this.#onLeaseDecision && d.action !== 'reply')
+        this.#onLeaseDecision(leaseNote(d, request, caller, now, current, this.store.floor));
       switch (d.action) {
         case 'grant':
           this.leases.set(resource, current, d.leaseEndsAt, session);
@@ -304,7 +335,7 @@ export class ReplicaService {
   async #support(request: Request, holder: Uint8Array, budget: EvidenceBudget | undefined): Promise<EpochSupport[]> {
     if ((request.type !== 'acquire' && request.type !== 'renew') || !request.evidence?.length || !this.#evidence)
       return [];
-    if (precheck(request, holder, this.#policy)) return [];
+    if (this.#precheck(request, holder, this.#policy)) return [];
     const record = this.store.get(request.resource);
     const current = record?.epoch ?? this.store.floor;
     const free = record ? this.#policy.freeEpochStep : this.#policy.maxEpochStep;
@@ -389,6 +420,29 @@ export class ReplicaService {
     }
     return decision.outcome;
   }
+}
+
+/** What `onLeaseDecision` hears of a decision that changed a lease. */
+function leaseNote(
+  d: Exclude<Decision, { action: 'reply' }>,
+  request: Request,
+  caller: Caller,
+  at: number,
+  current: SignedRecord | undefined,
+  floor: bigint,
+): LeaseDecisionNote {
+  return {
+    resource: request.resource,
+    action: d.action,
+    epoch: request.type === 'status' ? 0n : request.epoch,
+    holder: caller.holder,
+    session: caller.session,
+    resume: request.type === 'acquire' && request.resume === true,
+    at,
+    leaseEndsAt: d.action === 'release' ? 0 : d.leaseEndsAt,
+    recordEpoch: current?.epoch ?? floor,
+    hadRecord: current !== undefined,
+  };
 }
 
 /** Whether `request` waits in its resource's line when the decision is `busy` (the rule #handle and #handleOnce share). */

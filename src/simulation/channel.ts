@@ -30,6 +30,8 @@ export interface ChannelHost {
   readonly clock: NodeClock;
   readonly options: ClientOptions;
   readonly holder: Uint8Array;
+  /** The client session its hello names (docs/protocol.md, "Sessions"). */
+  readonly session: Uint8Array;
   /** A mutation (mutations.ts): the floors replicas name are not kept. */
   readonly forgetsFloors?: boolean;
   /** A mutation (mutations.ts): the connection reports no latency, so acquires choose signers blind to it. */
@@ -214,7 +216,7 @@ export class SimChannel implements ReplicaChannel {
 
   #open(): void {
     const conn = ++this.#conn;
-    this.#send({ kind: 'open', conn, holder: this.#host.holder }, 'open');
+    this.#send({ kind: 'open', conn, holder: this.#host.holder, session: this.#host.session }, 'open');
     this.#handshakeTimer = this.#host.clock.setTimeout(() => {
       if (this.#conn === conn && this.#state.phase !== 'ready')
         this.#fail('handshake_timeout', `no welcome within ${this.#host.options.handshakeTimeoutMs} ms`);

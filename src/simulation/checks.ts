@@ -3,9 +3,11 @@
  *
  * - safety: the history checker (src/testing/history-checker.ts) over the guard's log, every token a client
  *   obtained, and the writes it was told were accepted: S1 (one token per resource and epoch), S4 (accepted
- *   epochs never go down), every accepted token valid, no acknowledged write lost, and across a reshare no epoch
- *   granted again; the guard refused nothing as stale that was not below its barrier; no client threw and no
- *   replica failed a request;
+ *   epochs never go down), every accepted token and every token a client holds valid, no acknowledged write lost,
+ *   and across a reshare no epoch granted again; the guard refused nothing but stale writes below its barrier; no
+ *   token held by two clients; the lease ledger (lease-ledger.ts: leases exclusive at every honest replica, renewed
+ *   and released only by their holder's session, the restart rule, epoch steps, clients' views backed by t
+ *   replicas and never overlapping); no client threw and no replica failed a request;
  * - liveness: every operation issued after the heal (at most f replicas faulty, the network calm) got its lease
  *   within `livenessBoundMs`, a lease held for several ttls once the restart rule's leases were over was never
  *   lost (leases outlive any f of their signers), and each replica's line granted waiters in arrival order;
@@ -44,14 +46,61 @@ function safety(world: World): string[] {
   };
   const checked = checkHistory(history, world.reshares[0]?.before ?? world.keys.cluster);
   const found = checked.ok ? [] : checked.violations.map(formatViolation);
-  for (const entry of guard.log)
-    if (entry.outcome === 'stale' && entry.epoch !== null && BigInt(entry.epoch) >= BigInt(entry.barrierBefore ?? 0))
-      found.push(
-        `guard refused #${entry.seq} at epoch ${entry.epoch} as stale, not below its barrier ${entry.barrierBefore}`,
-      );
+  found.push(...guardRefusals(world), ...tokensShared(world), ...world.leases.violations, ...probeAnswers(world));
   for (const client of clients)
     for (const error of client.errors) found.push(`client ${client.address} threw: ${error}`);
   found.push(...world.failures);
+  return found;
+}
+
+/**
+ * The guard refuses an honest client's write only as stale, and only below its barrier: every token a client
+ * writes with is one it obtained and checked, for the resource it writes to, so any other refusal (`bad_token`,
+ * `malformed`, `wrong_resource`, a `conflict`...) means a client held what it should not have.
+ */
+function guardRefusals(world: World): string[] {
+  const found: string[] = [];
+  for (const entry of world.guard.log) {
+    if (entry.accepted) continue;
+    if (entry.outcome !== 'stale')
+      found.push(`guard refused #${entry.seq} (${entry.resource} epoch ${entry.epoch ?? '-'}): ${entry.outcome}`);
+    else if (entry.epoch !== null && BigInt(entry.epoch) >= BigInt(entry.barrierBefore ?? 0))
+      found.push(
+        `guard refused #${entry.seq} at epoch ${entry.epoch} as stale, not below its barrier ${entry.barrierBefore}`,
+      );
+  }
+  return found;
+}
+
+/**
+ * The malicious client's probes (malicious.ts) got, from every honest replica, an answer the rules allow (when the
+ * evidence shown came from honest replicas only).
+ */
+function probeAnswers(world: World): string[] {
+  const honest = new Set(world.allReplicas.filter((replica) => !replica.byzantine).map((replica) => replica.address));
+  return world.probes
+    .filter((probe) => honest.has(probe.replica) && probe.backers.every((backer) => honest.has(backer)))
+    .filter((probe) => !probe.allowed.includes(probe.answered))
+    .map(
+      (probe) =>
+        `replica ${probe.replica} answered the ${probe.probe} probe ${probe.answered}, not ${probe.allowed.join(' or ')}`,
+    );
+}
+
+/**
+ * One token per client: two clients holding the same token (the same resource, epoch and holder: two sessions of one
+ * identity) both believe they hold the lease, and the guard accepts both (docs/protocol.md, "Sessions").
+ */
+function tokensShared(world: World): string[] {
+  const holders = new Map<string, string>();
+  const found: string[] = [];
+  for (const client of world.clients)
+    for (const token of new Set(client.tokens)) {
+      const other = holders.get(token);
+      if (other !== undefined && other !== client.address)
+        found.push(`clients ${other} and ${client.address} both hold token ${token.slice(0, 16)}…`);
+      holders.set(token, client.address);
+    }
   return found;
 }
 

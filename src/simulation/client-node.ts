@@ -16,6 +16,9 @@ import type { QuorumContext } from '../client/quorum-context.js';
 import { ResourceListeners } from '../client/resource-listeners.js';
 import { GrantLatency } from '../client/signer-choice.js';
 import type { Cluster } from '../cluster/description.js';
+import { CLIENT_RULES, type CoreRules } from '../client/core/env.js';
+import type { BlsBackend } from '../crypto/backend.js';
+import { installVerifyBatcher, VerifyBatcher } from '../crypto/verify-batch.js';
 import type { AcknowledgedWrite } from '../testing/history-checker.js';
 import type { SeededRandom } from '../testing/seeded-random.js';
 import { tokenDigest } from '../token/admission-token.js';
@@ -25,6 +28,7 @@ import { GUARD_ADDRESS, type WriteAnswer, type WriteRequest } from './guard-node
 import type { SimNetwork } from './network.js';
 import type { Scheduler } from './scheduler.js';
 import type { ToClient } from './wire.js';
+import type { LeaseLedger } from './lease-ledger.js';
 
 export interface ClientOp {
   readonly resource: string;
@@ -67,6 +71,8 @@ export interface ClientSetup {
   /** A mutation: the threshold this client's cores and collectors believe in (default the cluster's t). */
   readonly believedThreshold?: number;
   readonly mutation?: ClientMutation;
+  /** Hears the client's views of its leases (the lease ledger: lease-ledger.ts). */
+  readonly views?: Pick<LeaseLedger, 'viewStarted' | 'viewExtended' | 'viewEnded'>;
 }
 
 /** The planted bugs a client can run with (mutations.ts); none in an honest run. */
@@ -77,6 +83,18 @@ export interface ClientMutation {
   readonly forgetsFloors?: boolean;
   /** Its connections report no latency, so acquires ask and queue at slow replicas as at fast ones (issue 42). */
   readonly blindToLatency?: boolean;
+  /** Its lease view ends a margin after the ttl instead of before it (lease-timing.ts's margin, negated). */
+  readonly viewOutlastsLeases?: boolean;
+  /** Its backend says every signature verifies: partials and the combined token are trusted unchecked. */
+  readonly trustsAnySignature?: boolean;
+  /** The f its cores believe in, from the cluster's (the (f+1)-th rules then count fewer answers). */
+  readonly believedF?: (f: number) => number;
+  /** Its acquires ask every replica at once (no straggler wait: a wait of 0, and no grant latency learnt). */
+  readonly asksEveryoneAtOnce?: boolean;
+  /** It hears no `turn` push: a waiter in a line asks the other signers only once the leader granted it. */
+  readonly ignoresTurns?: boolean;
+  /** Client rules its cores apply instead of the SDK's (core/env.ts, CoreRules). */
+  readonly rules?: Partial<CoreRules>;
 }
 
 /** A judged acquire answered `unavailable` asks again this much later (client ms): a reconnect takes about that. */
@@ -88,6 +106,9 @@ const WRITE_TIMEOUT_MS = 1_000;
 export class SimClient {
   readonly address: string;
   readonly identity: Identity;
+  /** The session its connections name in their hello, as hex (what a replica keeps beside a lease). */
+  readonly session: string;
+  readonly #sessionBytes: Uint8Array;
   readonly clock: NodeClock;
   readonly tokens: string[] = [];
   readonly acknowledged: AcknowledgedWrite[] = [];
@@ -99,6 +120,8 @@ export class SimClient {
   readonly generations = new Map<string, number>();
   readonly #setup: ClientSetup;
   readonly #options: ClientOptions;
+  /** A mutation's backend (trustsAnySignature); the cluster's otherwise. */
+  readonly #backend: BlsBackend | undefined;
   readonly #releaseListeners = new ResourceListeners<[]>();
   readonly #turnListeners = new ResourceListeners<[replica: number, epoch: bigint]>();
   readonly #changeListeners = new Set<() => void>();
@@ -115,7 +138,16 @@ export class SimClient {
     this.clock = new NodeClock(setup.scheduler, this.address, 1_000 * setup.index, setup.rate);
     const seed = Uint8Array.from({ length: 32 }, () => setup.random.int(0, 255));
     this.identity = identityFromSecretKey(seed);
-    this.#options = resolveClientOptions({ ...setup.options, clock: this.clock, random: () => setup.random.next() });
+    // A client session as the SDK makes one per client (docs/protocol.md, "Sessions"), from the client's stream.
+    this.#sessionBytes = Uint8Array.from({ length: 16 }, () => setup.random.int(0, 255));
+    this.session = toHex(this.#sessionBytes);
+    this.#options = mutatedOptions(
+      resolveClientOptions({ ...setup.options, clock: this.clock, random: () => setup.random.next() }),
+      setup.mutation,
+    );
+    this.#backend = setup.mutation?.trustsAnySignature
+      ? trustingBackend(setup.cluster.backend, (run) => setup.scheduler.schedule(0, `${this.address}:verify`, run))
+      : undefined;
     this.#ctx = this.#context(setup.cluster);
     setup.network.attach(this.address, (from, message) => this.#receive(from, message));
   }
@@ -149,6 +181,7 @@ export class SimClient {
           clock: this.clock,
           options: this.#options,
           holder: this.identity.publicKey,
+          session: this.#sessionBytes,
           forgetsFloors: this.#setup.mutation?.forgetsFloors === true,
           blindToLatency: this.#setup.mutation?.blindToLatency === true,
           onChange: () => {
@@ -224,6 +257,7 @@ export class SimClient {
       this.#leases.add(held);
       return () => this.#leases.delete(held);
     });
+    this.#watchView(lease);
     if (op.keepsLease)
       lease.once('lost', (end) =>
         this.leaseLosses.push(`${op.resource} at epoch ${lease.epoch}: ${end.reason} (${end.message})`),
@@ -243,6 +277,18 @@ export class SimClient {
     await this.#sleep(between);
     await lease.release({ wait: this.#setup.mutation?.releaseWaits === true });
     return 'ok';
+  }
+
+  /** Tells the lease ledger how long this client relies on its lease, in virtual time. */
+  #watchView(lease: Lease): void {
+    const views = this.#setup.views;
+    if (!views) return;
+    const virtual = (local: number) => this.clock.virtualAt(local);
+    const now = () => this.#setup.scheduler.now;
+    const view = { client: this.address, resource: lease.resource, epoch: lease.epoch, holder: lease.holder };
+    views.viewStarted({ ...view, session: this.session }, now(), virtual(lease.expiresAt));
+    lease.on('renewed', ({ expiresAt }) => views.viewExtended(this.address, lease.resource, now(), virtual(expiresAt)));
+    lease.once('ended', () => views.viewEnded(this.address, lease.resource, now()));
   }
 
   #write(token: string, resource: string, key: string): Promise<WriteAnswer | undefined> {
@@ -285,11 +331,16 @@ export class SimClient {
   }
 
   #context(cluster: Cluster): QuorumContext {
-    const believed =
-      this.#setup.believedThreshold === undefined ? cluster : { ...cluster, t: this.#setup.believedThreshold };
+    const mutation = this.#setup.mutation;
+    const believed = {
+      ...cluster,
+      ...(this.#setup.believedThreshold === undefined ? {} : { t: this.#setup.believedThreshold }),
+      ...(mutation?.believedF ? { f: mutation.believedF(cluster.f) } : {}),
+    };
     return {
       cluster: believed,
-      backend: cluster.backend,
+      backend: this.#backend ?? cluster.backend,
+      ...(mutation?.rules ? { rules: { ...CLIENT_RULES, ...mutation.rules } } : {}),
       identity: this.identity,
       options: this.#options,
       channels: { channels: this.#channels, subscribe: (l) => this.#subscribe(l) },
@@ -298,9 +349,36 @@ export class SimClient {
         partialMemorySize: this.#options.partialMemorySize,
       }),
       epochHints: new BoundedMap(this.#options.epochHintCacheSize),
-      grantLatency: new GrantLatency(),
+      grantLatency: mutation?.asksEveryoneAtOnce ? undefined : new GrantLatency(),
       onReleased: (resource, listener) => this.#releaseListeners.listen(resource, listener),
-      onTurn: (resource, listener) => this.#turnListeners.listen(resource, listener),
+      ...(mutation?.ignoresTurns
+        ? {}
+        : { onTurn: (resource, listener) => this.#turnListeners.listen(resource, listener) }),
     };
   }
+}
+
+/** The options a mutation changes (the view's margin, the straggler wait). */
+function mutatedOptions(options: ClientOptions, mutation: ClientMutation | undefined): ClientOptions {
+  if (!mutation) return options;
+  return {
+    ...options,
+    ...(mutation.viewOutlastsLeases
+      ? { expiryMarginFraction: -options.expiryMarginFraction, minExpiryMarginMs: -options.minExpiryMarginMs }
+      : {}),
+    ...(mutation.asksEveryoneAtOnce ? { stragglerMinMs: 0 } : {}),
+  };
+}
+
+/** `backend` with every signature check answering yes (a planted bug), checks batched on the run's virtual time. */
+function trustingBackend(backend: BlsBackend, defer: (run: () => void) => void): BlsBackend {
+  const trusting = new Proxy(backend, {
+    get(target, property) {
+      if (property === 'verify' || property === 'verifyAll') return () => true;
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  installVerifyBatcher(trusting, new VerifyBatcher(trusting, undefined, defer));
+  return trusting;
 }

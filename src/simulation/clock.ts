@@ -30,6 +30,11 @@ export class NodeClock implements Clock {
     return this.#origin + this.#scheduler.now * this.#rate + this.#jumped;
   }
 
+  /** The virtual time at which this clock reads (or read) `local`, as it runs now (a later jump moves it). */
+  virtualAt(local: number): number {
+    return (local - this.#origin - this.#jumped) / this.#rate;
+  }
+
   setTimeout(callback: () => void, ms: number): TimerHandle {
     if (this.#halted) return undefined;
     const handle = this.#scheduler.schedule(Math.max(0, ms) / this.#rate, `${this.#name}:timer`, () => {

@@ -4,50 +4,89 @@
  * alone, each a free step above the highest it sees there, the later ones with the first one's partial as
  * evidence, and releases them, so those replicas run ahead of the rest. The protocol's promise, which the
  * liveness check holds it to, is that this never locks a resource out: honest acquires still complete.
+ *
+ * It also probes the replica rules with what no honest client sends (`probe`): a ttl above maxTtl, a resource the
+ * access rules do not give it, the partial of a grant it released, an epoch beyond the free step with no
+ * evidence, and jumps beyond the maximum step backed by exactly f and by f+1 replicas' partials. What a replica
+ * did with each is for the lease ledger to judge (lease-ledger.ts: a lease over maxTtl, a forbidden grant, a
+ * revived release, an epoch step without its supporters); where the answer itself is fixed by the rules whatever
+ * else happens meanwhile, the probe names what it expects (`expectations`), and the run's checks hold honest
+ * replicas to it.
  */
 import { resolveClientOptions } from '../client/options.js';
-import type { GrantEvidence } from '../protocol/messages.js';
+import type { AcquireOutcome, GrantEvidence } from '../protocol/messages.js';
 import type { SeededRandom } from '../testing/seeded-random.js';
 import { SimChannel } from './channel.js';
 import { NodeClock } from './clock.js';
 import type { SimNetwork } from './network.js';
 import type { Scheduler } from './scheduler.js';
-import { RUN_CLIENT_OPTIONS, RUN_LIMITS } from './scenario.js';
+import { RUN_CLIENT_OPTIONS, RUN_LIMITS, type Probe } from './scenario.js';
 import type { ToClient } from './wire.js';
 
 const TTL_MS = 500;
+/** The resource the access rules keep from the malicious client (world.ts). */
+export const FORBIDDEN_RESOURCE = 'secret';
+/** Climbing steps a jump probe may take before it gives up (each a free step: 8 epochs). */
+const MAX_CLIMB = 24;
+
+/** What a probe expects one replica to answer, whatever else happened meanwhile (docs/protocol.md). */
+export interface ProbeExpectation {
+  readonly probe: Probe['probe'];
+  /** The replica's address when it answered (its share generation included). */
+  readonly replica: string;
+  readonly answered: AcquireOutcome['status'];
+  /** The statuses the rules allow; any other is a violation at an honest replica. */
+  readonly allowed: readonly AcquireOutcome['status'][];
+  /**
+   * The replicas whose partials the request showed as evidence: the expectation holds only when all are honest (a
+   * Byzantine replica's partial need not verify, and then the evidence is short of what the probe meant).
+   */
+  readonly backers: readonly string[];
+}
+
+/** A probe whose answer the rules leave open (a record may move meanwhile): the lease ledger judges what was done. */
+const LEDGER_JUDGES = undefined;
 
 export class MaliciousClient {
   readonly address = 'm';
-  readonly #channels: SimChannel[];
+  readonly holder: Uint8Array;
+  readonly expectations: ProbeExpectation[] = [];
+  readonly #random: SeededRandom;
+  readonly #scheduler: Scheduler;
+  readonly #network: SimNetwork;
+  #channels: SimChannel[] = [];
   readonly #clock: NodeClock;
   #stopped = false;
 
-  constructor(
-    scheduler: Scheduler,
-    network: SimNetwork,
-    random: SeededRandom,
-    replicas: readonly { readonly index: number; readonly address: string }[],
-  ) {
+  constructor(scheduler: Scheduler, network: SimNetwork, random: SeededRandom) {
     this.#clock = new NodeClock(scheduler, this.address, 0, 1);
+    this.#random = random;
+    this.#scheduler = scheduler;
+    this.#network = network;
+    this.holder = Uint8Array.from({ length: 32 }, () => random.int(0, 255));
+    network.attach(this.address, (from, message) =>
+      this.#channels.find((channel) => channel.replicaAddress === from)?.receive(message as ToClient),
+    );
+  }
+
+  /** Connects to the replicas (once, at the start of the run). */
+  connect(replicas: readonly { readonly index: number; readonly address: string }[]): void {
+    const random = this.#random;
     const options = resolveClientOptions({ ...RUN_CLIENT_OPTIONS, clock: this.#clock, random: () => random.next() });
-    const holder = Uint8Array.from({ length: 32 }, () => random.int(0, 255));
     this.#channels = replicas.map(
       ({ index, address }) =>
         new SimChannel(index, address, {
           address: this.address,
-          network,
+          network: this.#network,
           clock: this.#clock,
           options,
-          holder,
+          holder: this.holder,
+          session: new Uint8Array(16),
           onChange: () => undefined,
           onReleased: () => undefined,
           onTurn: () => undefined,
           onFault: () => undefined,
         }),
-    );
-    network.attach(this.address, (from, message) =>
-      this.#channels.find((channel) => channel.replicaAddress === from)?.receive(message as ToClient),
     );
     for (const channel of this.#channels) channel.start();
   }
@@ -60,29 +99,159 @@ export class MaliciousClient {
 
   /** `grants` times: a free step above what `replicas` hold, granted by them alone, then released. */
   async pushAhead(resource: string, replicas: readonly number[], grants: number): Promise<void> {
-    const targets = replicas.map((index) => this.#channels.find((c) => c.index === index)).filter((c) => !!c);
+    const targets = this.#targets(replicas);
     for (let k = 0; k < grants && !this.#stopped; k++) {
-      let top = 0n;
-      for (const channel of targets) {
-        const answer = await channel.request<'status'>(
-          { type: 'status', resource },
-          RUN_CLIENT_OPTIONS.requestTimeoutMs,
-        );
-        if (answer.kind === 'reply' && answer.outcome.status === 'ok' && answer.outcome.epoch > top)
-          top = answer.outcome.epoch;
-      }
-      const epoch = top + RUN_LIMITS.freeEpochStep;
-      const evidence: GrantEvidence[] = [];
-      for (const channel of targets) {
-        const answer = await channel.request<'acquire'>(
-          { type: 'acquire', resource, epoch, ttlMs: TTL_MS, ...(evidence.length ? { evidence: [...evidence] } : {}) },
-          RUN_CLIENT_OPTIONS.requestTimeoutMs,
-        );
-        if (answer.kind === 'reply' && answer.outcome.status === 'granted')
-          evidence.push({ replica: channel.index, epoch, partial: answer.outcome.partial });
-      }
-      for (const channel of targets)
-        await channel.request<'release'>({ type: 'release', resource, epoch }, RUN_CLIENT_OPTIONS.requestTimeoutMs);
+      const epoch = (await this.#top(resource, targets)) + RUN_LIMITS.freeEpochStep;
+      await this.#grantAll(resource, epoch, targets, []);
+      await this.#releaseAll(resource, epoch, targets);
     }
+  }
+
+  /** One probe of the replica rules (see the file's comment). */
+  async probe(probe: Probe): Promise<void> {
+    const targets = this.#targets(probe.replicas);
+    const first = targets[0];
+    if (!first || this.#stopped) return;
+    const top = await this.#top(probe.resource, [first]);
+    switch (probe.probe) {
+      case 'long-ttl':
+        return this.#expect(probe, first, { epoch: top + 1n, ttlMs: 4 * RUN_LIMITS.maxTtlMs }, ['invalid']);
+      case 'forbidden':
+        return this.#expect(probe, first, { resource: FORBIDDEN_RESOURCE, epoch: top + 1n }, ['forbidden']);
+      case 'resend-released':
+        if (!(await this.#grantAll(probe.resource, top + 1n, [first], [])).length) return;
+        await this.#releaseAll(probe.resource, top + 1n, [first]);
+        return this.#expect(probe, first, { epoch: top + 1n }, ['stale', 'busy']);
+      case 'beyond-free-step': {
+        // A record first (a resource without one may go maxEpochStep above the floor), then one step too far.
+        if (!(await this.#grantAll(probe.resource, top + 1n, [first], [])).length) return;
+        await this.#releaseAll(probe.resource, top + 1n, [first]);
+        const epoch = top + 2n + RUN_LIMITS.freeEpochStep;
+        return this.#expect(probe, first, { epoch }, LEDGER_JUDGES, true);
+      }
+      case 'jump':
+        return this.#jumps(probe, targets);
+    }
+  }
+
+  /**
+   * Jumps beyond the maximum step: f replicas climb together by free steps until they are more than maxEpochStep
+   * above a laggard, which is then asked for their epoch with their f partials as evidence (the rules: `too_far`,
+   * since f partials may all be liars'); then one more replica catches up with them in maximum steps, and a second
+   * laggard is asked with the f+1 partials (the rules: any distance, since one of f+1 is honest).
+   */
+  async #jumps(probe: Probe, targets: readonly SimChannel[]): Promise<void> {
+    const f = (this.#channels.length - 1) / 3;
+    const climbers = targets.slice(0, f);
+    const [extra, laggard, second] = targets.slice(f);
+    if (!extra || !laggard || !second) return;
+    const { resource } = probe;
+    const base = await this.#top(resource, [laggard, second]);
+    let epoch = 0n;
+    let evidence: GrantEvidence[] = [];
+    for (let k = 0; k < MAX_CLIMB && epoch - base <= RUN_LIMITS.maxEpochStep && !this.#stopped; k++) {
+      epoch = (await this.#top(resource, climbers)) + RUN_LIMITS.freeEpochStep;
+      evidence = await this.#grantAll(resource, epoch, climbers, []);
+      await this.#releaseAll(resource, epoch, climbers);
+      if (evidence.length < f) return;
+    }
+    if (epoch - base <= RUN_LIMITS.maxEpochStep) return;
+    await this.#expect(probe, laggard, { epoch, evidence }, LEDGER_JUDGES, true);
+    // The (f+1)-th climbs in maximum steps, each backed by the f partials at the top.
+    for (let k = 0; k < 4 && !this.#stopped; k++) {
+      const at = (await this.#top(resource, [extra])) + RUN_LIMITS.maxEpochStep;
+      const step = at < epoch ? at : epoch;
+      const won = await this.#grantAll(resource, step, [extra], evidence);
+      await this.#releaseAll(resource, step, [extra]);
+      if (!won.length) return;
+      if (step === epoch) {
+        await this.#expect(
+          probe,
+          second,
+          { epoch, evidence: [...evidence, ...won] },
+          ['granted', 'stale', 'busy'],
+          true,
+          [...climbers, extra],
+        );
+        return;
+      }
+    }
+  }
+
+  /**
+   * Asks `channel` for `request` and notes what it answered against `allowed` (the probe's expectation); a grant is
+   * released at once (with `release`), so a probe leaves nothing held.
+   */
+  async #expect(
+    probe: Probe,
+    channel: SimChannel,
+    request: { resource?: string; epoch: bigint; ttlMs?: number; evidence?: GrantEvidence[] },
+    allowed: readonly AcquireOutcome['status'][] | undefined,
+    release = false,
+    backers: readonly SimChannel[] = [],
+  ): Promise<void> {
+    const resource = request.resource ?? probe.resource;
+    const answer = await channel.request<'acquire'>(
+      {
+        type: 'acquire',
+        resource,
+        epoch: request.epoch,
+        ttlMs: request.ttlMs ?? TTL_MS,
+        ...(request.evidence?.length ? { evidence: request.evidence } : {}),
+      },
+      RUN_CLIENT_OPTIONS.requestTimeoutMs,
+    );
+    if (answer.kind !== 'reply') return;
+    const status = answer.outcome.status;
+    if (allowed)
+      this.expectations.push({
+        probe: probe.probe,
+        replica: channel.replicaAddress,
+        answered: status,
+        allowed,
+        backers: backers.map((backer) => backer.replicaAddress),
+      });
+    this.#scheduler.note(`m probe ${probe.probe} at ${channel.replicaAddress}: ${status}`);
+    if (status === 'granted' && release) await this.#releaseAll(resource, request.epoch, [channel]);
+  }
+
+  #targets(replicas: readonly number[]): SimChannel[] {
+    return replicas.map((index) => this.#channels.find((c) => c.index === index)).filter((c) => !!c);
+  }
+
+  /** The highest epoch `targets` report for `resource` (0 when none answers). */
+  async #top(resource: string, targets: readonly SimChannel[]): Promise<bigint> {
+    let top = 0n;
+    for (const channel of targets) {
+      const answer = await channel.request<'status'>({ type: 'status', resource }, RUN_CLIENT_OPTIONS.requestTimeoutMs);
+      if (answer.kind === 'reply' && answer.outcome.status === 'ok' && answer.outcome.epoch > top)
+        top = answer.outcome.epoch;
+    }
+    return top;
+  }
+
+  /** Asks each of `targets` in turn for `epoch`, with `evidence` and the partials granted so far; returns those. */
+  async #grantAll(
+    resource: string,
+    epoch: bigint,
+    targets: readonly SimChannel[],
+    evidence: readonly GrantEvidence[],
+  ): Promise<GrantEvidence[]> {
+    const won: GrantEvidence[] = [];
+    for (const channel of targets) {
+      const shown = [...evidence, ...won];
+      const answer = await channel.request<'acquire'>(
+        { type: 'acquire', resource, epoch, ttlMs: TTL_MS, ...(shown.length ? { evidence: shown } : {}) },
+        RUN_CLIENT_OPTIONS.requestTimeoutMs,
+      );
+      if (answer.kind === 'reply' && answer.outcome.status === 'granted')
+        won.push({ replica: channel.index, epoch, partial: answer.outcome.partial });
+    }
+    return won;
+  }
+
+  async #releaseAll(resource: string, epoch: bigint, targets: readonly SimChannel[]): Promise<void> {
+    for (const channel of targets)
+      await channel.request<'release'>({ type: 'release', resource, epoch }, RUN_CLIENT_OPTIONS.requestTimeoutMs);
   }
 }

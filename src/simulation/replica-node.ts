@@ -5,9 +5,11 @@
  * Byzantine replica, the project's lying front (byzantine-node.ts). A crash loses the process (its timers, its
  * connections, its disk cache); a restart opens the store from what the disk kept.
  */
+import { toHex } from '../common/bytes.js';
 import { isQuorumFenceError } from '../common/errors.js';
 import { TokenBucket } from '../common/token-bucket.js';
 import type { Cluster } from '../cluster/description.js';
+import type { AccessRules } from '../replica/access.js';
 import type { SecretKey } from '../crypto/backend.js';
 import { VerifyBatcher } from '../crypto/verify-batch.js';
 import {
@@ -21,9 +23,9 @@ import { frozenError } from '../replica/freeze-marker.js';
 import { EvidenceChecker } from '../replica/grant-evidence.js';
 import type { LinePlacement } from '../replica/handoff-queue.js';
 import { policyConfig, type ReplicaLimits } from '../replica/options.js';
-import type { decide } from '../replica/policy.js';
+import type { decide, PolicyConfig, precheck } from '../replica/policy.js';
 import { noticeAfter, ReleaseWatchers } from '../replica/release-notices.js';
-import { ReplicaService } from '../replica/service.js';
+import { ReplicaService, type LeaseDecisionNote } from '../replica/service.js';
 import type { RecordEntry } from '../replica/signing-record.js';
 import { inThreadSigner } from '../replica/signer.js';
 import type { ByzantineBehaviour, ByzantineParams } from '../testing/byzantine/behaviours.js';
@@ -53,11 +55,18 @@ export interface ReplicaObserver {
   ): void;
   /** The service failed a request with anything but REPLICA_FROZEN: a bug. */
   failed(replica: number, message: string): void;
+  /** The process (re)started at `at` (its clock) with these records (the lease ledger's restart rule). */
+  started(at: number, records: readonly RecordEntry[], toVirtual: (local: number) => number): void;
+  /** The service took a decision that changed a lease (src/replica/service.ts, onLeaseDecision). */
+  decided(note: LeaseDecisionNote, toVirtual: (local: number) => number): void;
 }
 
 /** The planted bugs a replica can run with (mutations.ts); none in an honest run. */
 export interface ReplicaMutation {
+  /** The rules' parameters as the replica believes them (for the service's evidence checks as for its rules). */
+  readonly policy?: (config: PolicyConfig) => PolicyConfig;
   readonly decide?: typeof decide;
+  readonly precheck?: typeof precheck;
   readonly acknowledgeBeforeFlush?: boolean;
   readonly linePlacement?: LinePlacement;
   readonly turnsToldAhead?: number;
@@ -74,6 +83,7 @@ export interface ReplicaNodeSetup {
   readonly cluster: Cluster;
   readonly secretKey: SecretKey;
   readonly limits: ReplicaLimits;
+  readonly access: AccessRules;
   readonly disk: SimDisk;
   /** Local ms per virtual ms. */
   readonly rate: number;
@@ -95,6 +105,8 @@ interface Connection {
   readonly client: string;
   readonly conn: number;
   readonly holder: Uint8Array;
+  /** The client session its hello named, as hex (docs/protocol.md, "Sessions"). */
+  readonly session: string;
   readonly closed: AbortController;
   readonly evidenceChecks: TokenBucket;
 }
@@ -159,21 +171,25 @@ export class SimReplica {
       onFlushStart: this.#setup.onFlushStart,
     });
     const defer = (run: () => void) => void clock.setTimeout(run, 0);
+    const toVirtual = (local: number) => clock.virtualAt(local);
+    this.#setup.observer.started(clock.now(), store.entries(), toVirtual);
     this.#service = new ReplicaService({
       store,
       signer: inThreadSigner(cluster.backend, this.#setup.secretKey),
       clock,
       timers: clock,
       defer,
-      policy: policyConfig(cluster, limits),
+      policy: this.#policy(policyConfig(cluster, limits, this.#setup.access)),
       generation: cluster.membershipVersion,
       retentionMs: limits.retentionMs,
       maxWaitersPerResource: limits.maxWaitersPerResource,
       wallClock: this.#setup.wallClock,
       evidence: new EvidenceChecker(cluster, index, new VerifyBatcher(cluster.backend, undefined, defer)),
       decide: this.#setup.mutation.decide,
+      precheck: this.#setup.mutation.precheck,
       linePlacement: this.#setup.mutation.linePlacement,
       turnsToldAhead: this.#setup.mutation.turnsToldAhead,
+      onLeaseDecision: (note) => this.#setup.observer.decided(note, toVirtual),
     });
     this.#watchers = new ReleaseWatchers(limits.maxWatchedResources, limits.maxWaitersPerResource);
     network.attach(this.address, (from, message) => this.#receive(from, message as ToReplica));
@@ -210,6 +226,10 @@ export class SimReplica {
     return true;
   }
 
+  #policy(config: PolicyConfig): PolicyConfig {
+    return this.#setup.mutation.policy?.(config) ?? config;
+  }
+
   #compactLater(): void {
     this.#clock?.setTimeout(() => {
       const service = this.#service;
@@ -230,6 +250,7 @@ export class SimReplica {
         client: from,
         conn: message.conn,
         holder: message.holder,
+        session: toHex(message.session),
         closed: new AbortController(),
         evidenceChecks: new TokenBucket(
           limits.evidenceChecksPerSecondPerConnection,
@@ -309,6 +330,7 @@ export class SimReplica {
     const clock = this.#clock!;
     service
       .handle(request, connection.holder, {
+        session: connection.session,
         signal: connection.closed.signal,
         evidenceBudget: () => connection.evidenceChecks.take(clock.now()),
         onTurn: (epoch) => this.#send(connection, { type: 'turn', resource: request.resource, epoch }),

@@ -1,10 +1,11 @@
 /**
  * A reshare in a simulated run (docs/resharing.md): every old replica is frozen (its record final), the records of
- * 2f+1 of them are inherited by the new members (the largest epoch per resource, `inheritRecords`), and the new
+ * r of them (the plan draws r from 2f+1 to N) are inherited by the new members (per resource the (r-2f)-th largest
+ * epoch, `inheritRecords`), and the new
  * members start with new shares of the same group key at the next share generation; clients then follow the new
  * membership. The coordinator takes the records a hostile network would hand it first: the Byzantine replicas'
- * (which report nothing) and then the honest replicas furthest behind. With 2f+1 of them one honest replica that
- * signed each grant is among them; the planted `reshare-inherits-f-plus-1` takes fewer.
+ * (which report nothing) and then the honest replicas furthest behind. With r >= 2f+1 of them, at least r-2f honest
+ * replicas that signed each grant are among them; the planted `reshare-inherits-f-plus-1` takes fewer.
  */
 import type { Cluster } from '../cluster/description.js';
 import { inheritRecords, type OldRecordReport } from '../replica/inherit.js';
@@ -25,7 +26,7 @@ export interface ReshareDone {
 }
 
 /** Freezes the old set and works out the new one; undefined when the old set could not be frozen. */
-export async function reshare(world: World, generation: number): Promise<ReshareDone | undefined> {
+export async function reshare(world: World, generation: number, records: number): Promise<ReshareDone | undefined> {
   const old = world.replicas;
   const before = world.keys.cluster;
   const frozen = await Promise.all(old.map((replica) => replica.freeze(`reshare to generation ${generation}`)));
@@ -41,9 +42,12 @@ export async function reshare(world: World, generation: number): Promise<Reshare
     return lag < 0n ? -1 : lag > 0n ? 1 : a.replica - b.replica;
   });
   const f = before.f;
-  const count = world.options.mutation.reshareRecords?.(f) ?? 2 * f + 1;
+  const planted = world.options.mutation.reshareRecords?.(f);
+  // r reports, 2f+1 <= r <= N, the liars' and the laggards' first (the inherit rule takes the (r-2f)-th largest).
+  const count = planted ?? Math.min(before.n, Math.max(2 * f + 1, records));
   // inheritRecords refuses fewer than 2f+1 reports: the planted bug believes its count is enough.
-  const inherited = inheritRecords(ordered.slice(0, count), Math.floor((count - 1) / 2), before.id);
+  const oldF = planted === undefined ? f : Math.floor((count - 1) / 2);
+  const inherited = inheritRecords(ordered.slice(0, count), oldF, before.id);
   const keys = dealRunKeys('sim', before.n, 0, () => undefined, {
     groupSecret: world.keys.groupSecret!,
     membershipVersion: generation,

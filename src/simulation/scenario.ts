@@ -50,10 +50,29 @@ export type Fault =
       readonly replicas: number[];
       readonly grants: number;
     }
-  /** One replica is replaced by a reshare: every old replica frozen, records inherited, new shares of the same key. */
-  | { readonly at: number; readonly kind: 'reshare' }
+  /** The malicious client probes the replica rules (malicious.ts). */
+  | Probe
+  /**
+   * A reshare: every old replica frozen, the records of `records` of them inherited (any r from 2f+1 to N: the
+   * inherit rule keeps the (r-2f)-th largest report), new shares of the same key.
+   */
+  | { readonly at: number; readonly kind: 'reshare'; readonly records: number }
   /** Replica `replica` hangs (SIGSTOP: connections open, nothing answered) until the heal. Timing scenarios only. */
   | { readonly at: number; readonly kind: 'hang'; readonly replica: number };
+
+/**
+ * A probe of the replica rules by the malicious client (malicious.ts), at `replicas` (the first is asked; a jump
+ * uses f climbers, one more, and two laggards).
+ */
+export interface Probe {
+  readonly at: number;
+  readonly kind: 'probe';
+  readonly probe: 'long-ttl' | 'forbidden' | 'resend-released' | 'beyond-free-step' | 'jump';
+  readonly resource: string;
+  readonly replicas: readonly number[];
+}
+
+const PROBES: readonly Probe['probe'][] = ['long-ttl', 'forbidden', 'resend-released', 'beyond-free-step', 'jump'];
 
 export interface Plan {
   readonly seed: number;
@@ -194,7 +213,18 @@ function drawFaults(random: SeededRandom, n: number, resources: readonly string[
       }
     }
   }
-  if (random.chance(0.15)) faults.push({ at: random.int(300, healAt - 600), kind: 'reshare' });
+  if (random.chance(0.15)) {
+    const f = (n - 1) / 3;
+    faults.push({ at: random.int(300, healAt - 600), kind: 'reshare', records: random.int(2 * f + 1, n) });
+  }
+  for (let k = random.int(0, 2); k > 0; k--)
+    faults.push({
+      at: random.int(50, healAt - 400),
+      kind: 'probe',
+      probe: random.pick(PROBES),
+      resource: random.pick(resources),
+      replicas: random.shuffle(Array.from({ length: n }, (_, r) => r + 1)),
+    });
   return faults.sort((a, b) => a.at - b.at);
 }
 

@@ -1,6 +1,6 @@
 /**
  * What travels between a simulated client and a simulated replica. A connection is opened with the client's
- * holder key (the handshake's proof is not simulated: the simulated network cannot forge a sender) and carries
+ * holder key and session (the handshake's proof is not simulated: the simulated network cannot forge a sender) and carries
  * the project's own request and server messages as values; a Byzantine replica's lies travel as the encoded
  * frames the project's lying front writes (src/testing/byzantine/lies.ts), which the client decodes as it
  * decodes any frame, faults included.
@@ -8,7 +8,7 @@
 import type { ServerMessage, WireRequest } from '../protocol/messages.js';
 
 export type ToReplica =
-  | { readonly kind: 'open'; readonly conn: number; readonly holder: Uint8Array }
+  | { readonly kind: 'open'; readonly conn: number; readonly holder: Uint8Array; readonly session: Uint8Array }
   | { readonly kind: 'request'; readonly conn: number; readonly request: WireRequest }
   | { readonly kind: 'close'; readonly conn: number }
   /** A WebSocket ping: the replica's transport answers it (a pong) while the process runs, whatever its requests. */

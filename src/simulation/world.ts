@@ -4,6 +4,8 @@
  * run is the same every time its seed is run. `run` drives it to the end: the clients' operations done and a
  * quiet period after them (for the bounded-state check), or the run's limit.
  */
+import { toHex } from '../common/bytes.js';
+import { mayAccess, type AccessRules } from '../replica/access.js';
 import { replicaLimits } from '../replica/options.js';
 import { byzantineParams } from '../testing/byzantine/behaviours.js';
 import { seededRandom } from '../testing/seeded-random.js';
@@ -19,6 +21,7 @@ import { reshare, type Reshare } from './reshare.js';
 import { RUN_CLIENT_OPTIONS, RUN_LIMITS, type Fault, type Plan } from './scenario.js';
 import { Scheduler } from './scheduler.js';
 import { LineLog } from './line-log.js';
+import { LeaseLedger } from './lease-ledger.js';
 
 export interface WorldOptions {
   readonly crypto: CryptoMode;
@@ -48,6 +51,7 @@ export class World {
   readonly guard: SimGuard;
   readonly clients: SimClient[];
   readonly lines = new LineLog();
+  readonly leases: LeaseLedger;
   /** Acquire requests the replicas answered, per resource (the timing scenarios count a first acquire's). */
   readonly acquiresAnswered = new Map<string, number>();
   readonly failures: string[] = [];
@@ -56,11 +60,19 @@ export class World {
   readonly options: WorldOptions;
   keys: SimKeys;
   replicas: SimReplica[];
+  /** Every replica of the run, of every share generation (a reshare retires the old ones). */
+  readonly allReplicas: SimReplica[] = [];
   generation = 0;
   healed = false;
+  /** What the malicious client's probes expected of each replica, and what it answered (malicious.ts). */
+  get probes(): MaliciousClient['expectations'] {
+    return this.#malicious.expectations;
+  }
   /** Set once every client finished and the quiet period passed. */
   finished = false;
   readonly #malicious: MaliciousClient;
+  /** The replicas' access rules (docs/protocol.md, step 2). */
+  readonly access: AccessRules;
   #resharing = false;
   /** A power loss armed to strike at the next flush. */
   #flushTrap:
@@ -70,10 +82,27 @@ export class World {
     this.plan = plan;
     this.options = options;
     this.scheduler = new Scheduler(options.traceLength);
+    const f = (plan.n - 1) / 3;
+    this.leases = new LeaseLedger({
+      f,
+      t: 2 * f + 1,
+      byzantine: plan.byzantine.length,
+      maxTtlMs: RUN_LIMITS.maxTtlMs,
+      freeEpochStep: RUN_LIMITS.freeEpochStep,
+      maxEpochStep: RUN_LIMITS.maxEpochStep,
+      mayAccess: (holder, resource) => mayAccess(this.access, holder, resource),
+    });
     this.network = new SimNetwork(this.scheduler, seededRandom(subSeed(plan.seed, 1)), plan.network ?? CALM);
     this.keys = dealRunKeys(options.crypto, plan.n, subSeed(plan.seed, 2), (run) => this.#soon('verify', run));
     this.guard = new SimGuard(this.network, this.keys.cluster, options.mutation.fence);
+    this.#malicious = new MaliciousClient(this.scheduler, this.network, seededRandom(subSeed(plan.seed, 5)));
+    // Every holder may use every resource, but the malicious client not FORBIDDEN_RESOURCE (its probes ask for it).
+    this.access = {
+      defaultPrefixes: [''],
+      holders: new Map([[toHex(this.#malicious.holder), plan.resources]]),
+    };
     this.replicas = this.#replicas(this.keys, 0);
+    this.allReplicas.push(...this.replicas);
     const threshold = options.mutation.clientThreshold?.(this.keys.cluster.t);
     this.clients = plan.ops.map(
       (_, k) =>
@@ -87,13 +116,8 @@ export class World {
           options: RUN_CLIENT_OPTIONS,
           ...(threshold === undefined ? {} : { believedThreshold: threshold }),
           ...(options.mutation.client ? { mutation: options.mutation.client } : {}),
+          views: this.leases,
         }),
-    );
-    this.#malicious = new MaliciousClient(
-      this.scheduler,
-      this.network,
-      seededRandom(subSeed(plan.seed, 5)),
-      this.replicas.map((replica) => ({ index: replica.index, address: replica.address })),
     );
   }
 
@@ -102,6 +126,7 @@ export class World {
     for (const [k, floor] of (this.plan.floors ?? []).entries()) this.replicas[k]?.inherit([], floor);
     for (const replica of this.replicas) replica.start();
     for (const client of this.clients) client.connect(this.keys.cluster, (index) => `r${index}`);
+    this.#malicious.connect(this.replicas.map((replica) => ({ index: replica.index, address: replica.address })));
     for (const fault of this.plan.faults)
       this.scheduler.schedule(fault.at, `fault ${fault.kind}`, () => this.#apply(fault));
     this.scheduler.schedule(this.plan.healAt, 'heal', () => this.#heal());
@@ -118,15 +143,23 @@ export class World {
     return keys.cluster.replicas.map(({ index }) => {
       const behaviours = byzantine.get(index);
       const otherKey = byzantineKeys.find((key) => key !== keys.secretKeys[index - 1]);
+      const address = generation === 0 ? `r${index}` : `r${index}.g${generation}`;
+      const ledger = (toVirtual: (local: number) => number) => ({
+        address,
+        generation,
+        honest: !behaviours,
+        toVirtual,
+      });
       return new SimReplica({
         index,
-        address: generation === 0 ? `r${index}` : `r${index}.g${generation}`,
+        address,
         scheduler: this.scheduler,
         network: this.network,
         random: seededRandom(subSeed(plan.seed, 1_000 * generation + 200 + index)),
         cluster: keys.cluster,
         secretKey: keys.secretKeys[index - 1]!,
         limits: this.limits,
+        access: this.access,
         disk: new SimDisk(seededRandom(subSeed(plan.seed, 1_000 * generation + 100 + index)), DISK_TIMING),
         rate: driftOf(subSeed(plan.seed, 1_000 * generation + 500 + index)),
         wallClock: () => WALL_ORIGIN + this.scheduler.now,
@@ -143,6 +176,13 @@ export class World {
             this.lines.answered(`r${index}.g${generation}`, resource, key, outcome, grant, this.scheduler.now);
           },
           failed: (replica, message) => this.failures.push(`replica ${replica}: ${message}`),
+          started: (at, records, toVirtual) =>
+            this.leases.replicaStarted(
+              ledger(toVirtual),
+              at,
+              records.map(({ resource, record }) => ({ resource, epoch: record.epoch, holder: record.holder })),
+            ),
+          decided: (note, toVirtual) => this.leases.decided(ledger(toVirtual), note),
         },
         onFlushStart: () => this.#flushStarted(),
       });
@@ -164,9 +204,12 @@ export class World {
       case 'power-loss-on-flush':
         this.#flushTrap = { after: fault.at, flushes: fault.flushes, afterMs: fault.afterMs, downMs: fault.downMs };
         return;
-      case 'clock-jump':
-        this.replicas.find((replica) => replica.address === fault.node)?.clock?.jump(fault.ms);
+      case 'clock-jump': {
+        const replica = this.replicas.find((candidate) => candidate.address === fault.node);
+        replica?.clock?.jump(fault.ms);
+        if (replica?.up) this.leases.clockJumped(replica.address);
         return;
+      }
       case 'conditions':
         this.network.setConditions(fault.conditions);
         this.scheduler.schedule(fault.forMs, 'conditions calm', () => {
@@ -176,8 +219,11 @@ export class World {
       case 'push-ahead':
         if (!this.healed) void this.#malicious.pushAhead(fault.resource, fault.replicas, fault.grants);
         return;
+      case 'probe':
+        if (!this.healed) void this.#malicious.probe(fault);
+        return;
       case 'reshare':
-        return this.#reshare();
+        return this.#reshare(fault.records);
       case 'hang':
         return this.network.hang(`r${fault.replica}`);
     }
@@ -207,18 +253,19 @@ export class World {
     for (const replica of this.replicas) if (!replica.up) replica.start();
   }
 
-  #reshare(): void {
+  #reshare(records: number): void {
     if (this.options.crypto !== 'sim' || this.#resharing || this.replicas.some((replica) => !replica.up)) return;
     this.#resharing = true;
     this.generation++;
     const generation = this.generation;
-    void reshare(this, generation).then((next) => {
+    void reshare(this, generation, records).then((next) => {
       this.#resharing = false;
       if (!next) return;
       for (const replica of this.replicas) replica.crash();
       this.reshares.push(next.reshare);
       this.keys = next.keys;
       this.replicas = this.#replicas(next.keys, generation);
+      this.allReplicas.push(...this.replicas);
       next.seed(this.replicas);
       for (const replica of this.replicas) replica.start();
       for (const client of this.clients) client.connect(next.keys.cluster, (index) => `r${index}.g${generation}`);

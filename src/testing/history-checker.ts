@@ -8,6 +8,8 @@
  *  - epoch_went_down: a guard accepted epoch e after accepting a larger one for the resource (S4);
  *  - duplicate_token: two different valid tokens for one (resource, epoch) anywhere in the history (S1);
  *  - invalid_token: a guard accepted a token that does not verify against the cluster (S5);
+ *  - unverified_token: a client obtained (holds) a token that does not verify: a client checks every token it
+ *    combines before it returns it, so no honest client ever holds one;
  *  - lost_write: a write a client saw acknowledged is missing from the guard's log, or the final
  *    stored version of a key is not the one its last accepted write produced (keys whose final
  *    state could not be read are skipped: `unreadFinal`);
@@ -39,7 +41,10 @@ export interface AcknowledgedWrite {
 export interface History {
   /** One log per guard, each in its own seq order. */
   readonly guardLogs: readonly (readonly GuardLogEntry[])[];
-  /** Admission tokens (base64url) seen anywhere: issued to clients, replayed, captured by a proxy. */
+  /**
+   * Admission tokens (base64url) clients obtained: each must verify (an invalid one is `unverified_token`), and two
+   * valid ones for one (resource, epoch) are a duplicate.
+   */
   readonly capturedTokens?: readonly string[];
   readonly acknowledged?: readonly AcknowledgedWrite[];
   /** Per guard, the data version each key holds at the end (`resource \u0000 key` → version; absent = deleted or never written). */
@@ -85,6 +90,7 @@ export type Violation =
       readonly second: { readonly digest: string; readonly seen: Sighting };
     }
   | { readonly kind: 'invalid_token'; readonly guard: number; readonly entry: GuardLogEntry; readonly why: string }
+  | { readonly kind: 'unverified_token'; readonly captured: number; readonly why: string }
   | { readonly kind: 'cluster_changed'; readonly membership: number; readonly why: string }
   | {
       readonly kind: 'epoch_below_reshare';
@@ -209,7 +215,11 @@ export function checkHistory(history: History, cluster: Cluster): HistoryCheck {
     }
   });
 
-  (history.capturedTokens ?? []).forEach((token, captured) => sawValidToken(token, { captured, token }));
+  (history.capturedTokens ?? []).forEach((token, captured) => {
+    const checked = verify(token);
+    if (!checked.valid) violations.push({ kind: 'unverified_token', captured, why: checked.why });
+    else sawValidToken(token, { captured, token });
+  });
 
   for (const write of history.acknowledged ?? []) {
     const entry = acceptedWrites.get(`${write.guard}\u0000${keyOf(write.resource, write.key)}\u0000${write.version}`);
@@ -315,6 +325,8 @@ export function formatViolation(violation: Violation): string {
       ].join('\n');
     case 'invalid_token':
       return `guard ${violation.guard} accepted an invalid token (${violation.why}):\n  ${describeEntry(violation.entry)}`;
+    case 'unverified_token':
+      return `a client obtained a token that does not verify (${violation.why}): captured token #${violation.captured}`;
     case 'cluster_changed':
       return `membership ${violation.membership} is not the same cluster continued: ${violation.why}`;
     case 'epoch_below_reshare': {

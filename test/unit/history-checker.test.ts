@@ -135,7 +135,7 @@ describe('history checker', () => {
     if (!conflict.ok) expect(conflict.violations[0]!.kind).toBe('duplicate_token');
   });
 
-  it('does not count invalid tokens as duplicates, but flags an accepted invalid token', () => {
+  it('does not count invalid tokens as duplicates, but flags an accepted invalid token and a held one', () => {
     const a = issue('r', 9n, 1);
     const other = dealCluster(4, backend);
     const holder = new Uint8Array(32).fill(3);
@@ -154,10 +154,16 @@ describe('history checker', () => {
       epoch: 9n,
       holder: toHex(holder),
     };
-    expect(
-      checkHistory({ guardLogs: [[entry('r', a, 'accepted')]], capturedTokens: [foreignIssued.text] }, dealt.cluster)
-        .ok,
-    ).toBe(true);
+    // Not a duplicate of `a`; but a client holding it holds a token that does not verify.
+    const held = checkHistory(
+      { guardLogs: [[entry('r', a, 'accepted')]], capturedTokens: [foreignIssued.text] },
+      dealt.cluster,
+    );
+    expect(held.ok).toBe(false);
+    if (!held.ok)
+      expect(held.violations).toEqual([
+        expect.objectContaining({ kind: 'unverified_token', captured: 0, why: expect.stringMatching(/wrong_cluster/) }),
+      ]);
     const accepted = checkHistory({ guardLogs: [[entry('r', foreignIssued, 'accepted')]] }, dealt.cluster);
     expect(accepted.ok).toBe(false);
     if (!accepted.ok)

@@ -12,13 +12,13 @@ import { MAX_EPOCH } from '../../common/limits.js';
 import type { AcquireGrantResult, AcquireRefusal, AcquireRefusalReason } from '../acquire.js';
 import { backoffDelay } from '../backoff.js';
 import { escalationEpoch } from '../catch-up.js';
-import { chooseEpoch, firstEpoch } from '../epoch-choice.js';
+import { firstEpoch } from '../epoch-choice.js';
 import { CallFaults, type EpochHint } from '../quorum-context.js';
 import { leaderFor } from '../signer-choice.js';
 import { busyPauseMs, turnWaitMs } from './waits.js';
 import { AttemptCore } from './attempt.js';
 import type { Attempt } from './attempt-result.js';
-import { CallState, type CoreEnv } from './env.js';
+import { CallState, CLIENT_RULES, type CoreEnv } from './env.js';
 import type { CallCore, ConnectionView, CoreAction, CoreEvent } from './io.js';
 
 /**
@@ -254,6 +254,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
   #chooseEpoch(leaderFirst: boolean): bigint {
     const { f } = this.#env.cluster;
     let epoch: bigint;
+    const { chooseEpoch } = this.#env.rules ?? CLIENT_RULES;
     if (this.#known.size >= 2 * f + 1) epoch = maxEpoch(chooseEpoch([...this.#known.values()], f), this.#floor);
     else if (this.#hint !== undefined) {
       epoch = maxEpoch(this.#hint + 1n, this.#floor);

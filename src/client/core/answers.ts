@@ -5,14 +5,14 @@
  * releases of what a failed attempt won. Pure: requests leave through the call's outbox.
  */
 import type { AcquireOutcome } from '../../protocol/messages.js';
-import { catchUpStep, type HeldPartial } from '../catch-up.js';
+import type { HeldPartial } from '../catch-up.js';
 import { QuorumTally } from '../quorum-tally.js';
 import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import { firstSigners } from '../signer-choice.js';
 import type { AttemptState, EpochAttempt } from './attempt.js';
 import type { Blocker } from './attempt-result.js';
 import { acquireBody, releaseBody } from './bodies.js';
-import type { CallState, CoreEnv } from './env.js';
+import { CLIENT_RULES, type CallState, type CoreEnv } from './env.js';
 import type { RoundCore } from './round.js';
 
 /** A replica that said `too_far` and is being brought up with evidence (catch-up.ts). */
@@ -228,6 +228,7 @@ export class AnswerJudge {
     if (!entry || entry.asking !== undefined) return;
     const { f } = this.#env.cluster;
     const epoch = this.#state.epoch;
+    const { catchUpStep } = this.#env.rules ?? CLIENT_RULES;
     const step = catchUpStep(replica, entry.current, epoch, this.#held, f, this.#env.options.maxEpochStep);
     if (!step) return;
     const body = acquireBody(this.#spec.request, step.epoch, 0, false, step.evidence);

@@ -4,6 +4,8 @@
  * driver (src/client/drive.ts) from a QuorumContext, or by the simulator from its own parts.
  */
 import type { Grant } from '../../token/grant.js';
+import { catchUpStep } from '../catch-up.js';
+import { chooseEpoch } from '../epoch-choice.js';
 import type { ClientOptions } from '../options.js';
 import type { PartialCollector } from '../partial-collector.js';
 import type { GrantLatency } from '../signer-choice.js';
@@ -26,6 +28,17 @@ export type CoreOptions = Pick<
   'requestTimeoutMs' | 'stragglerMinMs' | 'maxEpochStep' | 'retryBaseMs' | 'retryMaxMs' | 'busyPollMs'
 >;
 
+/**
+ * The client rules the cores apply where one pure function decides (docs/protocol.md, Client rules): the epoch
+ * choice and the catch-up step. The SDK always applies these; the simulator plants its mutations through them.
+ */
+export interface CoreRules {
+  readonly chooseEpoch: typeof chooseEpoch;
+  readonly catchUpStep: typeof catchUpStep;
+}
+
+export const CLIENT_RULES: CoreRules = { chooseEpoch, catchUpStep };
+
 export interface CoreEnv {
   readonly cluster: CoreCluster;
   /** The caller's identity: the holder of every grant it asks for. */
@@ -37,6 +50,8 @@ export interface CoreEnv {
   readonly grantLatency: GrantLatency | undefined;
   /** The collector of one grant's partials (decoding, evidence, combining). */
   readonly collect: (grant: Grant) => PartialCollector;
+  /** The rules the cores apply (default CLIENT_RULES). */
+  readonly rules?: CoreRules | undefined;
 }
 
 /** The running state one call's cores share. */
