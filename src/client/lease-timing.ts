@@ -26,15 +26,3 @@ export function localExpiry(sentAt: number, ttlMs: number, policy: LeaseTimingPo
 export function renewalTime(sentAt: number, ttlMs: number, policy: LeaseTimingPolicy): number {
   return Math.min(sentAt + ttlMs * policy.renewAtFraction, localExpiry(sentAt, ttlMs, policy));
 }
-
-/** Longest wait before a held lease's non-signers are asked to join it. */
-const MAX_JOIN_DELAY_MS = 1_000;
-
-/**
- * How long after its grant a lease asks the replicas that did not sign it to join (lease.ts): a tenth of its ttl, at
- * most MAX_JOIN_DELAY_MS. Well before the first renewal (renewAtFraction of the ttl, 0.5 by default), and long enough
- * that a lease held for a moment (acquire, write, release) never costs them a join.
- */
-export function joinDelayMs(ttlMs: number): number {
-  return Math.min(ttlMs / 10, MAX_JOIN_DELAY_MS);
-}
