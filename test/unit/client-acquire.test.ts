@@ -312,7 +312,8 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
     const askedAfterGrant = new Map<number, boolean>();
     let leaderGranted = false;
     const scripts: Script[] = [honest(3n), honest(3n), honest(3n), honest(3n)];
-    // The leader keeps the request in its line, announces the turn at epoch 4, and grants it 30 ms later.
+    // The leader keeps the request in its line, announces the turn at epoch 4, and grants it soon after: before the
+    // late timer that the other first signer's partial starts (stragglerMinMs, 20 ms) could ask the last replica.
     scripts[leader - 1] = (body, index) => {
       if (body.type !== 'acquire' || !body.nextEpoch) return honest(3n)(body, index);
       setTimeout(() => turnListener?.(leader, 4n), 5);
@@ -320,7 +321,7 @@ describe('acquire under contention: leader-first, and a lying leader cannot stal
         setTimeout(() => {
           leaderGranted = true;
           resolve(granted({ ...body, epoch: 4n }, index));
-        }, 30),
+        }, 12),
       );
     };
     scripts[silent - 1] = (body, index) =>
