@@ -27,6 +27,17 @@ import { startFaultProxy, type FaultProxy } from '../../src/testing/fault-proxy.
 import { verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage } from '../../src/token/grant.js';
 
+/**
+ * 96 random bytes that encode no point: the compression flag (the first byte's top bit) cleared, which a 96-byte
+ * G2 encoding must have. Fully random bytes now and then decode as a point outside the subgroup, and
+ * that is `invalid_partial`, not `undecodable_partial`: the test was then wrong at random.
+ */
+function undecodableBytes(): Uint8Array {
+  const bytes = new Uint8Array(randomBytes(96));
+  bytes[0]! &= 0x7f;
+  return bytes;
+}
+
 type Behaviour =
   /** Accepts the WebSocket and never sends a byte. */
   | 'silent'
@@ -107,7 +118,7 @@ class FaultyReplica {
             }
             const partial =
               behaviour === 'garbage_partial'
-                ? new Uint8Array(randomBytes(96))
+                ? undecodableBytes()
                 : cluster.backend.sign(
                     otherKey.secretKey,
                     grantMessage({
