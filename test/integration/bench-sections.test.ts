@@ -447,9 +447,13 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
       expect(slowFlush!.quorumfence).toEqual({ skipped: expect.stringContaining('no C compiler') });
     } else {
       expectQuorumfenceGray(slowFlush!.quorumfence, 3);
-      // Each of the replica's real flushes waited 50 ms before the disk's own: the mean cannot be below it.
-      for (const loop of LOOPS)
-        expect(slowFlush!.quorumfence.loops[loop].faulted.grayFlushMs).toBeGreaterThanOrEqual(50);
+      // Each of the replica's real flushes waited 50 ms before the disk's own: the mean cannot be below it. A loop
+      // in which the replica flushed nothing has no mean: clients that saw it slow left it out of their first
+      // signers (docs/protocol.md, "Slow replicas"), which a loaded machine's short smoke loop can make complete.
+      // At least one loop must have made it flush.
+      const means = LOOPS.map((loop) => slowFlush!.quorumfence.loops[loop].faulted.grayFlushMs as number | undefined);
+      expect(means.filter((mean) => mean !== undefined).length, JSON.stringify(means)).toBeGreaterThan(0);
+      for (const mean of means) if (mean !== undefined) expect(mean).toBeGreaterThanOrEqual(50);
     }
     expectGrayLines(
       run,
