@@ -9,7 +9,7 @@ import { QuorumFenceError } from '../common/errors.js';
 import { integerFlag, parseFlags, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence-dev simulate [--seed S] [--runs N] [--json] [--crypto sim|real] [--mutate NAME]
-                               [--workers N] [--trace N]
+                               [--workers N] [--trace N] [--no-shrink]
        quorumfence-dev simulate --replay SEED [--crypto sim|real] [--mutate NAME] [--trace N] [--json]
        quorumfence-dev simulate --timing [--mutate NAME] [--json]
        quorumfence-dev simulate --list-mutations
@@ -53,6 +53,8 @@ options:
   --list-mutations    the bugs --mutate can plant
   --workers N         worker threads                            (default: the machine's cores, at most 4)
   --trace N           events of a failing run's trace to print  (default 200)
+  --no-shrink         report the first failing run as it ran, not shrunk (faster, when only the
+                      catching run matters: the test suite's planted-bug checks)
   --json              print the summary as one JSON object
 `;
 
@@ -76,6 +78,7 @@ export const command: Command = {
       timing: { type: 'boolean' },
       workers: { type: 'string' },
       trace: { type: 'string' },
+      'no-shrink': { type: 'boolean' },
     });
     const { MUTATIONS, mutationNamed } = await import('../simulation/mutations.js');
     if (values['list-mutations']) {
@@ -113,7 +116,7 @@ export const command: Command = {
         `--mutate ${values.mutate} costs time, not safety: the timing scenarios catch it (add --timing)`,
       );
     const traceLength = integerFlag(values.trace, 'trace', 200, 0, 100_000);
-    const options = { crypto, mutation: values.mutate, traceLength } as const;
+    const options = { crypto, mutation: values.mutate, traceLength, shrink: values['no-shrink'] !== true } as const;
     if (values.replay !== undefined)
       return replay(integerFlag(values.replay, 'replay', 0, 0, 2 ** 32 - 1), options, values.json === true);
     const seed =
@@ -128,6 +131,8 @@ interface Options {
   readonly crypto: 'sim' | 'real';
   readonly mutation: string | undefined;
   readonly traceLength: number;
+  /** Shrink the first failing run of a sweep (false: --no-shrink). */
+  readonly shrink: boolean;
 }
 
 /** `--timing`: every timing scenario against its bound; with a mutation, exit 0 only when some scenario failed. */
@@ -196,7 +201,7 @@ async function sweepCommand(
   const elapsedMs = performance.now() - started;
   // The first failing run is shrunk and shown with its trace (the others are listed by seed).
   const first = summary.failed[0];
-  const shrunk = first ? await shrink(planRun(first.seed), first, options) : undefined;
+  const shrunk = first && options.shrink ? await shrink(planRun(first.seed), first, options) : undefined;
   const report = {
     seed,
     runs: summary.runs,
