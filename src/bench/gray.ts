@@ -447,6 +447,9 @@ async function quorumfenceLoop(
 class QuorumfenceProcesses {
   private readonly dir = mkdtempSync(join(tmpdir(), 'qf-bench-gray-'));
   private system: Awaited<ReturnType<typeof startSystem>> | undefined;
+  /** The running system's folder (keys, stores): a fresh one per start, since a start deals new keys. */
+  private systemDir = '';
+  private starts = 0;
   /** How the gray replica runs now (JSON of its OddReplica, or '' as the others). */
   private grayStartedAs = '';
   private slowFlush: SlowFlush | undefined;
@@ -465,11 +468,12 @@ class QuorumfenceProcesses {
     const startedAs = odd ? JSON.stringify(odd) : '';
     if (!this.system) {
       progress(`starting ${this.options.replicas} replicas ...`);
-      this.system = await startSystem(this.dir, this.options.replicas, undefined, undefined, odd);
+      this.systemDir = join(this.dir, `system-${++this.starts}`);
+      this.system = await startSystem(this.systemDir, this.options.replicas, undefined, undefined, odd);
       this.grayStartedAs = startedAs;
     } else if (startedAs !== this.grayStartedAs) {
       progress(`restarting replica ${index} ...`);
-      const local = await restartReplica(this.dir, this.system.local, undefined, odd ?? { index });
+      const local = await restartReplica(this.systemDir, this.system.local, undefined, odd ?? { index });
       this.system = { ...this.system, local };
       this.grayStartedAs = startedAs;
     }

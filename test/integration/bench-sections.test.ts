@@ -19,6 +19,7 @@ import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { afterAll, describe, expect, test } from 'vitest';
+import { longTier } from '../support/tier.js';
 import { runDevCli } from '../support/cli.js';
 import { freePorts } from '../support/free-ports.js';
 import { createTestDatabase } from '../support/postgres.js';
@@ -346,50 +347,6 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
     ]);
   });
 
-  test.skipIf(lacks('etcd'))(
-    `--rtt 0,2ms ${needs('etcd')}: both sides per round trip, every link through the delay proxies, the targets, the summary, the chart`,
-    async () => {
-      const run = await bench(['system', 'etcd', '--rtt', '0,2ms']);
-      expectCompleted(run);
-      expect(run.report.system).toBeUndefined();
-      expect(run.report.etcd).toBeUndefined();
-      const network = run.report.network as Json;
-      expect(network.rtts).toEqual([0, 2]);
-      expect(network.points.map((p: Json) => p.rttMs)).toEqual([0, 2]);
-      for (const point of network.points as Json[]) {
-        expectNumbers(point.loadAverage, ['start', 'end']);
-        expectTiming(point.measuredRttMs, 10);
-        expectTiming(point.system.acquireMs, 10);
-        expectLoopKinds(point.system.loops);
-        for (const driver of ['gateway', 'grpc']) {
-          expect(point.etcd.drivers[driver].fencing).toMatchObject({ staleRefused: true, currentAccepted: true });
-          expectLoopKinds(point.etcd.drivers[driver].loops);
-        }
-      }
-      const [loopback, delayed] = network.points as Json[];
-      expect(loopback!.proxy).toBeUndefined();
-      // Every ping crossed the proxies: none came back sooner than the round trip set.
-      expect(delayed!.measuredRttMs.median).toBeGreaterThanOrEqual(2);
-      // The clients' links to 4 replicas and the resource, etcd's clients' and the members' peer links.
-      expect(delayed!.proxy.stats.connections).toBeGreaterThan(5);
-      for (const side of ['quorumfence', 'etcd']) expectNumbers(delayed!.proxy[side], ['cpuMs', 'wallMs', 'coreShare']);
-      // The chart's name in the JSON, the file next to it.
-      const chart = run.out.replace(/\.json$/, '.png');
-      expect(network.chart).toBe(basename(chart));
-      expect(readFileSync(chart).subarray(1, 4).toString()).toBe('PNG');
-      expectLines(run.stdout, [
-        /^network, loopback, no proxy \(a direct round trip: p50 /m,
-        /^network, round trip 2 ms on every link \(measured through the proxies: p50 /m,
-        /^ {2}the proxies' process \(on the same cores\) used \d+ % of a core during quorumfence's runs/m,
-        /^targets \(issue 31\) at 2 ms, etcd = its stronger client per row/m,
-        /^acquire \+ release: 1 client, cycles\/s .* >= 2\.0x +(pass|MISS)$/m,
-        /^\| acquire \+ release, round trip per link \(measured p50\) \|/m,
-        /^\| 2 ms \(\d/m,
-        `chart written to ${chart}`,
-      ]);
-    },
-  );
-
   test('--rtt with a section other than system and etcd, or with --profile, is refused (INVALID_OPTION, exit 2)', async () => {
     for (const args of [
       ['bench', 'crypto', '--rtt', '2ms'],
@@ -421,79 +378,6 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
     }
   });
 
-  // Every fault on quorumfence in one run (one delay network, one chart); etcd's part with one fault in a run of its
-  // own: each system's processes start afresh per fault, the largest part of a smoke run's time.
-  test(`--gray, every fault on quorumfence replica 3 in one run: the replica seen stopped, its answers delayed, its flushes slowed (slow-flush ${needs('cc')})`, async () => {
-    // In this order the gray replica is started as the Byzantine replica process, restarted as the others are,
-    // restarted with the slow-flush library preloaded, and restarted as the others again.
-    const faults = ['byzantine-slow:50ms', 'slow-link:50ms', 'slow-flush:50ms', 'hung'];
-    const run = await bench(['system', '--gray', faults.join(','), '--gray-replica', '3']);
-    expectCompleted(run);
-    const gray = expectGray(run.report, faults);
-    const [byzantine, slowLink, slowFlush, hung] = gray.faults as Json[];
-    // The system section alone: etcd was not asked for.
-    for (const fault of gray.faults as Json[]) expect(fault.etcd).toBeUndefined();
-    for (const fault of [slowLink!, hung!, byzantine!]) expectQuorumfenceGray(fault.quorumfence, 3);
-    for (const loop of LOOPS) {
-      // hung: seen stopped while faulted, and a stopped replica's /metrics cannot be read: its share is unknown.
-      expect(hung!.quorumfence.loops[loop].faulted.stopped).toBe(true);
-      expect(hung!.quorumfence.loops[loop].faulted.partialsPerCycle.gray).toBeNull();
-      expect(hung!.quorumfence.loops[loop].healthy.stopped).toBeUndefined();
-      // byzantine-slow: the Byzantine replica process, honest while healthy, its answers delayed while faulted.
-      expect(byzantine!.quorumfence.loops[loop].healthy.slowedAnswers).toBe(0);
-      expect(byzantine!.quorumfence.loops[loop].faulted.slowedAnswers).toBeGreaterThan(0);
-    }
-    if (lacks('cc')) {
-      expect(slowFlush!.quorumfence).toEqual({ skipped: expect.stringContaining('no C compiler') });
-    } else {
-      expectQuorumfenceGray(slowFlush!.quorumfence, 3);
-      // Each of the replica's real flushes waited 50 ms before the disk's own: the mean cannot be below it. A loop
-      // in which the replica flushed nothing has no mean: clients that saw it slow left it out of their first
-      // signers (docs/protocol.md, "Slow replicas"), which a loaded machine's short smoke loop can make complete.
-      // At least one loop must have made it flush.
-      const means = LOOPS.map((loop) => slowFlush!.quorumfence.loops[loop].faulted.grayFlushMs as number | undefined);
-      expect(means.filter((mean) => mean !== undefined).length, JSON.stringify(means)).toBeGreaterThan(0);
-      for (const mean of means) if (mean !== undefined) expect(mean).toBeGreaterThanOrEqual(50);
-    }
-    expectGrayLines(
-      run,
-      faults.filter((f) => !lacks('cc') || !f.startsWith('slow-flush')),
-    );
-    expectLines(run.stdout, [
-      /^\| loop \| figure \| quorumfence, replica 3 faulty: healthy → faulted \(issue 42: cycles\/s >= 0\.9x, cycle p99 <= 1\.5x\) \|$/m,
-      /^\| 1 client \| cycles\/s \| [\d.]+ → [\d.]+ = [\d.]+x (pass|MISS) \|$/m,
-      /^quorumfence replica 3's partials per cycle, healthy → faulted: one [\d.]+ → not read .*, seen stopped;/m,
-      /, \d+ answers delayed/,
-    ]);
-  });
-
-  test.skipIf(lacks('etcd'))(
-    `--gray slow-link on etcd ${needs('etcd')}: leadership on etcd-1 when counting began, it and its peer links slowed; then a follower`,
-    async () => {
-      const run = await bench(['etcd', '--gray', 'slow-link:50ms']);
-      expectCompleted(run);
-      const gray = expectGray(run.report, ['slow-link:50ms']);
-      const [fault] = gray.faults as Json[];
-      expect(fault!.quorumfence).toBeUndefined();
-      const [leader, follower] = expectEtcdGray(fault!.etcd);
-      for (const variant of [leader!, follower!])
-        for (const faulted of faultedRuns(variant)) {
-          // The slowed member's own peer connections were found in /proc and slowed too.
-          expect(faulted.dialedByFaulted).toBeGreaterThan(0);
-          // The leader was where the variant moved it (MoveLeader, checked with every member) as counting began.
-          expect(faulted.leaderWhenCounting).toBe('etcd-1');
-        }
-      expectGrayLines(run, ['slow-link:50ms']);
-      expectLines(run.stdout, [
-        /^\| loop \| figure \| etcd, fault on its leader \(etcd-1\) \| etcd, fault on a follower \(etcd-2\) \|$/m,
-        /^\| 1 client \| cycles\/s \| [\d.]+ → [\d.]+ = [\d.]+x \(gateway\) \| [\d.]+ → [\d.]+ = [\d.]+x \(grpc\) \|$/m,
-        /^etcd, fault on etcd-1 \(leadership moved to etcd-1 before each run, \d+ move\(s\) needed; clients on etcd-2, etcd-3\)/m,
-        /^etcd, fault on etcd-2 \(leadership moved to etcd-1 before each run, \d+ move\(s\) needed; clients on etcd-1, etcd-3\)/m,
-      ]);
-      expect(run.stdout).not.toContain('quorumfence');
-    },
-  );
-
   test('ceremony: N = 4 and 7 on loopback', async () => {
     const run = await bench(['ceremony']);
     expectCompleted(run);
@@ -504,27 +388,6 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
     ]);
     for (const size of sizes) expectTiming(size.durationMs, 1);
     expectLines(run.stdout, ['key ceremony on loopback (all members in one process) ', 'N = 4 ', 'N = 7 ']);
-  });
-
-  test('growth: grants past compactions land above the floor; the retention window is left; a replica restarts on it', async () => {
-    const run = await bench(['growth']);
-    expectCompleted(run);
-    const growth = run.report.growth as Json;
-    expect(growth.liveResources).toBe(100);
-    expect(growth.points.map((p: Json) => p.resourcesEverGranted)).toEqual([100, 1000]);
-    for (const point of growth.points as Json[]) {
-      // Exactly the grants of the last retention window stay; the rest are folded into the floor.
-      expect(point.recordsLeft).toBe(100);
-      expectNumbers(point, ['storeBytes', 'replicaRssBytes', 'restartMs', 'writesPerSecond']);
-    }
-    // Nine hundred resources were compacted away, and every later grant went above the floor they raised.
-    expect(BigInt(growth.points[1].floor)).toBeGreaterThan(0n);
-    expect(growth.ratios).toHaveLength(2);
-    expectLines(run.stdout, [
-      /^growth \(100 live, retention 100 grants\) +records left +store +replica RSS +restart +writes\/s$/m,
-      /^1,000 ever granted +100 /m,
-      'target ',
-    ]);
   });
 
   test('missing servers: no --postgres URL and no etcd on PATH are skipped, say why, and the run exits 0', async () => {
@@ -562,4 +425,151 @@ describe('bench sections (--smoke, through the real command)', { timeout: RUN_TI
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/--quick and --smoke: pick one\b.*\(INVALID_OPTION\)$/m);
   });
+
+  // The network sections at two round trips, the gray faults, and the growth section run in the long tier
+  // (test/support/tier.ts): minutes of CPU on a loaded two-core machine. npm test's system and etcd smokes, the
+  // delay proxies (bench-network.test.ts) and the --gray refusals above cover the same code paths.
+  if (longTier)
+    describe('long tier', () => {
+      // Every fault on quorumfence in one run (one delay network, one chart); etcd's part with one fault in a run of its
+      // own: each system's processes start afresh per fault, the largest part of a smoke run's time.
+      test(`--gray, every fault on quorumfence replica 3 in one run: the replica seen stopped, its answers delayed, its flushes slowed (slow-flush ${needs('cc')})`, async () => {
+        // In this order the gray replica is started as the Byzantine replica process, restarted as the others are,
+        // restarted with the slow-flush library preloaded, and restarted as the others again.
+        const faults = ['byzantine-slow:50ms', 'slow-link:50ms', 'slow-flush:50ms', 'hung'];
+        const run = await bench(['system', '--gray', faults.join(','), '--gray-replica', '3']);
+        expectCompleted(run);
+        const gray = expectGray(run.report, faults);
+        const [byzantine, slowLink, slowFlush, hung] = gray.faults as Json[];
+        // The system section alone: etcd was not asked for.
+        for (const fault of gray.faults as Json[]) expect(fault.etcd).toBeUndefined();
+        for (const fault of [slowLink!, hung!, byzantine!]) expectQuorumfenceGray(fault.quorumfence, 3);
+        for (const loop of LOOPS) {
+          // hung: seen stopped while faulted, and a stopped replica's /metrics cannot be read: its share is unknown.
+          expect(hung!.quorumfence.loops[loop].faulted.stopped).toBe(true);
+          expect(hung!.quorumfence.loops[loop].faulted.partialsPerCycle.gray).toBeNull();
+          expect(hung!.quorumfence.loops[loop].healthy.stopped).toBeUndefined();
+          // byzantine-slow: the Byzantine replica process, honest while healthy, its answers delayed while faulted.
+          expect(byzantine!.quorumfence.loops[loop].healthy.slowedAnswers).toBe(0);
+          expect(byzantine!.quorumfence.loops[loop].faulted.slowedAnswers).toBeGreaterThan(0);
+        }
+        if (lacks('cc')) {
+          expect(slowFlush!.quorumfence).toEqual({ skipped: expect.stringContaining('no C compiler') });
+        } else {
+          expectQuorumfenceGray(slowFlush!.quorumfence, 3);
+          // Each of the replica's real flushes waited 50 ms before the disk's own: the mean cannot be below it. A loop
+          // in which the replica flushed nothing has no mean: clients that saw it slow left it out of their first
+          // signers (docs/protocol.md, "Slow replicas"), which a loaded machine's short smoke loop can make complete.
+          // At least one loop must have made it flush.
+          const means = LOOPS.map(
+            (loop) => slowFlush!.quorumfence.loops[loop].faulted.grayFlushMs as number | undefined,
+          );
+          expect(means.filter((mean) => mean !== undefined).length, JSON.stringify(means)).toBeGreaterThan(0);
+          for (const mean of means) if (mean !== undefined) expect(mean).toBeGreaterThanOrEqual(50);
+        }
+        expectGrayLines(
+          run,
+          faults.filter((f) => !lacks('cc') || !f.startsWith('slow-flush')),
+        );
+        expectLines(run.stdout, [
+          /^\| loop \| figure \| quorumfence, replica 3 faulty: healthy → faulted \(issue 42: cycles\/s >= 0\.9x, cycle p99 <= 1\.5x\) \|$/m,
+          /^\| 1 client \| cycles\/s \| [\d.]+ → [\d.]+ = [\d.]+x (pass|MISS) \|$/m,
+          /^quorumfence replica 3's partials per cycle, healthy → faulted: one [\d.]+ → not read .*, seen stopped;/m,
+          /, \d+ answers delayed/,
+        ]);
+      });
+
+      test.skipIf(lacks('etcd'))(
+        `--rtt 0,2ms ${needs('etcd')}: both sides per round trip, every link through the delay proxies, the targets, the summary, the chart`,
+        async () => {
+          const run = await bench(['system', 'etcd', '--rtt', '0,2ms']);
+          expectCompleted(run);
+          expect(run.report.system).toBeUndefined();
+          expect(run.report.etcd).toBeUndefined();
+          const network = run.report.network as Json;
+          expect(network.rtts).toEqual([0, 2]);
+          expect(network.points.map((p: Json) => p.rttMs)).toEqual([0, 2]);
+          for (const point of network.points as Json[]) {
+            expectNumbers(point.loadAverage, ['start', 'end']);
+            expectTiming(point.measuredRttMs, 10);
+            expectTiming(point.system.acquireMs, 10);
+            expectLoopKinds(point.system.loops);
+            for (const driver of ['gateway', 'grpc']) {
+              expect(point.etcd.drivers[driver].fencing).toMatchObject({ staleRefused: true, currentAccepted: true });
+              expectLoopKinds(point.etcd.drivers[driver].loops);
+            }
+          }
+          const [loopback, delayed] = network.points as Json[];
+          expect(loopback!.proxy).toBeUndefined();
+          // Every ping crossed the proxies: none came back sooner than the round trip set.
+          expect(delayed!.measuredRttMs.median).toBeGreaterThanOrEqual(2);
+          // The clients' links to 4 replicas and the resource, etcd's clients' and the members' peer links.
+          expect(delayed!.proxy.stats.connections).toBeGreaterThan(5);
+          for (const side of ['quorumfence', 'etcd'])
+            expectNumbers(delayed!.proxy[side], ['cpuMs', 'wallMs', 'coreShare']);
+          // The chart's name in the JSON, the file next to it.
+          const chart = run.out.replace(/\.json$/, '.png');
+          expect(network.chart).toBe(basename(chart));
+          expect(readFileSync(chart).subarray(1, 4).toString()).toBe('PNG');
+          expectLines(run.stdout, [
+            /^network, loopback, no proxy \(a direct round trip: p50 /m,
+            /^network, round trip 2 ms on every link \(measured through the proxies: p50 /m,
+            /^ {2}the proxies' process \(on the same cores\) used \d+ % of a core during quorumfence's runs/m,
+            /^targets \(issue 31\) at 2 ms, etcd = its stronger client per row/m,
+            /^acquire \+ release: 1 client, cycles\/s .* >= 2\.0x +(pass|MISS)$/m,
+            /^\| acquire \+ release, round trip per link \(measured p50\) \|/m,
+            /^\| 2 ms \(\d/m,
+            `chart written to ${chart}`,
+          ]);
+        },
+      );
+
+      test.skipIf(lacks('etcd'))(
+        `--gray slow-link on etcd ${needs('etcd')}: leadership on etcd-1 when counting began, it and its peer links slowed; then a follower`,
+        async () => {
+          const run = await bench(['etcd', '--gray', 'slow-link:50ms']);
+          expectCompleted(run);
+          const gray = expectGray(run.report, ['slow-link:50ms']);
+          const [fault] = gray.faults as Json[];
+          expect(fault!.quorumfence).toBeUndefined();
+          const [leader, follower] = expectEtcdGray(fault!.etcd);
+          for (const variant of [leader!, follower!])
+            for (const faulted of faultedRuns(variant)) {
+              // The slowed member's own peer connections were found in /proc and slowed too.
+              expect(faulted.dialedByFaulted).toBeGreaterThan(0);
+              // The leader was where the variant moved it (MoveLeader, checked with every member) as counting began.
+              expect(faulted.leaderWhenCounting).toBe('etcd-1');
+            }
+          expectGrayLines(run, ['slow-link:50ms']);
+          expectLines(run.stdout, [
+            /^\| loop \| figure \| etcd, fault on its leader \(etcd-1\) \| etcd, fault on a follower \(etcd-2\) \|$/m,
+            /^\| 1 client \| cycles\/s \| [\d.]+ → [\d.]+ = [\d.]+x \(gateway\) \| [\d.]+ → [\d.]+ = [\d.]+x \(grpc\) \|$/m,
+            /^etcd, fault on etcd-1 \(leadership moved to etcd-1 before each run, \d+ move\(s\) needed; clients on etcd-2, etcd-3\)/m,
+            /^etcd, fault on etcd-2 \(leadership moved to etcd-1 before each run, \d+ move\(s\) needed; clients on etcd-1, etcd-3\)/m,
+          ]);
+          expect(run.stdout).not.toContain('quorumfence');
+        },
+      );
+
+      test('growth: grants past compactions land above the floor; the retention window is left; a replica restarts on it', async () => {
+        const run = await bench(['growth']);
+        expectCompleted(run);
+        const growth = run.report.growth as Json;
+        expect(growth.liveResources).toBe(100);
+        expect(growth.points.map((p: Json) => p.resourcesEverGranted)).toEqual([100, 1000]);
+        for (const point of growth.points as Json[]) {
+          // Exactly the grants of the last retention window stay; the rest are folded into the floor.
+          expect(point.recordsLeft).toBe(100);
+          expectNumbers(point, ['storeBytes', 'replicaRssBytes', 'restartMs', 'writesPerSecond']);
+        }
+        // Nine hundred resources were compacted away, and every later grant went above the floor they raised.
+        expect(BigInt(growth.points[1].floor)).toBeGreaterThan(0n);
+        expect(growth.ratios).toHaveLength(2);
+        expectLines(run.stdout, [
+          /^growth \(100 live, retention 100 grants\) +records left +store +replica RSS +restart +writes\/s$/m,
+          /^1,000 ever granted +100 /m,
+          'target ',
+        ]);
+      });
+    });
 });

@@ -35,6 +35,7 @@ import { recordGrant } from '../support/recorded-grant.js';
 import { freePorts } from '../support/free-ports.js';
 import { createTestDatabase } from '../support/postgres.js';
 import { lacks, needs } from '../support/system-tools.js';
+import { itInLongTier } from '../support/tier.js';
 
 const backend = loadBackend('blst');
 const root = mkdtempSync(join(tmpdir(), 'qf-reshare-cli-'));
@@ -630,246 +631,254 @@ describe('quorumfence reshare (processes over real sockets)', () => {
     }
   }, 120_000);
 
-  it('4 -> 7 -> 4 on live replicas, keeping the group key: old members 5..7 leave as outside dealers; after each step the new replicas inherit and serve, a guard configured before the first step accepts the new tokens and refuses the stale ones, and epochs continue above the old ones; membership 2 is endorsed and followed from membership 0, and a member that left retires its old share (refused before the endorsement)', async () => {
-    const base = join(root, 'grow-shrink');
-    dealLocalCluster(join(base, 'old'), 4);
-    const old = loadClusterFile(join(base, 'old', 'cluster.json'));
-    const identities = { alice: join(base, 'alice.key'), bob: join(base, 'bob.key') };
-    for (const path of Object.values(identities)) expect((await cli(['identity', 'new', path])).code).toBe(0);
-    /** An acquire through the CLI against a running cluster; waits out an inherited lease (new replicas: ttl <= 3 s). */
-    const acquire = async (live: LocalCluster, name: keyof typeof identities) => {
-      const file = join(base, `live-${live.cluster.membershipVersion}.json`);
-      writeFileSync(file, JSON.stringify(clusterToJson(live.cluster)));
-      const r = await cli([
-        'acquire',
-        'orders',
-        '--cluster',
-        file,
-        '--identity',
-        identities[name],
-        '--json',
-        '--wait',
-        '20s',
-        '--ttl',
-        '1s',
-      ]);
-      expect(r.code, r.stderr + r.stdout).toBe(0);
-      const outcome = JSON.parse(r.stdout) as { epoch: string; token: string };
-      return { epoch: BigInt(outcome.epoch), token: decodeTokenText(outcome.token, backend) };
-    };
-    /** Freezes the stopped replicas of one generation and exports their records signed by their keys (in keys). */
-    const freezeAll = async (dataRoot: string, keys: string, n: number, prefix: string) => {
-      for (let i = 1; i <= n; i++) {
+  itInLongTier(
+    '4 -> 7 -> 4 on live replicas, keeping the group key: old members 5..7 leave as outside dealers; after each step the new replicas inherit and serve, a guard configured before the first step accepts the new tokens and refuses the stale ones, and epochs continue above the old ones; membership 2 is endorsed and followed from membership 0, and a member that left retires its old share (refused before the endorsement)',
+    async () => {
+      const base = join(root, 'grow-shrink');
+      dealLocalCluster(join(base, 'old'), 4);
+      const old = loadClusterFile(join(base, 'old', 'cluster.json'));
+      const identities = { alice: join(base, 'alice.key'), bob: join(base, 'bob.key') };
+      for (const path of Object.values(identities)) expect((await cli(['identity', 'new', path])).code).toBe(0);
+      /** An acquire through the CLI against a running cluster; waits out an inherited lease (new replicas: ttl <= 3 s). */
+      const acquire = async (live: LocalCluster, name: keyof typeof identities) => {
+        const file = join(base, `live-${live.cluster.membershipVersion}.json`);
+        writeFileSync(file, JSON.stringify(clusterToJson(live.cluster)));
         const r = await cli([
-          'reshare',
-          'freeze',
-          '--data',
-          join(dataRoot, `replica-${i}`),
-          '--key',
-          join(keys, `replica-${i}.key`),
+          'acquire',
+          'orders',
           '--cluster',
-          join(keys, 'cluster.json'),
-          '--out',
-          join(base, `${prefix}-frozen-${i}.json`),
+          file,
+          '--identity',
+          identities[name],
+          '--json',
+          '--wait',
+          '20s',
+          '--ttl',
+          '1s',
         ]);
-        expect(r.code, r.stderr).toBe(0);
-      }
-    };
-    /** Each new replica's key into dir (as the launcher wants it), inheriting from 2f_old+1 frozen records. */
-    const inheritAll = async (gen: string, n: number, oldCluster: string, frozen: string[]) => {
-      const dir = join(base, gen, 'keys');
-      mkdirSync(dir, { recursive: true });
-      copyFileSync(join(base, gen, 'm-1', 'cluster.json'), join(dir, 'cluster.json'));
-      for (let i = 1; i <= n; i++) {
-        copyFileSync(join(base, gen, `m-${i}`, 'replica.key'), join(dir, `replica-${i}.key`));
-        const r = await cli([
-          'reshare',
-          'inherit',
-          '--data',
-          join(base, `${gen}-data`, `replica-${i}`),
-          '--key',
-          join(dir, `replica-${i}.key`),
-          '--cluster',
-          join(dir, 'cluster.json'),
-          '--old-cluster',
-          oldCluster,
-          ...frozen.flatMap((f) => ['--in', f]),
-        ]);
-        expect(r.code, r.stderr).toBe(0);
-      }
-      return dir;
-    };
-    const start = (dir: string, gen: string) =>
-      startLocalCluster({
-        dir,
-        dataRoot: join(base, `${gen}-data`),
-        extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
-      });
-    /** Starts one generation's replicas, acquires "orders" once as `name`, and stops them again. */
-    const acquireOnce = async (starting: Promise<LocalCluster>, name: keyof typeof identities) => {
-      const live = await starting;
-      try {
-        return await acquire(live, name);
-      } finally {
-        await live.close();
-      }
-    };
-    const guard = await LmdbGuard.open(join(base, 'guard'), old);
-    const guardWriteOf = (token: AdmissionToken) =>
-      guard.write({ token: tokenToText(token), resource: 'orders', op: 'put', key: 'k' }, (tx) => {
-        tx.put('k', new TextEncoder().encode('v'));
-      });
-    try {
-      // Generation 0: four replicas; alice holds "orders" and writes through the guard.
-      const first = await acquireOnce(
-        startLocalCluster({ newStores: true, dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') }),
-        'alice',
-      );
-      expect(await guardWriteOf(first.token)).toMatchObject({ ok: true, epoch: first.epoch });
-      await freezeAll(join(base, 'gen0-data'), join(base, 'old'), 4, 'gen0');
-
-      // Step 1: 4 -> 7, the four old members dealing as new members 1..4.
-      const cards1 = await initMemberCards(join(base, 'gen1'), 7, (i) => `m-${i}`);
-      const proposal1 = join(base, 'gen1', 'public', 'proposal.json');
-      const propose1 = await proposeReshare(cards1, 2, join(base, 'old', 'cluster.json'), '1,2,3,4', proposal1);
-      expect(propose1.code, propose1.stderr).toBe(0);
-      const runs1 = await Promise.all(
-        [1, 2, 3, 4, 5, 6, 7].map((i) =>
-          reshareRun(
-            join(base, 'gen1', `m-${i}`),
-            proposal1,
-            join(base, 'old', 'cluster.json'),
-            i <= 4 ? join(base, 'old', `replica-${i}.key`) : undefined,
-          ),
-        ),
-      );
-      for (const r of runs1) expect(r.code, r.stderr).toBe(0);
-      const gen1Keys = await inheritAll(
-        'gen1',
-        7,
-        join(base, 'old', 'cluster.json'),
-        [1, 2, 3].map((i) => join(base, `gen0-frozen-${i}.json`)),
-      );
-      const gen1 = loadClusterFile(join(gen1Keys, 'cluster.json'));
-      expect([gen1.n, gen1.membershipVersion, gen1.idHex]).toEqual([7, 1, old.idHex]);
-      const second = await acquireOnce(start(gen1Keys, 'gen1'), 'bob');
-      expect(second.epoch).toBeGreaterThan(first.epoch);
-      expect(await guardWriteOf(second.token)).toMatchObject({ ok: true, epoch: second.epoch });
-      expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
-      await freezeAll(join(base, 'gen1-data'), gen1Keys, 7, 'gen1');
-
-      // Step 2: 7 -> 4. Members 1..3 continue and deal (4 continues without dealing); old members 5, 6 and 7
-      // leave: they deal from outside the new set under their node keys, with fresh ceremony ports.
-      const cards2 = await initMemberCards(join(base, 'gen2'), 4, (i) => `m-${i}`);
-      // Ports free now and not already on a new member's card (two separate asks may return one port twice).
-      const taken = new Set(cards2.map((c) => new URL(JSON.parse(readFileSync(c, 'utf8')).ceremonyEndpoint).port));
-      const ports = (await freePorts(3 + cards2.length)).filter((port) => !taken.has(String(port))).slice(0, 3);
-      const outside: string[] = [];
-      for (const [k, i] of [5, 6, 7].entries()) {
-        const card = join(base, 'gen2', 'public', `outside-${i}.json`);
-        const r = await cli([
-          'replica',
-          'init',
-          '--data',
-          join(base, 'gen1', `m-${i}`),
-          '--if-missing',
-          '--endpoint',
-          `ws://127.0.0.1:${7100 + i}`,
-          '--ceremony-endpoint',
-          `ws://127.0.0.1:${ports[k]}`,
-          '--card',
-          card,
-        ]);
-        expect(r.code, r.stderr).toBe(0);
-        outside.push('--outside-dealer', `${i}=${card}`);
-      }
-      const gen1Path = join(gen1Keys, 'cluster.json');
-      const proposal2 = join(base, 'gen2', 'public', 'proposal.json');
-      const propose2 = await proposeReshare(cards2, 1, gen1Path, '1,2,3,5,6,7', proposal2, outside);
-      expect(propose2.code, propose2.stderr).toBe(0);
-      expect(
-        JSON.parse(readFileSync(proposal2, 'utf8')).reshare.outsideDealers.map((d: { oldIndex: number }) => d.oldIndex),
-      ).toEqual([5, 6, 7]);
-      const runs2 = await Promise.all([
-        ...[1, 2, 3, 4].map((i) =>
-          reshareRun(
-            join(base, 'gen2', `m-${i}`),
-            proposal2,
-            gen1Path,
-            i <= 3 ? join(gen1Keys, `replica-${i}.key`) : undefined,
-          ),
-        ),
-        ...[5, 6, 7].map((i) =>
-          reshareRun(join(base, 'gen1', `m-${i}`), proposal2, gen1Path, join(gen1Keys, `replica-${i}.key`)),
-        ),
-      ]);
-      for (const r of runs2) expect(r.code, r.stderr).toBe(0);
-      // The outside dealers wrote nothing new and know which cluster t_new members confirmed.
-      for (const [k, i] of [5, 6, 7].entries()) {
-        const r = runs2[4 + k]!;
-        expect(r.stderr).toMatch(new RegExp(`reshare dealer ${5 + k} \\(old replica ${i}, deals only\\): phase deal`));
-        expect(JSON.parse(r.stdout)).toMatchObject({
-          ok: true,
-          role: 'dealer-only',
-          oldIndex: i,
-          clusterId: old.idHex,
-          qualified: [1, 2, 3, 5, 6, 7],
-          dealtShareUsed: true,
+        expect(r.code, r.stderr + r.stdout).toBe(0);
+        const outcome = JSON.parse(r.stdout) as { epoch: string; token: string };
+        return { epoch: BigInt(outcome.epoch), token: decodeTokenText(outcome.token, backend) };
+      };
+      /** Freezes the stopped replicas of one generation and exports their records signed by their keys (in keys). */
+      const freezeAll = async (dataRoot: string, keys: string, n: number, prefix: string) => {
+        for (let i = 1; i <= n; i++) {
+          const r = await cli([
+            'reshare',
+            'freeze',
+            '--data',
+            join(dataRoot, `replica-${i}`),
+            '--key',
+            join(keys, `replica-${i}.key`),
+            '--cluster',
+            join(keys, 'cluster.json'),
+            '--out',
+            join(base, `${prefix}-frozen-${i}.json`),
+          ]);
+          expect(r.code, r.stderr).toBe(0);
+        }
+      };
+      /** Each new replica's key into dir (as the launcher wants it), inheriting from 2f_old+1 frozen records. */
+      const inheritAll = async (gen: string, n: number, oldCluster: string, frozen: string[]) => {
+        const dir = join(base, gen, 'keys');
+        mkdirSync(dir, { recursive: true });
+        copyFileSync(join(base, gen, 'm-1', 'cluster.json'), join(dir, 'cluster.json'));
+        for (let i = 1; i <= n; i++) {
+          copyFileSync(join(base, gen, `m-${i}`, 'replica.key'), join(dir, `replica-${i}.key`));
+          const r = await cli([
+            'reshare',
+            'inherit',
+            '--data',
+            join(base, `${gen}-data`, `replica-${i}`),
+            '--key',
+            join(dir, `replica-${i}.key`),
+            '--cluster',
+            join(dir, 'cluster.json'),
+            '--old-cluster',
+            oldCluster,
+            ...frozen.flatMap((f) => ['--in', f]),
+          ]);
+          expect(r.code, r.stderr).toBe(0);
+        }
+        return dir;
+      };
+      const start = (dir: string, gen: string) =>
+        startLocalCluster({
+          dir,
+          dataRoot: join(base, `${gen}-data`),
+          extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
         });
-      }
-      expect(JSON.parse(runs2[3]!.stdout)).toMatchObject({ role: 'member', qualified: [1, 2, 3, 5, 6, 7] });
-      const gen2Keys = await inheritAll(
-        'gen2',
-        4,
-        gen1Path,
-        [1, 2, 5, 6, 7].map((i) => join(base, `gen1-frozen-${i}.json`)),
-      );
-      const gen2 = loadClusterFile(join(gen2Keys, 'cluster.json'));
-      expect([gen2.n, gen2.t, gen2.membershipVersion, gen2.idHex]).toEqual([4, 3, 2, old.idHex]);
-      expect(clusterToJson(gen2).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
-      const third = await acquireOnce(start(gen2Keys, 'gen2'), 'alice');
-      expect(third.epoch).toBeGreaterThan(second.epoch);
-      // The guard configured before the first step: the new token in, both older ones stale.
-      expect(await guardWriteOf(third.token)).toMatchObject({ ok: true, epoch: third.epoch });
-      expect(await guardWriteOf(second.token)).toMatchObject({ ok: false });
-      expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
-      expect(verifyToken(third.token, old).ok).toBe(true);
+      /** Starts one generation's replicas, acquires "orders" once as `name`, and stops them again. */
+      const acquireOnce = async (starting: Promise<LocalCluster>, name: keyof typeof identities) => {
+        const live = await starting;
+        try {
+          return await acquire(live, name);
+        } finally {
+          await live.close();
+        }
+      };
+      const guard = await LmdbGuard.open(join(base, 'guard'), old);
+      const guardWriteOf = (token: AdmissionToken) =>
+        guard.write({ token: tokenToText(token), resource: 'orders', op: 'put', key: 'k' }, (tx) => {
+          tx.put('k', new TextEncoder().encode('v'));
+        });
+      try {
+        // Generation 0: four replicas; alice holds "orders" and writes through the guard.
+        const first = await acquireOnce(
+          startLocalCluster({ newStores: true, dir: join(base, 'old'), dataRoot: join(base, 'gen0-data') }),
+          'alice',
+        );
+        expect(await guardWriteOf(first.token)).toMatchObject({ ok: true, epoch: first.epoch });
+        await freezeAll(join(base, 'gen0-data'), join(base, 'old'), 4, 'gen0');
 
-      // Old member 5 left the set: it has no new key, so it retires its old share once membership 2 is endorsed.
-      const gen2Path = join(gen2Keys, 'cluster.json');
-      const leaving = join(gen1Keys, 'replica-5.key');
-      const retireLeaving = (cluster: string) =>
-        cli(['reshare', 'retire', '--old-key', leaving, '--old-cluster', gen1Path, '--cluster', cluster]);
-      const unendorsed = await retireLeaving(gen2Path);
-      expect([unendorsed.code, unendorsed.stderr]).toEqual([
-        1,
-        expect.stringMatching(/must be an endorsed newer membership.*nothing erased \(RESHARE_REFUSED\)/),
-      ]);
-      expect(existsSync(leaving)).toBe(true);
-      const partials2 = [1, 2, 3].map((i) => join(base, 'gen2', 'public', `partial-${i}.json`));
-      await endorseEach(
-        gen2Path,
-        [1, 2, 3].map((i) => join(gen2Keys, `replica-${i}.key`)),
-        partials2,
-      );
-      const endorsed2 = join(base, 'gen2', 'public', 'cluster-endorsed.json');
-      const combined2 = await combineEndorsements(gen2Path, partials2, endorsed2);
-      expect(combined2.code, combined2.stderr).toBe(0);
-      // A holder of the very first description follows membership 2 directly.
-      const followed = await cli([
-        'reshare',
-        'follow',
-        '--cluster',
-        join(base, 'old', 'cluster.json'),
-        '--candidate',
-        endorsed2,
-      ]);
-      expect(followed.stdout).toMatch(/following membership 2 .*\(was 0\): n = 4, t = 3/);
-      const retired = await retireLeaving(endorsed2);
-      expect(retired.code, retired.stderr).toBe(0);
-      expect(existsSync(leaving)).toBe(false);
-    } finally {
-      await guard.close();
-    }
-  }, 400_000);
+        // Step 1: 4 -> 7, the four old members dealing as new members 1..4.
+        const cards1 = await initMemberCards(join(base, 'gen1'), 7, (i) => `m-${i}`);
+        const proposal1 = join(base, 'gen1', 'public', 'proposal.json');
+        const propose1 = await proposeReshare(cards1, 2, join(base, 'old', 'cluster.json'), '1,2,3,4', proposal1);
+        expect(propose1.code, propose1.stderr).toBe(0);
+        const runs1 = await Promise.all(
+          [1, 2, 3, 4, 5, 6, 7].map((i) =>
+            reshareRun(
+              join(base, 'gen1', `m-${i}`),
+              proposal1,
+              join(base, 'old', 'cluster.json'),
+              i <= 4 ? join(base, 'old', `replica-${i}.key`) : undefined,
+            ),
+          ),
+        );
+        for (const r of runs1) expect(r.code, r.stderr).toBe(0);
+        const gen1Keys = await inheritAll(
+          'gen1',
+          7,
+          join(base, 'old', 'cluster.json'),
+          [1, 2, 3].map((i) => join(base, `gen0-frozen-${i}.json`)),
+        );
+        const gen1 = loadClusterFile(join(gen1Keys, 'cluster.json'));
+        expect([gen1.n, gen1.membershipVersion, gen1.idHex]).toEqual([7, 1, old.idHex]);
+        const second = await acquireOnce(start(gen1Keys, 'gen1'), 'bob');
+        expect(second.epoch).toBeGreaterThan(first.epoch);
+        expect(await guardWriteOf(second.token)).toMatchObject({ ok: true, epoch: second.epoch });
+        expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
+        await freezeAll(join(base, 'gen1-data'), gen1Keys, 7, 'gen1');
+
+        // Step 2: 7 -> 4. Members 1..3 continue and deal (4 continues without dealing); old members 5, 6 and 7
+        // leave: they deal from outside the new set under their node keys, with fresh ceremony ports.
+        const cards2 = await initMemberCards(join(base, 'gen2'), 4, (i) => `m-${i}`);
+        // Ports free now and not already on a new member's card (two separate asks may return one port twice).
+        const taken = new Set(cards2.map((c) => new URL(JSON.parse(readFileSync(c, 'utf8')).ceremonyEndpoint).port));
+        const ports = (await freePorts(3 + cards2.length)).filter((port) => !taken.has(String(port))).slice(0, 3);
+        const outside: string[] = [];
+        for (const [k, i] of [5, 6, 7].entries()) {
+          const card = join(base, 'gen2', 'public', `outside-${i}.json`);
+          const r = await cli([
+            'replica',
+            'init',
+            '--data',
+            join(base, 'gen1', `m-${i}`),
+            '--if-missing',
+            '--endpoint',
+            `ws://127.0.0.1:${7100 + i}`,
+            '--ceremony-endpoint',
+            `ws://127.0.0.1:${ports[k]}`,
+            '--card',
+            card,
+          ]);
+          expect(r.code, r.stderr).toBe(0);
+          outside.push('--outside-dealer', `${i}=${card}`);
+        }
+        const gen1Path = join(gen1Keys, 'cluster.json');
+        const proposal2 = join(base, 'gen2', 'public', 'proposal.json');
+        const propose2 = await proposeReshare(cards2, 1, gen1Path, '1,2,3,5,6,7', proposal2, outside);
+        expect(propose2.code, propose2.stderr).toBe(0);
+        expect(
+          JSON.parse(readFileSync(proposal2, 'utf8')).reshare.outsideDealers.map(
+            (d: { oldIndex: number }) => d.oldIndex,
+          ),
+        ).toEqual([5, 6, 7]);
+        const runs2 = await Promise.all([
+          ...[1, 2, 3, 4].map((i) =>
+            reshareRun(
+              join(base, 'gen2', `m-${i}`),
+              proposal2,
+              gen1Path,
+              i <= 3 ? join(gen1Keys, `replica-${i}.key`) : undefined,
+            ),
+          ),
+          ...[5, 6, 7].map((i) =>
+            reshareRun(join(base, 'gen1', `m-${i}`), proposal2, gen1Path, join(gen1Keys, `replica-${i}.key`)),
+          ),
+        ]);
+        for (const r of runs2) expect(r.code, r.stderr).toBe(0);
+        // The outside dealers wrote nothing new and know which cluster t_new members confirmed.
+        for (const [k, i] of [5, 6, 7].entries()) {
+          const r = runs2[4 + k]!;
+          expect(r.stderr).toMatch(
+            new RegExp(`reshare dealer ${5 + k} \\(old replica ${i}, deals only\\): phase deal`),
+          );
+          expect(JSON.parse(r.stdout)).toMatchObject({
+            ok: true,
+            role: 'dealer-only',
+            oldIndex: i,
+            clusterId: old.idHex,
+            qualified: [1, 2, 3, 5, 6, 7],
+            dealtShareUsed: true,
+          });
+        }
+        expect(JSON.parse(runs2[3]!.stdout)).toMatchObject({ role: 'member', qualified: [1, 2, 3, 5, 6, 7] });
+        const gen2Keys = await inheritAll(
+          'gen2',
+          4,
+          gen1Path,
+          [1, 2, 5, 6, 7].map((i) => join(base, `gen1-frozen-${i}.json`)),
+        );
+        const gen2 = loadClusterFile(join(gen2Keys, 'cluster.json'));
+        expect([gen2.n, gen2.t, gen2.membershipVersion, gen2.idHex]).toEqual([4, 3, 2, old.idHex]);
+        expect(clusterToJson(gen2).groupPublicKey).toBe(clusterToJson(old).groupPublicKey);
+        const third = await acquireOnce(start(gen2Keys, 'gen2'), 'alice');
+        expect(third.epoch).toBeGreaterThan(second.epoch);
+        // The guard configured before the first step: the new token in, both older ones stale.
+        expect(await guardWriteOf(third.token)).toMatchObject({ ok: true, epoch: third.epoch });
+        expect(await guardWriteOf(second.token)).toMatchObject({ ok: false });
+        expect(await guardWriteOf(first.token)).toMatchObject({ ok: false });
+        expect(verifyToken(third.token, old).ok).toBe(true);
+
+        // Old member 5 left the set: it has no new key, so it retires its old share once membership 2 is endorsed.
+        const gen2Path = join(gen2Keys, 'cluster.json');
+        const leaving = join(gen1Keys, 'replica-5.key');
+        const retireLeaving = (cluster: string) =>
+          cli(['reshare', 'retire', '--old-key', leaving, '--old-cluster', gen1Path, '--cluster', cluster]);
+        const unendorsed = await retireLeaving(gen2Path);
+        expect([unendorsed.code, unendorsed.stderr]).toEqual([
+          1,
+          expect.stringMatching(/must be an endorsed newer membership.*nothing erased \(RESHARE_REFUSED\)/),
+        ]);
+        expect(existsSync(leaving)).toBe(true);
+        const partials2 = [1, 2, 3].map((i) => join(base, 'gen2', 'public', `partial-${i}.json`));
+        await endorseEach(
+          gen2Path,
+          [1, 2, 3].map((i) => join(gen2Keys, `replica-${i}.key`)),
+          partials2,
+        );
+        const endorsed2 = join(base, 'gen2', 'public', 'cluster-endorsed.json');
+        const combined2 = await combineEndorsements(gen2Path, partials2, endorsed2);
+        expect(combined2.code, combined2.stderr).toBe(0);
+        // A holder of the very first description follows membership 2 directly.
+        const followed = await cli([
+          'reshare',
+          'follow',
+          '--cluster',
+          join(base, 'old', 'cluster.json'),
+          '--candidate',
+          endorsed2,
+        ]);
+        expect(followed.stdout).toMatch(/following membership 2 .*\(was 0\): n = 4, t = 3/);
+        const retired = await retireLeaving(endorsed2);
+        expect(retired.code, retired.stderr).toBe(0);
+        expect(existsSync(leaving)).toBe(false);
+      } finally {
+        await guard.close();
+      }
+    },
+    400_000,
+  );
 });

@@ -10,9 +10,9 @@
  *  - from the host, through the published ports: `host-cluster` prints a cluster.json that the CLI and the
  *    SDK use; `docker kill` of one replica leaves acquires working and the console at margin 0; started
  *    again, that replica still refuses an epoch it signed before (its watermarks survived);
- *  - `down` and `up` with the volumes kept: the story plays again above the old epochs, and the guard log
- *    with every token the host was given shows no epoch granted twice;
- *  - the byzantine profile: replica-4 lies, the story and the acquires still succeed, the liar is named;
+ *  - `down`, then `up` with the volumes kept under the byzantine profile (replica-4 replaced by a liar holding
+ *    its key): the story plays again above the old epochs, the acquires succeed, the liar is named, and the
+ *    guard log with every token the host was given shows no epoch granted twice;
  *  - `down -v` leaves no container, network or volume of the project, and the test's image is removed.
  * Without an engine (not installed, or dockerd not running) the tests are skipped and say so; CI starts one.
  */
@@ -121,7 +121,7 @@ class Project {
 
   constructor(
     suffix: string,
-    readonly profile: 'honest' | 'byzantine',
+    public profile: 'honest' | 'byzantine',
     readonly ports: Ports,
   ) {
     this.name = `qf-compose-${id}-${suffix}`;
@@ -137,6 +137,12 @@ class Project {
       QUORUMFENCE_CONSOLE_PORT: String(ports.console),
       ...Object.fromEntries(ports.replicas.map((port, k) => [`QUORUMFENCE_REPLICA_${k + 1}_PORT`, String(port)])),
     };
+  }
+
+  /** The same project (its volumes, keys and secret) run from now on under another profile. */
+  useProfile(profile: 'honest' | 'byzantine'): void {
+    this.profile = profile;
+    this.env.COMPOSE_PROFILES = profile;
   }
 
   compose(args: readonly string[], timeoutMs = 600_000): Promise<string> {
@@ -297,13 +303,12 @@ async function acquireFromHost(project: Project, cluster: Cluster, resources: re
 
 const engine = !lacks('docker');
 let ports: Ports;
-let honest: Project;
-let byzantine: Project;
+let project: Project;
 let imageBuilt = false;
 
 afterAll(async () => {
   if (engine) {
-    for (const project of [honest, byzantine]) if (project) await project.down(true).catch(() => undefined);
+    if (project) await project.down(true).catch(() => undefined);
     if (imageBuilt) await run('docker', ['rmi', IMAGE]);
   }
   rmSync(root, { recursive: true, force: true });
@@ -315,12 +320,11 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
     if (!hasTool('docker')) throw new Error(installHint('docker'));
     const [resource, consolePort, ...replicas] = await freePorts(6);
     ports = { resource: resource!, console: consolePort!, replicas };
-    honest = new Project('honest', 'honest', ports);
-    byzantine = new Project('byzantine', 'byzantine', ports);
+    project = new Project('story', 'honest', ports);
     mkdirSync(join(root, 'docker-config'));
     // From the cached base (CI's .ci/run made it): seconds; with no base yet, debootstrap takes minutes.
     const built = await run(join(ROOT, 'deploy', 'docker', 'local-image.sh'), [], {
-      env: { ...honest.env },
+      env: { ...project.env },
       timeoutMs: 1_200_000,
     });
     expect(built.status, built.stderr).toBe(0);
@@ -329,14 +333,14 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
   }, 1_260_000);
 
   it('the key ceremony completes; the four replicas, the resource and the console become healthy', async () => {
-    await honest.compose(['up', '-d', ...honest.replicaServices, 'resource', 'console']);
+    await project.compose(['up', '-d', ...project.replicaServices, 'resource', 'console']);
     for (const oneShot of ['replica-1-init', 'replica-2-init', 'replica-3-init', 'replica-4-init', 'dkg-propose'])
-      expect((await honest.finished(oneShot, 300_000)).code, oneShot).toBe(0);
+      expect((await project.finished(oneShot, 300_000)).code, oneShot).toBe(0);
     for (let i = 1; i <= 4; i++) {
-      const dkg = await honest.finished(`replica-${i}-dkg`, 300_000);
+      const dkg = await project.finished(`replica-${i}-dkg`, 300_000);
       expect(dkg.code, dkg.output).toBe(0);
     }
-    for (const service of [...honest.replicaServices, 'resource', 'console']) await honest.healthy(service);
+    for (const service of [...project.replicaServices, 'resource', 'console']) await project.healthy(service);
 
     // Share i is in replica i's volume and in no other file of any volume.
     const volumes = join(root, 'volumes');
@@ -351,7 +355,7 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
         'none',
         '--entrypoint',
         'tar',
-        ...names.flatMap((name) => ['-v', `${honest.name}_${name}:/volumes/${name}:ro`]),
+        ...names.flatMap((name) => ['-v', `${project.name}_${name}:/volumes/${name}:ro`]),
         IMAGE,
         '-C',
         '/volumes',
@@ -375,19 +379,19 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
 
   it('the story, with worker B started first and worker A paused as it starts: A is refused 409, B takes over with a larger epoch, both exit 0', async () => {
     // --no-deps: the rest is up and healthy (the previous test), and B must start alone.
-    await honest.compose(['up', '-d', '--no-deps', 'worker-b']);
+    await project.compose(['up', '-d', '--no-deps', 'worker-b']);
     // B waits on the story's state (A's write), not on a clock: it has not acquired while A is absent.
     await waitFor('worker B waiting for A', 120_000, async () =>
-      /worker B: waiting for=a write by A/.test(await honest.logs('worker-b')) ? true : undefined,
+      /worker B: waiting for=a write by A/.test(await project.logs('worker-b')) ? true : undefined,
     );
-    await honest.compose(['up', '-d', '--no-deps', 'worker-a']);
-    const workerA = (await honest.container('worker-a'))!;
+    await project.compose(['up', '-d', '--no-deps', 'worker-a']);
+    const workerA = (await project.container('worker-a'))!;
     const paused = await run('docker', ['pause', workerA]);
     if (paused.status === 0) {
       try {
         await sleep(5_000);
         // Still waiting for A's write: B has neither seen one nor acquired.
-        const b = await honest.logs('worker-b');
+        const b = await project.logs('worker-b');
         expect(b).toMatch(/worker B: waiting for=a write by A/);
         expect(b).not.toMatch(/worker B: (saw|acquired|write)/);
       } finally {
@@ -397,11 +401,11 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
       // Only when A finished before the pause could land; B had to wait for it all the same.
       expect(paused.stderr).toMatch(/not running/);
     }
-    await storyPlayed(honest);
+    await storyPlayed(project);
   }, 900_000);
 
   it('from the host through the published ports: host-cluster, the CLI and the SDK acquire', async () => {
-    const { path, cluster } = await honest.hostCluster();
+    const { path, cluster } = await project.hostCluster();
     expect(cluster.replicas.map((r) => r.endpoint)).toEqual(ports.replicas.map((p) => `ws://127.0.0.1:${p}`));
     const health = await run(process.execPath, [join(ROOT, 'dist/nodes/quorumfence.js'), 'health', '--cluster', path]);
     expect(health.stdout.toString(), health.stderr).toMatch(/4 of 4 replicas healthy, 3 needed: margin 1/);
@@ -423,13 +427,13 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
     ) as { ok: boolean; epoch: string; token: string; signers: number[] };
     expect(acquired.ok).toBe(true);
     expect(acquired.signers).toHaveLength(3);
-    honest.tokens.push(acquired.token);
-    const results = await acquireFromHost(honest, cluster, ['compose/host-sdk', 'demo/orders']);
+    project.tokens.push(acquired.token);
+    const results = await acquireFromHost(project, cluster, ['compose/host-sdk', 'demo/orders']);
     expect(results.map((r) => r.faults)).toEqual([[], []]);
   }, 300_000);
 
   it('docker kill of one replica: acquires still work and the console shows margin 0; started again, it keeps its watermarks', async () => {
-    const { cluster } = await honest.hostCluster();
+    const { cluster } = await project.hostCluster();
     const replica2 = `ws://127.0.0.1:${ports.replicas[1]}`;
     // An epoch replica 2 signs for one holder before it is killed.
     const first = await RawClient.open(replica2);
@@ -438,21 +442,21 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
     } finally {
       await first.close();
     }
-    const container = (await honest.container('replica-2'))!;
+    const container = (await project.container('replica-2'))!;
     await must('docker', ['kill', container]);
-    expect((await honest.state('replica-2')).Status).toBe('exited');
+    expect((await project.state('replica-2')).Status).toBe('exited');
     const state = await waitFor('console margin 0', 120_000, async () => {
-      const s = await honest.consoleState();
+      const s = await project.consoleState();
       return s.margin === 0 ? s : undefined;
     });
     expect(state.replicas.map((r) => r.reachable)).toEqual([true, false, true, true]);
-    const down = await acquireFromHost(honest, cluster, ['compose/kill-1', 'compose/kill-2', 'demo/orders']);
+    const down = await acquireFromHost(project, cluster, ['compose/kill-1', 'compose/kill-2', 'demo/orders']);
     expect(down).toHaveLength(3);
     // Killed, not restarted behind the test's back (restart: unless-stopped leaves a killed container down).
-    expect((await honest.state('replica-2')).Status).toBe('exited');
+    expect((await project.state('replica-2')).Status).toBe('exited');
 
     await must('docker', ['start', container]);
-    await honest.healthy('replica-2');
+    await project.healthy('replica-2');
     // Another holder asking replica 2 for the epoch it signed before the kill is refused: stale.
     const second = await RawClient.open(replica2);
     try {
@@ -464,13 +468,13 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
       await second.close();
     }
     await waitFor('console margin 1 again', 120_000, async () =>
-      (await honest.consoleState()).margin === 1 ? true : undefined,
+      (await project.consoleState()).margin === 1 ? true : undefined,
     );
-    expect(await acquireFromHost(honest, cluster, ['compose/kill-1'])).toHaveLength(1);
+    expect(await acquireFromHost(project, cluster, ['compose/kill-1'])).toHaveLength(1);
   }, 600_000);
 
-  it('down and up with the volumes kept: the story plays again above the old epochs, and no epoch is granted twice', async () => {
-    const before = await honest.guardLog();
+  it('down, then up with the volumes kept and the byzantine profile (replica-4 replaced by a liar with its key): the story plays again above the old epochs, acquires succeed, the liar is named, and no epoch is granted twice', async () => {
+    const before = await project.guardLog();
     const highest = (resource: string, log: readonly GuardLogEntry[]) =>
       log
         .filter((e) => e.resource === resource && e.accepted)
@@ -478,40 +482,26 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
     const ordersBefore = highest('demo/orders', before);
     expect(ordersBefore).toBeGreaterThan(0n);
 
-    await honest.down(false);
-    const kept = await honest.leftovers();
+    await project.down(false);
+    const kept = await project.leftovers();
     expect(kept.containers).toEqual([]);
     expect(kept.volumes.length).toBeGreaterThanOrEqual(7);
-    await honest.compose(['up', '-d']);
-    const story = await storyPlayed(honest);
+    // The same volumes (keys, records, the guard's barriers): one deployment restarted, with one replica turned liar,
+    // instead of a second ceremony for the byzantine profile alone.
+    project.useProfile('byzantine');
+    await project.compose(['up', '-d']);
+    for (const service of [...project.replicaServices, 'resource']) await project.healthy(service);
+    const story = await storyPlayed(project);
     expect(story.epochA).toBeGreaterThan(ordersBefore);
 
-    const { cluster } = await honest.hostCluster();
-    const again = await acquireFromHost(honest, cluster, ['compose/host', 'compose/kill-1', 'compose/host-sdk']);
+    const { cluster } = await project.hostCluster();
+    const again = await acquireFromHost(project, cluster, ['compose/host', 'compose/kill-1', 'compose/host-sdk']);
     expect(again).toHaveLength(3);
-    const after = await honest.guardLog();
-    expect(after.length).toBeGreaterThan(before.length);
-    const check = checkHistory({ guardLogs: [after], capturedTokens: honest.tokens }, cluster);
-    expect(check.ok ? [] : check.violations.map(formatViolation)).toEqual([]);
-    // The host's tokens and the workers' accepted writes: one token per (resource, epoch).
-    expect(check.stats.tokensChecked).toBeGreaterThan(honest.tokens.length);
-  }, 900_000);
-
-  it('down -v leaves no container, network or volume of the project', async () => {
-    await honest.down(true);
-    expect(await honest.leftovers()).toEqual({ containers: [], networks: [], volumes: [] });
-  }, 300_000);
-
-  it('the byzantine profile: replica-4 lies; the story and the acquires succeed, and the liar is named', async () => {
-    await byzantine.compose(['up', '-d']);
-    for (const service of [...byzantine.replicaServices, 'resource']) await byzantine.healthy(service);
-    await storyPlayed(byzantine);
-    const { cluster } = await byzantine.hostCluster();
     // A client stops listening once t partials verify, so a liar that answers last goes unseen: a bounded
     // number of acquires, until one names it.
-    const faults: { replica: number; kind: string }[] = [];
+    const faults = again.flatMap((result) => result.faults);
     for (let round = 0; round < 40 && !faults.some((f) => f.replica === 4); round++) {
-      const [result] = await acquireFromHost(byzantine, cluster, ['compose/ledger']);
+      const [result] = await acquireFromHost(project, cluster, ['compose/ledger']);
       expect(result).toBeDefined();
       faults.push(...result!.faults);
     }
@@ -520,12 +510,19 @@ describe.skipIf(lacks('docker'))(`docker-compose.yml in a Docker engine ${needs(
       'the liar is named',
     ).toBe(true);
     expect(faults.filter((f) => f.replica !== 4)).toEqual([]);
-    const check = checkHistory({ guardLogs: [await byzantine.guardLog()], capturedTokens: byzantine.tokens }, cluster);
-    expect(check.ok ? [] : check.violations.map(formatViolation)).toEqual([]);
 
-    await byzantine.down(true);
-    expect(await byzantine.leftovers()).toEqual({ containers: [], networks: [], volumes: [] });
+    const after = await project.guardLog();
+    expect(after.length).toBeGreaterThan(before.length);
+    const check = checkHistory({ guardLogs: [after], capturedTokens: project.tokens }, cluster);
+    expect(check.ok ? [] : check.violations.map(formatViolation)).toEqual([]);
+    // The host's tokens and the workers' accepted writes: one token per (resource, epoch).
+    expect(check.stats.tokensChecked).toBeGreaterThan(project.tokens.length);
   }, 1_200_000);
+
+  it('down -v leaves no container, network or volume of the project', async () => {
+    await project.down(true);
+    expect(await project.leftovers()).toEqual({ containers: [], networks: [], volumes: [] });
+  }, 300_000);
 
   it("removes the image it built: the project's images are gone", async () => {
     await must('docker', ['rmi', IMAGE]);

@@ -55,9 +55,19 @@ async function holdLeases(client: QuorumFenceClient, prefix: string): Promise<He
   });
 }
 
-/** The signer sets the leases' grants came from: the test is only meaningful if the faulty replicas signed some. */
-function signedBy(held: readonly Held[], replicas: readonly number[]): number {
-  return held.filter((h) => h.lease.signers.some((s) => replicas.includes(s))).length;
+/**
+ * The `count` replicas that signed the most of the leases' grants, to be the faulty ones: the test is only
+ * meaningful if the faulty replicas signed some grants, and which replicas sign is the client's choice (it leaves out
+ * one it measures as slow, such as a replica just restarted by an earlier test on a busy machine). Each grant has t
+ * signers of N, so the busiest replica signed at least t/N of them.
+ */
+function busiestSigners(held: readonly Held[], count: number): number[] {
+  const signed = new Map<number, number>();
+  for (const h of held) for (const s of h.lease.signers) signed.set(s, (signed.get(s) ?? 0) + 1);
+  return [...signed.entries()]
+    .sort((a, b) => b[1] - a[1] || a[0] - b[0])
+    .slice(0, count)
+    .map(([index]) => index);
 }
 
 async function expectAllHeldAndExclusive(
@@ -83,9 +93,9 @@ function sleep(ms: number): Promise<void> {
 }
 
 describe.each([
-  { n: 4, faulty: [2] },
-  { n: 7, faulty: [2, 5] },
-])('N = $n: leases survive f = $faulty.length faulty replicas', ({ n, faulty }) => {
+  { n: 4, f: 1 },
+  { n: 7, f: 2 },
+])('N = $n: leases survive f = $f faulty replicas', ({ n, f }) => {
   let dir: string;
   let local: LocalCluster;
   let holder: QuorumFenceClient;
@@ -107,7 +117,7 @@ describe.each([
 
   it('SIGKILL of f replicas loses no lease; each stays exclusive and valid', async () => {
     const held = await holdLeases(holder, 'killed');
-    expect(signedBy(held, faulty)).toBeGreaterThan(0);
+    const faulty = busiestSigners(held, f);
     await Promise.all(faulty.map((i) => local.replica(i).kill('SIGKILL')));
     try {
       await sleep(HOLD_MS);
@@ -123,7 +133,7 @@ describe.each([
 
   it('SIGSTOP of f replicas (hung: connections open, no answers) loses no lease', async () => {
     const held = await holdLeases(holder, 'hung');
-    expect(signedBy(held, faulty)).toBeGreaterThan(0);
+    const faulty = busiestSigners(held, f);
     await Promise.all(faulty.map((i) => local.replica(i).kill('SIGSTOP')));
     try {
       await sleep(HOLD_MS);
@@ -145,7 +155,7 @@ describe.each([
     const cutOff = await QuorumFenceClient.connect(behind, generateIdentity(), { reconnectMaxMs: 200 });
     try {
       const held = await holdLeases(cutOff, 'partitioned');
-      expect(signedBy(held, faulty)).toBeGreaterThan(0);
+      const faulty = busiestSigners(held, f);
       for (const i of faulty) proxies[i - 1]!.partition(true);
       await sleep(HOLD_MS);
       await expectAllHeldAndExclusive(held, other, local);
@@ -158,7 +168,8 @@ describe.each([
 
   it('f+1 replicas down: leases are lost, and each holder learns it no later than its view ends', async () => {
     const held = await holdLeases(holder, 'beyond');
-    const down = [...faulty, n === 4 ? 3 : 6];
+    // Any f+1: each grant has t = 2f+1 signers of 3f+1, so the 2f left up are too few for any renewal.
+    const down = n === 4 ? [2, 3] : [2, 3, 5];
     await Promise.all(down.map((i) => local.replica(i).kill('SIGKILL')));
     try {
       await sleep(TTL_MS + 500);
