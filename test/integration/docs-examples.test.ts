@@ -37,6 +37,7 @@ import {
   type NotRunBlock,
 } from '../support/doc-blocks.js';
 import { freePortRange, freePorts } from '../support/free-ports.js';
+import { itInLongTier } from '../support/tier.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /**
@@ -50,6 +51,20 @@ const STOP_GRACE_MS = 10_000;
 const OUTPUT_TAIL = 6_000;
 
 const blocks = repositoryBlocks(ROOT);
+
+/**
+ * Runnable blocks that run only in the long tier (test/support/tier.ts): minutes on a loaded 2-core box. npm test
+ * runs the same commands, as operators type them, in the file named.
+ */
+const LONG_TIER_BLOCKS: readonly Required<Pick<NotRunBlock, 'file' | 'starts' | 'runBy'>>[] = [
+  {
+    file: 'README.md',
+    starts: '# each member i makes its node key',
+    runBy: 'test/integration/cli-dkg.test.ts',
+  },
+];
+const inLongTier = (block: DocBlock) =>
+  LONG_TIER_BLOCKS.some((entry) => entry.file === block.file && block.code.trimStart().startsWith(entry.starts));
 let work: string;
 let shared: { local: LocalCluster; resource: LocalProcess; clusterFile: string } | undefined;
 let counter = 0;
@@ -393,15 +408,34 @@ describe('runnable documentation', () => {
     }
   });
 
-  it.each(blocks.map((block) => [`${block.file}:${block.line}`, block] as const))(
+  it("the long tier's blocks each name one runnable block, and the test that runs their commands exists", () => {
+    for (const entry of LONG_TIER_BLOCKS) {
+      const named = blocks.filter((b) => b.file === entry.file && b.code.trimStart().startsWith(entry.starts));
+      expect(
+        named.map((b) => `${b.file}:${b.line}`),
+        entry.starts,
+      ).toHaveLength(1);
+      expect(existsSync(join(ROOT, entry.runBy)), entry.runBy).toBe(true);
+    }
+  });
+
+  async function runsAsWritten(block: DocBlock): Promise<void> {
+    const dir = installedDirectory(block);
+    const run = await runBlock(block, dir, mapPorts(block.code, await portsFor(block)));
+    expect(run.code, describeFailure(block, run)).toBe(0);
+  }
+
+  it.each(blocks.filter((block) => !inLongTier(block)).map((block) => [`${block.file}:${block.line}`, block] as const))(
     '%s runs as written',
-    async (_name, block) => {
-      const dir = installedDirectory(block);
-      const run = await runBlock(block, dir, mapPorts(block.code, await portsFor(block)));
-      expect(run.code, describeFailure(block, run)).toBe(0);
-    },
+    async (_name, block) => runsAsWritten(block),
     BLOCK_TIMEOUT_MS + STOP_GRACE_MS + 30_000,
   );
+  for (const block of blocks.filter(inLongTier))
+    itInLongTier(
+      `${block.file}:${block.line} runs as written`,
+      () => runsAsWritten(block),
+      BLOCK_TIMEOUT_MS + STOP_GRACE_MS + 30_000,
+    );
 
   it('a broken example fails, named by its file and line (the runner does not pass what it cannot run)', async () => {
     const broken: DocBlock[] = [
