@@ -82,7 +82,10 @@ describe('partial collection: combine optimistically, verify once', () => {
   it('rejects bytes that are not a point at once, with evidence, and no second answer from that replica', async () => {
     const grant = grantFor(holderA);
     const { collector, evidence } = collectorFor(grant);
+    // The compression flag (the first byte's top bit), which a 96-byte G2 encoding must have, cleared: fully random
+    // bytes now and then decode as a point (outside the subgroup), which is another answer than `undecodable`.
     const garbage = new Uint8Array(randomBytes(96));
+    garbage[0]! &= 0x7f;
     const added = collector.add(2, garbage);
     expect(added.ok).toBe(false);
     if (!added.ok) expect(added.reason).toBe('undecodable');
