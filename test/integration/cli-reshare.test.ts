@@ -597,11 +597,13 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       ]);
       expect(r.code, r.stderr).toBe(0);
     }
-    // Short leases on the new replicas, so the inherited lease (restart rule: the longest lease) ends soon.
+    // Short leases on the new replicas, so the inherited lease (restart rule: the longest lease) ends soon; 10 s, not
+    // less: the busy acquire below must reach them while it runs, a CLI start away on a loaded machine (at 3 s, CI's
+    // run granted it: correctly above epoch 1, but not the case this test checks).
     const newRun = await startLocalCluster({
       dir: join(base, 'gen2'),
       dataRoot: join(base, 'gen2-data'),
-      extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
+      extraArgs: ['--min-ttl', '500ms', '--max-ttl', '10s'],
     });
     try {
       writeFileSync(join(base, 'new-live.json'), JSON.stringify(clusterToJson(newRun.cluster)));
@@ -620,7 +622,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
       expect(busy.code).toBe(1);
       expect(JSON.parse(busy.stdout)).toMatchObject({ ok: false, reason: 'busy' });
       expect(busy.stdout).toMatch(/at epoch 1\b/);
-      const after = await acquire(join(base, 'new-live.json'), ['--wait', '15s', '--ttl', '1s'], bob);
+      const after = await acquire(join(base, 'new-live.json'), ['--wait', '30s', '--ttl', '1s'], bob);
       // Every resource's epochs continue above the old ones.
       expect(BigInt(after.epoch)).toBeGreaterThan(BigInt(before.epoch));
       // A token from before still verifies against the new description (same id, same key).
@@ -706,7 +708,7 @@ describe('quorumfence reshare (processes over real sockets)', () => {
         startLocalCluster({
           dir,
           dataRoot: join(base, `${gen}-data`),
-          extraArgs: ['--min-ttl', '500ms', '--max-ttl', '3s'],
+          extraArgs: ['--min-ttl', '500ms', '--max-ttl', '10s'],
         });
       /** Starts one generation's replicas, acquires "orders" once as `name`, and stops them again. */
       const acquireOnce = async (starting: Promise<LocalCluster>, name: keyof typeof identities) => {
