@@ -7,7 +7,7 @@
  * epoch (those a leader told their turn, sent to the other signers): such a request goes before every waiter that
  * will take a higher epoch, so it may overtake a `nextEpoch` waiter, or a fixed one at a higher epoch; never a
  * `nextEpoch` waiter another `nextEpoch` one. Only new grants count: the same grant again (a resend, which renews
- * the holder's own lease, or a duplicated message) overtakes nobody.
+ * the holder's own lease) overtakes nobody.
  */
 import { toHex } from '../common/bytes.js';
 import type { Outcome } from '../protocol/messages.js';

@@ -1,8 +1,10 @@
 /**
  * The simulated network between a run's nodes: every message is an event of the scheduler, delivered after a
- * delay drawn per message (so messages on one link overtake each other when the jitter allows), lost or
- * duplicated with the conditions in force, and dropped on a link that is cut (a partition) or to a node that is
- * down. `heal` restores every link and calm conditions.
+ * delay drawn per message but never before the message sent ahead of it on the same link (a link keeps its order,
+ * as the TCP connection under each WebSocket does; messages on different links overtake each other when the
+ * jitter allows), delivered at most once (TCP delivers nothing twice), lost with the conditions in force, and
+ * dropped on a link that is cut (a partition) or to a node that is down. `heal` restores every link and calm
+ * conditions. A client's requests out of order or twice are the malicious client's to send (malicious.ts).
  */
 import type { SeededRandom } from '../testing/seeded-random.js';
 import type { Scheduler } from './scheduler.js';
@@ -10,17 +12,10 @@ import type { Scheduler } from './scheduler.js';
 export interface NetworkConditions {
   /** Every message takes at least this long (virtual ms). */
   readonly baseDelayMs: number;
-  /** Plus up to this much, uniformly: messages sent close together arrive in either order. */
+  /** Plus up to this much, uniformly: messages sent close together on different links arrive in either order. */
   readonly jitterMs: number;
   /** Chance that a message is lost. */
   readonly loss: number;
-  /** Chance that a message is delivered twice. */
-  readonly duplicate: number;
-  /**
-   * Keep each link's order, as TCP does (a message leaves the link no earlier than the one sent before it on the
-   * same link). Off in the seeded sweep, whose messages overtake each other; on in the timing scenarios (timing.ts).
-   */
-  readonly fifo?: boolean;
   /**
    * Nodes whose every link is slower (a replica far away, or slow on purpose: docs/protocol.md, "Slow replicas"):
    * node address (its part before any '.') → extra one-way ms on each message to or from it. Timing scenarios only.
@@ -28,7 +23,7 @@ export interface NetworkConditions {
   readonly slowNodes?: Readonly<Record<string, number>>;
 }
 
-export const CALM: NetworkConditions = { baseDelayMs: 0.2, jitterMs: 0.6, loss: 0, duplicate: 0 };
+export const CALM: NetworkConditions = { baseDelayMs: 0.2, jitterMs: 0.6, loss: 0 };
 
 export type Handler = (from: string, message: unknown) => void;
 
@@ -41,7 +36,7 @@ export class SimNetwork {
   /** Hung nodes (their address's part before any '.'): what they are sent, and would send, vanishes; links stay up. */
   readonly #hung = new Set<string>();
   #conditions: NetworkConditions;
-  /** Per link ("from>to"), when its last message is delivered (fifo conditions only). */
+  /** Per link ("from>to"), when its last message is delivered: the next one on it is delivered no earlier. */
   readonly #lastDelivery = new Map<string, number>();
   #inFlight = 0;
   #sent = 0;
@@ -83,7 +78,6 @@ export class SimNetwork {
     if (this.#hung.has(nodeOf(from)) || this.#hung.has(nodeOf(to))) return;
     if (!this.connected(from, to) || this.#random.chance(this.#conditions.loss)) return;
     this.#deliverLater(from, to, message, label);
-    if (this.#random.chance(this.#conditions.duplicate)) this.#deliverLater(from, to, message, `${label} (copy)`);
   }
 
   /** Cuts every link between the two groups. */
@@ -115,15 +109,13 @@ export class SimNetwork {
   }
 
   #deliverLater(from: string, to: string, message: unknown, label: string): void {
-    const { baseDelayMs, jitterMs, fifo, slowNodes } = this.#conditions;
+    const { baseDelayMs, jitterMs, slowNodes } = this.#conditions;
     let delay = baseDelayMs + this.#random.next() * jitterMs;
     if (slowNodes) delay += (slowNodes[nodeOf(from)] ?? 0) + (slowNodes[nodeOf(to)] ?? 0);
-    if (fifo) {
-      const link = `${from}>${to}`;
-      const at = Math.max(this.#scheduler.now + delay, this.#lastDelivery.get(link) ?? 0);
-      this.#lastDelivery.set(link, at);
-      delay = at - this.#scheduler.now;
-    }
+    const link = `${from}>${to}`;
+    const at = Math.max(this.#scheduler.now + delay, this.#lastDelivery.get(link) ?? 0);
+    this.#lastDelivery.set(link, at);
+    delay = at - this.#scheduler.now;
     this.#inFlight++;
     this.#scheduler.schedule(delay, `${from}>${to} ${label}`, () => {
       this.#inFlight--;

@@ -121,7 +121,7 @@ export class SimReplica {
   #watchers: ReleaseWatchers<Connection> | undefined;
   readonly #connections = new Map<string, Connection>();
   #incarnation = 0;
-  /** Numbers every waiting acquire that arrives (a duplicated message is a second arrival). */
+  /** Numbers every waiting acquire that arrives (a request sent again is a second arrival). */
   #arrivals = 0;
 
   constructor(setup: ReplicaNodeSetup) {

@@ -196,7 +196,6 @@ function drawFaults(random: SeededRandom, n: number, resources: readonly string[
           baseDelayMs: random.next() * 3,
           jitterMs: random.next() * 20,
           loss: random.next() * 0.2,
-          duplicate: random.next() * 0.1,
         };
         faults.push({ at, kind: 'conditions', conditions, forMs: random.int(50, room) });
         break;

@@ -38,7 +38,7 @@ export const ONE_ROUND_TRIP_BOUND_MS = 2 * (ONE_WAY_MS + JITTER_MS) + FLUSH_MAX_
 const ROUND_TRIP_MS = 2 * ONE_WAY_MS;
 /** Clients start once their connections' handshakes (one round trip) are done. */
 const START_MS = 100;
-const NETWORK: NetworkConditions = { baseDelayMs: ONE_WAY_MS, jitterMs: JITTER_MS, loss: 0, duplicate: 0, fifo: true };
+const NETWORK: NetworkConditions = { baseDelayMs: ONE_WAY_MS, jitterMs: JITTER_MS, loss: 0 };
 /** Far beyond the end of any timing run: no heal (which would calm the network). */
 const NO_HEAL_MS = 50_000;
 
