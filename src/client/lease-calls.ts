@@ -107,9 +107,9 @@ export function renewGrant(
 }
 
 /**
- * Asks every connected replica not known to hold `grant`'s lease to join it (a renew with the grant's evidence),
- * right after the grant: so that the lease is held at more than the t signers before any of them fails, and no
- * other holder's acquire can take such a replica first. Resolves with the replicas that joined; nobody waits on it.
+ * Asks every connected replica not known to hold `grant`'s lease to join it (a renew with the grant's evidence), at
+ * the lease's join time (lease-timing.ts): so that the lease is held at more than the t signers before its first
+ * renewal needs t of them. Resolves with the replicas that joined; nobody waits on it.
  */
 export function joinLease(ctx: QuorumContext, grant: GrantRef, ttlMs: number): Promise<number[]> {
   const others = new Set(ctx.channels.channels.map((c) => c.index).filter((i) => grant.holders?.has(i) !== true));

@@ -26,3 +26,20 @@ export function localExpiry(sentAt: number, ttlMs: number, policy: LeaseTimingPo
 export function renewalTime(sentAt: number, ttlMs: number, policy: LeaseTimingPolicy): number {
   return Math.min(sentAt + ttlMs * policy.renewAtFraction, localExpiry(sentAt, ttlMs, policy));
 }
+
+/** A held lease's non-signers are asked to join it this share of its ttl after the grant (joinTime)... */
+export const JOIN_DELAY_FRACTION = 0.1;
+/** ...but never later than this. */
+export const MAX_JOIN_DELAY_MS = 1_000;
+
+/**
+ * When a lease asks the replicas that did not sign it to join it (lease.ts; docs/protocol.md, "Leases that outlive f
+ * signers"): a tenth of its ttl after sentAt, at most MAX_JOIN_DELAY_MS, and never after its first renewal (which
+ * carries the same evidence to every replica that does not hold the lease yet, so it joins whoever did not). Late
+ * enough that a lease held a moment (acquire, write, release) costs no replica a join; early enough that one held
+ * longer has them well before that renewal, the first moment it needs t replicas again.
+ */
+export function joinTime(sentAt: number, ttlMs: number, policy: LeaseTimingPolicy): number {
+  const delayMs = Math.min(ttlMs * JOIN_DELAY_FRACTION, MAX_JOIN_DELAY_MS);
+  return Math.min(sentAt + delayMs, renewalTime(sentAt, ttlMs, policy));
+}

@@ -182,8 +182,8 @@ describe.skipIf(lacks('chromium'))(`the operator console in Chromium ${needs('ch
         bold: 0,
         reportedBy: shown.reportedBy,
       });
-      // Listed by the honest replicas that hold it (signed it, or joined it right after): at least f+1 = 2 of 1..3,
-      // and never by the liar, which lists it at epoch 2^63-1.
+      // Listed by the honest replicas that hold it (signed it, or joined it since): at least f+1 = 2 of 1..3, and
+      // never by the liar, which lists it at epoch 2^63-1.
       const listers = String(shown.reportedBy).split(', ');
       expect(listers.length).toBeGreaterThanOrEqual(2);
       expect(listers.every((r: string) => ['1', '2', '3'].includes(r))).toBe(true);

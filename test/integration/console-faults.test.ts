@@ -154,10 +154,11 @@ async function holdLeases(setup: Setup, prefix: string, count: number): Promise<
   const ours = async () =>
     (await state(setup)).leases.filter((l) => l.resource.startsWith(prefix) && l.reportedBy.length >= setup.cluster.t);
   await expect.poll(async () => (await ours()).length, PAGE_WAIT).toBe(count);
-  // Every replica lists each lease: those that did not sign it joined it (docs/protocol.md, "Leases that outlive f
-  // signers"), so f replicas down leave each listed by 2f+1 = t. A join is asked once after the grant and again with
-  // every renewal; on a loaded machine one can time out (a CI run saw a lease listed by t replicas for 20 s), and
-  // these 60 s leases renew only when asked: one renewal each, as their holder's timer would make.
+  // Every replica lists each lease: those that did not sign it join it (docs/protocol.md, "Leases that outlive f
+  // signers"), so f replicas down leave each listed by 2f+1 = t. A join is asked at the lease's join time (a tenth of
+  // its 60 s ttl, at most 1 s) and again with every renewal; on a loaded machine one can time out (a CI run saw a
+  // lease listed by t replicas for 20 s), and these 60 s leases renew only when asked: one renewal each, as their
+  // holder's timer would make, carries the evidence to every replica.
   for (const lease of leases) expect((await lease.renew()).ok).toBe(true);
   await expect
     .poll(async () => (await ours()).every((l) => l.reportedBy.length === setup.cluster.n), PAGE_WAIT)

@@ -5,14 +5,16 @@
  * waits for it). Replicas are scripted, and their answers to answered releases are held back until the test lets
  * them go.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { BoundedMap } from '../../src/common/bounded-map.js';
+import { ManualClock } from '../../src/common/clock.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import { acquireGrant } from '../../src/client/acquire.js';
 import type { ConnectionState } from '../../src/client/connection-state.js';
 import { EvidenceLog } from '../../src/client/evidence.js';
 import { generateIdentity } from '../../src/client/identity.js';
 import { Lease } from '../../src/client/lease.js';
+import { MAX_JOIN_DELAY_MS } from '../../src/client/lease-timing.js';
 import { resolveClientOptions } from '../../src/client/options.js';
 import type { QuorumContext } from '../../src/client/quorum-context.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../../src/client/replica-channel.js';
@@ -74,20 +76,22 @@ class HoldingChannel implements ReplicaChannel {
   }
 }
 
-function context(states: ConnectionState[]): { ctx: QuorumContext; channels: HoldingChannel[] } {
+/** A client over scripted replicas, on a clock the test moves. */
+function context(states: ConnectionState[]): { ctx: QuorumContext; channels: HoldingChannel[]; clock: ManualClock } {
   const channels = states.map((state, k) => new HoldingChannel(k + 1, state));
+  const clock = new ManualClock(1_000);
   const ctx: QuorumContext = {
     cluster: dealt.cluster,
     backend,
     identity,
-    options: resolveClientOptions({ requestTimeoutMs: 60_000 }),
+    options: resolveClientOptions({ requestTimeoutMs: 60_000, clock }),
     channels: { channels, subscribe: () => () => undefined },
     evidence: new EvidenceLog(),
     epochHints: new BoundedMap(16),
     releases: new Set(),
     onReleased: () => () => undefined,
   };
-  return { ctx, channels };
+  return { ctx, channels, clock };
 }
 
 async function leaseOn(ctx: QuorumContext, resource: string): Promise<Lease> {
@@ -101,11 +105,13 @@ const count = (channels: HoldingChannel[], kind: 'releases' | 'quietReleases') =
 
 describe('lease.release(): off the critical path', () => {
   it('sends a quiet release to every connected replica and resolves at once: no answer is asked for', async () => {
-    const { ctx, channels } = context([READY, READY, READY, READY]);
+    const { ctx, channels, clock } = context([READY, READY, READY, READY]);
     const lease = await leaseOn(ctx, 'orders/1');
-    // The replica that did not sign was asked to join the lease, with the grant's evidence.
+    // The replica that did not sign is asked to join the lease once it has been held a while (a tenth of its 10 s
+    // ttl, at most MAX_JOIN_DELAY_MS), with the grant's evidence.
+    clock.advance(MAX_JOIN_DELAY_MS);
     const joiner = channels.find((channel) => !lease.signers.includes(channel.index))!;
-    expect(joiner.renewals).toHaveLength(1);
+    await vi.waitFor(() => expect(joiner.renewals).toHaveLength(1));
     expect(joiner.renewals[0]!.evidence!.map((e) => e.replica)).toEqual(lease.signers.slice(0, dealt.cluster.f + 1));
     const sent = await lease.release();
     expect(sent).toEqual({ ok: true, sent: 4 });
