@@ -2,10 +2,13 @@
  * How quickly one replica answers this client (docs/protocol.md, "Slow replicas"). The connection reports each
  * request it sends and each answer it gets, late ones included (an answer to a request its caller stopped waiting for
  * still says how fast the replica is), and the pings it sends to see that the replica is alive. The estimate is the
- * slowest of: the smoothed time of its grants (acquire answers), the smoothed time of its other answers, and the age
- * of its oldest unanswered request or ping. A replica can make itself look slow, by answering late or not at all, but
- * not fast: only its own answers make samples, a replica fast at some requests and slow at grants is judged by its
- * grants, and anything it leaves unanswered counts against it for as long as it stays so.
+ * slowest of: the smoothed time of its grants (acquire answers), the smoothed time of its other answers, the smoothed
+ * time of its pongs, and the age of its oldest unanswered request or ping. A replica can make itself look slow, by
+ * answering late or not at all, but not fast: only its own answers make samples, a replica fast at some requests and
+ * slow at grants is judged by its grants, and anything it leaves unanswered counts against it for as long as it
+ * stays so. The pongs keep a slow link measured while the client sends the replica nothing else (a lease held a
+ * moment is never joined, and its release is not answered): without them such a replica was asked for a grant again
+ * each time its grant time was forgotten, and that grant was a slow cycle.
  *
  * A grant time is forgotten once nothing has renewed it for GRANT_SAMPLE_MS: a replica left out of the first signers
  * for being slow is asked for grants again then (one attempt whose straggler timer bounds its cost), so one that
@@ -48,6 +51,7 @@ export class ReplicaLatency {
   #grantMs: number | undefined;
   #grantAt = 0;
   #otherMs: number | undefined;
+  #pingMs: number | undefined;
   /** Request (or ping) key → when it left, in the order they left; answered or lost ones are removed. */
   readonly #pending = new Map<string, Pending>();
 
@@ -66,6 +70,7 @@ export class ReplicaLatency {
       this.#grantMs = smooth(this.#grantMs, sample);
       this.#grantAt = at;
     } else if (sent.kind === 'other') this.#otherMs = smooth(this.#otherMs, sample);
+    else this.#pingMs = smooth(this.#pingMs, sample);
   }
 
   /** The connection dropped: nothing sent on it will be answered, and the next one starts with a clean slate. */
@@ -80,6 +85,7 @@ export class ReplicaLatency {
       if (ms !== undefined && (estimate === undefined || ms > estimate)) estimate = ms;
     };
     slowest(this.#otherMs);
+    slowest(this.#pingMs);
     if (now - this.#grantAt < GRANT_SAMPLE_MS) slowest(this.#grantMs);
     const oldest = this.#pending.values().next();
     if (!oldest.done && now - oldest.value.at >= PENDING_COUNTS_AFTER_MS) slowest(now - oldest.value.at);

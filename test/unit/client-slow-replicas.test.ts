@@ -29,12 +29,18 @@ describe('ReplicaLatency: what a connection measures of its replica', () => {
     expect(latency.estimateMs(10 + PENDING_COUNTS_AFTER_MS - 1)).toBe(4);
     expect(latency.estimateMs(10 + PENDING_COUNTS_AFTER_MS)).toBe(PENDING_COUNTS_AFTER_MS);
     expect(latency.estimateMs(10 + PENDING_COUNTS_AFTER_MS + 50)).toBe(PENDING_COUNTS_AFTER_MS + 50);
-    // Its answer, however late, ends that.
+    // Its answer, however late, ends the ageing, and is a sample of its own: a late pong is a slow link or process.
     latency.answered('p1', 200);
-    expect(latency.estimateMs(200)).toBe(4); // a ping says the process runs, not how it treats requests
+    expect(latency.estimateMs(200)).toBe(190);
     latency.sent('r2', 'other', 270);
     latency.answered('r2', 370);
-    expect(latency.estimateMs(370)).toBe(0.75 * 4 + 0.25 * 100);
+    expect(latency.estimateMs(370)).toBe(190);
+    // Quick pongs bring it down again; the other answers' time (0.75 * 4 + 0.25 * 100) is then the slowest kind.
+    for (let k = 0; k < 20; k++) {
+      latency.sent(`q${k}`, 'ping', 400 + 250 * k);
+      latency.answered(`q${k}`, 401 + 250 * k);
+    }
+    expect(latency.estimateMs(6_000)).toBe(0.75 * 4 + 0.25 * 100);
   });
 
   it('judges a replica by its slowest kind of answer: fast renewals do not hide slow grants, for a while', () => {
@@ -48,6 +54,18 @@ describe('ReplicaLatency: what a connection measures of its replica', () => {
     expect(latency.estimateMs(200)).toBe(50);
     // Grant times not renewed for a while are forgotten, so a replica left out for slow grants is tried again.
     expect(latency.estimateMs(50 + GRANT_SAMPLE_MS)).toBeLessThan(2);
+  });
+
+  it('counts its pongs: a slow link is seen with nothing else sent, though a ping alone proves no speed', () => {
+    const latency = new ReplicaLatency();
+    latency.sent('r1', 'grant', 0);
+    latency.answered('r1', 3);
+    // A link 50 ms slower each way, measured by pongs alone once the grant time is forgotten.
+    for (let k = 0; k < 8; k++) {
+      latency.sent(`p${k}`, 'ping', 250 * k);
+      latency.answered(`p${k}`, 250 * k + 104);
+    }
+    expect(latency.estimateMs(GRANT_SAMPLE_MS + 100)).toBeGreaterThan(90);
   });
 
   it('a lost connection forgets what was unanswered on it; an answer nobody asked for changes nothing', () => {
