@@ -19,8 +19,8 @@ cluster in this process on virtual time: N = 4, 7 or 10 replicas (up to f of
 them Byzantine, running the project's lying behaviours) on simulated disks
 that lose unflushed writes and tear the last one when power is lost, clients
 running the SDK's own acquire, renew and release code, a guard, a malicious
-client pushing replicas apart, a simulated network (delay, loss, duplication,
-reordering, partitions) and a drifting clock per node; crashes, power losses
+client pushing replicas apart, a simulated network (delay, loss, partitions;
+each link in order, as TCP) and a drifting clock per node; crashes, power losses
 (also at the moment disks flush), clock jumps and a reshare come and go until
 the run heals. Each run is checked: safety (the history checker: one token
 per resource and epoch, accepted epochs never go down, no acknowledged write
