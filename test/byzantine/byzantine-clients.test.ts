@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { dealLocalCluster, startLocalCluster, type LocalCluster } from '../../src/cluster/launcher.js';
 import { QuorumFenceClient, generateIdentity } from '../../src/client/index.js';
 import { MAX_EPOCH } from '../../src/common/limits.js';
@@ -92,6 +92,11 @@ describe('Byzantine clients at the replicas', () => {
     expect(acquired.ok).toBe(true);
     if (!acquired.ok) return;
     const epoch = acquired.lease.epoch;
+    // Once every replica holds the lease: the one that did not sign it joins at the lease's join time, a tenth of its
+    // ttl after the grant. Until then that replica holds no lease of (resource, epoch): another identity's renew there
+    // joins a lease of its own, as its acquire there would be granted (docs/protocol.md, "Leases that outlive f
+    // signers", on that window).
+    await vi.waitFor(() => expect(acquired.lease.holders).toEqual([1, 2, 3, 4]), { timeout: 5_000, interval: 50 });
     for (const body of [
       { type: 'release', resource, epoch },
       { type: 'renew', resource, epoch, ttlMs: 60_000 },
