@@ -116,15 +116,17 @@ export const command: Command = {
       logger,
     };
     const releaseLock = takeDirectoryLock(dataDir, LOCK_FILES.resource, 'resource');
+    // Watching before the start: the server's "listening" line is written during it, and a SIGTERM sent on that
+    // line (a supervisor, a test) must stop it gracefully, not find no handler and end the process.
+    const watch = watchForStop(logger);
     try {
       const server = await startServer(dataDir, cluster, options);
-      const watch = watchForStop(logger);
       await watch.stopped;
       await server.close();
-      watch.dispose();
       logger.info('stopped');
       return 0;
     } finally {
+      watch.dispose();
       releaseLock();
     }
   },
