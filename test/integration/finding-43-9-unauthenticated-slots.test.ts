@@ -75,7 +75,10 @@ describe('finding 43/9: idle sockets from a few hosts do not get honest clients 
   it('--max-unauthenticated 100: at most 100 idle at once from four hosts, and an honest client still gets in', async () => {
     replica = await startOneReplica('qf-finding43-9g', new Map(), ['--max-unauthenticated', '100']);
     const idle = await idleFrom(replica.url, attackers, 64);
-    expect(idle.filter((s) => s.readyState === WebSocket.OPEN).length).toBeLessThanOrEqual(100);
+    // Polled, as above: a displaced socket reads OPEN until the replica's close reaches it (a CI run counted 113).
+    await expect
+      .poll(() => idle.filter((s) => s.readyState === WebSocket.OPEN).length, { timeout: 5_000, interval: 50 })
+      .toBeLessThanOrEqual(100);
     // The ones displaced were taken from the hosts holding the most: the four end up even.
     for (const address of attackers) expect(openFrom(idle, address)).toBeGreaterThanOrEqual(20);
     const honest = await RawClient.open(replica.url, newHolder(), { localAddress: '127.0.0.9' });
