@@ -6,6 +6,7 @@
  */
 import { BoundedMap } from '../common/bounded-map.js';
 import { GrantLatency } from './signer-choice.js';
+import { TurnTiming } from './turn-timing.js';
 import { ResourceListeners } from './resource-listeners.js';
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
@@ -114,6 +115,7 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
       new EvidenceLog({ maxEvidence: this.options.maxEvidence, partialMemorySize: this.options.partialMemorySize });
     this.#evidence.subscribe((item) => this.emit('evidence', item));
     const logger = this.options.logger;
+    const turnTiming = new TurnTiming(cluster.f);
     this.#connections = cluster.replicas.map(
       (replica) =>
         new ReplicaConnection(replica, {
@@ -139,6 +141,7 @@ export class QuorumFenceClient extends EventEmitter<ClientEvents> implements Asy
           },
           onReleased: (_replica, resource) => this.#releaseListeners.notify(resource),
           onTurn: (replica, resource, epoch) => this.#turnListeners.notify(resource, replica, epoch),
+          turnTiming,
         }),
     );
     this.#ctx = {

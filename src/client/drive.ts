@@ -28,6 +28,8 @@ export function connectionViews(ctx: QuorumContext): ConnectionView[] {
     index: channel.index,
     state: channel.state,
     latencyMs: channel.latencyMs,
+    lineLatencyMs: channel.lineLatencyMs,
+    probeDue: channel.probeDue,
   }));
 }
 

@@ -28,6 +28,10 @@ export interface ReplicaChannel {
   readonly state: ConnectionState;
   /** How quickly the replica answers, as of now (ReplicaLatency.estimateMs); undefined when not measured. */
   readonly latencyMs?: number | undefined;
+  /** How quickly it answers as a line's keeper (ReplicaLatency.lineEstimateMs); undefined when not measured. */
+  readonly lineLatencyMs?: number | undefined;
+  /** Whether it is due a probe, should it count as slow (ReplicaLatency.probeDue). */
+  readonly probeDue?: boolean | undefined;
   request<K extends RequestKind>(
     body: RequestBody<K>,
     timeoutMs: number,

@@ -33,7 +33,8 @@ import {
 } from './connection-state.js';
 import type { ReplicaFault } from './evidence.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-channel.js';
-import { answersPromptly, latencyKind, ReplicaLatency, type LatencyKind } from './replica-latency.js';
+import { measureOf, ReplicaLatency, type Measure } from './replica-latency.js';
+import type { TurnTiming } from './turn-timing.js';
 import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
 
@@ -51,6 +52,8 @@ export interface ConnectionContext {
   readonly onReleased?: (replica: number, resource: string) => void;
   /** Called when the replica says our waiting acquire of `resource` is next in its line, at `epoch` (a hint). */
   readonly onTurn?: (replica: number, resource: string, epoch: bigint) => void;
+  /** The client's record of who granted each line's turn when, shared by its connections (turn-timing.ts). */
+  readonly turnTiming?: TurnTiming;
 }
 
 interface InFlight {
@@ -61,7 +64,7 @@ interface InFlight {
   /** The encoded request while it waits for a free slot; undefined once sent. */
   frame: Uint8Array | undefined;
   /** What its answer time says of the replica (replica-latency.ts); undefined: nothing (it may wait on purpose). */
-  readonly timed: LatencyKind | undefined;
+  readonly measure: Measure;
 }
 
 const HELLO_ID = 0;
@@ -81,7 +84,7 @@ export class ReplicaConnection implements ReplicaChannel {
   /** Ids waiting for a slot, oldest first (the replica bounds requests in flight per connection). */
   readonly #waiting: number[] = [];
   #sent = 0;
-  readonly #latency = new ReplicaLatency();
+  readonly #latency: ReplicaLatency;
   /** Pings sent on this connection (WebSocket ping frames, answered by the replica's WebSocket layer). */
   #pings = 0;
   #pingTimer: TimerHandle;
@@ -90,6 +93,7 @@ export class ReplicaConnection implements ReplicaChannel {
     this.index = replica.index;
     this.endpoint = replica.endpoint;
     this.#context = context;
+    this.#latency = new ReplicaLatency(context.turnTiming);
   }
 
   get state(): ConnectionState {
@@ -98,6 +102,14 @@ export class ReplicaConnection implements ReplicaChannel {
 
   get latencyMs(): number | undefined {
     return this.#latency.estimateMs(this.#context.options.clock.now());
+  }
+
+  get lineLatencyMs(): number | undefined {
+    return this.#latency.lineEstimateMs(this.#context.options.clock.now());
+  }
+
+  get probeDue(): boolean {
+    return this.#latency.probeDue(this.#context.options.clock.now());
   }
 
   /** Opens the first connection. */
@@ -149,7 +161,7 @@ export class ReplicaConnection implements ReplicaChannel {
         timer,
         detach: () => signal?.removeEventListener('abort', onAbort),
         frame,
-        timed: answersPromptly(body) ? latencyKind(body) : undefined,
+        measure: measureOf(body),
       });
       if (this.#sent < maxInFlightPerReplica) this.#transmit(id);
       else this.#waiting.push(id);
@@ -171,7 +183,7 @@ export class ReplicaConnection implements ReplicaChannel {
     socket.send(entry.frame);
     entry.frame = undefined;
     this.#sent++;
-    if (entry.timed) this.#latency.sent(`r${id}`, entry.timed, this.#context.options.clock.now());
+    this.#latency.sent(`r${id}`, entry.measure, this.#context.options.clock.now());
   }
 
   /** Sends queued requests while slots are free. */
@@ -358,7 +370,7 @@ export class ReplicaConnection implements ReplicaChannel {
       () => {
         if (this.#socket !== socket || this.#state.phase !== 'ready' || socket.readyState !== WebSocket.OPEN) return;
         const ping = ++this.#pings;
-        this.#latency.sent(`p${ping}`, 'ping', clock.now());
+        this.#latency.sent(`p${ping}`, { kind: 'ping' }, clock.now());
         socket.ping(Buffer.from(String(ping)));
         this.#pingLater(socket);
       },
@@ -369,7 +381,11 @@ export class ReplicaConnection implements ReplicaChannel {
 
   #onReady(message: ServerMessage): void {
     if (message.type === 'reply' || (message.type === 'error' && message.id !== undefined))
-      this.#latency.answered(`r${message.id!}`, this.#context.options.clock.now());
+      this.#latency.answered(
+        `r${message.id!}`,
+        this.#context.options.clock.now(),
+        message.type === 'reply' ? message.outcome : undefined,
+      );
     if (message.type === 'reply') {
       const entry = this.#inFlight.get(message.id);
       // A reply to a request that timed out or was aborted: late, not wrong.

@@ -20,24 +20,27 @@ export function leaderOf(resource: string, n: number): number {
 
 /** How far above the t-th fastest replica's answer time a replica's must be to count as slow. */
 interface SlowBound {
+  /** Which answer time (replica-latency.ts). */
+  readonly of: (connection: ConnectionView) => number | undefined;
   /** More than this many times the t-th fastest... */
   readonly factor: number;
   /** ...and more than this many milliseconds above that. */
   readonly marginMs: number;
 }
 
-/** For the first signers: a few milliseconds apart on a fast network is noise, not slowness. */
-const SLOW_SIGNER: SlowBound = { factor: 2, marginMs: 5 };
+/** For the first signers, by their answer time as signers: a few milliseconds apart on a fast network is noise. */
+const SLOW_SIGNER: SlowBound = { of: (c) => c.latencyMs, factor: 2, marginMs: 5 };
 /**
- * For giving up the resource's hash leader, which keeps the line: wider, because leading costs the leader itself. It
- * answers the line's turns and hands the lease over at every release, and on a busy machine a hot resource's leader
- * answers several times later than the others for that alone. Judged as a signer, it looked slow at random instants,
- * clients disagreed about the leader and waited in different lines, and the line lost its order
- * (hot-handoff.test.ts, on a loaded machine); moving the line moves that load with it. A leader 50 ms late on a
- * millisecond network (its links, a pause, or on purpose) is still left, and a hung one as soon as its oldest
- * unanswered request is that old.
+ * For giving up the resource's hash leader, which keeps the line: by its answer time as a line's keeper (its pongs,
+ * which every client sees alike, so that they agree on the leader), and wider, because leading costs the leader
+ * itself: it answers the line's turns and hands the lease over at every release, and on a busy machine a hot
+ * resource's leader answers several times later than the others for that alone. Judged as a signer, it looked slow
+ * at random instants, clients disagreed about the leader and waited in different lines, and the line lost its
+ * order (hot-handoff.test.ts, on a loaded machine; the gray bench); moving the line moves that load with it. A
+ * leader whose link is 50 ms slower each way on a millisecond network is still left, and a hung one as soon as its
+ * oldest unanswered ping is that old; one that only grants late keeps the line, and its partials are not waited for.
  */
-const SLOW_LEADER: SlowBound = { factor: 4, marginMs: 40 };
+const SLOW_LEADER: SlowBound = { of: (c) => c.lineLatencyMs, factor: 4, marginMs: 40 };
 
 const NONE: ReadonlySet<number> = new Set();
 
@@ -54,11 +57,12 @@ export function slowReplicas(
 ): ReadonlySet<number> {
   const ready = connections.filter((c) => c.state.phase === 'ready');
   if (ready.length <= t) return NONE;
-  const sorted = [...ready].sort((a, b) => (a.latencyMs ?? 0) - (b.latencyMs ?? 0));
-  const fastest = sorted[t - 1]!.latencyMs ?? 0;
+  const ms = (c: ConnectionView) => slowness.of(c) ?? 0;
+  const sorted = [...ready].sort((a, b) => ms(a) - ms(b));
+  const fastest = ms(sorted[t - 1]!);
   const bound = Math.max(slowness.factor * fastest, fastest + slowness.marginMs);
   const slow = new Set<number>();
-  for (const c of sorted.slice(t)) if ((c.latencyMs ?? 0) > bound) slow.add(c.index);
+  for (const c of sorted.slice(t)) if (ms(c) > bound) slow.add(c.index);
   return slow;
 }
 
@@ -91,7 +95,9 @@ export function leaderFor(connections: readonly ConnectionView[], resource: stri
 
 /**
  * The first `t` connected replicas in ring order from the resource's hash leader, the slow ones left out
- * (slowReplicas), or undefined when fewer than `t` are connected (then everyone reachable is asked at once).
+ * (slowReplicas), or undefined when fewer than `t` are connected (then everyone reachable is asked at once). With
+ * them, the slow ones due a probe (ReplicaLatency.probeDue): asked beside the t, so that a grant never waits for
+ * one, yet its answer says whether it is still slow.
  */
 export function firstSigners(
   channels: ChannelSet | { readonly channels: readonly ConnectionView[] },
@@ -99,7 +105,11 @@ export function firstSigners(
   t: number,
 ): ReadonlySet<number> | undefined {
   const ring = ringFrom(channels.channels, resource, t, SLOW_SIGNER);
-  return ring.length >= t ? new Set(ring.slice(0, t).map((c) => c.index)) : undefined;
+  if (ring.length < t) return undefined;
+  const first = new Set(ring.slice(0, t).map((c) => c.index));
+  const slow = slowReplicas(channels.channels, t);
+  for (const c of channels.channels) if (slow.has(c.index) && c.probeDue === true) first.add(c.index);
+  return first;
 }
 
 /**

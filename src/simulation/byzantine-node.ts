@@ -25,6 +25,8 @@ export interface ByzantineSetup {
     readonly params: ByzantineParams;
     /** Another Byzantine replica's share, for `other-replica`. */
     readonly otherKey?: SecretKey;
+    /** Virtual ms from which it lies; it answers honestly before (default 0). */
+    readonly from?: number;
   };
 }
 
@@ -42,10 +44,12 @@ export class ByzantineFrontSim {
   readonly #behaviours: ByzantineBehaviour[];
   readonly #forger: PartialForger;
   readonly #later: (ms: number, run: () => void) => void;
+  readonly #now: () => number;
   /** `no-record`: the record is wiped at every restart. */
   readonly wipesRecord: boolean;
 
-  constructor(setup: ByzantineSetup, later: (ms: number, run: () => void) => void) {
+  /** `now`: virtual time, for `from`. */
+  constructor(setup: ByzantineSetup, later: (ms: number, run: () => void) => void, now: () => number) {
     this.#setup = setup;
     const behaviours = setup.byzantine?.behaviours ?? [];
     this.wipesRecord = behaviours.includes('no-record');
@@ -60,12 +64,14 @@ export class ByzantineFrontSim {
       bytes,
     );
     this.#later = later;
+    this.#now = now;
   }
 
   /** One request from a client holding `holder`, through the chosen behaviour. */
   relay(holder: Uint8Array, request: WireRequest, io: FrontIo): void {
     const { random } = this.#setup;
-    const params = this.#setup.byzantine!.params;
+    const { params, from = 0 } = this.#setup.byzantine!;
+    if (this.#now() < from) return io.handle(request, (message) => io.send(message));
     const behaviour = pickBehaviour(random, this.#behaviours, params.rate);
     if (behaviour === 'silent') return;
     if (behaviour === 'ignore-release' && request.type === 'release') {

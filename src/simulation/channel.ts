@@ -16,7 +16,8 @@ import {
 } from '../client/connection-state.js';
 import type { ClientOptions } from '../client/options.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../client/replica-channel.js';
-import { answersPromptly, latencyKind, ReplicaLatency } from '../client/replica-latency.js';
+import { measureOf, ReplicaLatency } from '../client/replica-latency.js';
+import type { TurnTiming } from '../client/turn-timing.js';
 import type { TimerHandle } from '../common/clock.js';
 import { decodeServerMessage, parseOutcome } from '../protocol/codec.js';
 import type { OutcomeByRequest, ServerMessage, WireRequest } from '../protocol/messages.js';
@@ -36,6 +37,10 @@ export interface ChannelHost {
   readonly forgetsFloors?: boolean;
   /** A mutation (mutations.ts): the connection reports no latency, so acquires choose signers blind to it. */
   readonly blindToLatency?: boolean;
+  /** A mutation (mutations.ts): a line's keeper is judged by its answer time as a signer, not by its pongs. */
+  readonly leaderByAnswers?: boolean;
+  /** The client's record of who granted each line's turn when (turn-timing.ts). */
+  readonly turnTiming?: TurnTiming;
   /** Any connection changed state. */
   onChange(): void;
   onReleased(resource: string): void;
@@ -60,7 +65,7 @@ export class SimChannel implements ReplicaChannel {
   #conn = 0;
   #nextId = 1;
   readonly #inFlight = new Map<number, InFlight>();
-  readonly #latency = new ReplicaLatency();
+  readonly #latency: ReplicaLatency;
   #pings = 0;
   #pingTimer: TimerHandle;
   #quiet = false;
@@ -71,6 +76,7 @@ export class SimChannel implements ReplicaChannel {
     this.index = index;
     this.#replica = replicaAddress;
     this.#host = host;
+    this.#latency = new ReplicaLatency(host.turnTiming);
   }
 
   get replicaAddress(): string {
@@ -83,6 +89,16 @@ export class SimChannel implements ReplicaChannel {
 
   get latencyMs(): number | undefined {
     return this.#host.blindToLatency ? undefined : this.#latency.estimateMs(this.#host.clock.now());
+  }
+
+  get lineLatencyMs(): number | undefined {
+    if (this.#host.blindToLatency) return undefined;
+    const now = this.#host.clock.now();
+    return this.#host.leaderByAnswers ? this.#latency.estimateMs(now) : this.#latency.lineEstimateMs(now);
+  }
+
+  get probeDue(): boolean {
+    return !this.#host.blindToLatency && this.#latency.probeDue(this.#host.clock.now());
   }
 
   /** Requests open now (for the bounded-state check). */
@@ -127,7 +143,7 @@ export class SimChannel implements ReplicaChannel {
         timer,
         detach: () => signal?.removeEventListener('abort', onAbort),
       });
-      if (answersPromptly(body)) this.#latency.sent(`r${id}`, latencyKind(body), this.#host.clock.now());
+      this.#latency.sent(`r${id}`, measureOf(body), this.#host.clock.now());
       this.#send({ kind: 'request', conn: this.#conn, request }, describeRequest(request));
     });
   }
@@ -181,7 +197,11 @@ export class SimChannel implements ReplicaChannel {
     if (this.#state.phase !== 'ready') return;
     // As the SDK's connection does: every answer, late ones included, says how fast the replica is.
     if (message.type === 'reply' || (message.type === 'error' && message.id !== undefined))
-      this.#latency.answered(`r${message.id!}`, this.#host.clock.now());
+      this.#latency.answered(
+        `r${message.id!}`,
+        this.#host.clock.now(),
+        message.type === 'reply' ? message.outcome : undefined,
+      );
     switch (message.type) {
       case 'reply': {
         const entry = this.#inFlight.get(message.id);
@@ -240,7 +260,7 @@ export class SimChannel implements ReplicaChannel {
     this.#pingTimer = this.#host.clock.setTimeout(() => {
       if (this.#conn !== conn || this.#state.phase !== 'ready') return;
       const ping = ++this.#pings;
-      this.#latency.sent(`p${ping}`, 'ping', this.#host.clock.now());
+      this.#latency.sent(`p${ping}`, { kind: 'ping' }, this.#host.clock.now());
       this.#send({ kind: 'ping', conn, ping }, `ping#${ping}`);
       this.#pingLater(conn);
     }, pingIntervalMs);

@@ -22,6 +22,7 @@ import { installVerifyBatcher, VerifyBatcher } from '../crypto/verify-batch.js';
 import type { AcknowledgedWrite } from '../testing/history-checker.js';
 import type { SeededRandom } from '../testing/seeded-random.js';
 import { tokenDigest } from '../token/admission-token.js';
+import { TurnTiming } from '../client/turn-timing.js';
 import { SimChannel } from './channel.js';
 import { NodeClock } from './clock.js';
 import { GUARD_ADDRESS, type WriteAnswer, type WriteRequest } from './guard-node.js';
@@ -83,6 +84,8 @@ export interface ClientMutation {
   readonly forgetsFloors?: boolean;
   /** Its connections report no latency, so acquires ask and queue at slow replicas as at fast ones (issue 42). */
   readonly blindToLatency?: boolean;
+  /** Its connections judge a line's keeper by its answer time as a signer, not by its pongs (issue 42). */
+  readonly leaderByAnswers?: boolean;
   /** Its lease view ends a margin after the ttl instead of before it (lease-timing.ts's margin, negated). */
   readonly viewOutlastsLeases?: boolean;
   /** Its backend says every signature verifies: partials and the combined token are trusted unchecked. */
@@ -173,6 +176,7 @@ export class SimClient {
   /** Connects to the replicas of `cluster` (at the start, and after a reshare to the new members). */
   connect(cluster: Cluster, replicaAddress: (index: number) => string): void {
     for (const channel of this.#channels) channel.close();
+    const turnTiming = new TurnTiming(cluster.f);
     this.#channels = cluster.replicas.map(
       (replica) =>
         new SimChannel(replica.index, replicaAddress(replica.index), {
@@ -184,6 +188,8 @@ export class SimClient {
           session: this.#sessionBytes,
           forgetsFloors: this.#setup.mutation?.forgetsFloors === true,
           blindToLatency: this.#setup.mutation?.blindToLatency === true,
+          leaderByAnswers: this.#setup.mutation?.leaderByAnswers === true,
+          turnTiming,
           onChange: () => {
             for (const listener of [...this.#changeListeners]) listener();
           },

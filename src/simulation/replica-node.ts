@@ -128,7 +128,13 @@ export class SimReplica {
     this.#setup = setup;
     this.index = setup.index;
     this.address = setup.address;
-    this.#front = setup.byzantine && new ByzantineFrontSim(setup, (ms, run) => this.#clock?.setTimeout(run, ms));
+    this.#front =
+      setup.byzantine &&
+      new ByzantineFrontSim(
+        setup,
+        (ms, run) => this.#clock?.setTimeout(run, ms),
+        () => setup.scheduler.now,
+      );
   }
 
   get up(): boolean {

@@ -79,7 +79,12 @@ export interface Plan {
   readonly n: number;
   readonly clients: number;
   readonly resources: readonly string[];
-  readonly byzantine: readonly { readonly replica: number; readonly behaviours: readonly ByzantineBehaviour[] }[];
+  /** The Byzantine replicas: each lies by `behaviours` from virtual ms `from` (default 0: the start), honest before. */
+  readonly byzantine: readonly {
+    readonly replica: number;
+    readonly behaviours: readonly ByzantineBehaviour[];
+    readonly from?: number;
+  }[];
   readonly faults: readonly Fault[];
   /** Per client, its operations in order. */
   readonly ops: readonly (readonly ClientOp[])[];

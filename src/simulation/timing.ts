@@ -83,6 +83,12 @@ interface Gray {
   readonly slowMs?: number;
   /** It hangs from then on (virtual ms). */
   readonly hangAt?: number;
+  /**
+   * It is Byzantine and answers late from then on (virtual ms): every reply leaves LIE_PARAMS' slowMs after the
+   * real replica's (world.ts), while its pushes (`turn`, `released`) and pongs leave at once, so nothing but its
+   * answers' time shows it. Honest before, so the clients first measured it fast (the gray bench's order).
+   */
+  readonly lateFrom?: number;
 }
 
 /** Far slower than the rest: five times a one-way trip more, each way (the issue's 50 ms on a network of 2 ms). */
@@ -100,7 +106,10 @@ function plan(seed: number, n: number, ops: ClientOp[][], floors?: bigint[], gra
     n,
     clients: ops.length,
     resources,
-    byzantine: [],
+    byzantine:
+      gray.lateFrom === undefined
+        ? []
+        : [{ replica: leaderOf(resources[0]!, n), behaviours: ['slow'], from: gray.lateFrom }],
     faults: gray.hangAt === undefined ? [] : [{ at: gray.hangAt, kind: 'hang', replica: leaderOf(resources[0]!, n) }],
     ops,
     healAt: NO_HEAL_MS,
@@ -109,14 +118,16 @@ function plan(seed: number, n: number, ops: ClientOp[][], floors?: bigint[], gra
   };
 }
 
-/** When a gray scenario's samples start to count: a second after its fault is in place. */
+/** When a gray scenario's samples start to count: a second after its fault is in place (0: no fault). */
 function seenFrom(gray: Gray): number {
-  return (gray.hangAt ?? 0) + SEEN_AFTER_MS;
+  if (gray.slowMs === undefined && gray.hangAt === undefined && gray.lateFrom === undefined) return 0;
+  return (gray.hangAt ?? gray.lateFrom ?? 0) + SEEN_AFTER_MS;
 }
 
 function grayName(gray: Gray): string {
   if (gray.slowMs !== undefined) return `, leader ${gray.slowMs} ms slower each way`;
   if (gray.hangAt !== undefined) return ', leader hung';
+  if (gray.lateFrom !== undefined) return ', leader Byzantine, answering late';
   return '';
 }
 
@@ -135,7 +146,7 @@ function hotLine(seed: number, n: number, clients: number, cycles: number, holdM
   const ops = Array.from({ length: clients }, () =>
     Array.from({ length: cycles }, (_, k) => op('hot', k === 0, holdMs)),
   );
-  const from = gray.slowMs === undefined && gray.hangAt === undefined ? 0 : seenFrom(gray);
+  const from = seenFrom(gray);
   return {
     name: `hot line, N = ${n}, ${clients} clients${holdMs ? `, holding ${holdMs} ms` : ''}${grayName(gray)}`,
     measures: "handoff: the holder's release sent, to the next holder's token",
@@ -156,7 +167,7 @@ function hotLine(seed: number, n: number, clients: number, cycles: number, holdM
 
 /** One client: acquire + release cycles on one resource, each from its start to the next one's. */
 function oneClient(seed: number, cycles: number, gray: Gray = {}): Scenario {
-  const from = gray.slowMs === undefined && gray.hangAt === undefined ? 0 : seenFrom(gray);
+  const from = seenFrom(gray);
   return {
     name: `one client, N = 4${grayName(gray)}`,
     measures: 'acquire + release cycle',
@@ -209,6 +220,8 @@ export function timingScenarios(): Scenario[] {
     oneClient(31_010, 60, { slowMs: SLOW_MS }),
     hotLine(31_011, 4, 3, 50, 0, { hangAt: HANG_AT_MS }),
     oneClient(31_012, 80, { hangAt: HANG_AT_MS }),
+    hotLine(31_013, 4, 3, 200, 0, { lateFrom: HANG_AT_MS }),
+    oneClient(31_014, 300, { lateFrom: HANG_AT_MS }),
   ];
 }
 

@@ -138,10 +138,11 @@ export class World {
 
   #replicas(keys: SimKeys, generation: number): SimReplica[] {
     const { plan } = this;
-    const byzantine = new Map(plan.byzantine.map((b) => [b.replica, b.behaviours]));
+    const byzantine = new Map(plan.byzantine.map((b) => [b.replica, b]));
     const byzantineKeys = plan.byzantine.map((b) => keys.secretKeys[b.replica - 1]!);
     return keys.cluster.replicas.map(({ index }) => {
-      const behaviours = byzantine.get(index);
+      const lies = byzantine.get(index);
+      const behaviours = lies?.behaviours;
       const otherKey = byzantineKeys.find((key) => key !== keys.secretKeys[index - 1]);
       const address = generation === 0 ? `r${index}` : `r${index}.g${generation}`;
       const ledger = (toVirtual: (local: number) => number) => ({
@@ -163,7 +164,16 @@ export class World {
         disk: new SimDisk(seededRandom(subSeed(plan.seed, 1_000 * generation + 100 + index)), DISK_TIMING),
         rate: driftOf(subSeed(plan.seed, 1_000 * generation + 500 + index)),
         wallClock: () => WALL_ORIGIN + this.scheduler.now,
-        ...(behaviours ? { byzantine: { behaviours, params: LIE_PARAMS, ...(otherKey ? { otherKey } : {}) } } : {}),
+        ...(behaviours
+          ? {
+              byzantine: {
+                behaviours,
+                params: LIE_PARAMS,
+                ...(otherKey ? { otherKey } : {}),
+                ...(lies.from !== undefined ? { from: lies.from } : {}),
+              },
+            }
+          : {}),
         mutation: this.options.mutation.replica ?? {},
         observer: {
           waiting: (_replica, resource, key, fixedEpoch) => {

@@ -5,26 +5,45 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { ConnectionView } from '../../src/client/core/io.js';
-import { GRANT_SAMPLE_MS, PENDING_COUNTS_AFTER_MS, ReplicaLatency } from '../../src/client/replica-latency.js';
+import type { RequestBody } from '../../src/client/replica-channel.js';
+import {
+  GRANT_SAMPLE_MS,
+  measureOf,
+  PENDING_COUNTS_AFTER_MS,
+  ReplicaLatency,
+} from '../../src/client/replica-latency.js';
 import { firstSigners, leaderFor, leaderOf, slowReplicas } from '../../src/client/signer-choice.js';
+import { TurnTiming } from '../../src/client/turn-timing.js';
 
 const READY = { phase: 'ready', failures: 0, lastFailure: undefined } as const;
 const DOWN = { phase: 'backoff', failures: 1, lastFailure: { kind: 'unreachable', message: 'down' } } as const;
 
-function views(latencies: (number | undefined)[], down: number[] = []): ConnectionView[] {
-  return latencies.map((latencyMs, k) => ({ index: k + 1, state: down.includes(k + 1) ? DOWN : READY, latencyMs }));
+/** Connections measured `latencies` as signers and, unless `lines` says otherwise, alike as lines' keepers. */
+function views(
+  latencies: (number | undefined)[],
+  down: number[] = [],
+  lines: (number | undefined)[] = latencies,
+  probeDue: number[] = [],
+): ConnectionView[] {
+  return latencies.map((latencyMs, k) => ({
+    index: k + 1,
+    state: down.includes(k + 1) ? DOWN : READY,
+    latencyMs,
+    lineLatencyMs: lines[k],
+    probeDue: probeDue.includes(k + 1),
+  }));
 }
 
 describe('ReplicaLatency: what a connection measures of its replica', () => {
   it('smooths the answer times, late answers included, and counts an unanswered request by its age', () => {
     const latency = new ReplicaLatency();
     expect(latency.estimateMs(0)).toBeUndefined();
-    latency.sent('r1', 'other', 0);
+    latency.sent('r1', { kind: 'other' }, 0);
     latency.answered('r1', 4);
     expect(latency.estimateMs(10)).toBe(4);
     // A request left unanswered (the caller may have stopped waiting) ages: a hung replica looks slower by the ms,
     // once it is PENDING_COUNTS_AFTER_MS old (a younger one may be a stall of a busy machine's event loop).
-    latency.sent('p1', 'ping', 10);
+    latency.sent('p1', { kind: 'ping' }, 10);
     expect(latency.estimateMs(12)).toBe(4);
     expect(latency.estimateMs(10 + PENDING_COUNTS_AFTER_MS - 1)).toBe(4);
     expect(latency.estimateMs(10 + PENDING_COUNTS_AFTER_MS)).toBe(PENDING_COUNTS_AFTER_MS);
@@ -32,12 +51,12 @@ describe('ReplicaLatency: what a connection measures of its replica', () => {
     // Its answer, however late, ends the ageing, and is a sample of its own: a late pong is a slow link or process.
     latency.answered('p1', 200);
     expect(latency.estimateMs(200)).toBe(190);
-    latency.sent('r2', 'other', 270);
+    latency.sent('r2', { kind: 'other' }, 270);
     latency.answered('r2', 370);
     expect(latency.estimateMs(370)).toBe(190);
     // Quick pongs bring it down again; the other answers' time (0.75 * 4 + 0.25 * 100) is then the slowest kind.
     for (let k = 0; k < 20; k++) {
-      latency.sent(`q${k}`, 'ping', 400 + 250 * k);
+      latency.sent(`q${k}`, { kind: 'ping' }, 400 + 250 * k);
       latency.answered(`q${k}`, 401 + 250 * k);
     }
     expect(latency.estimateMs(6_000)).toBe(0.75 * 4 + 0.25 * 100);
@@ -45,36 +64,127 @@ describe('ReplicaLatency: what a connection measures of its replica', () => {
 
   it('judges a replica by its slowest kind of answer: fast renewals do not hide slow grants, for a while', () => {
     const latency = new ReplicaLatency();
-    latency.sent('r1', 'grant', 0);
+    latency.sent('r1', { kind: 'grant' }, 0);
     latency.answered('r1', 50);
     for (let k = 2; k < 20; k++) {
-      latency.sent(`r${k}`, 'other', k * 10);
+      latency.sent(`r${k}`, { kind: 'other' }, k * 10);
       latency.answered(`r${k}`, k * 10 + 1);
     }
     expect(latency.estimateMs(200)).toBe(50);
-    // Grant times not renewed for a while are forgotten, so a replica left out for slow grants is tried again.
-    expect(latency.estimateMs(50 + GRANT_SAMPLE_MS)).toBeLessThan(2);
+    // A grant time is kept while nothing asks the replica for a grant (it is left out for being slow): it is due a
+    // probe once no acquire went to it for GRANT_SAMPLE_MS, and that probe's sample replaces the old figure, so a
+    // replica that recovered is fast again at once.
+    expect(latency.estimateMs(50 + GRANT_SAMPLE_MS)).toBe(50);
+    expect(latency.probeDue(GRANT_SAMPLE_MS - 1)).toBe(false);
+    expect(latency.probeDue(GRANT_SAMPLE_MS)).toBe(true);
+    latency.sent('probe', { kind: 'grant' }, 3_000);
+    expect(latency.probeDue(3_001)).toBe(false);
+    latency.answered('probe', 3_002);
+    expect(latency.estimateMs(3_002)).toBe(2);
+    // Within GRANT_SAMPLE_MS of each other, samples are smoothed as before.
+    latency.sent('r20', { kind: 'grant' }, 3_010);
+    latency.answered('r20', 3_050);
+    expect(latency.estimateMs(3_050)).toBe(0.75 * 2 + 0.25 * 40);
   });
 
   it('counts its pongs: a slow link is seen with nothing else sent, though a ping alone proves no speed', () => {
     const latency = new ReplicaLatency();
-    latency.sent('r1', 'grant', 0);
+    latency.sent('r1', { kind: 'grant' }, 0);
     latency.answered('r1', 3);
-    // A link 50 ms slower each way, measured by pongs alone once the grant time is forgotten.
+    // A link 50 ms slower each way, measured by pongs alone: as a signer and as a line's keeper.
     for (let k = 0; k < 8; k++) {
-      latency.sent(`p${k}`, 'ping', 250 * k);
+      latency.sent(`p${k}`, { kind: 'ping' }, 250 * k);
       latency.answered(`p${k}`, 250 * k + 104);
     }
     expect(latency.estimateMs(GRANT_SAMPLE_MS + 100)).toBeGreaterThan(90);
+    expect(latency.lineEstimateMs(GRANT_SAMPLE_MS + 100)).toBeGreaterThan(90);
+  });
+
+  it("as a line's keeper, only pongs count (before the first one, its answers); an unanswered ping ages", () => {
+    const latency = new ReplicaLatency();
+    latency.sent('r1', { kind: 'grant' }, 0);
+    latency.answered('r1', 60);
+    expect(latency.lineEstimateMs(60)).toBe(60); // no pong yet: what its answers said
+    latency.sent('p1', { kind: 'ping' }, 100);
+    latency.answered('p1', 102);
+    expect(latency.lineEstimateMs(110)).toBe(2); // slow grants, prompt pongs: a fine line's keeper
+    expect(latency.estimateMs(110)).toBe(60); // ...and a slow signer
+    latency.sent('p2', { kind: 'ping' }, 350);
+    expect(latency.lineEstimateMs(350 + PENDING_COUNTS_AFTER_MS - 1)).toBe(2);
+    expect(latency.lineEstimateMs(350 + 400)).toBe(400); // hung: its ping ages
   });
 
   it('a lost connection forgets what was unanswered on it; an answer nobody asked for changes nothing', () => {
     const latency = new ReplicaLatency();
-    latency.sent('r1', 'other', 0);
+    latency.sent('r1', { kind: 'other' }, 0);
     latency.lost();
     expect(latency.estimateMs(1_000)).toBeUndefined();
     latency.answered('r9', 5);
     expect(latency.estimateMs(1_000)).toBeUndefined();
+  });
+});
+
+describe("TurnTiming: how late each replica grants a line's turn against the others", () => {
+  const granted = (status = 'granted', epoch: unknown = 7n) => ({ status, epoch });
+
+  it('times each turn against its (f+1)-th grant: the first f+1 are not late, each one after by the time since', () => {
+    const turns = new TurnTiming(1);
+    expect(turns.granted('hot', 7n, 0, 100)).toBe(0);
+    expect(turns.granted('hot', 7n, 0, 101)).toBe(0); // the f+1-th: the reference
+    expect(turns.granted('hot', 7n, 0, 103)).toBe(2);
+    expect(turns.granted('hot', 7n, 0, 151)).toBe(50); // a replica granting 50 ms after the others
+    // Another turn, another reference.
+    expect(turns.granted('hot', 8n, 120, 300)).toBe(0);
+    expect(turns.granted('other', 7n, 0, 300)).toBe(0);
+  });
+
+  it('a replica granting early (f of them, Byzantine) cannot make the honest ones look late', () => {
+    const turns = new TurnTiming(1);
+    expect(turns.granted('hot', 7n, 0, 10)).toBe(0); // a liar, before the lease in the way even ended
+    expect(turns.granted('hot', 7n, 0, 100)).toBe(0); // honest ones, within a flush of each other
+    expect(turns.granted('hot', 7n, 0, 101)).toBe(1);
+    expect(turns.granted('hot', 7n, 0, 102)).toBe(2);
+  });
+
+  it('a replica asked after the turn was first granted is not compared: it could not have granted sooner', () => {
+    const turns = new TurnTiming(1);
+    expect(turns.granted('hot', 7n, 0, 100)).toBe(0);
+    expect(turns.granted('hot', 7n, 100, 140)).toBeUndefined();
+    expect(turns.granted('hot', 7n, 0, 101)).toBe(0);
+  });
+
+  it("a connection feeds it its waiting acquires' grants: a replica late at turns is a slow signer, not a slow line", () => {
+    const turns = new TurnTiming(1);
+    const [fast1, fast2, late] = [new ReplicaLatency(turns), new ReplicaLatency(turns), new ReplicaLatency(turns)];
+    const prompt: RequestBody<'acquire'> = { type: 'acquire', resource: 'hot', epoch: 7n, ttlMs: 1_000 };
+    const waiting = measureOf({ ...prompt, waitMs: 5_000 } as RequestBody<'acquire'>);
+    expect(waiting).toEqual({ turnOf: { resource: 'hot', epoch: 7n } });
+    expect(measureOf(prompt)).toEqual({ kind: 'grant' });
+    for (const latency of [fast1, fast2, late]) {
+      latency.sent('w', waiting, 0);
+      latency.sent('p', { kind: 'ping' }, 0);
+      latency.answered('p', 2);
+    }
+    // Its turn came after 300 ms (on purpose: nothing to say), the late one granting it 50 ms after the others.
+    fast1.answered('w', 300, granted());
+    fast2.answered('w', 301, granted());
+    late.answered('w', 351, granted());
+    expect(fast2.estimateMs(351)).toBe(2);
+    expect(late.estimateMs(351)).toBe(2 + 50);
+    expect(late.lineEstimateMs(351)).toBe(2);
+    // What is not a grant of a turn (busy, a malformed late reply) says nothing.
+    late.sent('w2', waiting, 400);
+    late.answered('w2', 900, granted('busy'));
+    late.sent('w3', waiting, 400);
+    late.answered('w3', 900, granted('granted', 'seven'));
+    expect(late.estimateMs(900)).toBe(2 + 50);
+    // A grant at the epoch asked need not name it; a small epoch comes off the wire as a number.
+    const next = measureOf({ ...prompt, epoch: 8n, waitMs: 5_000 } as RequestBody<'acquire'>);
+    for (const latency of [fast1, fast2, late]) latency.sent('x', next, 1_000);
+    fast1.answered('x', 1_200, { status: 'granted' });
+    fast2.answered('x', 1_201, { status: 'granted', epoch: 8 });
+    late.answered('x', 1_211, { status: 'granted' });
+    expect(late.estimateMs(1_211)).toBe(2 + 0.75 * 50 + 0.25 * 10);
   });
 });
 
@@ -123,5 +233,30 @@ describe('slowReplicas, firstSigners, leaderFor: acquires leave the slowest f ou
     // 50 ms late on a 2 ms network, or hung (its oldest request's age): the line moves to the next in the ring.
     expect(leaderFor(withLeaderAt(53, 3), resource, 3)).toBe(ring[1]);
     expect(leaderFor(withLeaderAt(500, 3), resource, 3)).toBe(ring[1]);
+  });
+
+  it('judges the leader by its pongs: one that only grants late keeps the line; its partials are not waited for', () => {
+    const resource = 'orders/1';
+    const leader = leaderOf(resource, 4);
+    const ring = [0, 1, 2, 3].map((k) => ((leader - 1 + k) % 4) + 1);
+    const at = (leaderMs: number) => [2, 2, 2, 2].map((ms, k) => (k + 1 === leader ? leaderMs : ms));
+    const lateGrants = views(at(152), [], at(2));
+    expect(leaderFor(lateGrants, resource, 3)).toBe(leader);
+    expect([...firstSigners({ channels: lateGrants }, resource, 3)!]).toEqual(ring.slice(1, 4));
+    // A slow link shows in its pongs too: then the line moves.
+    expect(leaderFor(views(at(152), [], at(104)), resource, 3)).toBe(ring[1]);
+  });
+
+  it('asks a slow replica due a probe beside the first t signers, never instead of one', () => {
+    const resource = 'orders/1';
+    const leader = leaderOf(resource, 4);
+    const ring = [0, 1, 2, 3].map((k) => ((leader - 1 + k) % 4) + 1);
+    const slowMs = [2, 2, 2, 2].map((ms, k) => (k + 1 === ring[2] ? 140 : ms));
+    expect([...firstSigners({ channels: views(slowMs) }, resource, 3)!]).toEqual([ring[0], ring[1], ring[3]]);
+    const due = views(slowMs, [], slowMs, [ring[2]!]);
+    expect([...firstSigners({ channels: due }, resource, 3)!].sort()).toEqual([...ring].sort());
+    // A fast replica due a probe is a first signer or not as before: nothing to learn.
+    const fastDue = views([2, 2, 2, 2], [], [2, 2, 2, 2], [ring[3]!]);
+    expect([...firstSigners({ channels: fastDue }, resource, 3)!]).toEqual(ring.slice(0, 3));
   });
 });

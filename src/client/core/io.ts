@@ -17,6 +17,10 @@ export interface ConnectionView {
   readonly state: ConnectionState;
   /** How quickly the replica answers this client, when measured (replica-latency.ts): slow ones are asked last. */
   readonly latencyMs?: number | undefined;
+  /** How quickly it answers as a line's keeper, when measured (its pongs): a slow one is no resource's leader. */
+  readonly lineLatencyMs?: number | undefined;
+  /** Should it count as slow: an acquire asks it beside the first signers, to see whether it still is. */
+  readonly probeDue?: boolean | undefined;
 }
 
 export type AnyRequestBody = { [K in RequestKind]: RequestBody<K> }[RequestKind];
