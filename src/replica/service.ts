@@ -8,12 +8,15 @@
  * then is the partial returned. The partial is computed while the flush is in
  * flight (it is deterministic and stays in the process until the flush is
  * done), which takes the signing time off the acquire's latency.
+ *
+ * Beside it: what it is given (service-options.ts), what the simulator hears of its lease decisions
+ * (lease-decision-note.ts), how it treats an acquire around the rules (service-acquire.ts) and compaction
+ * (compaction.ts). Their exports are exported from here too.
  */
-import { systemClock, type Clock, type MonotonicClock } from '../common/clock.js';
+import { systemClock, type MonotonicClock } from '../common/clock.js';
 import { grantMessage } from '../token/grant.js';
 import {
   MAX_LEASES_PER_REPLY,
-  type AcquireRequest,
   type ActiveLease,
   type LeasesOutcome,
   type LeasesRequest,
@@ -21,7 +24,9 @@ import {
   type Request,
 } from '../protocol/messages.js';
 import { mayAccess } from './access.js';
+import { compactAll, DEFAULT_COMPACTION_BATCH, type CompactionSummary } from './compaction.js';
 import { HandoffQueue } from './handoff-queue.js';
+import { leaseNote, type LeaseDecisionNote } from './lease-decision-note.js';
 import { LeaseTable, latestLeases } from './leases.js';
 import { DEFAULT_REPLICA_LIMITS } from './options.js';
 import type { ReplicaMetrics, RefusalReason } from './metrics.js';
@@ -40,91 +45,12 @@ import {
 } from './policy.js';
 import type { RecordStore } from './record-store.js';
 import type { PartialSigner } from './signer.js';
-import type { LinePlacement } from './handoff-queue.js';
+import { nextEpochOf, waitsWhenBusy, withFloor } from './service-acquire.js';
+import type { HandleContext, ReplicaServiceOptions } from './service-options.js';
 
-export interface ReplicaServiceOptions {
-  /** The signing record: LMDB's SigningRecord in production, a simulated one in src/simulation. */
-  readonly store: RecordStore;
-  readonly signer: PartialSigner;
-  readonly clock: MonotonicClock;
-  readonly policy: PolicyConfig;
-  /**
-   * The share generation this replica signs with (its cluster description's membershipVersion); sent with
-   * every grant when not 0, so clients combine partials of one generation only (docs/resharing.md).
-   */
-  readonly generation?: number;
-  readonly metrics?: ReplicaMetrics;
-  /** How long a record is kept after its grant once its lease has ended (wall-clock ms; see docs/storage.md). */
-  readonly retentionMs?: number;
-  /** Records looked at per compaction transaction. */
-  readonly compactionBatch?: number;
-  /** Wall-clock milliseconds, compared with the records' grant times (default Date.now). */
-  readonly wallClock?: () => number;
-  /** Timers for acquires that wait their turn (default: the system's). */
-  readonly timers?: Clock;
-  /** Acquires that may wait their turn per resource; more are answered `busy` at once (default 256). */
-  readonly maxWaitersPerResource?: number;
-  /** Checks acquires' catch-up evidence (docs/protocol.md, "Epoch steps"); without it evidence counts for nothing. */
-  readonly evidence?: Pick<EvidenceChecker, 'support'>;
-  /** Runs `run` after the I/O already waiting (default setImmediate): lets a record's write start before its signing. */
-  readonly defer?: (run: () => void) => void;
-  /** The replica rules (default policy.ts's `decide`); the simulator plants its mutations here. */
-  readonly decide?: typeof decide;
-  /** Steps 1 and 2 as the service applies them before the record's critical section (default policy.ts's `precheck`). */
-  readonly precheck?: typeof precheck;
-  /** Where a new waiter takes its place in a resource's line (default: at the back; see handoff-queue.ts). */
-  readonly linePlacement?: LinePlacement;
-  /** How many waiters at the head of a line know their turn's epoch (default TURNS_TOLD_AHEAD; handoff-queue.ts). */
-  readonly turnsToldAhead?: number;
-  /**
-   * Hears every decision that starts, extends or ends a lease, as it is taken (inside the record's critical section):
-   * the simulator checks from these, independently of the rules, that leases exclude each other (src/simulation).
-   */
-  readonly onLeaseDecision?: (note: LeaseDecisionNote) => void;
-}
-
-/** A decision that changed a lease, as `onLeaseDecision` hears it. */
-export interface LeaseDecisionNote {
-  readonly resource: string;
-  readonly action: 'grant' | 'resend' | 'join' | 'renew' | 'release';
-  /** The grant the request names (a nextEpoch acquire's at the epoch it was decided at). */
-  readonly epoch: bigint;
-  readonly holder: Uint8Array;
-  readonly session: string;
-  /** The request asked to end the same holder's lease under another session (`resume`). */
-  readonly resume: boolean;
-  /** When it was decided, and when the lease now ends (0: released), on the replica's monotonic clock. */
-  readonly at: number;
-  readonly leaseEndsAt: number;
-  /** The record's epoch before the decision (the floor without a record), and whether there was a record. */
-  readonly recordEpoch: bigint;
-  readonly hadRecord: boolean;
-}
-
-/** What a caller of `handle` may add to a request besides its holder. */
-export interface HandleContext {
-  /**
-   * The client session of the connection ('' or absent for a sessionless client): a running lease is the session's
-   * that holds it, not its identity's (docs/protocol.md, "Sessions").
-   */
-  readonly session?: string;
-  /** The connection closed: an acquire waiting its turn leaves the line. */
-  readonly signal?: AbortSignal;
-  /** An acquire waiting its turn (nextEpoch) hears the epoch its turn will grant once it is near the head of the line. */
-  readonly onTurn?: (epoch: bigint) => void;
-  /** The connection's allowance of evidence pairing checks (default: none). */
-  readonly evidenceBudget?: EvidenceBudget;
-}
-
-export interface CompactionSummary {
-  readonly compacted: number;
-  readonly scanned: number;
-  readonly floor: bigint;
-  readonly records: number;
-}
-
-/** Records per compaction transaction: requests wait for at most one batch (they run between batches). */
-export const DEFAULT_COMPACTION_BATCH = 1_000;
+export { DEFAULT_COMPACTION_BATCH, type CompactionSummary } from './compaction.js';
+export type { LeaseDecisionNote } from './lease-decision-note.js';
+export type { HandleContext, ReplicaServiceOptions } from './service-options.js';
 
 export class ReplicaService {
   readonly store: RecordStore;
@@ -376,29 +302,15 @@ export class ReplicaService {
    * @throws QuorumFenceError CLOSED, STORE_CORRUPT, INTERNAL
    */
   compact(): Promise<CompactionSummary> {
-    this.#compacting ??= this.#compactAll().finally(() => (this.#compacting = undefined));
+    this.#compacting ??= compactAll({
+      store: this.store,
+      leases: this.leases,
+      retentionMs: this.#retentionMs,
+      batch: this.#compactionBatch,
+      wallClock: this.#wallClock,
+      defer: this.#defer,
+    }).finally(() => (this.#compacting = undefined));
     return this.#compacting;
-  }
-
-  async #compactAll(): Promise<CompactionSummary> {
-    let compacted = 0;
-    let scanned = 0;
-    let from: Buffer | undefined;
-    const cutoff = this.#wallClock() - this.#retentionMs;
-    do {
-      const step = this.store.compactStep(from, this.#compactionBatch, (resource, record, grantedAtMs) => {
-        if (grantedAtMs > cutoff || this.leases.isRunning(resource, record)) return false;
-        this.leases.forget(resource);
-        return true;
-      });
-      compacted += step.compacted;
-      scanned += step.scanned;
-      from = step.next;
-      // Let requests run between batches: each batch is one synchronous transaction.
-      if (from) await new Promise<void>((resolve) => this.#defer(resolve));
-    } while (from);
-    this.leases.sweep();
-    return { compacted, scanned, floor: this.store.floor, records: this.store.size };
   }
 
   async #sign(message: Uint8Array): Promise<Uint8Array> {
@@ -419,61 +331,5 @@ export class ReplicaService {
       this.#metrics?.refusals.inc({ reason: status satisfies RefusalReason });
     }
     return decision.outcome;
-  }
-}
-
-/** What `onLeaseDecision` hears of a decision that changed a lease. */
-function leaseNote(
-  d: Exclude<Decision, { action: 'reply' }>,
-  request: Request,
-  caller: Caller,
-  at: number,
-  current: SignedRecord | undefined,
-  floor: bigint,
-): LeaseDecisionNote {
-  return {
-    resource: request.resource,
-    action: d.action,
-    epoch: request.type === 'status' ? 0n : request.epoch,
-    holder: caller.holder,
-    session: caller.session,
-    resume: request.type === 'acquire' && request.resume === true,
-    at,
-    leaseEndsAt: d.action === 'release' ? 0 : d.leaseEndsAt,
-    recordEpoch: current?.epoch ?? floor,
-    hadRecord: current !== undefined,
-  };
-}
-
-/** Whether `request` waits in its resource's line when the decision is `busy` (the rule #handle and #handleOnce share). */
-function waitsWhenBusy(request: Request): request is AcquireRequest {
-  return request.type === 'acquire' && (request.waitMs ?? 0) > 0;
-}
-
-/** A nextEpoch acquire's epoch: the resource's next epoch, or the one it asked for if that is higher. */
-function nextEpochOf(
-  request: AcquireRequest,
-  current: { readonly epoch: bigint } | undefined,
-  floor: bigint,
-): AcquireRequest {
-  const next = (current?.epoch ?? floor) + 1n;
-  return next > request.epoch ? { ...request, epoch: next } : request;
-}
-
-/**
- * An acquire's answer names the replica's epoch floor, when above 0 (docs/protocol.md, "Epoch choice"): a client
- * proposes the first acquire of a resource above its first signers' floors, and learns them here as compaction
- * raises them, as well as from the welcome.
- */
-function withFloor(outcome: Outcome, floor: bigint): Outcome {
-  if (floor <= 0n) return outcome;
-  switch (outcome.status) {
-    case 'granted':
-    case 'stale':
-    case 'busy':
-    case 'too_far':
-      return { ...outcome, floor };
-    default:
-      return outcome;
   }
 }
