@@ -58,7 +58,8 @@ import {
 } from './measure.js';
 import { MAX_RTT_MS, measureRoundTrip, startDelayedNetwork, type DelayedNetwork } from './network.js';
 import { buildSlowFlush, findCompiler, type SlowFlush } from './slow-flush.js';
-import { acquireLoop, reach, restartReplica, startSystem, type OddReplica, type Running } from './system.js';
+import { acquireLoop, reach, type Running } from './system-loop.js';
+import { restartReplica, startSystem, type OddReplica } from './system-processes.js';
 
 export const GRAY_FAULT_KINDS = ['slow-link', 'hung', 'byzantine-slow', 'slow-flush'] as const;
 export type GrayFaultKind = (typeof GRAY_FAULT_KINDS)[number];
