@@ -8,20 +8,16 @@
  * socket and reconnects; requests in flight on it resolve as `faulty`. Every
  * request resolves: with an answer, or on timeout, abort, or loss of the
  * connection. Nothing here throws at the caller for what a replica did.
+ *
+ * Here is the socket's life: open, the handshake's deadline, pings, failing,
+ * dropping, backoff. The requests on it (ids, slots, queue, settling) are in
+ * in-flight-requests.ts; reading the replica's messages, replica-messages.ts.
  */
 import { WebSocket, type RawData } from 'ws';
-import { bytesEqual } from '../common/bytes.js';
-import { QuorumFenceError } from '../common/errors.js';
 import type { TimerHandle } from '../common/clock.js';
 import type { ReplicaInfo } from '../cluster/description.js';
-import { decodeServerMessage, encodeMessage, parseOutcome } from '../protocol/codec.js';
-import {
-  CloseCode,
-  authTranscript,
-  type ClientMessage,
-  type OutcomeByRequest,
-  type ServerMessage,
-} from '../protocol/messages.js';
+import { encodeMessage } from '../protocol/codec.js';
+import { CloseCode, type OutcomeByRequest } from '../protocol/messages.js';
 import { backoffDelay } from './backoff.js';
 import {
   INITIAL_CONNECTION_STATE,
@@ -32,8 +28,10 @@ import {
   type ConnectionState,
 } from './connection-state.js';
 import type { ReplicaFault } from './evidence.js';
+import { InFlightRequests } from './in-flight-requests.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-channel.js';
-import { measureOf, ReplicaLatency, type Measure } from './replica-latency.js';
+import { ReplicaLatency } from './replica-latency.js';
+import { readFrame, type MessageHost } from './replica-messages.js';
 import type { TurnTiming } from './turn-timing.js';
 import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
@@ -56,20 +54,6 @@ export interface ConnectionContext {
   readonly turnTiming?: TurnTiming;
 }
 
-interface InFlight {
-  readonly kind: RequestKind;
-  readonly resolve: (answer: ReplicaAnswer<RequestKind>) => void;
-  readonly timer: TimerHandle;
-  readonly detach: () => void;
-  /** The encoded request while it waits for a free slot; undefined once sent. */
-  frame: Uint8Array | undefined;
-  /** What its answer time says of the replica (replica-latency.ts); undefined: nothing (it may wait on purpose). */
-  readonly measure: Measure;
-}
-
-const HELLO_ID = 0;
-const MAX_REQUEST_ID = 0xffff_ffff;
-
 export class ReplicaConnection implements ReplicaChannel {
   readonly index: number;
   readonly endpoint: string;
@@ -78,13 +62,10 @@ export class ReplicaConnection implements ReplicaChannel {
   #socket: WebSocket | undefined;
   #handshakeTimer: TimerHandle;
   #retryTimer: TimerHandle;
-  #nextId = HELLO_ID + 1;
-  /** Every open request, sent or waiting for a slot, by id. */
-  readonly #inFlight = new Map<number, InFlight>();
-  /** Ids waiting for a slot, oldest first (the replica bounds requests in flight per connection). */
-  readonly #waiting: number[] = [];
-  #sent = 0;
   readonly #latency: ReplicaLatency;
+  readonly #requests: InFlightRequests;
+  /** What the replica's messages may read and do here (replica-messages.ts). */
+  readonly #host: MessageHost;
   /** Pings sent on this connection (WebSocket ping frames, answered by the replica's WebSocket layer). */
   #pings = 0;
   #pingTimer: TimerHandle;
@@ -94,6 +75,21 @@ export class ReplicaConnection implements ReplicaChannel {
     this.endpoint = replica.endpoint;
     this.#context = context;
     this.#latency = new ReplicaLatency(context.turnTiming);
+    this.#requests = new InFlightRequests(context.options, this.#latency, () => this.#socket);
+    this.#host = {
+      index: this.index,
+      context,
+      requests: this.#requests,
+      latency: this.#latency,
+      phase: () => this.#state.phase,
+      send: (frame) => this.#socket!.send(frame),
+      apply: (event) => this.#apply(event),
+      welcomed: (event) => this.#welcomed(event),
+      noteFloor: (outcome) => this.#noteFloor(outcome),
+      fault: (kind, message) => this.#fault(kind, message),
+      fail: (kind, message) => this.#fail(kind, message),
+      dropSocket: (code, reason) => this.#dropSocket(code, reason),
+    };
   }
 
   get state(): ConnectionState {
@@ -124,7 +120,7 @@ export class ReplicaConnection implements ReplicaChannel {
     this.#context.options.clock.clearTimeout(this.#handshakeTimer);
     this.#context.options.clock.clearTimeout(this.#retryTimer);
     this.#dropSocket(CloseCode.NORMAL, 'client closing');
-    this.#settleAll({ kind: 'unreachable', message: 'client closed' });
+    this.#requests.settleAll({ kind: 'unreachable', message: 'client closed' });
   }
 
   request<K extends RequestKind>(
@@ -137,62 +133,15 @@ export class ReplicaConnection implements ReplicaChannel {
     if (this.#state.phase !== 'ready' || !socket || socket.readyState !== WebSocket.OPEN) {
       return Promise.resolve({ kind: 'unreachable', message: this.#describeDown() });
     }
-    const { maxInFlightPerReplica, maxQueuedPerReplica } = this.#context.options;
-    if (this.#waiting.length >= maxQueuedPerReplica) {
-      return Promise.resolve({
-        kind: 'error',
-        code: 'RATE_LIMITED',
-        message: 'too many requests queued on this connection (client limit)',
-      });
-    }
-    const id = this.#allocateId();
-    return new Promise<ReplicaAnswer<K>>((resolve) => {
-      const onAbort = () => this.#settle(id, { kind: 'aborted' });
-      signal?.addEventListener('abort', onAbort, { once: true });
-      // The timeout counts from the call, queueing included: the caller's deadline is what matters.
-      const timer = this.#context.options.clock.setTimeout(
-        () => this.#settle(id, { kind: 'timeout' }),
-        Math.max(0, timeoutMs),
-      );
-      const frame = encodeMessage({ ...body, id } as unknown as ClientMessage);
-      this.#inFlight.set(id, {
-        kind: body.type,
-        resolve: resolve as (answer: ReplicaAnswer<RequestKind>) => void,
-        timer,
-        detach: () => signal?.removeEventListener('abort', onAbort),
-        frame,
-        measure: measureOf(body),
-      });
-      if (this.#sent < maxInFlightPerReplica) this.#transmit(id);
-      else this.#waiting.push(id);
-    });
+    return this.#requests.open(body, timeoutMs, signal);
   }
 
   notify(body: RequestBody<'release'> & { readonly quiet: true }): boolean {
     const socket = this.#socket;
     if (this.#state.phase !== 'ready' || !socket || socket.readyState !== WebSocket.OPEN) return false;
     // An id of its own, so that an error frame about it (the replica still sends those) settles nothing here.
-    socket.send(encodeMessage({ ...body, id: this.#allocateId() }));
+    socket.send(encodeMessage({ ...body, id: this.#requests.allocateId() }));
     return true;
-  }
-
-  #transmit(id: number): void {
-    const entry = this.#inFlight.get(id);
-    const socket = this.#socket;
-    if (!entry || !entry.frame || !socket || socket.readyState !== WebSocket.OPEN) return;
-    socket.send(entry.frame);
-    entry.frame = undefined;
-    this.#sent++;
-    this.#latency.sent(`r${id}`, entry.measure, this.#context.options.clock.now());
-  }
-
-  /** Sends queued requests while slots are free. */
-  #pump(): void {
-    const max = this.#context.options.maxInFlightPerReplica;
-    while (this.#sent < max && this.#waiting.length > 0) {
-      const id = this.#waiting.shift()!;
-      if (this.#inFlight.has(id)) this.#transmit(id);
-    }
   }
 
   #describeDown(): string {
@@ -200,39 +149,6 @@ export class ReplicaConnection implements ReplicaChannel {
     if (this.#state.phase === 'closed') return 'connection closed';
     if (failure) return `replica ${this.index} not connected (${failure.kind}: ${failure.message})`;
     return `replica ${this.index} not connected yet (${this.#state.phase})`;
-  }
-
-  #allocateId(): number {
-    // Ids wrap at 2^32; skipping ids still in flight keeps replies unambiguous.
-    for (;;) {
-      const id = this.#nextId;
-      this.#nextId = id >= MAX_REQUEST_ID ? HELLO_ID + 1 : id + 1;
-      if (!this.#inFlight.has(id)) return id;
-    }
-  }
-
-  #settle(id: number, answer: ReplicaAnswer<RequestKind>): void {
-    const entry = this.#inFlight.get(id);
-    if (!entry) return;
-    this.#inFlight.delete(id);
-    this.#context.options.clock.clearTimeout(entry.timer);
-    entry.detach();
-    if (entry.frame === undefined) {
-      this.#sent--;
-      this.#pump();
-    } else {
-      const position = this.#waiting.indexOf(id);
-      if (position >= 0) this.#waiting.splice(position, 1);
-    }
-    entry.resolve(answer);
-  }
-
-  #settleAll(answer: ReplicaAnswer<RequestKind>): void {
-    this.#latency.lost();
-    // Queued ones first, so that freeing slots does not send them on a connection that is going away.
-    for (const id of this.#waiting.splice(0)) this.#settle(id, answer);
-    for (const id of [...this.#inFlight.keys()]) this.#settle(id, answer);
-    this.#sent = 0;
   }
 
   #apply(event: ConnectionEvent): void {
@@ -270,7 +186,7 @@ export class ReplicaConnection implements ReplicaChannel {
       if (this.#socket === socket) this.#apply({ type: 'socket_open' });
     });
     socket.on('message', (data: RawData, isBinary: boolean) => {
-      if (this.#socket === socket) this.#onFrame(data, isBinary);
+      if (this.#socket === socket) readFrame(this.#host, data, isBinary);
     });
     socket.on('pong', (data: Buffer) => {
       if (this.#socket === socket)
@@ -289,70 +205,10 @@ export class ReplicaConnection implements ReplicaChannel {
     });
   }
 
-  #onFrame(data: RawData, isBinary: boolean): void {
-    if (!isBinary) {
-      this.#fault('protocol', 'a text frame (only binary frames are spoken)');
-      return;
-    }
-    const frame = Array.isArray(data) ? Buffer.concat(data) : data instanceof ArrayBuffer ? new Uint8Array(data) : data;
-    let message: ServerMessage;
-    try {
-      message = decodeServerMessage(frame, this.#context.options.maxFrameBytes);
-    } catch (error) {
-      this.#fault('protocol', error instanceof QuorumFenceError ? error.message : String(error));
-      return;
-    }
-    switch (this.#state.phase) {
-      case 'awaiting_challenge':
-        this.#onChallenge(message);
-        return;
-      case 'awaiting_welcome':
-        this.#onWelcome(message);
-        return;
-      case 'ready':
-        this.#onReady(message);
-        return;
-      default:
-        this.#fault('protocol', `a ${message.type} frame before the connection opened`);
-    }
-  }
-
-  #onChallenge(message: ServerMessage): void {
-    if (message.type !== 'challenge') {
-      this.#fault('protocol', `expected a challenge, got ${message.type}`);
-      return;
-    }
-    const { clusterId, identity, session } = this.#context;
-    if (!bytesEqual(message.clusterId, clusterId)) {
-      this.#fault('bad_challenge', 'the challenge names another cluster id');
-      return;
-    }
-    if (message.replica !== this.index) {
-      this.#fault('bad_challenge', `the challenge names replica ${message.replica}, expected ${this.index}`);
-      return;
-    }
-    const signature = identity.sign(authTranscript(message.nonce, clusterId, this.index, session));
-    this.#socket!.send(encodeMessage({ type: 'hello', id: HELLO_ID, holder: identity.publicKey, signature, session }));
-    this.#apply({ type: 'challenge_accepted' });
-  }
-
-  #onWelcome(message: ServerMessage): void {
-    if (message.type === 'error') {
-      this.#fail('unauthenticated', `${message.code}: ${message.message}`);
-      this.#dropSocket(CloseCode.NORMAL, 'authentication refused');
-      return;
-    }
-    if (message.type !== 'welcome' || message.id !== HELLO_ID || message.replica !== this.index) {
-      this.#fault(
-        'protocol',
-        message.type === 'welcome'
-          ? 'a welcome with the wrong id or replica index'
-          : `expected a welcome, got ${message.type}`,
-      );
-      return;
-    }
+  /** The handshake is over (a welcome that fits): no more deadline, ready, and pinging from now on. */
+  #welcomed(event: ConnectionEvent): void {
     this.#context.options.clock.clearTimeout(this.#handshakeTimer);
-    this.#apply(message.floor === undefined ? { type: 'welcome' } : { type: 'welcome', floor: message.floor });
+    this.#apply(event);
     this.#pingLater(this.#socket!);
   }
 
@@ -379,46 +235,6 @@ export class ReplicaConnection implements ReplicaChannel {
     );
   }
 
-  #onReady(message: ServerMessage): void {
-    if (message.type === 'reply' || (message.type === 'error' && message.id !== undefined))
-      this.#latency.answered(
-        `r${message.id!}`,
-        this.#context.options.clock.now(),
-        message.type === 'reply' ? message.outcome : undefined,
-      );
-    if (message.type === 'reply') {
-      const entry = this.#inFlight.get(message.id);
-      // A reply to a request that timed out or was aborted: late, not wrong.
-      if (!entry) return;
-      let outcome: OutcomeByRequest[RequestKind];
-      try {
-        outcome = parseOutcome(entry.kind, message.outcome);
-      } catch (error) {
-        const text = error instanceof QuorumFenceError ? error.message : String(error);
-        this.#settle(message.id, { kind: 'faulty', message: text });
-        this.#fault('invalid_reply', text);
-        return;
-      }
-      this.#noteFloor(outcome);
-      this.#settle(message.id, { kind: 'reply', outcome });
-      return;
-    }
-    if (message.type === 'error') {
-      if (message.id !== undefined)
-        this.#settle(message.id, { kind: 'error', code: message.code, message: message.message });
-      return;
-    }
-    if (message.type === 'released') {
-      this.#context.onReleased?.(this.index, message.resource);
-      return;
-    }
-    if (message.type === 'turn') {
-      this.#context.onTurn?.(this.index, message.resource, message.epoch);
-      return;
-    }
-    this.#fault('protocol', `an unexpected ${message.type} after the handshake`);
-  }
-
   /**
    * An acquire's answer names the replica's floor (when above 0): kept for the next first acquire's epoch. Not a
    * state change anyone waits on, so nobody is told (onChange).
@@ -431,7 +247,7 @@ export class ReplicaConnection implements ReplicaChannel {
   /** The replica broke the protocol: report it, drop the connection, fail what is in flight, reconnect later. */
   #fault(kind: 'protocol' | 'bad_challenge' | 'invalid_reply', message: string): void {
     this.#context.onFault({ replica: this.index, kind, message });
-    this.#settleAll({ kind: 'faulty', message });
+    this.#requests.settleAll({ kind: 'faulty', message });
     this.#dropSocket(CloseCode.PROTOCOL_ERROR, kind);
     this.#fail(kind === 'invalid_reply' ? 'protocol' : kind, message);
   }
@@ -440,7 +256,10 @@ export class ReplicaConnection implements ReplicaChannel {
     if (this.#state.phase === 'closed' || this.#state.phase === 'backoff') return;
     this.#context.options.clock.clearTimeout(this.#handshakeTimer);
     this.#dropSocket(isFaultFailure(kind) ? CloseCode.PROTOCOL_ERROR : CloseCode.NORMAL, kind);
-    this.#settleAll({ kind: 'unreachable', message: `connection to replica ${this.index} lost (${kind}: ${message})` });
+    this.#requests.settleAll({
+      kind: 'unreachable',
+      message: `connection to replica ${this.index} lost (${kind}: ${message})`,
+    });
     this.#apply({ type: 'failed', kind, message });
   }
 
