@@ -9,7 +9,7 @@ import { grantMessage } from '../token/grant.js';
 import type { CoreEnv } from './core/env.js';
 import type { CallCore, ConnectionView, CoreAction, CoreEvent } from './core/io.js';
 import { PartialCollector } from './partial-collector.js';
-import { slowReplicas } from './signer-choice.js';
+import { routingOf } from './signer-choice.js';
 import type { QuorumContext } from './quorum-context.js';
 import type { RequestBody, RequestKind } from './replica-channel.js';
 
@@ -67,8 +67,8 @@ class Driver<R> {
   readonly #pending: CoreEvent[] = [];
   #stepping = false;
   #done = false;
-  /** The replicas that counted as slow when the core last saw the connections (refreshSlow). */
-  #slow = '';
+  /** What the core's choices depended on when it last saw the connections (routingOf; refreshRouting). */
+  #routing = '';
 
   constructor(
     ctx: QuorumContext,
@@ -86,11 +86,13 @@ class Driver<R> {
 
   start(): void {
     const ctx = this.#ctx;
-    this.#slow = [...slowReplicas(connectionViews(ctx), ctx.cluster.t)].join(',');
+    this.#routing = routingOf(connectionViews(ctx), ctx.cluster.t);
     this.#stops.push(
-      ctx.channels.subscribe(() =>
-        this.#feed({ type: 'connections', at: this.#now(), connections: connectionViews(ctx) }),
-      ),
+      ctx.channels.subscribe(() => {
+        const views = connectionViews(ctx);
+        this.#routing = routingOf(views, ctx.cluster.t);
+        this.#feed({ type: 'connections', at: this.#now(), connections: views });
+      }),
     );
     const { resource, signal } = this.#options;
     if (resource !== undefined) {
@@ -163,7 +165,7 @@ class Driver<R> {
           action.timer,
           clock.setTimeout(() => {
             this.#timers.delete(action.timer);
-            this.#refreshSlow();
+            this.#refreshRouting();
             this.#feed({ type: 'timer', at: this.#now(), timer: action.timer });
           }, action.ms),
         );
@@ -192,15 +194,18 @@ class Driver<R> {
   }
 
   /**
-   * A replica's answer time changes without any event (a hung one's unanswered ping just ages): before a timer's
-   * event, the core is told of the connections again when the replicas that count as slow changed, so that what it
-   * decides then (a leader, the first signers) leaves out the slow ones of now.
+   * A replica's figures change without any event (a hung one's unanswered ping just ages, a link slows): before a
+   * timer's event, the core is told of the connections again when what its choices depend on changed (routingOf:
+   * the slow signers, the slow lines' keepers, the probes due), so that what it decides then (a leader, the first
+   * signers, whether its line's leader is still the leader) uses the figures of now. Judging only the slow signers,
+   * a waiter kept the figures its call started with for as long as the call lasted, and stayed in the line of a leader
+   * whose link had since slowed while the others had left it (the gray bench's slow link, hot resource).
    */
-  #refreshSlow(): void {
+  #refreshRouting(): void {
     const views = connectionViews(this.#ctx);
-    const slow = [...slowReplicas(views, this.#ctx.cluster.t)].join(',');
-    if (slow === this.#slow) return;
-    this.#slow = slow;
+    const routing = routingOf(views, this.#ctx.cluster.t);
+    if (routing === this.#routing) return;
+    this.#routing = routing;
     this.#feed({ type: 'connections', at: this.#now(), connections: views });
   }
 

@@ -66,6 +66,18 @@ export function slowReplicas(
   return slow;
 }
 
+/**
+ * What the choices above depend on of the connections' figures, as one string: the slow replicas as signers and as
+ * lines' keepers, and the slow ones due a probe. A core decides with the connections it was last told of; the driver
+ * tells it again whenever this changed (drive.ts), as figures change with no event (a hung replica's ping ages, a
+ * link slows). Pure.
+ */
+export function routingOf(connections: readonly ConnectionView[], t: number): string {
+  const signers = slowReplicas(connections, t);
+  const probes = connections.filter((c) => signers.has(c.index) && c.probeDue === true).map((c) => c.index);
+  return `${[...signers].join(',')}|${[...slowReplicas(connections, t, SLOW_LEADER)].join(',')}|${probes.join(',')}`;
+}
+
 /** The connected replicas in ring order from the resource's hash leader, the slow ones (by `slowness`) left out. */
 function ringFrom(
   connections: readonly ConnectionView[],
