@@ -12,7 +12,7 @@ import {
   PENDING_COUNTS_AFTER_MS,
   ReplicaLatency,
 } from '../../src/client/replica-latency.js';
-import { firstSigners, leaderFor, leaderOf, slowReplicas } from '../../src/client/signer-choice.js';
+import { firstSigners, leaderFor, leaderOf, routingOf, slowReplicas } from '../../src/client/signer-choice.js';
 import { TurnTiming } from '../../src/client/turn-timing.js';
 
 const READY = { phase: 'ready', failures: 0, lastFailure: undefined } as const;
@@ -245,6 +245,19 @@ describe('slowReplicas, firstSigners, leaderFor: acquires leave the slowest f ou
     expect([...firstSigners({ channels: lateGrants }, resource, 3)!]).toEqual(ring.slice(1, 4));
     // A slow link shows in its pongs too: then the line moves.
     expect(leaderFor(views(at(152), [], at(104)), resource, 3)).toBe(ring[1]);
+  });
+
+  it('routingOf changes whenever a choice would: a slow signer, a slow line keeper, a probe falling due', () => {
+    // Replica 1 already a slow signer (it grants late); then its link slows too: only its line figure moves, and
+    // the leader changes. A waiting call must hear of it (drive.ts), though the slow signers are the same.
+    const lateGrants = views([152, 2, 2, 2], [], [2, 2, 2, 2]);
+    const slowLink = views([152, 2, 2, 2], [], [104, 2, 2, 2]);
+    expect([...slowReplicas(lateGrants, 3)]).toEqual([...slowReplicas(slowLink, 3)]);
+    expect(routingOf(lateGrants, 3)).not.toBe(routingOf(slowLink, 3));
+    const due = views([152, 2, 2, 2], [], [2, 2, 2, 2], [1]);
+    expect(routingOf(lateGrants, 3)).not.toBe(routingOf(due, 3));
+    // A fast replica falling due a probe changes no choice.
+    expect(routingOf(views([2, 2, 2, 2]), 3)).toBe(routingOf(views([2, 2, 2, 2], [], [2, 2, 2, 2], [3]), 3));
   });
 
   it('asks a slow replica due a probe beside the first t signers, never instead of one', () => {
