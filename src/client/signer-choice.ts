@@ -73,9 +73,15 @@ export function slowReplicas(
  * link slows). Pure.
  */
 export function routingOf(connections: readonly ConnectionView[], t: number): string {
-  const signers = slowReplicas(connections, t);
-  const probes = connections.filter((c) => signers.has(c.index) && c.probeDue === true).map((c) => c.index);
-  return `${[...signers].join(',')}|${[...slowReplicas(connections, t, SLOW_LEADER)].join(',')}|${probes.join(',')}`;
+  const signers = [...slowReplicas(connections, t)].join(',');
+  const lines = [...slowReplicas(connections, t, SLOW_LEADER)].join(',');
+  return `${signers}|${lines}|${probesDue(connections, t).join(',')}`;
+}
+
+/** The slow replicas (as signers) due a probe (ReplicaLatency.probeDue), in connection order. Pure. */
+function probesDue(connections: readonly ConnectionView[], t: number): number[] {
+  const slow = slowReplicas(connections, t);
+  return connections.filter((c) => slow.has(c.index) && c.probeDue === true).map((c) => c.index);
 }
 
 /** The connected replicas in ring order from the resource's hash leader, the slow ones (by `slowness`) left out. */
@@ -118,10 +124,7 @@ export function firstSigners(
 ): ReadonlySet<number> | undefined {
   const ring = ringFrom(channels.channels, resource, t, SLOW_SIGNER);
   if (ring.length < t) return undefined;
-  const first = new Set(ring.slice(0, t).map((c) => c.index));
-  const slow = slowReplicas(channels.channels, t);
-  for (const c of channels.channels) if (slow.has(c.index) && c.probeDue === true) first.add(c.index);
-  return first;
+  return new Set([...ring.slice(0, t).map((c) => c.index), ...probesDue(channels.channels, t)]);
 }
 
 /**
