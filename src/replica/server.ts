@@ -14,20 +14,21 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { checkOperatorSecret } from '../common/operator-secret.js';
 import { WebSocketServer } from 'ws';
-import { QuorumFenceError, isQuorumFenceError } from '../common/errors.js';
+import { QuorumFenceError } from '../common/errors.js';
 import { systemClock, type Clock } from '../common/clock.js';
 import { silentLogger, type Logger } from '../common/log.js';
 import type { Cluster } from '../cluster/description.js';
 import type { ReplicaKey } from '../cluster/replica-key.js';
-import { isQuietRelease, type Request, type WireRequest } from '../protocol/messages.js';
+import type { LeasesOutcome, Outcome } from '../protocol/messages.js';
 import type { AccessRules } from './access.js';
 import { ReplicaConnections, type Connection } from './connections.js';
+import { RequestDispatch, type DispatchHost } from './dispatch.js';
 import { serveReplicaHttp, type ReplicaHttpContext } from './http-endpoints.js';
 import { ReplicaMetrics } from './metrics.js';
 import { policyConfig, replicaLimits, type ReplicaLimits } from './options.js';
 import { EvidenceAllowance, EvidenceChecker } from './grant-evidence.js';
 import { RequestLog } from './request-log.js';
-import { noticeAfter, ReleaseWatchers } from './release-notices.js';
+import { ReleaseWatchers } from './release-notices.js';
 import { ReplicaService } from './service.js';
 import { inThreadSigner, startWorkerSigner, type PartialSigner } from './signer.js';
 import { probeSigningRecord, SigningRecord } from './signing-record.js';
@@ -86,6 +87,8 @@ export class ReplicaServer {
   readonly #httpContext: ReplicaHttpContext;
   /** Who pays for catch-up evidence checks: each identity, and the process (grant-evidence.ts). */
   readonly #evidenceAllowance: EvidenceAllowance;
+  /** What an authenticated request does (dispatch.ts, shared with the simulator). */
+  readonly #dispatch: RequestDispatch<Connection>;
   #inFlight = 0;
   #closing: Promise<void> | undefined;
   /** For /healthz: when this server started (wall clock, ms) and the last error it logged. */
@@ -128,6 +131,7 @@ export class ReplicaServer {
       { perIdentity: fields.limits.evidenceChecksPerSecondPerIdentity, total: fields.limits.evidenceChecksPerSecond },
       () => this.#clock.now(),
     );
+    this.#dispatch = new RequestDispatch(this.#dispatchHost());
     this.#connections = new ReplicaConnections({
       wss: fields.wss,
       limits: fields.limits,
@@ -138,7 +142,8 @@ export class ReplicaServer {
       logger: fields.logger,
       ready: () => this.ready,
       floor: () => this.service.store.floor,
-      dispatch: (connection, request, holder) => this.#dispatch(connection, request, holder),
+      dispatch: (connection, request, holder) =>
+        this.#dispatch.dispatch(connection, request, holder, (message) => this.#connections.send(connection, message)),
     });
     this.#httpContext = {
       replica: fields.index,
@@ -293,60 +298,37 @@ export class ReplicaServer {
     return this.#closing === undefined;
   }
 
-  #dispatch(connection: Connection, received: WireRequest, holder: Uint8Array): void {
-    if (received.type === 'leases') {
-      // Answered at once from memory: no record is written, nothing waits.
-      const outcome = this.service.activeLeases(received, holder);
-      this.#connections.send(connection, { type: 'reply', id: received.id, outcome });
-      this.#requestLog.answered(received, holder, outcome);
-      return;
-    }
-    const request: Request = received;
-    // A quiet release gets no reply (isQuietRelease): its client waits for none. An error frame still goes out as
-    // for any request; the client drops it, as it drops any answer to a request it no longer waits on.
-    const answers = !isQuietRelease(request);
-    if (answers) connection.inFlight++;
-    this.#inFlight++;
-    this.service
-      .handle(request, holder, {
-        session: connection.session,
-        signal: connection.closed.signal,
-        evidenceBudget: this.#evidenceAllowance.budgetFor(holder, connection.evidenceChecks),
-        onTurn: (epoch) => this.#connections.send(connection, { type: 'turn', resource: request.resource, epoch }),
-      })
-      .then(
-        (outcome) => {
-          if (answers) this.#connections.send(connection, { type: 'reply', id: request.id, outcome });
-          this.#requestLog.answered(request, holder, outcome);
-          // Whoever learned that someone holds the lease (a busy acquire, or a status showing it) hears of its release.
-          const duty = noticeAfter(request, outcome);
-          if (duty === 'watch') this.#watchers.watch(request.resource, connection);
-          else if (duty === 'announce')
-            for (const waiter of this.#watchers.take(request.resource))
-              this.#connections.send(waiter, { type: 'released', resource: request.resource });
-        },
-        (error: unknown) => {
-          // Frozen for a reshare: an expected answer of its own (clients count this replica as unable to vote),
-          // not a failure to log per request.
-          if (isQuorumFenceError(error, 'REPLICA_FROZEN'))
-            return this.#connections.sendError(connection, request.id, 'REPLICA_FROZEN', error.message);
-          this.#logger.error(
-            { err: error, resource: request.resource.slice(0, 64), type: request.type },
-            'request failed',
-          );
-          this.#noteError(`${request.type} failed`, error);
-          this.#connections.sendError(
-            connection,
-            request.id,
-            'INTERNAL',
-            error instanceof QuorumFenceError ? error.code : 'internal error',
-          );
-        },
-      )
-      .finally(() => {
-        if (answers) connection.inFlight--;
-        this.#inFlight--;
-      });
+  /** The server's side of dispatch.ts: frames through the connections, the request log, in-flight counts. */
+  #dispatchHost(): DispatchHost<Connection> {
+    return {
+      service: () => this.service,
+      watchers: () => this.#watchers,
+      push: (connection, message) => this.#connections.send(connection, message),
+      evidenceBudget: (connection, holder) => this.#evidenceAllowance.budgetFor(holder, connection.evidenceChecks),
+      begin: (connection, request, holder, replies) => {
+        const answered = (outcome: Outcome | LeasesOutcome) => this.#requestLog.answered(request, holder, outcome);
+        // `leases` is answered before dispatch returns: nothing in flight.
+        if (request.type === 'leases') return { answered };
+        // A quiet release takes no in-flight slot of its connection (isQuietRelease): its client cannot know when
+        // it would free one. The server's count includes it, so that a graceful stop lets it finish.
+        if (replies) connection.inFlight++;
+        this.#inFlight++;
+        return {
+          answered,
+          failed: (error) => {
+            this.#logger.error(
+              { err: error, resource: request.resource.slice(0, 64), type: request.type },
+              'request failed',
+            );
+            this.#noteError(`${request.type} failed`, error);
+          },
+          settled: () => {
+            if (replies) connection.inFlight--;
+            this.#inFlight--;
+          },
+        };
+      },
+    };
   }
 
   /**

@@ -1,30 +1,24 @@
 /**
  * A simulated replica: the replica's real service (src/replica/service.ts: policy, check-and-record, leases, the
- * line, catch-up evidence, compaction) over a simulated store and disk, on the node's own drifting clock, with
- * the server's wiring rules (answers, `turn` pushes, `released` notices, REPLICA_FROZEN errors) and, for a
- * Byzantine replica, the project's lying front (byzantine-node.ts). A crash loses the process (its timers, its
+ * line, catch-up evidence, compaction) over a simulated store and disk, on the node's own drifting clock, behind
+ * the server's own dispatch (src/replica/dispatch.ts: answers, `turn` pushes, `released` notices, REPLICA_FROZEN
+ * errors) and, for a Byzantine replica, the project's lying front (byzantine-node.ts). A crash loses the process (its timers, its
  * connections, its disk cache); a restart opens the store from what the disk kept.
  */
 import { toHex } from '../common/bytes.js';
-import { isQuorumFenceError } from '../common/errors.js';
 import { TokenBucket } from '../common/token-bucket.js';
 import type { Cluster } from '../cluster/description.js';
 import type { AccessRules } from '../replica/access.js';
 import type { SecretKey } from '../crypto/backend.js';
 import { VerifyBatcher } from '../crypto/verify-batch.js';
-import {
-  isQuietRelease,
-  type Outcome,
-  type Request,
-  type ServerMessage,
-  type WireRequest,
-} from '../protocol/messages.js';
+import { type Outcome, type Request, type ServerMessage, type WireRequest } from '../protocol/messages.js';
 import { frozenError } from '../replica/freeze-marker.js';
+import { RequestDispatch, type DispatchHost, type RequestWatch } from '../replica/dispatch.js';
 import { EvidenceChecker } from '../replica/grant-evidence.js';
 import type { LinePlacement } from '../replica/handoff-queue.js';
 import { policyConfig, type ReplicaLimits } from '../replica/options.js';
 import type { decide, PolicyConfig, precheck } from '../replica/policy.js';
-import { noticeAfter, ReleaseWatchers } from '../replica/release-notices.js';
+import { ReleaseWatchers } from '../replica/release-notices.js';
 import { ReplicaService, type LeaseDecisionNote } from '../replica/service.js';
 import type { RecordEntry } from '../replica/signing-record.js';
 import { inThreadSigner } from '../replica/signer.js';
@@ -120,6 +114,8 @@ export class SimReplica {
   #service: ReplicaService | undefined;
   #watchers: ReleaseWatchers<Connection> | undefined;
   readonly #connections = new Map<string, Connection>();
+  /** What an authenticated request does (src/replica/dispatch.ts, the server's own). */
+  readonly #requests = new RequestDispatch(this.#dispatchHost());
   #incarnation = 0;
   /** Numbers every waiting acquire that arrives (a request sent again is a second arrival). */
   #arrivals = 0;
@@ -292,14 +288,14 @@ export class SimReplica {
       return;
     }
     if (this.#front) this.#front.relay(connection.holder, message.request, this.#io(connection, key));
-    else this.#dispatch(connection, key, message.request, (m) => this.#send(connection, m));
+    else this.#dispatch(connection, message.request, (m) => this.#send(connection, m));
   }
 
   /** What the Byzantine front needs of one connection. */
   #io(connection: Connection, key: string) {
     return {
       handle: (request: WireRequest, answer: (message: ServerMessage) => void) =>
-        this.#dispatch(connection, key, request, answer),
+        this.#dispatch(connection, request, answer),
       toClient: (frame: Uint8Array | string) =>
         this.#toClient(connection, { kind: 'frame', conn: connection.conn, frame }, 'frame'),
       send: (message: ServerMessage) => this.#send(connection, message),
@@ -311,64 +307,43 @@ export class SimReplica {
     };
   }
 
-  /** What the server does with an authenticated request (server.ts #dispatch): answer, push, notify. */
-  #dispatch(
-    connection: Connection,
-    key: string,
-    received: WireRequest,
-    answer: (message: ServerMessage) => void,
-  ): void {
-    const service = this.#service!;
-    if (received.type === 'leases') {
-      answer({ type: 'reply', id: received.id, outcome: service.activeLeases(received, connection.holder) });
-      return;
-    }
-    const request: Request = received;
-    const waitKey = `${key}#${request.id}@${++this.#arrivals}`;
-    const waits = request.type === 'acquire' && (request.waitMs ?? 0) > 0;
-    if (waits)
-      this.#setup.observer.waiting(
-        this.index,
-        request.resource,
-        waitKey,
-        request.nextEpoch ? undefined : request.epoch,
-      );
-    const clock = this.#clock!;
-    service
-      .handle(request, connection.holder, {
-        session: connection.session,
-        signal: connection.closed.signal,
-        evidenceBudget: () => connection.evidenceChecks.take(clock.now()),
-        onTurn: (epoch) => this.#send(connection, { type: 'turn', resource: request.resource, epoch }),
-      })
-      .then(
-        (outcome) => {
-          if (this.#service !== service) return; // crashed meanwhile: the answer dies with the process
-          if (request.type === 'acquire') {
-            const epoch = outcome.status === 'granted' ? (outcome.epoch ?? request.epoch) : undefined;
-            const grant = epoch === undefined ? undefined : { epoch, holder: connection.holder };
-            this.#setup.observer.answered(this.index, request.resource, waits ? waitKey : undefined, outcome, grant);
-          }
-          if (!isQuietRelease(request))
-            answer({ type: 'reply', id: request.id, outcome: outcome as unknown as Record<string, unknown> });
-          this.#notify(request, outcome, connection);
-        },
-        (error: unknown) => {
-          if (this.#service !== service) return;
-          if (isQuorumFenceError(error, 'REPLICA_FROZEN'))
-            return answer({ type: 'error', id: request.id, code: 'REPLICA_FROZEN', message: error.message });
-          this.#setup.observer.failed(this.index, `${request.type}: ${String(error)}`);
-          answer({ type: 'error', id: request.id, code: 'INTERNAL', message: 'internal error' });
-        },
-      );
+  /** What an authenticated request does: the server's dispatch (src/replica/dispatch.ts), on this node. */
+  #dispatch(connection: Connection, request: WireRequest, answer: (message: ServerMessage) => void): void {
+    this.#requests.dispatch(connection, request, connection.holder, answer);
   }
 
-  #notify(request: Request, outcome: Outcome, connection: Connection): void {
-    const duty = noticeAfter(request, outcome);
-    if (duty === 'watch') this.#watchers?.watch(request.resource, connection);
-    else if (duty === 'announce')
-      for (const waiter of this.#watchers?.take(request.resource) ?? [])
-        this.#send(waiter, { type: 'released', resource: request.resource });
+  /** The simulator's side of the dispatch: frames over the simulated network, the run's checks, crashes. */
+  #dispatchHost(): DispatchHost<Connection> {
+    return {
+      service: () => this.#service!,
+      watchers: () => this.#watchers!,
+      push: (connection, message) => this.#send(connection, message),
+      evidenceBudget: (connection) => {
+        const clock = this.#clock!;
+        return () => connection.evidenceChecks.take(clock.now());
+      },
+      begin: (connection, request) => (request.type === 'leases' ? undefined : this.#watch(connection, request)),
+    };
+  }
+
+  /** How the run's checks follow one request; its answer dies with the process if it crashed meanwhile. */
+  #watch(connection: Connection, request: Request): RequestWatch {
+    const { observer } = this.#setup;
+    const service = this.#service;
+    const waitKey = `${connection.client}:${connection.conn}#${request.id}@${++this.#arrivals}`;
+    const waits = request.type === 'acquire' && (request.waitMs ?? 0) > 0;
+    if (waits) observer.waiting(this.index, request.resource, waitKey, request.nextEpoch ? undefined : request.epoch);
+    return {
+      wanted: () => this.#service === service,
+      answered: (outcome) => {
+        if (request.type !== 'acquire') return;
+        const granted = outcome as Outcome; // an acquire's (`leases` is not watched)
+        const epoch = granted.status === 'granted' ? (granted.epoch ?? request.epoch) : undefined;
+        const grant = epoch === undefined ? undefined : { epoch, holder: connection.holder };
+        observer.answered(this.index, request.resource, waits ? waitKey : undefined, granted, grant);
+      },
+      failed: (error) => observer.failed(this.index, `${request.type}: ${String(error)}`),
+    };
   }
 
   #send(connection: Connection, message: ServerMessage): void {
