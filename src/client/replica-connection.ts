@@ -76,7 +76,7 @@ export class ReplicaConnection implements ReplicaChannel {
   #pings = 0;
   #pingTimer: TimerHandle;
 
-  constructor(replica: ReplicaInfo, context: ConnectionContext) {
+  constructor(replica: Pick<ReplicaInfo, 'index' | 'endpoint'>, context: ConnectionContext) {
     this.index = replica.index;
     this.endpoint = replica.endpoint;
     this.#context = context;
