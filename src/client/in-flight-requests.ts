@@ -3,18 +3,18 @@
  * those waiting for a slot, their timeouts and aborts, and settling each exactly once. The replica bounds requests in
  * flight per connection, so the client sends at most maxInFlightPerReplica and queues the rest, oldest first.
  *
- * Apart from the socket's life because this is bookkeeping over whichever socket is current: it sends on the one the
+ * Apart from the link's life because this is bookkeeping over whichever link is current: it sends on the one the
  * connection hands it (none while the connection is down) and never opens, closes or reads one. The connection
- * settles everything when its socket goes away; the messages from the replica (replica-messages.ts) settle one
+ * settles everything when its link goes away; the messages from the replica (replica-messages.ts) settle one
  * request each by its id.
  */
-import { WebSocket } from 'ws';
 import type { TimerHandle } from '../common/clock.js';
 import { encodeMessage } from '../protocol/codec.js';
 import type { ClientMessage } from '../protocol/messages.js';
 import type { ReplicaAnswer, RequestBody, RequestKind } from './replica-channel.js';
 import { measureOf, type Measure, type ReplicaLatency } from './replica-latency.js';
 import type { ClientOptions } from './options.js';
+import type { ReplicaLink } from './replica-transport.js';
 
 interface InFlight {
   readonly kind: RequestKind;
@@ -34,8 +34,8 @@ const MAX_REQUEST_ID = 0xffff_ffff;
 export class InFlightRequests {
   readonly #options: ClientOptions;
   readonly #latency: ReplicaLatency;
-  /** The connection's socket now; undefined while it has none. */
-  readonly #socket: () => WebSocket | undefined;
+  /** The connection's link now; undefined while it has none. */
+  readonly #link: () => ReplicaLink | undefined;
   #nextId = HELLO_ID + 1;
   /** Every open request, sent or waiting for a slot, by id. */
   readonly #inFlight = new Map<number, InFlight>();
@@ -43,10 +43,15 @@ export class InFlightRequests {
   readonly #waiting: number[] = [];
   #sent = 0;
 
-  constructor(options: ClientOptions, latency: ReplicaLatency, socket: () => WebSocket | undefined) {
+  constructor(options: ClientOptions, latency: ReplicaLatency, link: () => ReplicaLink | undefined) {
     this.#options = options;
     this.#latency = latency;
-    this.#socket = socket;
+    this.#link = link;
+  }
+
+  /** Requests open now, sent or waiting for a slot. */
+  get size(): number {
+    return this.#inFlight.size;
   }
 
   /**
@@ -93,9 +98,9 @@ export class InFlightRequests {
 
   #transmit(id: number): void {
     const entry = this.#inFlight.get(id);
-    const socket = this.#socket();
-    if (!entry || !entry.frame || !socket || socket.readyState !== WebSocket.OPEN) return;
-    socket.send(entry.frame);
+    const link = this.#link();
+    if (!entry || !entry.frame || !link?.isOpen) return;
+    link.send(entry.frame);
     entry.frame = undefined;
     this.#sent++;
     this.#latency.sent(`r${id}`, entry.measure, this.#options.clock.now());

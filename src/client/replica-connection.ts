@@ -1,19 +1,21 @@
 /**
- * One authenticated WebSocket connection to one replica, reconnecting with
- * jittered backoff, carrying requests and matching replies by id.
+ * One authenticated connection to one replica, reconnecting with jittered
+ * backoff, carrying requests and matching replies by id. The link under it is
+ * a transport's (replica-transport.ts): the SDK's WebSocket by default, the
+ * simulator's simulated network in seeded runs; all timers run on the
+ * options' clock.
  *
  * Nothing the replica sends is trusted. A frame that fails decoding, a
  * challenge for another cluster or index, or a reply that does not fit its
  * request marks the replica faulty (reported through `onFault`), closes the
- * socket and reconnects; requests in flight on it resolve as `faulty`. Every
+ * link and reconnects; requests in flight on it resolve as `faulty`. Every
  * request resolves: with an answer, or on timeout, abort, or loss of the
  * connection. Nothing here throws at the caller for what a replica did.
  *
- * Here is the socket's life: open, the handshake's deadline, pings, failing,
+ * Here is the link's life: open, the handshake's deadline, pings, failing,
  * dropping, backoff. The requests on it (ids, slots, queue, settling) are in
  * in-flight-requests.ts; reading the replica's messages, replica-messages.ts.
  */
-import { WebSocket, type RawData } from 'ws';
 import type { TimerHandle } from '../common/clock.js';
 import type { ReplicaInfo } from '../cluster/description.js';
 import { encodeMessage } from '../protocol/codec.js';
@@ -35,6 +37,8 @@ import { readFrame, type MessageHost } from './replica-messages.js';
 import type { TurnTiming } from './turn-timing.js';
 import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
+import type { ReplicaLink, ReplicaTransport } from './replica-transport.js';
+import { webSocketTransport } from './ws-transport.js';
 
 export interface ConnectionContext {
   readonly clusterId: Uint8Array;
@@ -52,6 +56,8 @@ export interface ConnectionContext {
   readonly onTurn?: (replica: number, resource: string, epoch: bigint) => void;
   /** The client's record of who granted each line's turn when, shared by its connections (turn-timing.ts). */
   readonly turnTiming?: TurnTiming;
+  /** The links' transport; default the SDK's WebSocket (ws-transport.ts). The simulator passes its own. */
+  readonly transport?: ReplicaTransport;
 }
 
 export class ReplicaConnection implements ReplicaChannel {
@@ -59,36 +65,36 @@ export class ReplicaConnection implements ReplicaChannel {
   readonly endpoint: string;
   readonly #context: ConnectionContext;
   #state: ConnectionState = INITIAL_CONNECTION_STATE;
-  #socket: WebSocket | undefined;
+  #link: ReplicaLink | undefined;
   #handshakeTimer: TimerHandle;
   #retryTimer: TimerHandle;
   readonly #latency: ReplicaLatency;
   readonly #requests: InFlightRequests;
   /** What the replica's messages may read and do here (replica-messages.ts). */
   readonly #host: MessageHost;
-  /** Pings sent on this connection (WebSocket ping frames, answered by the replica's WebSocket layer). */
+  /** Pings sent on this connection (transport pings, answered by the replica's WebSocket layer). */
   #pings = 0;
   #pingTimer: TimerHandle;
 
-  constructor(replica: ReplicaInfo, context: ConnectionContext) {
+  constructor(replica: Pick<ReplicaInfo, 'index' | 'endpoint'>, context: ConnectionContext) {
     this.index = replica.index;
     this.endpoint = replica.endpoint;
     this.#context = context;
     this.#latency = new ReplicaLatency(context.turnTiming);
-    this.#requests = new InFlightRequests(context.options, this.#latency, () => this.#socket);
+    this.#requests = new InFlightRequests(context.options, this.#latency, () => this.#link);
     this.#host = {
       index: this.index,
       context,
       requests: this.#requests,
       latency: this.#latency,
       phase: () => this.#state.phase,
-      send: (frame) => this.#socket!.send(frame),
+      send: (frame) => this.#link?.send(frame),
       apply: (event) => this.#apply(event),
       welcomed: (event) => this.#welcomed(event),
       noteFloor: (outcome) => this.#noteFloor(outcome),
       fault: (kind, message) => this.#fault(kind, message),
       fail: (kind, message) => this.#fail(kind, message),
-      dropSocket: (code, reason) => this.#dropSocket(code, reason),
+      dropLink: (code, reason) => this.#dropLink(code, reason),
     };
   }
 
@@ -108,9 +114,14 @@ export class ReplicaConnection implements ReplicaChannel {
     return this.#latency.probeDue(this.#context.options.clock.now());
   }
 
+  /** Requests open on it now, sent or queued for a slot. */
+  get openRequests(): number {
+    return this.#requests.size;
+  }
+
   /** Opens the first connection. */
   start(): void {
-    if (this.#state.phase === 'connecting' && !this.#socket) this.#open();
+    if (this.#state.phase === 'connecting' && !this.#link) this.#open();
   }
 
   /** Closes for good; requests in flight resolve as `unreachable`. */
@@ -119,7 +130,7 @@ export class ReplicaConnection implements ReplicaChannel {
     this.#apply({ type: 'close' });
     this.#context.options.clock.clearTimeout(this.#handshakeTimer);
     this.#context.options.clock.clearTimeout(this.#retryTimer);
-    this.#dropSocket(CloseCode.NORMAL, 'client closing');
+    this.#dropLink(CloseCode.NORMAL, 'client closing');
     this.#requests.settleAll({ kind: 'unreachable', message: 'client closed' });
   }
 
@@ -129,18 +140,18 @@ export class ReplicaConnection implements ReplicaChannel {
     signal?: AbortSignal,
   ): Promise<ReplicaAnswer<K>> {
     if (signal?.aborted) return Promise.resolve({ kind: 'aborted' });
-    const socket = this.#socket;
-    if (this.#state.phase !== 'ready' || !socket || socket.readyState !== WebSocket.OPEN) {
+    const link = this.#link;
+    if (this.#state.phase !== 'ready' || !link?.isOpen) {
       return Promise.resolve({ kind: 'unreachable', message: this.#describeDown() });
     }
     return this.#requests.open(body, timeoutMs, signal);
   }
 
   notify(body: RequestBody<'release'> & { readonly quiet: true }): boolean {
-    const socket = this.#socket;
-    if (this.#state.phase !== 'ready' || !socket || socket.readyState !== WebSocket.OPEN) return false;
+    const link = this.#link;
+    if (this.#state.phase !== 'ready' || !link?.isOpen) return false;
     // An id of its own, so that an error frame about it (the replica still sends those) settles nothing here.
-    socket.send(encodeMessage({ ...body, id: this.#requests.allocateId() }));
+    link.send(encodeMessage({ ...body, id: this.#requests.allocateId() }));
     return true;
   }
 
@@ -161,55 +172,51 @@ export class ReplicaConnection implements ReplicaChannel {
 
   #open(): void {
     const options = this.#context.options;
-    let socket: WebSocket;
+    const transport = this.#context.transport ?? webSocketTransport;
+    const limits = { maxFrameBytes: options.maxFrameBytes, handshakeTimeoutMs: options.handshakeTimeoutMs };
+    let link: ReplicaLink | undefined = undefined;
     try {
-      socket = new WebSocket(this.endpoint, {
-        perMessageDeflate: false,
-        maxPayload: options.maxFrameBytes,
-        handshakeTimeout: options.handshakeTimeoutMs,
+      link = transport.connect(this.endpoint, limits, {
+        open: () => {
+          if (this.#link === link) this.#apply({ type: 'socket_open' });
+        },
+        frame: (data) => {
+          if (this.#link === link) readFrame(this.#host, data);
+        },
+        pong: (data) => {
+          if (this.#link === link)
+            this.#latency.answered(`p${Buffer.from(data).toString('latin1').slice(0, 12)}`, options.clock.now());
+        },
+        error: (message) => {
+          if (this.#link !== link) return;
+          this.#fail(this.#state.phase === 'connecting' ? 'unreachable' : 'closed', message);
+        },
+        close: (code, reason) => {
+          if (this.#link !== link) return;
+          this.#fail('closed', `closed by the replica (${code}${reason.length ? ` ${reason.slice(0, 100)}` : ''})`);
+        },
       });
     } catch (error) {
       this.#fail('unreachable', (error as Error).message);
       return;
     }
-    this.#socket = socket;
+    this.#link = link;
     // The whole handshake (TCP, HTTP upgrade, challenge, welcome) shares one deadline: a silent replica costs at most this.
     this.#handshakeTimer = options.clock.setTimeout(
       () => {
-        if (this.#socket === socket && this.#state.phase !== 'ready')
+        if (this.#link === link && this.#state.phase !== 'ready')
           this.#fail('handshake_timeout', `no welcome within ${options.handshakeTimeoutMs} ms`);
       },
       options.handshakeTimeoutMs,
       { unref: true },
     );
-    socket.on('open', () => {
-      if (this.#socket === socket) this.#apply({ type: 'socket_open' });
-    });
-    socket.on('message', (data: RawData, isBinary: boolean) => {
-      if (this.#socket === socket) readFrame(this.#host, data, isBinary);
-    });
-    socket.on('pong', (data: Buffer) => {
-      if (this.#socket === socket)
-        this.#latency.answered(`p${data.toString('latin1').slice(0, 12)}`, options.clock.now());
-    });
-    socket.on('error', (error: Error) => {
-      if (this.#socket !== socket) return;
-      this.#fail(this.#state.phase === 'connecting' ? 'unreachable' : 'closed', error.message);
-    });
-    socket.on('close', (code: number, reason: Buffer) => {
-      if (this.#socket !== socket) return;
-      this.#fail(
-        'closed',
-        `closed by the replica (${code}${reason.length ? ` ${reason.toString('utf8').slice(0, 100)}` : ''})`,
-      );
-    });
   }
 
   /** The handshake is over (a welcome that fits): no more deadline, ready, and pinging from now on. */
   #welcomed(event: ConnectionEvent): void {
     this.#context.options.clock.clearTimeout(this.#handshakeTimer);
     this.#apply(event);
-    this.#pingLater(this.#socket!);
+    this.#pingLater(this.#link!);
   }
 
   /**
@@ -218,17 +225,17 @@ export class ReplicaConnection implements ReplicaChannel {
    * even when this client has nothing else in flight to it. The replica's WebSocket layer answers (a pong), so a
    * ping says the process runs and how far away it is, and nothing about how it treats requests.
    */
-  #pingLater(socket: WebSocket): void {
+  #pingLater(link: ReplicaLink): void {
     const { clock, pingIntervalMs } = this.#context.options;
     if (pingIntervalMs <= 0) return;
     clock.clearTimeout(this.#pingTimer);
     this.#pingTimer = clock.setTimeout(
       () => {
-        if (this.#socket !== socket || this.#state.phase !== 'ready' || socket.readyState !== WebSocket.OPEN) return;
+        if (this.#link !== link || this.#state.phase !== 'ready' || !link.isOpen) return;
         const ping = ++this.#pings;
         this.#latency.sent(`p${ping}`, { kind: 'ping' }, clock.now());
-        socket.ping(Buffer.from(String(ping)));
-        this.#pingLater(socket);
+        link.ping(Buffer.from(String(ping)));
+        this.#pingLater(link);
       },
       pingIntervalMs,
       { unref: true },
@@ -248,14 +255,14 @@ export class ReplicaConnection implements ReplicaChannel {
   #fault(kind: 'protocol' | 'bad_challenge' | 'invalid_reply', message: string): void {
     this.#context.onFault({ replica: this.index, kind, message });
     this.#requests.settleAll({ kind: 'faulty', message });
-    this.#dropSocket(CloseCode.PROTOCOL_ERROR, kind);
+    this.#dropLink(CloseCode.PROTOCOL_ERROR, kind);
     this.#fail(kind === 'invalid_reply' ? 'protocol' : kind, message);
   }
 
   #fail(kind: ConnectionFailure, message: string): void {
     if (this.#state.phase === 'closed' || this.#state.phase === 'backoff') return;
     this.#context.options.clock.clearTimeout(this.#handshakeTimer);
-    this.#dropSocket(isFaultFailure(kind) ? CloseCode.PROTOCOL_ERROR : CloseCode.NORMAL, kind);
+    this.#dropLink(isFaultFailure(kind) ? CloseCode.PROTOCOL_ERROR : CloseCode.NORMAL, kind);
     this.#requests.settleAll({
       kind: 'unreachable',
       message: `connection to replica ${this.index} lost (${kind}: ${message})`,
@@ -263,25 +270,12 @@ export class ReplicaConnection implements ReplicaChannel {
     this.#apply({ type: 'failed', kind, message });
   }
 
-  #dropSocket(code: number, reason: string): void {
-    const socket = this.#socket;
-    if (!socket) return;
-    this.#socket = undefined;
+  #dropLink(code: number, reason: string): void {
+    const link = this.#link;
+    if (!link) return;
+    this.#link = undefined;
     this.#context.options.clock.clearTimeout(this.#pingTimer);
-    socket.removeAllListeners();
-    // Late errors from a socket we already gave up on must not become uncaught exceptions.
-    socket.on('error', () => {});
-    try {
-      if (socket.readyState === WebSocket.OPEN) {
-        socket.close(code, reason);
-        // A replica that never answers the close handshake must not keep the socket open.
-        setTimeout(() => socket.terminate(), 1000).unref();
-      } else {
-        socket.terminate();
-      }
-    } catch {
-      // Closing a socket that is already going away: nothing left to do.
-    }
+    link.close(code, reason);
   }
 
   #scheduleRetry(): void {

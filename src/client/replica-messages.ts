@@ -6,11 +6,10 @@
  * by the request's kind), and `released` and `turn` notices go to the client's listeners. Anything else is the
  * replica breaking the protocol: a fault, and the connection drops.
  *
- * Apart from the socket's life (opening, deadlines, backoff, pings, dropping) and from the requests' bookkeeping
+ * Apart from the link's life (opening, deadlines, backoff, pings, dropping) and from the requests' bookkeeping
  * (in-flight-requests.ts) because this is where nothing the replica sends is trusted: every judgement of a replica's
  * frame is here, and it acts only through what the connection lends it (MessageHost).
  */
-import type { RawData } from 'ws';
 import { bytesEqual } from '../common/bytes.js';
 import { QuorumFenceError } from '../common/errors.js';
 import { decodeServerMessage, encodeMessage, parseOutcome } from '../protocol/codec.js';
@@ -28,7 +27,7 @@ export interface MessageHost {
   readonly requests: InFlightRequests;
   readonly latency: ReplicaLatency;
   phase(): ConnectionPhase;
-  /** Sends on the connection's socket (the hello). */
+  /** Sends on the connection's link (the hello). */
   send(frame: Uint8Array): void;
   apply(event: ConnectionEvent): void;
   /** The handshake is over: its deadline is cleared, the connection is ready (`event`), and pings start. */
@@ -37,16 +36,15 @@ export interface MessageHost {
   /** The replica broke the protocol: report it, drop the connection, fail what is in flight, reconnect later. */
   fault(kind: 'protocol' | 'bad_challenge' | 'invalid_reply', message: string): void;
   fail(kind: ConnectionFailure, message: string): void;
-  dropSocket(code: number, reason: string): void;
+  dropLink(code: number, reason: string): void;
 }
 
-/** One frame from the replica, read by the connection's phase. */
-export function readFrame(host: MessageHost, data: RawData, isBinary: boolean): void {
-  if (!isBinary) {
+/** One frame from the replica (bytes; a string for a text frame), read by the connection's phase. */
+export function readFrame(host: MessageHost, frame: Uint8Array | string): void {
+  if (typeof frame === 'string') {
     host.fault('protocol', 'a text frame (only binary frames are spoken)');
     return;
   }
-  const frame = Array.isArray(data) ? Buffer.concat(data) : data instanceof ArrayBuffer ? new Uint8Array(data) : data;
   let message: ServerMessage;
   try {
     message = decodeServerMessage(frame, host.context.options.maxFrameBytes);
@@ -91,7 +89,7 @@ function onChallenge(host: MessageHost, message: ServerMessage): void {
 function onWelcome(host: MessageHost, message: ServerMessage): void {
   if (message.type === 'error') {
     host.fail('unauthenticated', `${message.code}: ${message.message}`);
-    host.dropSocket(CloseCode.NORMAL, 'authentication refused');
+    host.dropLink(CloseCode.NORMAL, 'authentication refused');
     return;
   }
   if (message.type !== 'welcome' || message.id !== HELLO_ID || message.replica !== host.index) {

@@ -46,6 +46,7 @@ import {
   NONCE_BYTES,
   authTranscript,
   isQuietRelease,
+  type Hello,
   type ServerMessage,
   type WireErrorCode,
   type WireRequest,
@@ -234,13 +235,8 @@ export class ReplicaConnections {
         this.sendError(connection, message.id, 'UNAUTHENTICATED', 'authenticate (hello) before any request');
         return this.close(connection, CloseCode.POLICY_VIOLATION, 'request before authentication');
       }
-      // Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032 (common/ed25519.ts).
-      const valid = verifyEd25519(
-        message.holder,
-        authTranscript(connection.nonce, this.#options.cluster.id, this.#options.index, message.session),
-        message.signature,
-      );
-      if (!valid) return this.close(connection, CloseCode.POLICY_VIOLATION, 'authentication failed');
+      if (!helloVerifies(message, connection.nonce, this.#options.cluster.id, this.#options.index))
+        return this.close(connection, CloseCode.POLICY_VIOLATION, 'authentication failed');
       this.#clock.clearTimeout(connection.authTimer);
       connection.authTimer = undefined;
       this.#authenticated(connection);
@@ -258,7 +254,7 @@ export class ReplicaConnections {
     if (message.type === 'hello') return this.close(connection, CloseCode.PROTOCOL_ERROR, 'already authenticated');
     if (!this.#options.ready())
       return this.sendError(connection, message.id, 'INTERNAL', 'the replica is shutting down');
-    if (!this.#admit(connection, message)) {
+    if (!admitsRequest(connection, message, this.#limits, this.#clock.now())) {
       this.sendError(connection, message.id, 'RATE_LIMITED', 'too many requests; back off');
       if (++connection.consecutiveLimited > this.#limits.maxConsecutiveRateLimited) {
         this.close(connection, CloseCode.POLICY_VIOLATION, 'kept exceeding the rate limit');
@@ -267,14 +263,6 @@ export class ReplicaConnections {
     }
     connection.consecutiveLimited = 0;
     this.#options.dispatch(connection, message, connection.holder);
-  }
-
-  /** The in-flight bound and the token buckets (every request's, and the `leases` request's own). */
-  #admit(connection: Connection, request: WireRequest): boolean {
-    if (connection.inFlight >= this.#limits.maxInFlightPerConnection && !isQuietRelease(request)) return false;
-    const now = this.#clock.now();
-    if (!connection.requests.take(now)) return false;
-    return request.type !== 'leases' || connection.leasesRequests.take(now);
   }
 
   send(connection: Connection, message: ServerMessage): void {
@@ -325,4 +313,29 @@ export class ReplicaConnections {
     while (this.#connections.size > 0 && Date.now() < closeDeadline) await new Promise((r) => setTimeout(r, 5));
     for (const connection of this.#connections) connection.socket.terminate();
   }
+}
+
+/**
+ * The hello proves the holder key over this connection's nonce, this cluster and replica, and the session it names.
+ * Small-order and non-canonical keys are refused first (one verifies any message); then RFC 8032 (common/ed25519.ts).
+ * The server and the simulator's replica (src/simulation/replica-node.ts) both judge a hello here.
+ */
+export function helloVerifies(hello: Hello, nonce: Uint8Array, clusterId: Uint8Array, index: number): boolean {
+  return verifyEd25519(hello.holder, authTranscript(nonce, clusterId, index, hello.session), hello.signature);
+}
+
+/**
+ * The in-flight bound and the token buckets (every request's, and the `leases` request's own): whether `request`
+ * may be handled now, or is answered RATE_LIMITED. Takes a token when it admits. The server and the simulator's
+ * replica both admit requests here.
+ */
+export function admitsRequest(
+  connection: Pick<Connection, 'inFlight' | 'requests' | 'leasesRequests'>,
+  request: WireRequest,
+  limits: Pick<ReplicaLimits, 'maxInFlightPerConnection'>,
+  now: number,
+): boolean {
+  if (connection.inFlight >= limits.maxInFlightPerConnection && !isQuietRelease(request)) return false;
+  if (!connection.requests.take(now)) return false;
+  return request.type !== 'leases' || connection.leasesRequests.take(now);
 }

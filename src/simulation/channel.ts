@@ -1,123 +1,173 @@
 /**
- * A simulated client's connection to one replica: the same `ReplicaChannel` the SDK's driver uses
- * (src/client/drive.ts), over the simulated network. It follows the SDK's connection rules (the pure state
- * machine of src/client/connection-state.ts): a handshake with a deadline, requests that each end in an answer,
- * a timeout, an abort or the loss of the connection; a frame that breaks the protocol marks the replica faulty,
- * fails what is in flight and drops the connection; a dropped connection reconnects after jittered backoff.
+ * A simulated client's connections to the replicas are the SDK's own (src/client/replica-connection.ts: the
+ * handshake, its deadline, requests and their slots, pings, faults, backoff), over the transport here: each link
+ * is a numbered connection over the simulated network (network.ts), carrying the frames the SDK's codec writes
+ * (wire.ts). Timers are the client's clock's (the connection takes them from its options). What is left of the
+ * simulator's own is the mutations that plant a connection bug (mutations.ts), as a wrapper around the real
+ * connection (`mutatedChannel`).
  */
-import { QuorumFenceError } from '../common/errors.js';
-import { backoffDelay } from '../client/backoff.js';
-import {
-  INITIAL_CONNECTION_STATE,
-  transition,
-  type ConnectionEvent,
-  type ConnectionFailure,
-  type ConnectionState,
-} from '../client/connection-state.js';
-import type { ClientOptions } from '../client/options.js';
+import type { ConnectionState } from '../client/connection-state.js';
+import type { ReplicaConnection } from '../client/replica-connection.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from '../client/replica-channel.js';
-import { measureOf, ReplicaLatency } from '../client/replica-latency.js';
-import type { TurnTiming } from '../client/turn-timing.js';
-import type { TimerHandle } from '../common/clock.js';
-import { decodeServerMessage, parseOutcome } from '../protocol/codec.js';
-import type { OutcomeByRequest, ServerMessage, WireRequest } from '../protocol/messages.js';
-import type { NodeClock } from './clock.js';
+import type { LinkEvents, LinkOptions, ReplicaLink, ReplicaTransport } from '../client/replica-transport.js';
+import { CloseCode } from '../protocol/messages.js';
 import type { SimNetwork } from './network.js';
-import { describeRequest, type ToClient, type ToReplica } from './wire.js';
+import { describeClientFrame, type ToClient, type ToReplica } from './wire.js';
 
-export interface ChannelHost {
-  readonly address: string;
-  readonly network: SimNetwork;
-  readonly clock: NodeClock;
-  readonly options: ClientOptions;
-  readonly holder: Uint8Array;
-  /** The client session its hello names (docs/protocol.md, "Sessions"). */
-  readonly session: Uint8Array;
-  /** A mutation (mutations.ts): the floors replicas name are not kept. */
-  readonly forgetsFloors?: boolean;
-  /** A mutation (mutations.ts): the connection reports no latency, so acquires choose signers blind to it. */
-  readonly blindToLatency?: boolean;
-  /** A mutation (mutations.ts): a line's keeper is judged by its answer time as a signer, not by its pongs. */
-  readonly leaderByAnswers?: boolean;
-  /** The client's record of who granted each line's turn when (turn-timing.ts). */
-  readonly turnTiming?: TurnTiming;
-  /** Any connection changed state. */
-  onChange(): void;
-  onReleased(resource: string): void;
-  onTurn(replica: number, resource: string, epoch: bigint): void;
-  /** The replica broke the protocol. */
-  onFault(replica: number, message: string): void;
-}
+/** One node's links to the replicas over the simulated network; the node hands it what the replicas send. */
+export class SimTransport implements ReplicaTransport {
+  readonly #address: string;
+  readonly #network: SimNetwork;
+  /** Open links by connection number (unique over the node's life, so a late message of an old one finds none). */
+  readonly #links = new Map<number, SimLink>();
+  #nextConn = 0;
 
-interface InFlight {
-  readonly kind: RequestKind;
-  readonly resolve: (answer: ReplicaAnswer<RequestKind>) => void;
-  readonly timer: TimerHandle;
-  readonly detach: () => void;
-}
-
-export class SimChannel implements ReplicaChannel {
-  readonly index: number;
-  readonly #replica: string;
-  readonly #host: ChannelHost;
-  #state: ConnectionState = INITIAL_CONNECTION_STATE;
-  /** The current connection's number; messages of earlier ones are ignored. */
-  #conn = 0;
-  #nextId = 1;
-  readonly #inFlight = new Map<number, InFlight>();
-  readonly #latency: ReplicaLatency;
-  #pings = 0;
-  #pingTimer: TimerHandle;
-  #quiet = false;
-  #handshakeTimer: TimerHandle;
-  #retryTimer: TimerHandle;
-
-  constructor(index: number, replicaAddress: string, host: ChannelHost) {
-    this.index = index;
-    this.#replica = replicaAddress;
-    this.#host = host;
-    this.#latency = new ReplicaLatency(host.turnTiming);
+  constructor(address: string, network: SimNetwork) {
+    this.#address = address;
+    this.#network = network;
   }
 
-  get replicaAddress(): string {
-    return this.#replica;
+  connect(endpoint: string, options: LinkOptions, events: LinkEvents): ReplicaLink {
+    const conn = ++this.#nextConn;
+    const link = new SimLink(conn, endpoint, options, events, (message, label) =>
+      this.#network.send(this.#address, endpoint, message, label),
+    );
+    this.#links.set(conn, link);
+    link.onGone = () => this.#links.delete(conn);
+    this.#network.send(this.#address, endpoint, { kind: 'open', conn }, 'open');
+    return link;
+  }
+
+  /** A message from `from` (a replica's address). */
+  receive(from: string, message: ToClient): void {
+    const link = this.#links.get(message.conn);
+    if (link?.endpoint === from) link.receive(message);
+  }
+}
+
+class SimLink implements ReplicaLink {
+  readonly endpoint: string;
+  readonly #conn: number;
+  readonly #options: LinkOptions;
+  readonly #events: LinkEvents;
+  readonly #send: (message: ToReplica, label: string) => void;
+  #opened = false;
+  #gone = false;
+  onGone: () => void = () => undefined;
+
+  constructor(
+    conn: number,
+    endpoint: string,
+    options: LinkOptions,
+    events: LinkEvents,
+    send: (message: ToReplica, label: string) => void,
+  ) {
+    this.#conn = conn;
+    this.endpoint = endpoint;
+    this.#options = options;
+    this.#events = events;
+    this.#send = send;
+  }
+
+  get isOpen(): boolean {
+    return this.#opened && !this.#gone;
+  }
+
+  send(frame: Uint8Array): void {
+    if (this.isOpen) this.#send({ kind: 'frame', conn: this.#conn, frame }, describeClientFrame(frame));
+  }
+
+  ping(data: Uint8Array): void {
+    if (this.isOpen) this.#send({ kind: 'ping', conn: this.#conn, data }, `ping ${Buffer.from(data).toString()}`);
+  }
+
+  close(code: number): void {
+    if (this.#gone) return;
+    this.#forget();
+    this.#send({ kind: 'close', conn: this.#conn, code }, 'close');
+  }
+
+  receive(message: ToClient): void {
+    if (this.#gone) return;
+    switch (message.kind) {
+      case 'accepted':
+        this.#opened = true;
+        return this.#events.open();
+      case 'frame':
+        // As ws does with maxPayload: a frame too big fails the link (and closes it with 1009), unread.
+        if (message.frame.length > this.#options.maxFrameBytes) {
+          this.close(CloseCode.MESSAGE_TOO_BIG);
+          return this.#events.error('Max payload size exceeded');
+        }
+        return this.#events.frame(message.frame);
+      case 'pong':
+        return this.#events.pong(message.data);
+      case 'closed':
+        this.#forget();
+        return this.#events.close(message.code, message.reason);
+    }
+  }
+
+  #forget(): void {
+    this.#gone = true;
+    this.onGone();
+  }
+}
+
+/** The planted connection bugs (mutations.ts); none in an honest run. */
+export interface ChannelMutation {
+  /** The floors replicas name are not kept. */
+  readonly forgetsFloors?: boolean;
+  /** The connection reports no latency, so acquires choose signers blind to it. */
+  readonly blindToLatency?: boolean;
+  /** A line's keeper is judged by its answer time as a signer, not by its pongs. */
+  readonly leaderByAnswers?: boolean;
+}
+
+/** `connection` as the client's cores see it, with `mutation`'s bugs planted; the connection itself when none. */
+export function mutatedChannel(connection: ReplicaConnection, mutation: ChannelMutation): ReplicaChannel {
+  if (!mutation.forgetsFloors && !mutation.blindToLatency && !mutation.leaderByAnswers) return connection;
+  return new MutatedChannel(connection, mutation);
+}
+
+class MutatedChannel implements ReplicaChannel {
+  readonly #connection: ReplicaConnection;
+  readonly #mutation: ChannelMutation;
+  /** The last state seen and its floorless copy: the same object while the connection's state is unchanged. */
+  #seen: ConnectionState | undefined;
+  #floorless: ConnectionState | undefined;
+
+  constructor(connection: ReplicaConnection, mutation: ChannelMutation) {
+    this.#connection = connection;
+    this.#mutation = mutation;
+  }
+
+  get index(): number {
+    return this.#connection.index;
   }
 
   get state(): ConnectionState {
-    return this.#state;
+    const state = this.#connection.state;
+    if (!this.#mutation.forgetsFloors || state.floor === undefined) return state;
+    if (state !== this.#seen) {
+      const { floor: _forgotten, ...rest } = state;
+      this.#seen = state;
+      this.#floorless = rest;
+    }
+    return this.#floorless!;
   }
 
   get latencyMs(): number | undefined {
-    return this.#host.blindToLatency ? undefined : this.#latency.estimateMs(this.#host.clock.now());
+    return this.#mutation.blindToLatency ? undefined : this.#connection.latencyMs;
   }
 
   get lineLatencyMs(): number | undefined {
-    if (this.#host.blindToLatency) return undefined;
-    const now = this.#host.clock.now();
-    return this.#host.leaderByAnswers ? this.#latency.estimateMs(now) : this.#latency.lineEstimateMs(now);
+    if (this.#mutation.blindToLatency) return undefined;
+    return this.#mutation.leaderByAnswers ? this.#connection.latencyMs : this.#connection.lineLatencyMs;
   }
 
   get probeDue(): boolean {
-    return !this.#host.blindToLatency && this.#latency.probeDue(this.#host.clock.now());
-  }
-
-  /** Requests open now (for the bounded-state check). */
-  get open(): number {
-    return this.#inFlight.size;
-  }
-
-  start(): void {
-    this.#open();
-  }
-
-  /** Closes for good (the run is over). */
-  close(): void {
-    if (this.#state.phase === 'ready') this.#send({ kind: 'close', conn: this.#conn }, 'close');
-    this.#apply({ type: 'close' });
-    this.#host.clock.clearTimeout(this.#handshakeTimer);
-    this.#host.clock.clearTimeout(this.#retryTimer);
-    this.#host.clock.clearTimeout(this.#pingTimer);
-    this.#settleAll({ kind: 'unreachable', message: 'client closed' });
+    return !this.#mutation.blindToLatency && this.#connection.probeDue;
   }
 
   request<K extends RequestKind>(
@@ -125,195 +175,13 @@ export class SimChannel implements ReplicaChannel {
     timeoutMs: number,
     signal?: AbortSignal,
   ): Promise<ReplicaAnswer<K>> {
-    if (signal?.aborted) return Promise.resolve({ kind: 'aborted' });
-    if (this.#state.phase !== 'ready')
-      return Promise.resolve({
-        kind: 'unreachable',
-        message: `replica ${this.index} not connected (${this.#state.phase})`,
-      });
-    const id = this.#nextId++;
-    const request = { ...body, id } as unknown as WireRequest;
-    return new Promise<ReplicaAnswer<K>>((resolve) => {
-      const onAbort = () => this.#settle(id, { kind: 'aborted' });
-      signal?.addEventListener('abort', onAbort, { once: true });
-      const timer = this.#host.clock.setTimeout(() => this.#settle(id, { kind: 'timeout' }), Math.max(0, timeoutMs));
-      this.#inFlight.set(id, {
-        kind: body.type,
-        resolve: resolve as (answer: ReplicaAnswer<RequestKind>) => void,
-        timer,
-        detach: () => signal?.removeEventListener('abort', onAbort),
-      });
-      this.#latency.sent(`r${id}`, measureOf(body), this.#host.clock.now());
-      this.#send({ kind: 'request', conn: this.#conn, request }, describeRequest(request));
-    });
+    return this.#connection.request(body, timeoutMs, signal);
   }
 
   notify(body: RequestBody<'release'> & { readonly quiet: true }): boolean {
-    if (this.#state.phase !== 'ready') return false;
-    const request = { ...body, id: this.#nextId++ } as WireRequest;
-    this.#send({ kind: 'request', conn: this.#conn, request }, describeRequest(request));
-    return true;
-  }
-
-  /** A message from the replica. */
-  receive(message: ToClient): void {
-    if (message.conn !== this.#conn || this.#state.phase === 'closed') return;
-    switch (message.kind) {
-      case 'welcome':
-        if (this.#state.phase !== 'connecting') return;
-        this.#host.clock.clearTimeout(this.#handshakeTimer);
-        for (const type of ['socket_open', 'challenge_accepted'] as const) this.#apply({ type });
-        this.#apply(
-          message.floor > 0n && !this.#host.forgetsFloors
-            ? { type: 'welcome', floor: message.floor }
-            : { type: 'welcome' },
-        );
-        this.#pingLater(message.conn);
-        return;
-      case 'closed':
-        return this.#fail('closed', 'closed by the replica');
-      case 'pong':
-        return this.#latency.answered(`p${message.ping}`, this.#host.clock.now());
-      case 'message':
-        return this.#onMessage(message.message, false);
-      case 'frame':
-        return this.#onFrame(message.frame);
-    }
-  }
-
-  #onFrame(frame: Uint8Array | string): void {
-    if (typeof frame === 'string') return this.#fault('a text frame (only binary frames are spoken)');
-    let message: ServerMessage;
-    try {
-      message = decodeServerMessage(frame, this.#host.options.maxFrameBytes);
-    } catch (error) {
-      return this.#fault(error instanceof QuorumFenceError ? error.message : String(error));
-    }
-    this.#onMessage(message, true);
-  }
-
-  /** `decoded`: the message came as a frame, so its outcome is checked against the request (parseOutcome). */
-  #onMessage(message: ServerMessage, decoded: boolean): void {
-    if (this.#state.phase !== 'ready') return;
-    // As the SDK's connection does: every answer, late ones included, says how fast the replica is.
-    if (message.type === 'reply' || (message.type === 'error' && message.id !== undefined))
-      this.#latency.answered(
-        `r${message.id!}`,
-        this.#host.clock.now(),
-        message.type === 'reply' ? message.outcome : undefined,
-      );
-    switch (message.type) {
-      case 'reply': {
-        const entry = this.#inFlight.get(message.id);
-        if (!entry) return; // late, not wrong
-        let outcome: OutcomeByRequest[RequestKind];
-        try {
-          outcome = decoded
-            ? parseOutcome(entry.kind, message.outcome)
-            : (message.outcome as unknown as OutcomeByRequest[RequestKind]);
-        } catch (error) {
-          const text = error instanceof QuorumFenceError ? error.message : String(error);
-          this.#settle(message.id, { kind: 'faulty', message: text });
-          return this.#fault(text);
-        }
-        // As the SDK's connection does (replica-connection.ts): an acquire answer's floor is kept, nobody told.
-        if ('floor' in outcome && outcome.floor !== undefined && !this.#host.forgetsFloors)
-          this.#state = transition(this.#state, { type: 'floor', floor: outcome.floor });
-        return this.#settle(message.id, { kind: 'reply', outcome } as ReplicaAnswer<RequestKind>);
-      }
-      case 'error':
-        if (message.id !== undefined)
-          this.#settle(message.id, { kind: 'error', code: message.code, message: message.message });
-        return;
-      case 'released':
-        return this.#host.onReleased(message.resource);
-      case 'turn':
-        return this.#host.onTurn(this.index, message.resource, message.epoch);
-      default:
-        return this.#fault(`an unexpected ${message.type} after the handshake`);
-    }
-  }
-
-  #open(): void {
-    const conn = ++this.#conn;
-    this.#send({ kind: 'open', conn, holder: this.#host.holder, session: this.#host.session }, 'open');
-    this.#handshakeTimer = this.#host.clock.setTimeout(() => {
-      if (this.#conn === conn && this.#state.phase !== 'ready')
-        this.#fail('handshake_timeout', `no welcome within ${this.#host.options.handshakeTimeoutMs} ms`);
-    }, this.#host.options.handshakeTimeoutMs);
-  }
-
-  /**
-   * The client is done: no more pings (a real client pings until it closes, but a run's quiet period must end with
-   * nothing in flight, for the bounded-state check).
-   */
-  quiesce(): void {
-    this.#quiet = true;
-    this.#host.clock.clearTimeout(this.#pingTimer);
-  }
-
-  /** As the SDK's connection does (replica-connection.ts): a ping every pingIntervalMs while the connection is ready. */
-  #pingLater(conn: number): void {
-    const { pingIntervalMs } = this.#host.options;
-    if (pingIntervalMs <= 0 || this.#quiet) return;
-    this.#host.clock.clearTimeout(this.#pingTimer);
-    this.#pingTimer = this.#host.clock.setTimeout(() => {
-      if (this.#conn !== conn || this.#state.phase !== 'ready') return;
-      const ping = ++this.#pings;
-      this.#latency.sent(`p${ping}`, { kind: 'ping' }, this.#host.clock.now());
-      this.#send({ kind: 'ping', conn, ping }, `ping#${ping}`);
-      this.#pingLater(conn);
-    }, pingIntervalMs);
-  }
-
-  #send(message: ToReplica, label: string): void {
-    this.#host.network.send(this.#host.address, this.#replica, message, label);
-  }
-
-  #fault(message: string): void {
-    this.#host.onFault(this.index, message);
-    this.#settleAll({ kind: 'faulty', message });
-    this.#send({ kind: 'close', conn: this.#conn }, 'close');
-    this.#fail('protocol', message);
-  }
-
-  #fail(kind: ConnectionFailure, message: string): void {
-    if (this.#state.phase === 'closed' || this.#state.phase === 'backoff') return;
-    this.#host.clock.clearTimeout(this.#handshakeTimer);
-    this.#host.clock.clearTimeout(this.#pingTimer);
-    this.#settleAll({ kind: 'unreachable', message: `connection to replica ${this.index} lost (${kind}: ${message})` });
-    this.#apply({ type: 'failed', kind, message });
-  }
-
-  #settle(id: number, answer: ReplicaAnswer<RequestKind>): void {
-    const entry = this.#inFlight.get(id);
-    if (!entry) return;
-    this.#inFlight.delete(id);
-    this.#host.clock.clearTimeout(entry.timer);
-    entry.detach();
-    entry.resolve(answer);
-  }
-
-  #settleAll(answer: ReplicaAnswer<RequestKind>): void {
-    this.#latency.lost();
-    for (const id of [...this.#inFlight.keys()]) this.#settle(id, answer);
-  }
-
-  #apply(event: ConnectionEvent): void {
-    const before = this.#state;
-    this.#state = transition(before, event);
-    if (this.#state === before) return;
-    if (this.#state.phase === 'backoff') this.#scheduleRetry();
-    this.#host.onChange();
-  }
-
-  #scheduleRetry(): void {
-    const { reconnectBaseMs, reconnectMaxMs, random } = this.#host.options;
-    const delay = backoffDelay(this.#state.failures - 1, { baseMs: reconnectBaseMs, maxMs: reconnectMaxMs }, random());
-    this.#host.clock.clearTimeout(this.#retryTimer);
-    this.#retryTimer = this.#host.clock.setTimeout(() => {
-      this.#apply({ type: 'retry' });
-      if (this.#state.phase === 'connecting') this.#open();
-    }, delay);
+    return this.#connection.notify(body);
   }
 }
+
+/** The close code a client sees when the replica's end goes without a close frame (a crash, a reset, a drop). */
+export const ABNORMAL_CLOSURE = 1006;

@@ -1,6 +1,7 @@
 /**
  * A simulated client: the SDK's own acquire, lease (renewal, release) and driver code (src/client: the cores and
- * drive.ts), over simulated connections (channel.ts) on the client's own drifting clock, running a workload: per
+ * drive.ts) and its own connections (replica-connection.ts: handshake, session, pings, reconnects) over the
+ * simulated transport (channel.ts), on the client's own drifting clock, running a workload: per
  * operation, acquire a resource (with a wait), write through the guard with the token while holding it, release.
  * What it saw (tokens, acknowledged writes, each operation's outcome and duration, any exception) is what the
  * run's checks read.
@@ -23,7 +24,9 @@ import type { AcknowledgedWrite } from '../testing/history-checker.js';
 import type { SeededRandom } from '../testing/seeded-random.js';
 import { tokenDigest } from '../token/admission-token.js';
 import { TurnTiming } from '../client/turn-timing.js';
-import { SimChannel } from './channel.js';
+import { ReplicaConnection } from '../client/replica-connection.js';
+import type { ReplicaChannel } from '../client/replica-channel.js';
+import { mutatedChannel, SimTransport } from './channel.js';
 import { NodeClock } from './clock.js';
 import { GUARD_ADDRESS, type WriteAnswer, type WriteRequest } from './guard-node.js';
 import type { SimNetwork } from './network.js';
@@ -130,7 +133,15 @@ export class SimClient {
   readonly #changeListeners = new Set<() => void>();
   readonly #writes = new Map<number, (answer: WriteAnswer | undefined) => void>();
   readonly #leases = new Set<Lease>();
-  #channels: SimChannel[] = [];
+  /** The SDK's connections, and the channels the cores use (the same, or wrapped by a mutation). */
+  #connections: ReplicaConnection[] = [];
+  #channels: ReplicaChannel[] = [];
+  readonly #transport: SimTransport;
+  /**
+   * The options the connections read: the client's, but that pinging stops once the client is done (`run`), so a
+   * run's quiet period ends with nothing in flight (a real client pings until it closes).
+   */
+  readonly #connectionOptions: { -readonly [K in keyof ClientOptions]: ClientOptions[K] };
   #ctx: QuorumContext;
   #nextWrite = 1;
   #done = false;
@@ -151,6 +162,8 @@ export class SimClient {
     this.#backend = setup.mutation?.trustsAnySignature
       ? trustingBackend(setup.cluster.backend, (run) => setup.scheduler.schedule(0, `${this.address}:verify`, run))
       : undefined;
+    this.#connectionOptions = { ...this.#options };
+    this.#transport = new SimTransport(this.address, setup.network);
     this.#ctx = this.#context(setup.cluster);
     setup.network.attach(this.address, (from, message) => this.#receive(from, message));
   }
@@ -166,7 +179,7 @@ export class SimClient {
   /** Requests open on its connections, listeners and leases held (bounded-state check). */
   get openState(): { requests: number; listeners: number; leases: number; writes: number } {
     return {
-      requests: this.#channels.reduce((sum, channel) => sum + channel.open, 0),
+      requests: this.#connections.reduce((sum, connection) => sum + connection.openRequests, 0),
       listeners: this.#changeListeners.size,
       leases: this.#leases.size,
       writes: this.#writes.size,
@@ -175,31 +188,32 @@ export class SimClient {
 
   /** Connects to the replicas of `cluster` (at the start, and after a reshare to the new members). */
   connect(cluster: Cluster, replicaAddress: (index: number) => string): void {
-    for (const channel of this.#channels) channel.close();
+    for (const connection of this.#connections) connection.close();
     const turnTiming = new TurnTiming(cluster.f);
-    this.#channels = cluster.replicas.map(
+    const mutation = this.#setup.mutation ?? {};
+    this.#connections = cluster.replicas.map(
       (replica) =>
-        new SimChannel(replica.index, replicaAddress(replica.index), {
-          address: this.address,
-          network: this.#setup.network,
-          clock: this.clock,
-          options: this.#options,
-          holder: this.identity.publicKey,
-          session: this.#sessionBytes,
-          forgetsFloors: this.#setup.mutation?.forgetsFloors === true,
-          blindToLatency: this.#setup.mutation?.blindToLatency === true,
-          leaderByAnswers: this.#setup.mutation?.leaderByAnswers === true,
-          turnTiming,
-          onChange: () => {
-            for (const listener of [...this.#changeListeners]) listener();
+        new ReplicaConnection(
+          { ...replica, endpoint: replicaAddress(replica.index) },
+          {
+            clusterId: cluster.id,
+            identity: this.identity,
+            session: this.#sessionBytes,
+            options: this.#connectionOptions,
+            transport: this.#transport,
+            turnTiming,
+            onChange: () => {
+              for (const listener of [...this.#changeListeners]) listener();
+            },
+            onReleased: (_replica, resource) => this.#releaseListeners.notify(resource),
+            onTurn: (replica, resource, epoch) => this.#turnListeners.notify(resource, replica, epoch),
+            onFault: () => undefined,
           },
-          onReleased: (resource) => this.#releaseListeners.notify(resource),
-          onTurn: (replica, resource, epoch) => this.#turnListeners.notify(resource, replica, epoch),
-          onFault: () => undefined,
-        }),
+        ),
     );
+    this.#channels = this.#connections.map((connection) => mutatedChannel(connection, mutation));
     this.#ctx = this.#context(cluster);
-    for (const channel of this.#channels) channel.start();
+    for (const connection of this.#connections) connection.start();
   }
 
   /** Runs the operations one after another; resolves when all are done. Never rejects. */
@@ -222,12 +236,12 @@ export class SimClient {
       }
     }
     this.#done = true;
-    for (const channel of this.#channels) channel.quiesce();
+    this.#connectionOptions.pingIntervalMs = 0;
   }
 
   /** The run is over: every connection closes. */
   close(): void {
-    for (const channel of this.#channels) channel.close();
+    for (const connection of this.#connections) connection.close();
   }
 
   /**
@@ -321,10 +335,7 @@ export class SimClient {
       settle?.(answer);
       return;
     }
-    const index = Number(from.slice(1).split('.')[0]);
-    this.#channels
-      .find((channel) => channel.index === index && channel.replicaAddress === from)
-      ?.receive(message as ToClient);
+    this.#transport.receive(from, message as ToClient);
   }
 
   #sleep(ms: number): Promise<void> {

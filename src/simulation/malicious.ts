@@ -13,10 +13,12 @@
  * else happens meanwhile, the probe names what it expects (`expectations`), and the run's checks hold honest
  * replicas to it.
  */
+import { identityFromSecretKey, type Identity } from '../client/identity.js';
 import { resolveClientOptions } from '../client/options.js';
+import { ReplicaConnection } from '../client/replica-connection.js';
 import type { AcquireOutcome, GrantEvidence } from '../protocol/messages.js';
 import type { SeededRandom } from '../testing/seeded-random.js';
-import { SimChannel } from './channel.js';
+import { SimTransport } from './channel.js';
 import { NodeClock } from './clock.js';
 import type { SimNetwork } from './network.js';
 import type { Scheduler } from './scheduler.js';
@@ -50,11 +52,12 @@ const LEDGER_JUDGES = undefined;
 export class MaliciousClient {
   readonly address = 'm';
   readonly holder: Uint8Array;
+  readonly #identity: Identity;
+  readonly #transport: SimTransport;
   readonly expectations: ProbeExpectation[] = [];
   readonly #random: SeededRandom;
   readonly #scheduler: Scheduler;
-  readonly #network: SimNetwork;
-  #channels: SimChannel[] = [];
+  #channels: ReplicaConnection[] = [];
   readonly #clock: NodeClock;
   #stopped = false;
 
@@ -62,31 +65,30 @@ export class MaliciousClient {
     this.#clock = new NodeClock(scheduler, this.address, 0, 1);
     this.#random = random;
     this.#scheduler = scheduler;
-    this.#network = network;
-    this.holder = Uint8Array.from({ length: 32 }, () => random.int(0, 255));
-    network.attach(this.address, (from, message) =>
-      this.#channels.find((channel) => channel.replicaAddress === from)?.receive(message as ToClient),
-    );
+    this.#identity = identityFromSecretKey(Uint8Array.from({ length: 32 }, () => random.int(0, 255)));
+    this.holder = this.#identity.publicKey;
+    this.#transport = new SimTransport(this.address, network);
+    network.attach(this.address, (from, message) => this.#transport.receive(from, message as ToClient));
   }
 
-  /** Connects to the replicas (once, at the start of the run). */
-  connect(replicas: readonly { readonly index: number; readonly address: string }[]): void {
+  /** Connects to the replicas of the cluster `clusterId` (once, at the start of the run), as any client does. */
+  connect(clusterId: Uint8Array, replicas: readonly { readonly index: number; readonly address: string }[]): void {
     const random = this.#random;
     const options = resolveClientOptions({ ...RUN_CLIENT_OPTIONS, clock: this.#clock, random: () => random.next() });
     this.#channels = replicas.map(
       ({ index, address }) =>
-        new SimChannel(index, address, {
-          address: this.address,
-          network: this.#network,
-          clock: this.#clock,
-          options,
-          holder: this.holder,
-          session: new Uint8Array(16),
-          onChange: () => undefined,
-          onReleased: () => undefined,
-          onTurn: () => undefined,
-          onFault: () => undefined,
-        }),
+        new ReplicaConnection(
+          { index, endpoint: address },
+          {
+            clusterId,
+            identity: this.#identity,
+            session: new Uint8Array(16),
+            options,
+            transport: this.#transport,
+            onChange: () => undefined,
+            onFault: () => undefined,
+          },
+        ),
     );
     for (const channel of this.#channels) channel.start();
   }
@@ -141,7 +143,7 @@ export class MaliciousClient {
    * since f partials may all be liars'); then one more replica catches up with them in maximum steps, and a second
    * laggard is asked with the f+1 partials (the rules: any distance, since one of f+1 is honest).
    */
-  async #jumps(probe: Probe, targets: readonly SimChannel[]): Promise<void> {
+  async #jumps(probe: Probe, targets: readonly ReplicaConnection[]): Promise<void> {
     const f = (this.#channels.length - 1) / 3;
     const climbers = targets.slice(0, f);
     const [extra, laggard, second] = targets.slice(f);
@@ -185,11 +187,11 @@ export class MaliciousClient {
    */
   async #expect(
     probe: Probe,
-    channel: SimChannel,
+    channel: ReplicaConnection,
     request: { resource?: string; epoch: bigint; ttlMs?: number; evidence?: GrantEvidence[] },
     allowed: readonly AcquireOutcome['status'][] | undefined,
     release = false,
-    backers: readonly SimChannel[] = [],
+    backers: readonly ReplicaConnection[] = [],
   ): Promise<void> {
     const resource = request.resource ?? probe.resource;
     const answer = await channel.request<'acquire'>(
@@ -207,21 +209,21 @@ export class MaliciousClient {
     if (allowed)
       this.expectations.push({
         probe: probe.probe,
-        replica: channel.replicaAddress,
+        replica: channel.endpoint,
         answered: status,
         allowed,
-        backers: backers.map((backer) => backer.replicaAddress),
+        backers: backers.map((backer) => backer.endpoint),
       });
-    this.#scheduler.note(`m probe ${probe.probe} at ${channel.replicaAddress}: ${status}`);
+    this.#scheduler.note(`m probe ${probe.probe} at ${channel.endpoint}: ${status}`);
     if (status === 'granted' && release) await this.#releaseAll(resource, request.epoch, [channel]);
   }
 
-  #targets(replicas: readonly number[]): SimChannel[] {
+  #targets(replicas: readonly number[]): ReplicaConnection[] {
     return replicas.map((index) => this.#channels.find((c) => c.index === index)).filter((c) => !!c);
   }
 
   /** The highest epoch `targets` report for `resource` (0 when none answers). */
-  async #top(resource: string, targets: readonly SimChannel[]): Promise<bigint> {
+  async #top(resource: string, targets: readonly ReplicaConnection[]): Promise<bigint> {
     let top = 0n;
     for (const channel of targets) {
       const answer = await channel.request<'status'>({ type: 'status', resource }, RUN_CLIENT_OPTIONS.requestTimeoutMs);
@@ -235,7 +237,7 @@ export class MaliciousClient {
   async #grantAll(
     resource: string,
     epoch: bigint,
-    targets: readonly SimChannel[],
+    targets: readonly ReplicaConnection[],
     evidence: readonly GrantEvidence[],
   ): Promise<GrantEvidence[]> {
     const won: GrantEvidence[] = [];
@@ -252,7 +254,7 @@ export class MaliciousClient {
   }
 
   /** Releases `epoch` at each of `targets` in turn; true when every one answered `released`. */
-  async #releaseAll(resource: string, epoch: bigint, targets: readonly SimChannel[]): Promise<boolean> {
+  async #releaseAll(resource: string, epoch: bigint, targets: readonly ReplicaConnection[]): Promise<boolean> {
     let allReleased = true;
     for (const channel of targets) {
       const answer = await channel.request<'release'>(

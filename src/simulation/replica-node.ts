@@ -2,16 +2,33 @@
  * A simulated replica: the replica's real service (src/replica/service.ts: policy, check-and-record, leases, the
  * line, catch-up evidence, compaction) over a simulated store and disk, on the node's own drifting clock, behind
  * the server's own dispatch (src/replica/dispatch.ts: answers, `turn` pushes, `released` notices, REPLICA_FROZEN
- * errors) and, for a Byzantine replica, the project's lying front (byzantine-node.ts). A crash loses the process (its timers, its
+ * errors) and, for a Byzantine replica, the project's lying front (byzantine-node.ts). Its connections read frames as the server's
+ * do (src/replica/connections.ts): the codec's strict decoding, a challenge and a hello verified by the server's own
+ * check (`helloVerifies`, real Ed25519), a hello deadline, and the server's in-flight bound and token buckets
+ * (`admitsRequest`) with RATE_LIMITED answers and the close after too many in a row. A crash loses the process (its timers, its
  * connections, its disk cache); a restart opens the store from what the disk kept.
  */
-import { toHex } from '../common/bytes.js';
+import { toHex, u64be } from '../common/bytes.js';
+import type { TimerHandle } from '../common/clock.js';
+import { isQuorumFenceError } from '../common/errors.js';
 import { TokenBucket } from '../common/token-bucket.js';
 import type { Cluster } from '../cluster/description.js';
 import type { AccessRules } from '../replica/access.js';
 import type { SecretKey } from '../crypto/backend.js';
 import { VerifyBatcher } from '../crypto/verify-batch.js';
-import { type Outcome, type Request, type ServerMessage, type WireRequest } from '../protocol/messages.js';
+import { decodeClientMessage, encodeMessage } from '../protocol/codec.js';
+import {
+  CloseCode,
+  NONCE_BYTES,
+  isQuietRelease,
+  type ClientMessage,
+  type Outcome,
+  type Request,
+  type ServerMessage,
+  type WireErrorCode,
+  type WireRequest,
+} from '../protocol/messages.js';
+import { admitsRequest, helloVerifies } from '../replica/connections.js';
 import { frozenError } from '../replica/freeze-marker.js';
 import { RequestDispatch, type DispatchHost, type RequestWatch } from '../replica/dispatch.js';
 import { EvidenceChecker } from '../replica/grant-evidence.js';
@@ -25,6 +42,7 @@ import { inThreadSigner } from '../replica/signer.js';
 import type { ByzantineBehaviour, ByzantineParams } from '../testing/byzantine/behaviours.js';
 import type { SeededRandom } from '../testing/seeded-random.js';
 import { ByzantineFrontSim } from './byzantine-node.js';
+import { ABNORMAL_CLOSURE } from './channel.js';
 import { NodeClock } from './clock.js';
 import type { SimDisk } from './disk.js';
 import type { SimNetwork } from './network.js';
@@ -94,15 +112,33 @@ export interface ReplicaNodeSetup {
   readonly onFlushStart: () => void;
 }
 
-/** One client connection as the replica keeps it. */
-interface Connection {
+/** Where a message to a client goes: its address, its connection, and whether that connection is gone. */
+interface ClientEnd {
   readonly client: string;
   readonly conn: number;
-  readonly holder: Uint8Array;
-  /** The client session its hello named, as hex (docs/protocol.md, "Sessions"). */
-  readonly session: string;
   readonly closed: AbortController;
+}
+
+/** One authenticated client connection as the replica's request handling sees it. */
+interface Connection extends ClientEnd {
+  readonly holder: Uint8Array;
+  /** The client session its hello named, as hex ('' for a sessionless client; docs/protocol.md, "Sessions"). */
+  readonly session: string;
   readonly evidenceChecks: TokenBucket;
+}
+
+/** One client connection as the replica's transport keeps it, from its opening (src/replica/connections.ts). */
+interface Link extends ClientEnd {
+  readonly nonce: Uint8Array;
+  /** The hello's deadline (authTimeoutMs); undefined once it came. */
+  authTimer: TimerHandle;
+  /** Set by a hello that verifies. */
+  connection: Connection | undefined;
+  /** Requests answered yet (the in-flight bound). */
+  inFlight: number;
+  readonly requests: TokenBucket;
+  readonly leasesRequests: TokenBucket;
+  consecutiveLimited: number;
 }
 
 export class SimReplica {
@@ -113,10 +149,13 @@ export class SimReplica {
   #clock: NodeClock | undefined;
   #service: ReplicaService | undefined;
   #watchers: ReleaseWatchers<Connection> | undefined;
-  readonly #connections = new Map<string, Connection>();
+  /** The client connections open now, by "client:conn". */
+  readonly #links = new Map<string, Link>();
   /** What an authenticated request does (src/replica/dispatch.ts, the server's own). */
   readonly #requests = new RequestDispatch(this.#dispatchHost());
   #incarnation = 0;
+  /** Connections accepted by this process (their nonces). */
+  #accepted = 0;
   /** Numbers every waiting acquire that arrives (a request sent again is a second arrival). */
   #arrivals = 0;
 
@@ -162,6 +201,7 @@ export class SimReplica {
   start(): void {
     const { scheduler, network, limits, disk, cluster, index } = this.#setup;
     const incarnation = ++this.#incarnation;
+    this.#accepted = 0;
     const clock = new NodeClock(scheduler, `${this.address}.${incarnation}`, 10_000 * index, this.#setup.rate);
     this.#clock = clock;
     disk.mount(clock);
@@ -209,11 +249,11 @@ export class SimReplica {
     this.#clock?.halt();
     this.#setup.network.detach(this.address);
     this.#setup.disk.crash();
-    for (const connection of this.#connections.values()) {
-      connection.closed.abort();
-      this.#toClient(connection, { kind: 'closed', conn: connection.conn }, 'closed');
+    for (const link of this.#links.values()) {
+      link.closed.abort();
+      this.#toClient(link, { kind: 'closed', conn: link.conn, code: ABNORMAL_CLOSURE, reason: '' }, 'closed');
     }
-    this.#connections.clear();
+    this.#links.clear();
     this.#service = undefined;
     this.#watchers = undefined;
   }
@@ -245,66 +285,151 @@ export class SimReplica {
 
   #receive(from: string, message: ToReplica): void {
     const key = `${from}:${message.conn}`;
-    if (message.kind === 'open') {
-      const clock = this.#clock!;
-      const { limits } = this.#setup;
-      const connection: Connection = {
-        client: from,
-        conn: message.conn,
-        holder: message.holder,
-        session: toHex(message.session),
-        closed: new AbortController(),
-        evidenceChecks: new TokenBucket(
-          limits.evidenceChecksPerSecondPerConnection,
-          limits.evidenceChecksPerSecondPerConnection,
-          clock.now(),
-        ),
-      };
-      this.#connections.get(key)?.closed.abort();
-      this.#connections.set(key, connection);
-      this.#toClient(
-        connection,
-        { kind: 'welcome', conn: message.conn, floor: this.#service?.store.floor ?? 0n },
-        'welcome',
-      );
-      return;
-    }
-    const connection = this.#connections.get(key);
-    if (!connection) {
+    if (message.kind === 'open') return this.#accept(from, message.conn, key);
+    const link = this.#links.get(key);
+    if (!link) {
       // A connection this process does not know (it restarted, or dropped it): the peer's kernel answers with a
       // reset, so the client learns its connection is gone even when the close itself was lost.
       if (message.kind !== 'close')
-        this.#setup.network.send(this.address, from, { kind: 'closed', conn: message.conn }, 'reset');
+        this.#setup.network.send(
+          this.address,
+          from,
+          { kind: 'closed', conn: message.conn, code: ABNORMAL_CLOSURE, reason: '' },
+          'reset',
+        );
       return;
     }
-    if (message.kind === 'close') {
-      connection.closed.abort();
-      this.#connections.delete(key);
+    switch (message.kind) {
+      case 'close':
+        return this.#forget(link, key);
+      case 'ping':
+        // The WebSocket layer answers pings itself, before any request handling (and before a Byzantine front).
+        return this.#toClient(link, { kind: 'pong', conn: link.conn, data: message.data }, 'pong');
+      case 'frame':
+        return this.#onFrame(link, key, message.frame);
+    }
+  }
+
+  /** A client opened a connection: it is challenged, and has authTimeoutMs to say hello (connections.ts). */
+  #accept(client: string, conn: number, key: string): void {
+    const clock = this.#clock!;
+    const { limits } = this.#setup;
+    const now = clock.now();
+    const link: Link = {
+      client,
+      conn,
+      // Unique per connection of this process, as the server's random nonces are (and the same every run).
+      nonce: nonceOf(this.#incarnation, ++this.#accepted),
+      authTimer: undefined,
+      connection: undefined,
+      closed: new AbortController(),
+      inFlight: 0,
+      requests: new TokenBucket(limits.requestsPerSecondPerConnection, limits.burstPerConnection, now),
+      leasesRequests: new TokenBucket(limits.leasesPerSecondPerConnection, limits.leasesPerSecondPerConnection, now),
+      consecutiveLimited: 0,
+    };
+    this.#links.get(key)?.closed.abort();
+    this.#links.set(key, link);
+    link.authTimer = clock.setTimeout(
+      () => this.#close(link, key, CloseCode.POLICY_VIOLATION, 'authentication timeout'),
+      limits.authTimeoutMs,
+    );
+    this.#toClient(link, { kind: 'accepted', conn }, 'accepted');
+    this.#reply(link, { type: 'challenge', nonce: link.nonce, clusterId: this.#setup.cluster.id, replica: this.index });
+  }
+
+  /** One frame from a client, read as the server's connections read it (src/replica/connections.ts, #onFrame). */
+  #onFrame(link: Link, key: string, frame: Uint8Array): void {
+    const { limits } = this.#setup;
+    let message: ClientMessage;
+    try {
+      message = decodeClientMessage(frame, limits.maxFrameBytes);
+    } catch (error) {
+      return this.#close(link, key, CloseCode.PROTOCOL_ERROR, isQuorumFenceError(error) ? error.message : 'malformed');
+    }
+    if (!link.connection) return this.#authenticate(link, key, message);
+    if (message.type === 'hello') return this.#close(link, key, CloseCode.PROTOCOL_ERROR, 'already authenticated');
+    if (!admitsRequest(link, message, limits, this.#clock!.now())) {
+      this.#error(link, message.id, 'RATE_LIMITED', 'too many requests; back off');
+      if (++link.consecutiveLimited > limits.maxConsecutiveRateLimited)
+        this.#close(link, key, CloseCode.POLICY_VIOLATION, 'kept exceeding the rate limit');
       return;
     }
-    if (message.kind === 'ping') {
-      // The WebSocket layer answers pings itself, before any request handling (and before a Byzantine front).
-      this.#setup.network.send(this.address, from, { kind: 'pong', conn: message.conn, ping: message.ping }, 'pong');
-      return;
+    link.consecutiveLimited = 0;
+    const connection = link.connection;
+    if (this.#front) this.#front.relay(connection.holder, message, this.#io(link, key));
+    else this.#handle(link, key, message, (m) => this.#send(connection, m));
+  }
+
+  /** The first frame must be a hello that verifies; the welcome names the replica's floor (connections.ts). */
+  #authenticate(link: Link, key: string, message: ClientMessage): void {
+    if (message.type !== 'hello') {
+      this.#error(link, message.id, 'UNAUTHENTICATED', 'authenticate (hello) before any request');
+      return this.#close(link, key, CloseCode.POLICY_VIOLATION, 'request before authentication');
     }
-    if (this.#front) this.#front.relay(connection.holder, message.request, this.#io(connection, key));
-    else this.#dispatch(connection, message.request, (m) => this.#send(connection, m));
+    if (!helloVerifies(message, link.nonce, this.#setup.cluster.id, this.index))
+      return this.#close(link, key, CloseCode.POLICY_VIOLATION, 'authentication failed');
+    this.#clock!.clearTimeout(link.authTimer);
+    link.authTimer = undefined;
+    const rate = this.#setup.limits.evidenceChecksPerSecondPerConnection;
+    link.connection = {
+      client: link.client,
+      conn: link.conn,
+      closed: link.closed,
+      holder: message.holder,
+      session: message.session ? toHex(message.session) : '',
+      evidenceChecks: new TokenBucket(rate, rate, this.#clock!.now()),
+    };
+    const floor = this.#service!.store.floor;
+    this.#reply(link, { type: 'welcome', id: message.id, replica: this.index, ...(floor > 0n ? { floor } : {}) });
+  }
+
+  /** Hands an admitted request to the request handling, counting it in flight until it is answered (the bound). */
+  #handle(link: Link, key: string, request: WireRequest, answer: (message: ServerMessage) => void): void {
+    const answers = !isQuietRelease(request);
+    if (answers) link.inFlight++;
+    let pending = answers;
+    this.#dispatch(link.connection!, request, (message) => {
+      if (pending) {
+        pending = false;
+        link.inFlight--;
+      }
+      answer(message);
+    });
   }
 
   /** What the Byzantine front needs of one connection. */
-  #io(connection: Connection, key: string) {
+  #io(link: Link, key: string) {
+    const connection = link.connection!;
     return {
       handle: (request: WireRequest, answer: (message: ServerMessage) => void) =>
-        this.#dispatch(connection, request, answer),
+        this.#handle(link, key, request, answer),
       toClient: (frame: Uint8Array | string) =>
         this.#toClient(connection, { kind: 'frame', conn: connection.conn, frame }, 'frame'),
       send: (message: ServerMessage) => this.#send(connection, message),
       drop: () => {
-        connection.closed.abort();
-        this.#connections.delete(key);
-        this.#toClient(connection, { kind: 'closed', conn: connection.conn }, 'dropped');
+        this.#forget(link, key);
+        this.#toClient(link, { kind: 'closed', conn: link.conn, code: ABNORMAL_CLOSURE, reason: '' }, 'dropped');
       },
     };
+  }
+
+  /** The connection ends here: its waiting acquires leave their lines, its hello deadline goes. */
+  #forget(link: Link, key: string): void {
+    link.closed.abort();
+    this.#clock?.clearTimeout(link.authTimer);
+    if (this.#links.get(key) === link) this.#links.delete(key);
+  }
+
+  /** The replica closes the connection with `code` (a close frame the client reads). */
+  #close(link: Link, key: string, code: number, reason: string): void {
+    if (link.closed.signal.aborted) return;
+    this.#forget(link, key);
+    this.#toClient(link, { kind: 'closed', conn: link.conn, code, reason: reason.slice(0, 120) }, `closed ${code}`);
+  }
+
+  #error(link: Link, id: number | undefined, code: WireErrorCode, message: string): void {
+    this.#reply(link, id === undefined ? { type: 'error', code, message } : { type: 'error', id, code, message });
   }
 
   /** What an authenticated request does: the server's dispatch (src/replica/dispatch.ts), on this node. */
@@ -347,11 +472,24 @@ export class SimReplica {
   }
 
   #send(connection: Connection, message: ServerMessage): void {
-    this.#toClient(connection, { kind: 'message', conn: connection.conn, message }, describeMessage(message));
+    this.#reply(connection, message);
   }
 
-  #toClient(connection: Connection, message: ToClient, label: string): void {
-    if (connection.closed.signal.aborted && message.kind !== 'closed') return;
-    this.#setup.network.send(this.address, connection.client, message, label);
+  /** A protocol message, as the frame the codec writes. */
+  #reply(end: ClientEnd, message: ServerMessage): void {
+    this.#toClient(end, { kind: 'frame', conn: end.conn, frame: encodeMessage(message) }, describeMessage(message));
   }
+
+  #toClient(end: ClientEnd, message: ToClient, label: string): void {
+    if (end.closed.signal.aborted && message.kind !== 'closed') return;
+    this.#setup.network.send(this.address, end.client, message, label);
+  }
+}
+
+/** A challenge's nonce: the process's incarnation and the connection's number, in NONCE_BYTES. */
+function nonceOf(incarnation: number, accepted: number): Uint8Array {
+  const nonce = new Uint8Array(NONCE_BYTES);
+  nonce.set(u64be(BigInt(incarnation)), 0);
+  nonce.set(u64be(BigInt(accepted)), 8);
+  return nonce;
 }

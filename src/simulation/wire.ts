@@ -1,25 +1,38 @@
 /**
- * What travels between a simulated client and a simulated replica. A connection is opened with the client's
- * holder key and session (the handshake's proof is not simulated: the simulated network cannot forge a sender) and carries
- * the project's own request and server messages as values; a Byzantine replica's lies travel as the encoded
- * frames the project's lying front writes (src/testing/byzantine/lies.ts), which the client decodes as it
- * decodes any frame, faults included.
+ * What travels between a simulated client and a simulated replica: the link's own life (open, accepted, close,
+ * closed, ping, pong), as a WebSocket's would be, and the protocol's frames as the bytes the project's codec writes
+ * (src/protocol/codec.ts). The client's side is the SDK's own connection code (src/client/replica-connection.ts)
+ * over the simulated transport (sim-transport.ts); the replica's side decodes each frame as the server does, its
+ * handshake included (challenge, signed hello, welcome). A Byzantine replica's lies are frames too, written by the
+ * project's lying front (src/testing/byzantine/lies.ts).
  */
+import { decodeClientMessage } from '../protocol/codec.js';
 import type { ServerMessage, WireRequest } from '../protocol/messages.js';
 
 export type ToReplica =
-  | { readonly kind: 'open'; readonly conn: number; readonly holder: Uint8Array; readonly session: Uint8Array }
-  | { readonly kind: 'request'; readonly conn: number; readonly request: WireRequest }
-  | { readonly kind: 'close'; readonly conn: number }
+  | { readonly kind: 'open'; readonly conn: number }
+  | { readonly kind: 'frame'; readonly conn: number; readonly frame: Uint8Array }
+  | { readonly kind: 'close'; readonly conn: number; readonly code: number }
   /** A WebSocket ping: the replica's transport answers it (a pong) while the process runs, whatever its requests. */
-  | { readonly kind: 'ping'; readonly conn: number; readonly ping: number };
+  | { readonly kind: 'ping'; readonly conn: number; readonly data: Uint8Array };
 
 export type ToClient =
-  | { readonly kind: 'welcome'; readonly conn: number; readonly floor: bigint }
-  | { readonly kind: 'message'; readonly conn: number; readonly message: ServerMessage }
+  /** The replica took the connection (the WebSocket upgrade completed). */
+  | { readonly kind: 'accepted'; readonly conn: number }
   | { readonly kind: 'frame'; readonly conn: number; readonly frame: Uint8Array | string }
-  | { readonly kind: 'closed'; readonly conn: number }
-  | { readonly kind: 'pong'; readonly conn: number; readonly ping: number };
+  /** The replica closed the connection, or its kernel reset one it does not know (a restart). */
+  | { readonly kind: 'closed'; readonly conn: number; readonly code: number; readonly reason: string }
+  | { readonly kind: 'pong'; readonly conn: number; readonly data: Uint8Array };
+
+/** A short description of a client's frame for the trace and the digest (decoded again: the network sees bytes). */
+export function describeClientFrame(frame: Uint8Array): string {
+  try {
+    const message = decodeClientMessage(frame, Number.MAX_SAFE_INTEGER);
+    return message.type === 'hello' ? 'hello' : describeRequest(message);
+  } catch {
+    return `frame ${frame.length}B`;
+  }
+}
 
 /** A short description of a request for the trace and the digest. */
 export function describeRequest(request: WireRequest): string {

@@ -133,7 +133,10 @@ export class World {
     for (const [k, floor] of (this.plan.floors ?? []).entries()) this.replicas[k]?.inherit([], floor);
     for (const replica of this.replicas) replica.start();
     for (const client of this.clients) client.connect(this.keys.cluster, (index) => `r${index}`);
-    this.#malicious.connect(this.replicas.map((replica) => ({ index: replica.index, address: replica.address })));
+    this.#malicious.connect(
+      this.keys.cluster.id,
+      this.replicas.map((replica) => ({ index: replica.index, address: replica.address })),
+    );
     for (const fault of this.plan.faults)
       this.scheduler.schedule(fault.at, `fault ${fault.kind}`, () => this.#apply(fault));
     this.scheduler.schedule(this.plan.healAt, 'heal', () => this.#heal());
