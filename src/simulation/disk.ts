@@ -16,12 +16,6 @@ export interface DiskTiming {
   /** A flush takes between these (virtual ms): an fsync on a busy SSD. */
   readonly flushMinMs: number;
   readonly flushMaxMs: number;
-  /**
-   * One flush at a time, as a device that is slow at each fsync (the gray bench's slow-flush fault): a flush asked
-   * while one runs waits for it, and every flush asked meanwhile joins that next one (a group commit). Otherwise
-   * flushes overlap and only complete in order.
-   */
-  readonly serial?: boolean;
 }
 
 export interface Recovered {
@@ -40,8 +34,6 @@ export class SimDisk {
   #clock: NodeClock | undefined;
   /** The last flush's completion (local ms): flushes complete in order. */
   #lastFlushAt = 0;
-  /** When the last flush began (serial disks: until then it is queued, and a new flush joins it). */
-  #lastFlushStart = 0;
   #flushes = 0;
   #torn = 0;
 
@@ -80,17 +72,6 @@ export class SimDisk {
     this.#volatile = [];
   }
 
-  /** When a flush asked at `now` completes on a serial disk (DiskTiming.serial). */
-  #serialFlushAt(now: number, latency: number): number {
-    if (now >= this.#lastFlushAt) {
-      this.#lastFlushStart = now;
-      return now + latency;
-    }
-    if (this.#lastFlushStart > now) return this.#lastFlushAt; // queued, not begun: this one joins it
-    this.#lastFlushStart = this.#lastFlushAt;
-    return this.#lastFlushAt + latency;
-  }
-
   /**
    * Flushes what was appended so far; resolves once it is durable. A crash before then leaves it unresolved (the
    * process that waited is gone). `onStart` is told before the flush begins (a fault may crash the machine then).
@@ -102,9 +83,7 @@ export class SimDisk {
     const count = this.#volatile.length;
     const { flushMinMs, flushMaxMs } = this.#timing;
     const latency = flushMinMs + this.#random.next() * (flushMaxMs - flushMinMs);
-    const at = this.#timing.serial
-      ? this.#serialFlushAt(clock.now(), latency)
-      : Math.max(this.#lastFlushAt, clock.now() + latency);
+    const at = Math.max(this.#lastFlushAt, clock.now() + latency);
     this.#lastFlushAt = at;
     const written = new Set(this.#volatile.slice(0, count));
     return new Promise<void>((resolve) => {

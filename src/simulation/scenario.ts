@@ -94,8 +94,6 @@ export interface Plan {
   readonly network?: NetworkConditions;
   /** Each replica's epoch floor when it first starts (replica k+1's at k; default 0): floors that differ. */
   readonly floors?: readonly bigint[];
-  /** Replicas whose every flush takes this much longer (virtual ms), replica index → ms: a slow disk. */
-  readonly slowFlushes?: Readonly<Record<number, number>>;
 }
 
 /** The replicas' limits in a run: short leases and small epoch steps, so a run of seconds exercises them. */

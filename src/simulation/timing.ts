@@ -89,21 +89,12 @@ interface Gray {
    * answers' time shows it. Honest before, so the clients first measured it fast (the gray bench's order).
    */
   readonly lateFrom?: number;
-  /** Extra ms on each of its flushes, from the start: a slow disk, its link and its pongs as fast as the others'. */
-  readonly slowFlushMs?: number;
 }
 
 /** Far slower than the rest: five times a one-way trip more, each way (the issue's 50 ms on a network of 2 ms). */
 const SLOW_MS = 5 * ONE_WAY_MS;
-/** A disk whose flushes take five round trips more: its replica's turns come later than a slow link's would. */
-const SLOW_FLUSH_MS = 5 * ROUND_TRIP_MS;
 /** The hang starts once every client has held the resource a few times. */
 const HANG_AT_MS = 600;
-/**
- * A slow disk shows only in how late its replica grants a line's turns, which each client times on its own turns and
- * weighs a quarter (replica-latency.ts): the samples count once every client timed a handful of them.
- */
-const SLOW_FLUSH_SEEN_AFTER_MS = 2_000;
 /** Gray samples count from here: the clients have seen the slow or hung replica by then (a ping or two). */
 const SEEN_AFTER_MS = 1_000;
 
@@ -124,13 +115,11 @@ function plan(seed: number, n: number, ops: ClientOp[][], floors?: bigint[], gra
     healAt: NO_HEAL_MS,
     network: gray.slowMs === undefined ? NETWORK : { ...NETWORK, slowNodes: { [leader]: gray.slowMs } },
     ...(floors ? { floors } : {}),
-    ...(gray.slowFlushMs === undefined ? {} : { slowFlushes: { [leaderOf(resources[0]!, n)]: gray.slowFlushMs } }),
   };
 }
 
 /** When a gray scenario's samples start to count: a second after its fault is in place (0: no fault). */
 function seenFrom(gray: Gray): number {
-  if (gray.slowFlushMs !== undefined) return SLOW_FLUSH_SEEN_AFTER_MS;
   if (gray.slowMs === undefined && gray.hangAt === undefined && gray.lateFrom === undefined) return 0;
   return (gray.hangAt ?? gray.lateFrom ?? 0) + SEEN_AFTER_MS;
 }
@@ -139,7 +128,6 @@ function grayName(gray: Gray): string {
   if (gray.slowMs !== undefined) return `, leader ${gray.slowMs} ms slower each way`;
   if (gray.hangAt !== undefined) return ', leader hung';
   if (gray.lateFrom !== undefined) return ', leader Byzantine, answering late';
-  if (gray.slowFlushMs !== undefined) return `, leader's flushes ${gray.slowFlushMs} ms slower`;
   return '';
 }
 
@@ -234,7 +222,6 @@ export function timingScenarios(): Scenario[] {
     oneClient(31_012, 80, { hangAt: HANG_AT_MS }),
     hotLine(31_013, 4, 3, 200, 0, { lateFrom: HANG_AT_MS }),
     oneClient(31_014, 300, { lateFrom: HANG_AT_MS }),
-    hotLine(31_015, 4, 3, 200, 0, { slowFlushMs: SLOW_FLUSH_MS }),
   ];
 }
 

@@ -11,7 +11,7 @@ import { byzantineParams } from '../testing/byzantine/behaviours.js';
 import { seededRandom } from '../testing/seeded-random.js';
 import { SimClient } from './client-node.js';
 import { dealRunKeys, type CryptoMode, type SimKeys } from './crypto.js';
-import { SimDisk, type DiskTiming } from './disk.js';
+import { SimDisk } from './disk.js';
 import { SimGuard } from './guard-node.js';
 import { MaliciousClient } from './malicious.js';
 import type { MutationEffects } from './mutations.js';
@@ -36,13 +36,6 @@ const WALL_ORIGIN = 1_800_000_000_000;
 const QUIET_MS = RUN_LIMITS.maxTtlMs + 500;
 /** Disk flushes take 0.3 to 3 ms: an fsync on a busy SSD. */
 const DISK_TIMING = { flushMinMs: 0.3, flushMaxMs: 3 };
-
-/** Replica `index`'s disk: DISK_TIMING; for the plan's `slowFlushes`, every flush slower and one at a time. */
-function diskTiming(plan: Plan, index: number): DiskTiming {
-  const slower = plan.slowFlushes?.[index] ?? 0;
-  if (slower === 0) return DISK_TIMING;
-  return { flushMinMs: DISK_TIMING.flushMinMs + slower, flushMaxMs: DISK_TIMING.flushMaxMs + slower, serial: true };
-}
 /** Lies that are slow but not dead, floods that are a flood for a client yet cheap to simulate. */
 const LIE_PARAMS = byzantineParams({ slowMs: 120, floodCount: 6 });
 
@@ -171,7 +164,7 @@ export class World {
         secretKey: keys.secretKeys[index - 1]!,
         limits: this.limits,
         access: this.access,
-        disk: new SimDisk(seededRandom(subSeed(plan.seed, 1_000 * generation + 100 + index)), diskTiming(plan, index)),
+        disk: new SimDisk(seededRandom(subSeed(plan.seed, 1_000 * generation + 100 + index)), DISK_TIMING),
         rate: driftOf(subSeed(plan.seed, 1_000 * generation + 500 + index)),
         wallClock: () => WALL_ORIGIN + this.scheduler.now,
         ...(behaviours
