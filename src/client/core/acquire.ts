@@ -9,11 +9,11 @@
  * Nothing a replica sends can make it throw, and every wait ends by the caller's deadline or abort.
  */
 import { MAX_EPOCH } from '../../common/limits.js';
-import type { AcquireGrantResult, AcquireRefusal, AcquireRefusalReason } from '../acquire.js';
+import type { AcquireGrantResult, AcquireRefusal, AcquireRefusalReason, EpochHint } from './results.js';
 import { backoffDelay } from '../backoff.js';
 import { escalationEpoch } from '../catch-up.js';
 import { firstEpoch } from '../epoch-choice.js';
-import { CallFaults, type EpochHint } from '../quorum-context.js';
+import { CallFaults } from './faults.js';
 import { leaderFor } from '../signer-choice.js';
 import { busyPauseMs, turnWaitMs } from './waits.js';
 import { AttemptCore } from './attempt.js';

@@ -12,7 +12,7 @@ import { encodeToken } from '../../token/admission-token.js';
 import type { Grant } from '../../token/grant.js';
 import type { AcquireOutcome } from '../../protocol/messages.js';
 import type { CombineOutcome, PartialCollector } from '../partial-collector.js';
-import type { CallFaults } from '../quorum-context.js';
+import type { CallFaults } from './faults.js';
 import { firstSigners, leaderFor } from '../signer-choice.js';
 import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import type { AcquireCall } from './acquire.js';
