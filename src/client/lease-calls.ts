@@ -6,8 +6,7 @@
  * no one else can gather t partials); the lease is lost once f+1 replicas that held it say we are not its holder.
  */
 import type { GrantEvidence, ReleaseOutcome, RenewOutcome } from '../protocol/messages.js';
-import type { RequestBody } from './replica-channel.js';
-import { releaseBody, renewBody } from './core/bodies.js';
+import { releaseBody, renewBodies } from './core/bodies.js';
 import { RoundCall } from './core/round-call.js';
 import type { RoundEnd } from './core/round.js';
 import { isReady } from './connection-state.js';
@@ -53,12 +52,6 @@ export interface GrantRef {
   readonly evidence?: readonly GrantEvidence[] | undefined;
 }
 
-/** The renew body for `replica`: with the grant's evidence when it is not known to hold the lease (it may join). */
-function renewBodyFor(grant: GrantRef, ttlMs: number, replica: number): RequestBody<'renew'> {
-  const joining = grant.evidence !== undefined && grant.evidence.length > 0 && grant.holders?.has(replica) !== true;
-  return renewBody(grant.resource, grant.epoch, ttlMs, joining ? grant.evidence : undefined);
-}
-
 /** Whether `replica`'s denial counts against the lease (it held it, or nobody knows who did). */
 function deniesHolding(grant: GrantRef, replica: number): boolean {
   return grant.holders === undefined || grant.holders.has(replica);
@@ -81,7 +74,7 @@ export function renewGrant(
   const renewedBy: number[] = [];
   const core = new RoundCall<RenewResult>(
     {
-      body: (replica) => renewBodyFor(grant, ttlMs, replica),
+      bodies: renewBodies(grant, ttlMs),
       timeoutMs: requestTimeoutMs,
       keepGoing: (possible) => tally.open(possible),
       onAnswer: (replica, answer) => {
@@ -117,7 +110,7 @@ export function joinLease(ctx: QuorumContext, grant: GrantRef, ttlMs: number): P
   const joined: number[] = [];
   const core = new RoundCall<number[]>(
     {
-      body: (replica) => renewBodyFor(grant, ttlMs, replica),
+      bodies: renewBodies(grant, ttlMs),
       timeoutMs: ctx.options.requestTimeoutMs,
       only: others,
       onAnswer: (replica, answer) => {
@@ -198,7 +191,7 @@ export function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: Abort
   const tally = new QuorumTally<'not_holder'>(f, t);
   const core = new RoundCall<ReleaseResult>(
     {
-      body: () => releaseBody(grant.resource, grant.epoch),
+      bodies: { body: releaseBody(grant.resource, grant.epoch) },
       timeoutMs: requestTimeoutMs,
       keepGoing: (possible) => tally.open(possible),
       onAnswer: (replica, answer) => {

@@ -102,7 +102,7 @@ export function askEveryReplica<B extends RequestBody<'status'> | RequestBody<'l
   const views = new Map<number, V | UnansweredView>();
   const core = new RoundCall<R>(
     {
-      body: () => body,
+      bodies: { body },
       timeoutMs,
       onAnswer: (replica, answer) => {
         const endpoint = ctx.cluster.replicas[replica - 1]!.endpoint;

@@ -5,12 +5,25 @@
  * views of status.ts) decide what it has heard enough of and what the result is.
  */
 import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
-import { CallState } from './env.js';
-import type { AnyRequestBody, CallCore, ConnectionView, CoreAction, CoreEvent } from './io.js';
-import { RoundCore, type RoundEnd } from './round.js';
+import { newCallState, type CallState } from './env.js';
+import { outbox, type CallCore, type ConnectionView, type CoreAction, type CoreEvent } from './io.js';
+import type { RoundBodies } from './bodies.js';
+import {
+  closeRound,
+  endRound,
+  newRound,
+  nextRoundEvent,
+  roundAnswer,
+  roundConnectionsChanged,
+  roundPossible,
+  roundTimer,
+  type RoundEnd,
+  type RoundState,
+} from './round.js';
 
 export interface RoundCallSpec<R> {
-  readonly body: (replica: number) => AnyRequestBody;
+  /** The request for each replica (usually the same for all). */
+  readonly bodies: RoundBodies;
   /** The round's deadline, from the call's start. */
   readonly timeoutMs: number;
   /** Never ask any other replica (they count as down). */
@@ -29,13 +42,13 @@ export interface RoundCallSpec<R> {
 export class RoundCall<R> implements CallCore<R> {
   readonly #spec: RoundCallSpec<R>;
   readonly #call: CallState;
-  #round: RoundCore | undefined;
+  #round: RoundState | undefined;
   #startedAt = 0;
   #result: R | undefined;
 
   constructor(spec: RoundCallSpec<R>, connections: readonly ConnectionView[], aborted = false) {
     this.#spec = spec;
-    this.#call = new CallState(connections, aborted);
+    this.#call = newCallState(connections, aborted);
   }
 
   get result(): R | undefined {
@@ -44,34 +57,35 @@ export class RoundCall<R> implements CallCore<R> {
 
   start(at: number): CoreAction[] {
     this.#startedAt = at;
-    this.#round = new RoundCore(this.#call.out, this.#call.connections, this.#spec.body, {
+    this.#round = newRound(this.#call.out, this.#call.connections, this.#spec.bodies, {
       at,
       deadline: at + this.#spec.timeoutMs,
       aborted: this.#call.aborted,
       only: this.#spec.only,
     });
     this.#pump();
-    return this.#call.out.take();
+    return outbox.take(this.#call.out);
   }
 
   step(event: CoreEvent): CoreAction[] {
     const round = this.#round;
+    const out = this.#call.out;
     if (!round || this.#result !== undefined) return [];
     if (event.type === 'connections') {
       this.#call.connections = event.connections;
-      round.connectionsChanged(event.connections, event.at);
-    } else if (event.type === 'answer') round.answer(event.request, event.answer);
-    else if (event.type === 'timer') round.timer(event.timer);
-    else if (event.type === 'abort') round.end('aborted');
+      roundConnectionsChanged(round, out, event.connections, event.at);
+    } else if (event.type === 'answer') roundAnswer(round, event.request, event.answer);
+    else if (event.type === 'timer') roundTimer(round, out, event.timer);
+    else if (event.type === 'abort') endRound(round, out, 'aborted');
     this.#pump();
-    return this.#call.out.take();
+    return outbox.take(this.#call.out);
   }
 
   #pump(): void {
     const round = this.#round!;
     while (this.#result === undefined) {
-      if (this.#spec.keepGoing && !this.#spec.keepGoing(round.possible)) return this.#finish(undefined);
-      const event = round.next();
+      if (this.#spec.keepGoing && !this.#spec.keepGoing(roundPossible(round))) return this.#finish(undefined);
+      const event = nextRoundEvent(round, this.#call.out);
       if (!event) return;
       if (event.type === 'end') return this.#finish(event.why);
       if (event.type === 'answer') this.#spec.onAnswer(event.replica, event.answer);
@@ -79,7 +93,7 @@ export class RoundCall<R> implements CallCore<R> {
   }
 
   #finish(ended: RoundEnd | undefined): void {
-    this.#round!.close();
+    closeRound(this.#round!, this.#call.out);
     this.#result = this.#spec.finish(ended, this.#startedAt, this.#call.connections);
   }
 }
