@@ -28,4 +28,21 @@ export default tseslint.config(
     files: ['src/client/**/*.ts', 'src/replica/**/*.ts'],
     rules: { complexity: ['error', 15] },
   },
+  {
+    // The client's cores are run by the driver files, never the other way round (issue 44): no circle.
+    files: ['src/client/core/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^\\.\\./(acquire|drive|lease-calls|client)\\.js$',
+              message: 'a core must not import the files that drive it (src/client/README.md, "Cores and the driver")',
+            },
+          ],
+        },
+      ],
+    },
+  },
 );

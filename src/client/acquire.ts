@@ -39,14 +39,15 @@
  * The rules live in a core that does no I/O (src/client/core/acquire.ts and attempt.ts: events in, actions out);
  * this file runs it over the client's connections (src/client/drive.ts).
  */
-import type { GrantEvidence } from '../protocol/messages.js';
-import type { AdmissionToken } from '../token/admission-token.js';
 import { AcquireCore } from './core/acquire.js';
+import type { AcquiredGrant, AcquireGrantResult } from './core/results.js';
 import { connectionViews, coreEnv, drive } from './drive.js';
 import { releaseQuietly, renewGrant } from './lease-calls.js';
 import { renewalTime } from './lease-timing.js';
-import type { ReplicaFault } from './evidence.js';
 import type { QuorumContext } from './quorum-context.js';
+
+// The call's results are the core's types (its decisions make them); re-exported here, where callers look.
+export type { AcquiredGrant, AcquireGrantResult, AcquireRefusal, AcquireRefusalReason } from './core/results.js';
 
 export interface AcquireRequest {
   readonly resource: string;
@@ -59,44 +60,6 @@ export interface AcquireRequest {
   /** End this identity's lease held under another session (a crashed process's) instead of waiting it out. */
   readonly resume?: boolean;
 }
-
-export interface AcquiredGrant {
-  readonly token: AdmissionToken;
-  /** Client clock reading taken before the first acquire request for this epoch left. */
-  readonly sentAt: number;
-  readonly ttlMs: number;
-  /** Replicas whose partials made the token. */
-  readonly signers: readonly number[];
-  /**
-   * f+1 of the signers' partials: the evidence a replica that did not sign may need to join the lease when its
-   * record lags far behind (docs/protocol.md, "Leases that outlive f signers"). Empty when none is known.
-   */
-  readonly evidence: readonly GrantEvidence[];
-}
-
-export type AcquireRefusalReason = 'busy' | 'timeout' | 'unavailable' | 'aborted' | 'forbidden' | 'invalid';
-
-export type AcquireRefusal =
-  | {
-      readonly ok: false;
-      /** Another holder's lease runs (per at least f+1 replicas) past the caller's wait time. */
-      readonly reason: 'busy';
-      readonly message: string;
-      /** The epoch of the lease in the way, as f+1 replicas report it. */
-      readonly epoch: bigint;
-      /** How long at least one honest replica says that lease still runs. */
-      readonly remainingMs: number;
-      readonly faults: readonly ReplicaFault[];
-    }
-  | {
-      readonly ok: false;
-      readonly reason: Exclude<AcquireRefusalReason, 'busy'>;
-      readonly message: string;
-      readonly faults: readonly ReplicaFault[];
-    };
-
-export type AcquireGrantResult =
-  { readonly ok: true; readonly grant: AcquiredGrant; readonly faults: readonly ReplicaFault[] } | AcquireRefusal;
 
 /**
  * Runs the acquire protocol (its core is src/client/core/acquire.ts). Resolves with a grant or a refusal; the

@@ -6,9 +6,8 @@
  * no one else can gather t partials); the lease is lost once f+1 replicas that held it say we are not its holder.
  */
 import type { GrantEvidence, ReleaseOutcome, RenewOutcome } from '../protocol/messages.js';
-import type { RequestBody } from './replica-channel.js';
-import { releaseBody, renewBody } from './core/bodies.js';
-import { RoundCall } from './core/round-call.js';
+import { releaseBody, renewBodies } from './core/bodies.js';
+import { newRoundCall, roundCallCore, type HeardAnswer, type RoundCallRules } from './core/round-call.js';
 import type { RoundEnd } from './core/round.js';
 import { isReady } from './connection-state.js';
 import { connectionViews, drive } from './drive.js';
@@ -53,15 +52,81 @@ export interface GrantRef {
   readonly evidence?: readonly GrantEvidence[] | undefined;
 }
 
-/** The renew body for `replica`: with the grant's evidence when it is not known to hold the lease (it may join). */
-function renewBodyFor(grant: GrantRef, ttlMs: number, replica: number): RequestBody<'renew'> {
-  const joining = grant.evidence !== undefined && grant.evidence.length > 0 && grant.holders?.has(replica) !== true;
-  return renewBody(grant.resource, grant.epoch, ttlMs, joining ? grant.evidence : undefined);
-}
-
 /** Whether `replica`'s denial counts against the lease (it held it, or nobody knows who did). */
 function deniesHolding(grant: GrantRef, replica: number): boolean {
   return grant.holders === undefined || grant.holders.has(replica);
+}
+
+/** What the renew and release rounds' rules read: the grant, the cluster's numbers, the round's timeout. */
+export interface LeaseRoundParams {
+  readonly grant: GrantRef;
+  readonly f: number;
+  readonly t: number;
+  readonly requestTimeoutMs: number;
+}
+
+/** The renewals counted by quorum, and who renewed, from the answers heard (pure). */
+function renewTally(params: LeaseRoundParams, heard: readonly HeardAnswer[]) {
+  const tally = new QuorumTally<'not_holder' | 'forbidden' | 'invalid'>(params.f, params.t);
+  const renewedBy: number[] = [];
+  for (const { replica, answer } of heard) {
+    if (answer.kind !== 'reply') continue;
+    const outcome = answer.outcome as RenewOutcome;
+    if (outcome.status === 'renewed') {
+      tally.accept();
+      renewedBy.push(replica);
+    } else if (outcome.status !== 'not_holder' || deniesHolding(params.grant, replica))
+      tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
+  }
+  return { tally, renewedBy };
+}
+
+/** The faults the answers heard show, one per (replica, kind). */
+function faultsOf(heard: readonly HeardAnswer[]): readonly ReplicaFault[] {
+  const faults = new CallFaults();
+  for (const { replica, answer } of heard) faults.fromAnswer(replica, answer);
+  return faults.list();
+}
+
+/** A renewal round's rules: t renewals, or f+1 holders that deny it, or the round's end. */
+export const RENEW_RULES: RoundCallRules<LeaseRoundParams, RenewResult> = {
+  keepGoing: (params, heard, possible) => renewTally(params, heard).tally.open(possible),
+  result: (params, heard, ended, sentAt) => {
+    const { tally, renewedBy } = renewTally(params, heard);
+    return {
+      ...renewResult(tally, ended, sentAt, params.grant, params.requestTimeoutMs),
+      renewedBy,
+      faults: faultsOf(heard),
+    };
+  },
+};
+
+/** A join round's rules: every replica asked answers (or the round ends); the result is who joined. */
+export const JOIN_RULES: RoundCallRules<undefined, number[]> = {
+  result: (_params, heard) =>
+    heard
+      .filter(({ answer }) => answer.kind === 'reply' && (answer.outcome as RenewOutcome).status === 'renewed')
+      .map(({ replica }) => replica),
+};
+
+/** A release round's rules: t confirmations, or f+1 holders that deny holding it, or the round's end. */
+export const RELEASE_RULES: RoundCallRules<LeaseRoundParams, ReleaseResult> = {
+  keepGoing: (params, heard, possible) => releaseTally(params, heard).open(possible),
+  result: (params, heard, ended) =>
+    releaseResult(releaseTally(params, heard), ended, faultsOf(heard), params.grant, params.requestTimeoutMs),
+};
+
+/** The releases counted by quorum, from the answers heard (pure). */
+function releaseTally(params: LeaseRoundParams, heard: readonly HeardAnswer[]): QuorumTally<'not_holder'> {
+  // forbidden and invalid answers count for neither side: a release is judged only by who confirms or denies holding.
+  const tally = new QuorumTally<'not_holder'>(params.f, params.t);
+  for (const { replica, answer } of heard) {
+    if (answer.kind !== 'reply') continue;
+    const { status } = answer.outcome as ReleaseOutcome;
+    if (status === 'released') tally.accept();
+    else if (status === 'not_holder' && deniesHolding(params.grant, replica)) tally.refuse('not_holder');
+  }
+  return tally;
 }
 
 /**
@@ -76,34 +141,12 @@ export function renewGrant(
 ): Promise<RenewResult> {
   const { f, t } = ctx.cluster;
   const { requestTimeoutMs } = ctx.options;
-  const faults = new CallFaults();
-  const tally = new QuorumTally<'not_holder' | 'forbidden' | 'invalid'>(f, t);
-  const renewedBy: number[] = [];
-  const core = new RoundCall<RenewResult>(
-    {
-      body: (replica) => renewBodyFor(grant, ttlMs, replica),
-      timeoutMs: requestTimeoutMs,
-      keepGoing: (possible) => tally.open(possible),
-      onAnswer: (replica, answer) => {
-        faults.fromAnswer(replica, answer);
-        if (answer.kind !== 'reply') return;
-        const outcome = answer.outcome as RenewOutcome;
-        if (outcome.status === 'renewed') {
-          tally.accept();
-          renewedBy.push(replica);
-        } else if (outcome.status !== 'not_holder' || deniesHolding(grant, replica))
-          tally.refuse(outcome.status, outcome.status === 'invalid' ? outcome.message : '');
-      },
-      finish: (ended, sentAt) => ({
-        ...renewResult(tally, ended, sentAt, grant, requestTimeoutMs),
-        renewedBy,
-        faults: faults.list(),
-      }),
-    },
+  const state = newRoundCall(
+    { params: { grant, f, t, requestTimeoutMs }, bodies: renewBodies(grant, ttlMs), timeoutMs: requestTimeoutMs },
     connectionViews(ctx),
     signal?.aborted,
   );
-  return drive(ctx, core, { signal });
+  return drive(ctx, roundCallCore(state, RENEW_RULES), { signal });
 }
 
 /**
@@ -114,20 +157,11 @@ export function renewGrant(
 export function joinLease(ctx: QuorumContext, grant: GrantRef, ttlMs: number): Promise<number[]> {
   const others = new Set(ctx.channels.channels.map((c) => c.index).filter((i) => grant.holders?.has(i) !== true));
   if (others.size === 0) return Promise.resolve([]);
-  const joined: number[] = [];
-  const core = new RoundCall<number[]>(
-    {
-      body: (replica) => renewBodyFor(grant, ttlMs, replica),
-      timeoutMs: ctx.options.requestTimeoutMs,
-      only: others,
-      onAnswer: (replica, answer) => {
-        if (answer.kind === 'reply' && (answer.outcome as RenewOutcome).status === 'renewed') joined.push(replica);
-      },
-      finish: () => joined,
-    },
+  const state = newRoundCall(
+    { params: undefined, bodies: renewBodies(grant, ttlMs), timeoutMs: ctx.options.requestTimeoutMs, only: others },
     connectionViews(ctx),
   );
-  return drive(ctx, core, {});
+  return drive(ctx, roundCallCore(state, JOIN_RULES), {});
 }
 
 /** How a renewal round ended, by its tally (pure). */
@@ -190,30 +224,19 @@ export interface ReleaseInFlight {
 export function releaseGrant(ctx: QuorumContext, grant: GrantRef, signal?: AbortSignal): ReleaseInFlight {
   const { f, t } = ctx.cluster;
   const { requestTimeoutMs } = ctx.options;
-  const faults = new CallFaults();
   const views = connectionViews(ctx);
   // The round's start sends to every ready connection, before drive() returns.
   const sent = signal?.aborted ? 0 : views.filter((view) => isReady(view.state)).length;
-  // forbidden and invalid answers count for neither side: a release is judged only by who confirms or denies holding.
-  const tally = new QuorumTally<'not_holder'>(f, t);
-  const core = new RoundCall<ReleaseResult>(
+  const state = newRoundCall(
     {
-      body: () => releaseBody(grant.resource, grant.epoch),
+      params: { grant, f, t, requestTimeoutMs },
+      bodies: { body: releaseBody(grant.resource, grant.epoch) },
       timeoutMs: requestTimeoutMs,
-      keepGoing: (possible) => tally.open(possible),
-      onAnswer: (replica, answer) => {
-        faults.fromAnswer(replica, answer);
-        if (answer.kind !== 'reply') return;
-        const { status } = answer.outcome as ReleaseOutcome;
-        if (status === 'released') tally.accept();
-        else if (status === 'not_holder' && deniesHolding(grant, replica)) tally.refuse('not_holder');
-      },
-      finish: (ended) => releaseResult(tally, ended, faults.list(), grant, requestTimeoutMs),
     },
     views,
     signal?.aborted,
   );
-  const done = drive(ctx, core, { signal });
+  const done = drive(ctx, roundCallCore(state, RELEASE_RULES), { signal });
   const releases = ctx.releases;
   if (releases) {
     releases.add(done);

@@ -1,17 +1,22 @@
 /**
  * What every quorum call (acquire, renew, release, status) works with: the
  * cluster, the caller's identity, the options, the connections, and where
- * misbehaviour is reported. Also the per-call fault list results carry.
+ * misbehaviour is reported.
  */
 import { BoundedMap } from '../common/bounded-map.js';
 import type { Cluster } from '../cluster/description.js';
 import type { BlsBackend } from '../crypto/backend.js';
-import type { EvidenceLog, FaultKind, ReplicaFault } from './evidence.js';
+import type { EvidenceLog } from './evidence.js';
 import type { Identity } from './identity.js';
 import type { ClientOptions } from './options.js';
-import type { ReplicaAnswer, ReplicaChannel, RequestKind } from './replica-channel.js';
+import type { ReplicaChannel } from './replica-channel.js';
 import type { GrantLatency } from './signer-choice.js';
 import type { CoreRules } from './core/env.js';
+import type { EpochHint } from './core/results.js';
+
+// The per-call fault list and the epoch hint are the cores' types; re-exported for the driver files.
+export { CallFaults } from './core/faults.js';
+export type { EpochHint } from './core/results.js';
 
 /** The connections a call draws on, with a way to hear when any of them changes state. */
 export interface ChannelSet {
@@ -45,28 +50,4 @@ export interface QuorumContext {
   onReleased(resource: string, listener: () => void): () => void;
   /** Listens for turn notices on `resource` (which replica says our turn comes next, at which epoch). */
   onTurn?(resource: string, listener: (replica: number, epoch: bigint) => void): () => void;
-}
-
-/** The faults seen during one call, one entry per (replica, kind). */
-export class CallFaults {
-  readonly #faults: ReplicaFault[] = [];
-
-  add(replica: number, kind: FaultKind, message: string): void {
-    if (this.#faults.some((f) => f.replica === replica && f.kind === kind)) return;
-    this.#faults.push({ replica, kind, message });
-  }
-
-  /** Records the fault an answer shows, if any. */
-  fromAnswer(replica: number, answer: ReplicaAnswer<RequestKind>): void {
-    if (answer.kind === 'faulty') this.add(replica, 'protocol', answer.message);
-  }
-
-  list(): readonly ReplicaFault[] {
-    return [...this.#faults].sort((a, b) => a.replica - b.replica);
-  }
-}
-
-export interface EpochHint {
-  readonly epoch: bigint;
-  readonly contended: boolean;
 }

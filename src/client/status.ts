@@ -8,7 +8,7 @@ import type { ConnectionFailure } from './connection-state.js';
 import { fPlusOneLargest, quorumRemainingMs } from './epoch-choice.js';
 import type { QuorumContext } from './quorum-context.js';
 import type { OutcomeByRequest, StatusOutcome } from '../protocol/messages.js';
-import { RoundCall } from './core/round-call.js';
+import { newRoundCall, roundCallCore, type HeardAnswer } from './core/round-call.js';
 import { connectionViews, drive } from './drive.js';
 import type { ReplicaAnswer, ReplicaChannel, RequestBody, RequestKind } from './replica-channel.js';
 
@@ -99,24 +99,22 @@ export function askEveryReplica<B extends RequestBody<'status'> | RequestBody<'l
   finish: (views: ReadonlyMap<number, V | UnansweredView>) => R,
   signal?: AbortSignal,
 ): Promise<R> {
-  const views = new Map<number, V | UnansweredView>();
-  const core = new RoundCall<R>(
-    {
-      body: () => body,
-      timeoutMs,
-      onAnswer: (replica, answer) => {
-        const endpoint = ctx.cluster.replicas[replica - 1]!.endpoint;
-        const view =
-          answer.kind === 'reply'
-            ? viewOf(replica, endpoint, answer.outcome as OutcomeByRequest[B['type']])
-            : failedAnswerView(replica, endpoint, answer, timeoutMs);
-        if (view) views.set(replica, view);
-      },
-      finish: () => finish(views),
-    },
-    connectionViews(ctx),
-    signal?.aborted,
-  );
+  const endpoints = ctx.cluster.replicas.map((replica) => replica.endpoint);
+  // Each answer as a view, by replica index, in the order the answers came (pure: made again from the answers).
+  const viewsOf = (heard: readonly HeardAnswer[]) => {
+    const views = new Map<number, V | UnansweredView>();
+    for (const { replica, answer } of heard) {
+      const endpoint = endpoints[replica - 1]!;
+      const view =
+        answer.kind === 'reply'
+          ? viewOf(replica, endpoint, answer.outcome as OutcomeByRequest[B['type']])
+          : failedAnswerView(replica, endpoint, answer, timeoutMs);
+      if (view) views.set(replica, view);
+    }
+    return views;
+  };
+  const state = newRoundCall({ params: undefined, bodies: { body }, timeoutMs }, connectionViews(ctx), signal?.aborted);
+  const core = roundCallCore(state, { result: (_params, heard: readonly HeardAnswer[]) => finish(viewsOf(heard)) });
   return drive(ctx, core, { signal });
 }
 

@@ -59,6 +59,28 @@ const CORE_FORBIDDEN = [
   /\bnew Promise\b/,
 ];
 
+/**
+ * The client's files that run the cores (drive.ts and the calls built on it): a core importing one of them, even
+ * through another file, is a circle with its driver (issue 44).
+ */
+const CLIENT_DRIVER_FILES = ['client/acquire.ts', 'client/drive.ts', 'client/lease-calls.ts', 'client/client.ts'];
+
+/** The files `file` (relative to src) imports, relative imports only, through any number of files. */
+function reachableFrom(file: string): Map<string, string> {
+  const via = new Map<string, string>([[file, file]]);
+  const queue = [file];
+  for (let next = queue.shift(); next !== undefined; next = queue.shift()) {
+    const text = readFileSync(join(SRC, next), 'utf8');
+    for (const m of text.matchAll(/(?:from|import\()\s*'(\.{1,2}\/[^']+)\.js'/g)) {
+      const target = `${relative(SRC, resolve(dirname(join(SRC, next)), m[1]!))}.ts`;
+      if (via.has(target)) continue;
+      via.set(target, next);
+      queue.push(target);
+    }
+  }
+  return via;
+}
+
 describe('src folder rules', () => {
   it('reads the import graph', () => {
     expect(edges.length).toBeGreaterThan(200);
@@ -78,6 +100,20 @@ describe('src folder rules', () => {
       const code = readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, '');
       return CORE_FORBIDDEN.filter((pattern) => pattern.test(code)).map(
         (pattern) => `${relative(SRC, file)}: ${pattern}`,
+      );
+    });
+    expect(broken).toEqual([]);
+  });
+
+  it("the client's cores import none of the files that drive them, directly or through another file", () => {
+    const core = sourceFiles(join(SRC, 'client', 'core')).map((file) => relative(SRC, file));
+    expect(core).toContain('client/core/acquire.ts');
+    const reached = reachableFrom('client/core/acquire.ts');
+    expect(reached.has('client/core/attempt.ts')).toBe(true); // the walk follows imports
+    const broken = core.flatMap((file) => {
+      const via = reachableFrom(file);
+      return CLIENT_DRIVER_FILES.filter((driver) => via.has(driver)).map(
+        (driver) => `${file} reaches ${driver} (imported by ${via.get(driver)})`,
       );
     });
     expect(broken).toEqual([]);

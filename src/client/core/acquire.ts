@@ -9,17 +9,17 @@
  * Nothing a replica sends can make it throw, and every wait ends by the caller's deadline or abort.
  */
 import { MAX_EPOCH } from '../../common/limits.js';
-import type { AcquireGrantResult, AcquireRefusal, AcquireRefusalReason } from '../acquire.js';
+import type { AcquireGrantResult, AcquireRefusal, AcquireRefusalReason, EpochHint } from './results.js';
 import { backoffDelay } from '../backoff.js';
 import { escalationEpoch } from '../catch-up.js';
 import { firstEpoch } from '../epoch-choice.js';
-import { CallFaults, type EpochHint } from '../quorum-context.js';
+import { CallFaults } from './faults.js';
 import { leaderFor } from '../signer-choice.js';
 import { busyPauseMs, turnWaitMs } from './waits.js';
 import { AttemptCore } from './attempt.js';
 import type { Attempt } from './attempt-result.js';
-import { CallState, CLIENT_RULES, type CoreEnv } from './env.js';
-import type { CallCore, ConnectionView, CoreAction, CoreEvent } from './io.js';
+import { CLIENT_RULES, newCallState, type CallState, type CoreEnv } from './env.js';
+import { outbox, type CallCore, type ConnectionView, type CoreAction, type CoreEvent } from './io.js';
 
 /**
  * Leader-first attempts are made for at most this long after the last attempt that asked every replica: so a
@@ -116,7 +116,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
   ) {
     this.#env = env;
     this.#request = request;
-    this.#call = new CallState(connections, aborted);
+    this.#call = newCallState(connections, aborted);
     this.#hint = hint?.epoch;
     this.#contended = hint?.contended ?? false;
     this.#turnMissed = request.pollOnly === true;
@@ -145,7 +145,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
         this.#faults.add(index, failure.kind, failure.message);
     }
     this.#next(at);
-    return this.#call.out.take();
+    return outbox.take(this.#call.out);
   }
 
   step(event: CoreEvent): CoreAction[] {
@@ -156,7 +156,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     if (phase.kind === 'attempt') this.#stepAttempt(phase, event);
     else if (phase.kind === 'pause') this.#stepPause(phase, event);
     else if (phase.kind === 'busy_wait') this.#stepBusyWait(phase, event);
-    return this.#call.out.take();
+    return outbox.take(this.#call.out);
   }
 
   #stepAttempt(phase: Extract<Phase, { kind: 'attempt' }>, event: CoreEvent): void {
@@ -188,21 +188,21 @@ export class AcquireCore implements CallCore<AcquireEnd> {
 
   #stepPause(phase: Extract<Phase, { kind: 'pause' }>, event: CoreEvent): void {
     if (event.type === 'abort') {
-      this.#call.out.clearTimer(phase.timer);
+      outbox.clearTimer(this.#call.out, phase.timer);
       this.#refuse('aborted', 'the caller aborted the acquire');
     } else if (event.type === 'timer' && event.timer === phase.timer) this.#next(event.at);
   }
 
   #stepBusyWait(phase: Extract<Phase, { kind: 'busy_wait' }>, event: CoreEvent): void {
     if (event.type === 'abort') {
-      this.#call.out.clearTimer(phase.timer);
+      outbox.clearTimer(this.#call.out, phase.timer);
       this.#refuse('aborted', 'the caller aborted the acquire');
       return;
     }
     // A replica's release notice ends the wait early; the poll still bounds it, since a notice may never come.
     const woken = event.type === 'released' || (event.type === 'timer' && event.timer === phase.timer);
     if (!woken) return;
-    this.#call.out.clearTimer(phase.timer);
+    outbox.clearTimer(this.#call.out, phase.timer);
     this.#retries = 0;
     this.#next(event.at);
   }
@@ -344,7 +344,10 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     if (at >= limit) return this.#finish(busyRefusal(busy, this.#faults));
     if (this.#call.aborted) return this.#refuse('aborted', 'the caller aborted the acquire');
     const { busyPollMs } = this.#env.options;
-    const timer = this.#call.out.setTimer(busyPauseMs(at, limit, busy.remainingMs, busyPollMs, this.#env.random()));
+    const timer = outbox.setTimer(
+      this.#call.out,
+      busyPauseMs(at, limit, busy.remainingMs, busyPollMs, this.#env.random()),
+    );
     this.#phase = { kind: 'busy_wait', timer, busy };
   }
 
@@ -354,7 +357,7 @@ export class AcquireCore implements CallCore<AcquireEnd> {
     const { retryBaseMs, retryMaxMs } = this.#env.options;
     const pause = backoffDelay(this.#retries++, { baseMs: retryBaseMs, maxMs: retryMaxMs }, this.#env.random());
     if (this.#call.aborted) return this.#refuse('aborted', 'the caller aborted the acquire');
-    const timer = this.#call.out.setTimer(Math.min(pause, Math.max(0, this.#deadline - at)));
+    const timer = outbox.setTimer(this.#call.out, Math.min(pause, Math.max(0, this.#deadline - at)));
     this.#phase = { kind: 'pause', timer };
   }
 

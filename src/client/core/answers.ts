@@ -11,9 +11,10 @@ import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import { firstSigners } from '../signer-choice.js';
 import type { AttemptState, EpochAttempt } from './attempt.js';
 import type { Blocker } from './attempt-result.js';
-import { acquireBody, releaseBody } from './bodies.js';
+import { acquireBodies, acquireBody, releaseBody } from './bodies.js';
 import { CLIENT_RULES, type CallState, type CoreEnv } from './env.js';
-import type { RoundCore } from './round.js';
+import { outbox } from './io.js';
+import { askAgain, roundPossible, widenRound, widenRoundTo, type RoundState } from './round.js';
 
 /** A replica that said `too_far` and is being brought up with evidence (catch-up.ts). */
 interface Lagging {
@@ -42,7 +43,7 @@ export class AnswerJudge {
   readonly #call: CallState;
   readonly #spec: EpochAttempt;
   readonly #state: AttemptState;
-  readonly #round: RoundCore;
+  readonly #round: RoundState;
   readonly #waitTurnMs: number;
   readonly voted = new Set<number>();
   readonly granted = new Set<number>();
@@ -66,7 +67,7 @@ export class AnswerJudge {
     call: CallState,
     spec: EpochAttempt,
     state: AttemptState,
-    round: RoundCore,
+    round: RoundState,
     waitTurnMs: number,
   ) {
     this.#env = env;
@@ -84,7 +85,7 @@ export class AnswerJudge {
     if (answer.kind !== 'reply') {
       // A frozen replica (a reshare is under way) cannot vote, like one that is down: ask the others.
       if (answer.kind === 'error' && answer.code === 'REPLICA_FROZEN') this.frozen.push(replica);
-      this.#round.widen(at);
+      widenRound(this.#round, this.#call.out, at);
       return { next: 'continue' };
     }
     this.voted.add(replica);
@@ -182,7 +183,8 @@ export class AnswerJudge {
       // granted, and the leader again, so that its lease too starts after our view does (same partial).
       state.sentAt = at;
       if (otherEpoch) this.moveTo(outcome.epoch!);
-      this.#call.out.notify(
+      outbox.notify(
+        this.#call.out,
         replica,
         acquireBody(this.#spec.request, state.epoch, 0, false),
         this.#env.options.requestTimeoutMs,
@@ -208,6 +210,7 @@ export class AnswerJudge {
     state.epoch = next;
     state.grant = { ...state.grant, epoch: next };
     state.collector = this.#env.collect(state.grant);
+    this.#round.bodies = acquireBodies(this.#spec.request, next, this.#waitTurnMs, this.#spec.leader);
   }
 
   /** Leader-first: the leader granted or announced our turn; ask the first t signers from it (else everyone). */
@@ -219,8 +222,8 @@ export class AnswerJudge {
       this.#spec.request.resource,
       this.#env.cluster.t,
     );
-    if (signers && leader !== undefined && signers.has(leader)) this.#round.widenTo(signers, at);
-    else this.#round.widen(at);
+    if (signers && leader !== undefined && signers.has(leader)) widenRoundTo(this.#round, this.#call.out, signers, at);
+    else widenRound(this.#round, this.#call.out, at);
   }
 
   #catchUp(replica: number, at: number): void {
@@ -232,7 +235,7 @@ export class AnswerJudge {
     const step = catchUpStep(replica, entry.current, epoch, this.#held, f, this.#env.options.maxEpochStep);
     if (!step) return;
     const body = acquireBody(this.#spec.request, step.epoch, 0, false, step.evidence);
-    if (entry.steps >= MAX_CATCH_UP_STEPS || !this.#round.ask(replica, body, at)) {
+    if (entry.steps >= MAX_CATCH_UP_STEPS || !askAgain(this.#round, this.#call.out, replica, body, at)) {
       this.#lagging.delete(replica);
       return;
     }
@@ -242,7 +245,7 @@ export class AnswerJudge {
 
   /** Lagging replicas not asked yet count as answers still possible while a partial can still come to make evidence. */
   waitingForEvidence(): number {
-    if (this.#state.collector.count + this.#round.possible === 0) return 0;
+    if (this.#state.collector.count + roundPossible(this.#round) === 0) return 0;
     let waiting = 0;
     for (const entry of this.#lagging.values()) if (entry.asking === undefined) waiting++;
     return waiting;
@@ -286,7 +289,7 @@ export class AnswerJudge {
     const body = releaseBody(this.#spec.request.resource, epoch);
     for (const connection of this.#call.connections) {
       if (!include(connection.index) || connection.state.phase !== 'ready') continue;
-      this.#call.out.notify(connection.index, body, this.#env.options.requestTimeoutMs);
+      outbox.notify(this.#call.out, connection.index, body, this.#env.options.requestTimeoutMs);
     }
   }
 }

@@ -3,7 +3,7 @@
  * runs the attempt; src/client/core/acquire.ts acts on the result). Pure.
  */
 import { fPlusOneLargest, quorumRemainingMs } from '../epoch-choice.js';
-import type { AcquiredGrant, AcquireRefusalReason } from '../acquire.js';
+import type { AcquiredGrant, AcquireRefusalReason } from './results.js';
 import type { QuorumTally } from '../quorum-tally.js';
 import type { ConnectionView } from './io.js';
 

@@ -12,15 +12,31 @@ import { encodeToken } from '../../token/admission-token.js';
 import type { Grant } from '../../token/grant.js';
 import type { AcquireOutcome } from '../../protocol/messages.js';
 import type { CombineOutcome, PartialCollector } from '../partial-collector.js';
-import type { CallFaults } from '../quorum-context.js';
+import type { CallFaults } from './faults.js';
 import { firstSigners, leaderFor } from '../signer-choice.js';
 import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import type { AcquireCall } from './acquire.js';
 import { AnswerJudge } from './answers.js';
 import { classifyAttempt, unavailableMessage, type Attempt } from './attempt-result.js';
-import { acquireBody } from './bodies.js';
+import { acquireBodies } from './bodies.js';
 import type { CallState, CoreEnv } from './env.js';
-import { RoundCore, type RoundEvent } from './round.js';
+import { outbox } from './io.js';
+import {
+  closeRound,
+  endRound,
+  newRound,
+  nextRoundEvent,
+  roundAnswer,
+  roundAsked,
+  roundConnectionsChanged,
+  roundNarrow,
+  roundPossible,
+  roundTimer,
+  shortenRoundDeadline,
+  widenRound,
+  type RoundEvent,
+  type RoundState,
+} from './round.js';
 
 /** What one attempt needs besides the call's environment. */
 export interface EpochAttempt {
@@ -79,7 +95,7 @@ export class AttemptCore {
   readonly #call: CallState;
   readonly #spec: EpochAttempt;
   readonly #waitTurnMs: number;
-  readonly #round: RoundCore;
+  readonly #round: RoundState;
   readonly #roundDeadline: number;
   readonly #state: AttemptState;
   readonly #judge: AnswerJudge;
@@ -122,18 +138,20 @@ export class AttemptCore {
     this.#roundDeadline = Math.min(spec.deadline, at + env.options.requestTimeoutMs + this.#waitTurnMs);
     const first =
       leader === undefined ? firstSigners({ channels: call.connections }, request.resource, t) : new Set([leader]);
-    this.#round = new RoundCore(
-      call.out,
-      call.connections,
-      (replica) => acquireBody(request, this.#state.epoch, this.#waitTurnMs, replica === leader),
-      { at, deadline: this.#roundDeadline, aborted: call.aborted, first },
-    );
+    this.#round = newRound(call.out, call.connections, acquireBodies(request, spec.epoch, this.#waitTurnMs, leader), {
+      at,
+      deadline: this.#roundDeadline,
+      aborted: call.aborted,
+      first,
+    });
     this.#judge = new AnswerJudge(env, call, spec, this.#state, this.#round, this.#waitTurnMs);
     // First replicas that are slow to answer do not hold the attempt up for long: then everyone is asked. A leader
     // keeping us in its line is not slow: it answers when our turn comes.
-    if (first !== undefined && this.#waitTurnMs <= 0) this.#widenTimer = call.out.setTimer(this.#widenAfterMs(at));
+    if (first !== undefined && this.#waitTurnMs <= 0)
+      this.#widenTimer = outbox.setTimer(call.out, this.#widenAfterMs(at));
     // A line's wait may be long on purpose, so no answer from the leader says nothing; its connection does.
-    if (leader !== undefined && this.#waitTurnMs > 0) this.#leaderCheckTimer = call.out.setTimer(LEADER_CHECK_MS);
+    if (leader !== undefined && this.#waitTurnMs > 0)
+      this.#leaderCheckTimer = outbox.setTimer(call.out, LEADER_CHECK_MS);
     this.#pump(at);
   }
 
@@ -143,32 +161,32 @@ export class AttemptCore {
   }
 
   answer(request: number, answer: ReplicaAnswer<RequestKind>, at: number): void {
-    if (this.#round.answer(request, answer)) this.#pump(at);
+    if (roundAnswer(this.#round, request, answer)) this.#pump(at);
   }
 
   /** False when `timer` is not one of this attempt's. */
   timer(timer: number, at: number): boolean {
     if (timer === this.#widenTimer) {
       this.#widenTimer = undefined;
-      this.#round.widen(at);
+      widenRound(this.#round, this.#call.out, at);
     } else if (timer === this.#lateTimer) {
       this.#lateTimer = undefined;
-      this.#round.widen(at);
+      widenRound(this.#round, this.#call.out, at);
     } else if (timer === this.#leaderCheckTimer) {
       this.#leaderCheckTimer = undefined;
       if (this.#checkLeader()) return (this.#finish(at), true);
-    } else if (!this.#round.timer(timer)) return false;
+    } else if (!roundTimer(this.#round, this.#call.out, timer)) return false;
     this.#pump(at);
     return true;
   }
 
   connectionsChanged(at: number): void {
-    this.#round.connectionsChanged(this.#call.connections, at);
+    roundConnectionsChanged(this.#round, this.#call.out, this.#call.connections, at);
     this.#pump(at);
   }
 
   abort(at: number): void {
-    this.#round.end('aborted');
+    endRound(this.#round, this.#call.out, 'aborted');
     this.#pump(at);
   }
 
@@ -209,7 +227,7 @@ export class AttemptCore {
   #pump(at: number): void {
     while (!this.#result && !this.#combining) {
       if (!(this.#mayStillWin() || this.#stillLearning())) return this.#finish(at);
-      const event = this.#round.next();
+      const event = nextRoundEvent(this.#round, this.#call.out);
       if (!event) return;
       const next = this.#take(event, at);
       if (next === 'exit') return this.#finish(at);
@@ -217,7 +235,9 @@ export class AttemptCore {
   }
 
   #mayStillWin(): boolean {
-    return this.#state.collector.count + this.#round.possible + this.#judge.waitingForEvidence() >= this.#env.cluster.t;
+    return (
+      this.#state.collector.count + roundPossible(this.#round) + this.#judge.waitingForEvidence() >= this.#env.cluster.t
+    );
   }
 
   /**
@@ -228,7 +248,7 @@ export class AttemptCore {
    */
   #stillLearning(): boolean {
     const learning = this.#spec.learnEpochs || this.#judge.busy.length > 0;
-    return learning && this.#judge.voted.size < 2 * this.#env.cluster.f + 1 && this.#round.possible > 0;
+    return learning && this.#judge.voted.size < 2 * this.#env.cluster.f + 1 && roundPossible(this.#round) > 0;
   }
 
   #take(event: RoundEvent, at: number): 'continue' | 'exit' | 'combining' {
@@ -240,7 +260,7 @@ export class AttemptCore {
     const judged = this.#judge.judge(event.replica, event.answer, at);
     if (judged.next === 'combining') {
       this.#combining = { replica: event.replica, outcome: judged.outcome };
-      this.#call.out.combine(this.#state.collector);
+      outbox.combine(this.#call.out, this.#state.collector);
       return 'combining';
     }
     if (judged.next === 'continue') return 'continue';
@@ -256,7 +276,7 @@ export class AttemptCore {
     if (!state.leaderOnly) this.#askMoreAfter(replica, usable, at);
     if (state.leaderOnly && replica === leader && this.#leaderAnswered(outcome, usable, at) === 'exit') return 'exit';
     if (this.#judge.refusalConfirmed() || this.#judge.busy.length > this.#env.cluster.f) return 'exit';
-    if (!this.#mayStillWin()) round.widen(at); // Only learning now: every replica's epoch helps.
+    if (!this.#mayStillWin()) widenRound(round, this.#call.out, at); // Only learning now: every replica's epoch helps.
     this.#noteStragglers(at);
     return 'continue';
   }
@@ -266,7 +286,7 @@ export class AttemptCore {
    * usable one from the leader starts the clock on the others' answers.
    */
   #askMoreAfter(replica: number, usable: boolean, at: number): void {
-    if (this.#round.narrow && !usable) this.#round.widen(at);
+    if (roundNarrow(this.#round) && !usable) widenRound(this.#round, this.#call.out, at);
     // Leader-first, any signer's grant (the leader's, or another's after the turn was told) starts the clock on the
     // others: a leader that hung after telling the turn must not keep the attempt waiting for its partial.
     if (usable && this.#spec.leader !== undefined) this.#widenWhenLate(at);
@@ -301,7 +321,12 @@ export class AttemptCore {
     if (this.#straggling || this.#judge.voted.size < 2 * this.#env.cluster.f + 1) return;
     this.#straggling = true;
     const elapsed = at - this.#state.sentAt;
-    this.#round.shortenDeadline(at + Math.max(this.#env.options.stragglerMinMs, elapsed * STRAGGLER_FACTOR), at);
+    shortenRoundDeadline(
+      this.#round,
+      this.#call.out,
+      at + Math.max(this.#env.options.stragglerMinMs, elapsed * STRAGGLER_FACTOR),
+      at,
+    );
   }
 
   /**
@@ -316,14 +341,14 @@ export class AttemptCore {
       this.#leaderGone = true;
       return true;
     }
-    this.#leaderCheckTimer = this.#call.out.setTimer(LEADER_CHECK_MS);
+    this.#leaderCheckTimer = outbox.setTimer(this.#call.out, LEADER_CHECK_MS);
     return false;
   }
 
   /** Once the leader granted, the other signers' leases end with the same release: late answers mean asking the rest. */
   #widenWhenLate(at: number): void {
-    if (this.#lateTimer !== undefined || !this.#round.narrow) return;
-    this.#lateTimer = this.#call.out.setTimer(this.#widenAfterMs(at));
+    if (this.#lateTimer !== undefined || !roundNarrow(this.#round)) return;
+    this.#lateTimer = outbox.setTimer(this.#call.out, this.#widenAfterMs(at));
   }
 
   /**
@@ -341,13 +366,13 @@ export class AttemptCore {
 
   #finish(at: number): void {
     const out = this.#call.out;
-    out.clearTimer(this.#widenTimer);
-    out.clearTimer(this.#lateTimer);
-    out.clearTimer(this.#leaderCheckTimer);
+    outbox.clearTimer(out, this.#widenTimer);
+    outbox.clearTimer(out, this.#lateTimer);
+    outbox.clearTimer(out, this.#leaderCheckTimer);
     this.#widenTimer = this.#lateTimer = this.#leaderCheckTimer = undefined;
-    const reachable = this.#judge.voted.size + this.#round.possible;
-    const asked = this.#round.asked;
-    this.#round.close();
+    const reachable = this.#judge.voted.size + roundPossible(this.#round);
+    const asked = roundAsked(this.#round);
+    closeRound(this.#round, this.#call.out);
     this.#result = this.#outcome(at, reachable, asked);
   }
 

@@ -4,6 +4,7 @@
  */
 import type { GrantEvidence } from '../../protocol/messages.js';
 import type { RequestBody } from '../replica-channel.js';
+import type { AnyRequestBody } from './io.js';
 
 /** What an acquire body is built from (the call's request). */
 export interface AcquireFields {
@@ -49,4 +50,49 @@ export function renewBody(
 ): RequestBody<'renew'> {
   const body = { type: 'renew', resource, epoch, ttlMs } as const;
   return evidence && evidence.length > 0 ? { ...body, evidence } : body;
+}
+
+/**
+ * The request a round sends each replica, as plain data: `body`, but `special.body` to the replicas in
+ * `special.replicas` (an acquire's leader, a renew's known holders).
+ */
+export interface RoundBodies {
+  readonly body: AnyRequestBody;
+  readonly special?: { readonly replicas: ReadonlySet<number>; readonly body: AnyRequestBody } | undefined;
+}
+
+export function bodyFor(bodies: RoundBodies, replica: number): AnyRequestBody {
+  return bodies.special?.replicas.has(replica) === true ? bodies.special.body : bodies.body;
+}
+
+/** An acquire attempt's requests: the leader's may take the next epoch when its turn comes (acquireBody). */
+export function acquireBodies(
+  request: AcquireFields,
+  epoch: bigint,
+  waitTurnMs: number,
+  leader: number | undefined,
+): RoundBodies {
+  const body = acquireBody(request, epoch, waitTurnMs, false);
+  if (leader === undefined) return { body };
+  return { body, special: { replicas: new Set([leader]), body: acquireBody(request, epoch, waitTurnMs, true) } };
+}
+
+/**
+ * A renewal's requests: with the grant's evidence for the replicas not known to hold the lease (they may join it;
+ * every replica when nobody knows who holds it), without it for the holders.
+ */
+export function renewBodies(
+  grant: {
+    readonly resource: string;
+    readonly epoch: bigint;
+    readonly holders?: ReadonlySet<number> | undefined;
+    readonly evidence?: readonly GrantEvidence[] | undefined;
+  },
+  ttlMs: number,
+): RoundBodies {
+  const plain = renewBody(grant.resource, grant.epoch, ttlMs);
+  const { evidence, holders } = grant;
+  if (evidence === undefined || evidence.length === 0) return { body: plain };
+  const joining = renewBody(grant.resource, grant.epoch, ttlMs, evidence);
+  return holders === undefined ? { body: joining } : { body: joining, special: { replicas: holders, body: plain } };
 }

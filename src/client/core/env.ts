@@ -9,8 +9,7 @@ import { chooseEpoch } from '../epoch-choice.js';
 import type { ClientOptions } from '../options.js';
 import type { PartialCollector } from '../partial-collector.js';
 import type { GrantLatency } from '../signer-choice.js';
-import type { ConnectionView } from './io.js';
-import { Outbox } from './io.js';
+import { newOutbox, type ConnectionView, type Outbox } from './io.js';
 
 /** The parts of a cluster description the cores decide by. */
 export interface CoreCluster {
@@ -54,18 +53,13 @@ export interface CoreEnv {
   readonly rules?: CoreRules | undefined;
 }
 
-/** The running state one call's cores share. */
-export class CallState {
-  readonly out = new Outbox();
+/** The running state one call's cores share (plain data, part of the call's state). */
+export interface CallState {
+  readonly out: Outbox;
   connections: readonly ConnectionView[];
   aborted: boolean;
+}
 
-  constructor(connections: readonly ConnectionView[], aborted: boolean) {
-    this.connections = connections;
-    this.aborted = aborted;
-  }
-
-  isReady(replica: number): boolean {
-    return this.connections.find((c) => c.index === replica)?.state.phase === 'ready';
-  }
+export function newCallState(connections: readonly ConnectionView[], aborted: boolean): CallState {
+  return { out: newOutbox(), connections, aborted };
 }

@@ -65,52 +65,60 @@ export type CoreAction =
   | { readonly type: 'combine'; readonly collector: PartialCollector };
 
 /**
- * Where a core's actions collect during one step, and where it numbers its timers, requests and rounds. One per
- * call: the numbers only have to be unique within it.
+ * Where a core's actions collect during one step, and where it numbers its timers, requests and rounds: plain data
+ * (part of a call's state), changed only through `outbox` below. One per call: the numbers only have to be unique
+ * within it.
  */
-export class Outbox {
-  #actions: CoreAction[] = [];
-  #nextId = 1;
-
-  /** The actions of this step, in order; the outbox is empty afterwards. */
-  take(): CoreAction[] {
-    const actions = this.#actions;
-    this.#actions = [];
-    return actions;
-  }
-
-  id(): number {
-    return this.#nextId++;
-  }
-
-  send(group: number, replica: number, body: AnyRequestBody, timeoutMs: number): number {
-    const request = this.id();
-    this.#actions.push({ type: 'send', request, group, replica, body, timeoutMs: Math.max(0, timeoutMs) });
-    return request;
-  }
-
-  notify(replica: number, body: AnyRequestBody, timeoutMs: number): void {
-    this.#actions.push({ type: 'notify', replica, body, timeoutMs });
-  }
-
-  abandon(group: number): void {
-    this.#actions.push({ type: 'abandon', group });
-  }
-
-  setTimer(ms: number): number {
-    const timer = this.id();
-    this.#actions.push({ type: 'set_timer', timer, ms: Math.max(0, ms) });
-    return timer;
-  }
-
-  clearTimer(timer: number | undefined): void {
-    if (timer !== undefined) this.#actions.push({ type: 'clear_timer', timer });
-  }
-
-  combine(collector: PartialCollector): void {
-    this.#actions.push({ type: 'combine', collector });
-  }
+export interface Outbox {
+  actions: CoreAction[];
+  nextId: number;
 }
+
+export function newOutbox(): Outbox {
+  return { actions: [], nextId: 1 };
+}
+
+/** The operations on an outbox (each appends one action, or numbers one thing). */
+export const outbox = {
+  /** The actions of this step, in order; the outbox is empty afterwards. */
+  take(out: Outbox): CoreAction[] {
+    const actions = out.actions;
+    out.actions = [];
+    return actions;
+  },
+
+  id(out: Outbox): number {
+    return out.nextId++;
+  },
+
+  send(out: Outbox, group: number, replica: number, body: AnyRequestBody, timeoutMs: number): number {
+    const request = outbox.id(out);
+    out.actions.push({ type: 'send', request, group, replica, body, timeoutMs: Math.max(0, timeoutMs) });
+    return request;
+  },
+
+  notify(out: Outbox, replica: number, body: AnyRequestBody, timeoutMs: number): void {
+    out.actions.push({ type: 'notify', replica, body, timeoutMs });
+  },
+
+  abandon(out: Outbox, group: number): void {
+    out.actions.push({ type: 'abandon', group });
+  },
+
+  setTimer(out: Outbox, ms: number): number {
+    const timer = outbox.id(out);
+    out.actions.push({ type: 'set_timer', timer, ms: Math.max(0, ms) });
+    return timer;
+  },
+
+  clearTimer(out: Outbox, timer: number | undefined): void {
+    if (timer !== undefined) out.actions.push({ type: 'clear_timer', timer });
+  },
+
+  combine(out: Outbox, collector: PartialCollector): void {
+    out.actions.push({ type: 'combine', collector });
+  },
+};
 
 /** A call's core: started once, then stepped with each event until `result` is set. */
 export interface CallCore<R> {

@@ -4,10 +4,14 @@
  * answer whether it has heard enough; `possible` tells it how many more could still come, so it can stop as soon
  * as its goal is out of reach instead of waiting for a deadline. A round never waits for a replica whose
  * connection is down. Every call's core (acquire, renew, release, status, leases) runs its requests through one.
+ *
+ * A round is plain data (RoundState, part of its call's state) changed only by the functions here, which take the
+ * call's outbox for the actions they add.
  */
 import { isPending, isReady } from '../connection-state.js';
 import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
-import type { AnyRequestBody, ConnectionView, Outbox } from './io.js';
+import { bodyFor, type RoundBodies } from './bodies.js';
+import { outbox, type AnyRequestBody, type ConnectionView, type Outbox } from './io.js';
 
 export type RoundEnd = 'exhausted' | 'deadline' | 'aborted';
 
@@ -32,196 +36,204 @@ export interface RoundSetup {
 /** held: not asked yet by choice (see `first`); waiting: connecting, asked once ready; skipped: down. */
 type Slot = 'held' | 'waiting' | 'sent' | 'answered' | 'skipped';
 
-export class RoundCore {
-  readonly #out: Outbox;
-  readonly #body: (replica: number) => AnyRequestBody;
-  readonly #group: number;
-  readonly #slots = new Map<number, Slot>();
+export interface RoundState {
+  readonly group: number;
+  /** The request for each replica (usually the same for all). */
+  bodies: RoundBodies;
+  readonly slots: Map<number, Slot>;
   /** Open requests of this round: request number → replica. */
-  readonly #requests = new Map<number, number>();
-  readonly #queue: RoundEvent[] = [];
-  #connections: readonly ConnectionView[];
-  #deadline: number;
-  #timer: number | undefined;
-  #ended: RoundEvent | undefined;
-  #first: ReadonlySet<number> | undefined;
-  readonly #only: ReadonlySet<number> | undefined;
+  readonly requests: Map<number, number>;
+  readonly queue: RoundEvent[];
+  connections: readonly ConnectionView[];
+  deadline: number;
+  timer: number | undefined;
+  ended: Extract<RoundEvent, { type: 'end' }> | undefined;
+  first: ReadonlySet<number> | undefined;
+  readonly only: ReadonlySet<number> | undefined;
+}
 
-  /** @param body the request for one replica (usually the same for all). */
-  constructor(
-    out: Outbox,
-    connections: readonly ConnectionView[],
-    body: (replica: number) => AnyRequestBody,
-    setup: RoundSetup,
-  ) {
-    this.#out = out;
-    this.#body = body;
-    this.#group = out.id();
-    this.#connections = connections;
-    this.#deadline = setup.deadline;
-    this.#first = setup.first;
-    this.#only = setup.only;
-    for (const connection of connections) this.#slots.set(connection.index, 'skipped');
-    if (setup.aborted) {
-      this.end('aborted');
-      return;
+/** @param bodies the request for each replica (usually the same for all). */
+export function newRound(
+  out: Outbox,
+  connections: readonly ConnectionView[],
+  bodies: RoundBodies,
+  setup: RoundSetup,
+): RoundState {
+  const round: RoundState = {
+    group: outbox.id(out),
+    bodies,
+    slots: new Map(),
+    requests: new Map(),
+    queue: [],
+    connections,
+    deadline: setup.deadline,
+    timer: undefined,
+    ended: undefined,
+    first: setup.first,
+    only: setup.only,
+  };
+  for (const connection of connections) round.slots.set(connection.index, 'skipped');
+  if (setup.aborted) {
+    endRound(round, out, 'aborted');
+    return round;
+  }
+  armTimer(round, out, setup.at);
+  refresh(round, out, setup.at, false);
+  return round;
+}
+
+/** Replicas that may still answer: asked and not yet answered, or connecting now. */
+export function roundPossible(round: RoundState): number {
+  let count = 0;
+  for (const slot of round.slots.values()) if (slot === 'sent' || slot === 'waiting' || slot === 'held') count++;
+  return count;
+}
+
+/** True while only the `first` replicas have been asked. */
+export function roundNarrow(round: RoundState): boolean {
+  return round.first !== undefined;
+}
+
+/** The replicas this round has sent its request to so far. */
+export function roundAsked(round: RoundState): number[] {
+  const asked: number[] = [];
+  for (const [index, slot] of round.slots) if (slot === 'sent' || slot === 'answered') asked.push(index);
+  return asked.sort((a, b) => a - b);
+}
+
+/** Asks every replica (after a `first`-only start). */
+export function widenRound(round: RoundState, out: Outbox, at: number): void {
+  if (round.first === undefined) return;
+  round.first = undefined;
+  refresh(round, out, at, false);
+}
+
+/** Asks these replicas too, still holding back the rest (after a `first`-only start; no-op once widened). */
+export function widenRoundTo(round: RoundState, out: Outbox, replicas: ReadonlySet<number>, at: number): void {
+  if (round.first === undefined) return;
+  round.first = new Set([...round.first, ...replicas]);
+  refresh(round, out, at, false);
+}
+
+/**
+ * Asks one replica again, with another request (a catch-up with evidence, docs/protocol.md "Epoch steps"), once
+ * it has answered and while its connection is ready; its answer comes as any other. False when it cannot be asked.
+ */
+export function askAgain(round: RoundState, out: Outbox, replica: number, body: AnyRequestBody, at: number): boolean {
+  const connection = round.connections.find((c) => c.index === replica);
+  if (round.ended || !connection || round.slots.get(replica) !== 'answered' || !isReady(connection.state)) return false;
+  send(round, out, replica, at, body);
+  return true;
+}
+
+/** Moves the deadline earlier (never later): used to stop waiting for stragglers. */
+export function shortenRoundDeadline(round: RoundState, out: Outbox, deadline: number, at: number): void {
+  if (deadline >= round.deadline || round.ended) return;
+  round.deadline = deadline;
+  armTimer(round, out, at);
+}
+
+/** A connection changed: sends to those that became ready, forgets those that went down before being asked. */
+export function roundConnectionsChanged(
+  round: RoundState,
+  out: Outbox,
+  connections: readonly ConnectionView[],
+  at: number,
+): void {
+  round.connections = connections;
+  refresh(round, out, at, true);
+}
+
+/** Takes an answer; false when it is not one of this round's open requests (or the round is over). */
+export function roundAnswer(round: RoundState, request: number, answer: ReplicaAnswer<RequestKind>): boolean {
+  const replica = round.requests.get(request);
+  if (replica === undefined || round.ended) return false;
+  round.requests.delete(request);
+  round.queue.push({ type: 'answer', replica, answer });
+  return true;
+}
+
+/** True when `timer` was this round's deadline (the round has ended). */
+export function roundTimer(round: RoundState, out: Outbox, timer: number): boolean {
+  if (timer !== round.timer) return false;
+  round.timer = undefined;
+  endRound(round, out, 'deadline');
+  return true;
+}
+
+/**
+ * The next answer or change; after the end, the end event again; undefined while nothing has come and more
+ * may (wait for the next event).
+ */
+export function nextRoundEvent(round: RoundState, out: Outbox): RoundEvent | undefined {
+  const event = round.queue.shift();
+  if (event) {
+    // Counted as possible until the caller has seen it, so `possible` never undercounts queued answers.
+    if (event.type === 'answer') round.slots.set(event.replica, 'answered');
+    return event;
+  }
+  if (round.ended) return round.ended;
+  if (roundPossible(round) > 0) return undefined;
+  endRound(round, out, 'exhausted');
+  return round.ended;
+}
+
+/** Ends the round (answers already queued are still handed out first). */
+export function endRound(round: RoundState, out: Outbox, why: RoundEnd): void {
+  if (round.ended) return;
+  round.ended = { type: 'end', why };
+  stop(round, out);
+}
+
+/** Stops the round: no more requests go out, and requests still open are abandoned (late replies are ignored). */
+export function closeRound(round: RoundState, out: Outbox): void {
+  if (!round.ended) round.ended = { type: 'end', why: 'exhausted' };
+  stop(round, out);
+}
+
+function stop(round: RoundState, out: Outbox): void {
+  outbox.clearTimer(out, round.timer);
+  round.timer = undefined;
+  round.requests.clear();
+  outbox.abandon(out, round.group);
+}
+
+function armTimer(round: RoundState, out: Outbox, at: number): void {
+  outbox.clearTimer(out, round.timer);
+  round.timer = outbox.setTimer(out, round.deadline - at);
+}
+
+/** Sends to connections that became ready; forgets ones that went down before we could ask them. */
+function refresh(round: RoundState, out: Outbox, at: number, notify: boolean): void {
+  if (round.ended) return;
+  let changed = false;
+  for (const connection of round.connections) {
+    const slot = round.slots.get(connection.index);
+    if (slot === 'sent' || slot === 'answered') continue;
+    const next = slotFor(round, connection);
+    if (next === 'sent') {
+      send(round, out, connection.index, at);
+      changed = true;
+    } else if (next !== slot) {
+      round.slots.set(connection.index, next);
+      changed = true;
     }
-    this.#armTimer(setup.at);
-    this.#refresh(setup.at, false);
   }
+  if (notify && changed) round.queue.push({ type: 'changed' });
+}
 
-  /** Replicas that may still answer: asked and not yet answered, or connecting now. */
-  get possible(): number {
-    let count = 0;
-    for (const slot of this.#slots.values()) if (slot === 'sent' || slot === 'waiting' || slot === 'held') count++;
-    return count;
-  }
+/** Where a replica not yet asked stands now: asked at once ('sent'), held back, waiting for its connection, or skipped. */
+function slotFor(round: RoundState, connection: ConnectionView): Slot {
+  if (round.only !== undefined && !round.only.has(connection.index)) return 'skipped';
+  const up = isReady(connection.state);
+  if (round.first !== undefined && !round.first.has(connection.index))
+    return up || isPending(connection.state) ? 'held' : 'skipped';
+  if (up) return 'sent';
+  return isPending(connection.state) ? 'waiting' : 'skipped';
+}
 
-  /** True while only the `first` replicas have been asked. */
-  get narrow(): boolean {
-    return this.#first !== undefined;
-  }
-
-  get ended(): boolean {
-    return this.#ended !== undefined;
-  }
-
-  /** The replicas this round has sent its request to so far. */
-  get asked(): number[] {
-    const asked: number[] = [];
-    for (const [index, slot] of this.#slots) if (slot === 'sent' || slot === 'answered') asked.push(index);
-    return asked.sort((a, b) => a - b);
-  }
-
-  /** Asks every replica (after a `first`-only start). */
-  widen(at: number): void {
-    if (this.#first === undefined) return;
-    this.#first = undefined;
-    this.#refresh(at, false);
-  }
-
-  /** Asks these replicas too, still holding back the rest (after a `first`-only start; no-op once widened). */
-  widenTo(replicas: ReadonlySet<number>, at: number): void {
-    if (this.#first === undefined) return;
-    this.#first = new Set([...this.#first, ...replicas]);
-    this.#refresh(at, false);
-  }
-
-  /**
-   * Asks one replica again, with another request (a catch-up with evidence, docs/protocol.md "Epoch steps"), once
-   * it has answered and while its connection is ready; its answer comes as any other. False when it cannot be asked.
-   */
-  ask(replica: number, body: AnyRequestBody, at: number): boolean {
-    const connection = this.#connections.find((c) => c.index === replica);
-    if (this.#ended || !connection || this.#slots.get(replica) !== 'answered' || !isReady(connection.state))
-      return false;
-    this.#send(replica, at, body);
-    return true;
-  }
-
-  /** Moves the deadline earlier (never later): used to stop waiting for stragglers. */
-  shortenDeadline(deadline: number, at: number): void {
-    if (deadline >= this.#deadline || this.#ended) return;
-    this.#deadline = deadline;
-    this.#armTimer(at);
-  }
-
-  /** A connection changed: sends to those that became ready, forgets those that went down before being asked. */
-  connectionsChanged(connections: readonly ConnectionView[], at: number): void {
-    this.#connections = connections;
-    this.#refresh(at, true);
-  }
-
-  /** Takes an answer; false when it is not one of this round's open requests (or the round is over). */
-  answer(request: number, answer: ReplicaAnswer<RequestKind>): boolean {
-    const replica = this.#requests.get(request);
-    if (replica === undefined || this.#ended) return false;
-    this.#requests.delete(request);
-    this.#queue.push({ type: 'answer', replica, answer });
-    return true;
-  }
-
-  /** True when `timer` was this round's deadline (the round has ended). */
-  timer(timer: number): boolean {
-    if (timer !== this.#timer) return false;
-    this.#timer = undefined;
-    this.end('deadline');
-    return true;
-  }
-
-  /**
-   * The next answer or change; after the end, the end event again; undefined while nothing has come and more
-   * may (wait for the next event).
-   */
-  next(): RoundEvent | undefined {
-    const event = this.#queue.shift();
-    if (event) {
-      // Counted as possible until the caller has seen it, so `possible` never undercounts queued answers.
-      if (event.type === 'answer') this.#slots.set(event.replica, 'answered');
-      return event;
-    }
-    if (this.#ended) return this.#ended;
-    if (this.possible > 0) return undefined;
-    this.end('exhausted');
-    return this.#ended;
-  }
-
-  /** Ends the round (answers already queued are still handed out first). */
-  end(why: RoundEnd): void {
-    if (this.#ended) return;
-    this.#ended = { type: 'end', why };
-    this.#stop();
-  }
-
-  /** Stops the round: no more requests go out, and requests still open are abandoned (late replies are ignored). */
-  close(): void {
-    if (!this.#ended) this.#ended = { type: 'end', why: 'exhausted' };
-    this.#stop();
-  }
-
-  #stop(): void {
-    this.#out.clearTimer(this.#timer);
-    this.#timer = undefined;
-    this.#requests.clear();
-    this.#out.abandon(this.#group);
-  }
-
-  #armTimer(at: number): void {
-    this.#out.clearTimer(this.#timer);
-    this.#timer = this.#out.setTimer(this.#deadline - at);
-  }
-
-  /** Sends to connections that became ready; forgets ones that went down before we could ask them. */
-  #refresh(at: number, notify: boolean): void {
-    if (this.#ended) return;
-    let changed = false;
-    for (const connection of this.#connections) {
-      const slot = this.#slots.get(connection.index);
-      if (slot === 'sent' || slot === 'answered') continue;
-      const next = this.#slotFor(connection);
-      if (next === 'sent') {
-        this.#send(connection.index, at);
-        changed = true;
-      } else if (next !== slot) {
-        this.#slots.set(connection.index, next);
-        changed = true;
-      }
-    }
-    if (notify && changed) this.#queue.push({ type: 'changed' });
-  }
-
-  /** Where a replica not yet asked stands now: asked at once ('sent'), held back, waiting for its connection, or skipped. */
-  #slotFor(connection: ConnectionView): Slot {
-    if (this.#only !== undefined && !this.#only.has(connection.index)) return 'skipped';
-    const up = isReady(connection.state);
-    if (this.#first !== undefined && !this.#first.has(connection.index))
-      return up || isPending(connection.state) ? 'held' : 'skipped';
-    if (up) return 'sent';
-    return isPending(connection.state) ? 'waiting' : 'skipped';
-  }
-
-  #send(replica: number, at: number, body: AnyRequestBody = this.#body(replica)): void {
-    this.#slots.set(replica, 'sent');
-    this.#requests.set(this.#out.send(this.#group, replica, body, this.#deadline - at), replica);
-  }
+function send(round: RoundState, out: Outbox, replica: number, at: number, body?: AnyRequestBody): void {
+  round.slots.set(replica, 'sent');
+  const request = body ?? bodyFor(round.bodies, replica);
+  round.requests.set(outbox.send(out, round.group, replica, request, round.deadline - at), replica);
 }
