@@ -120,13 +120,11 @@ export interface ChannelMutation {
   readonly forgetsFloors?: boolean;
   /** The connection reports no latency, so acquires choose signers blind to it. */
   readonly blindToLatency?: boolean;
-  /** A line's keeper is judged by its answer time as a signer, not by its pongs. */
-  readonly leaderByAnswers?: boolean;
 }
 
 /** `connection` as the client's cores see it, with `mutation`'s bugs planted; the connection itself when none. */
 export function mutatedChannel(connection: ReplicaConnection, mutation: ChannelMutation): ReplicaChannel {
-  if (!mutation.forgetsFloors && !mutation.blindToLatency && !mutation.leaderByAnswers) return connection;
+  if (!mutation.forgetsFloors && !mutation.blindToLatency) return connection;
   return new MutatedChannel(connection, mutation);
 }
 
@@ -162,8 +160,7 @@ class MutatedChannel implements ReplicaChannel {
   }
 
   get lineLatencyMs(): number | undefined {
-    if (this.#mutation.blindToLatency) return undefined;
-    return this.#mutation.leaderByAnswers ? this.#connection.latencyMs : this.#connection.lineLatencyMs;
+    return this.#mutation.blindToLatency ? undefined : this.#connection.lineLatencyMs;
   }
 
   get probeDue(): boolean {

@@ -87,8 +87,6 @@ export interface ClientMutation {
   readonly forgetsFloors?: boolean;
   /** Its connections report no latency, so acquires ask and queue at slow replicas as at fast ones (issue 42). */
   readonly blindToLatency?: boolean;
-  /** Its connections judge a line's keeper by its answer time as a signer, not by its pongs (issue 42). */
-  readonly leaderByAnswers?: boolean;
   /** Its lease view ends a margin after the ttl instead of before it (lease-timing.ts's margin, negated). */
   readonly viewOutlastsLeases?: boolean;
   /** Its backend says every signature verifies: partials and the combined token are trusted unchecked. */

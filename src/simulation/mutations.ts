@@ -344,16 +344,6 @@ export const MUTATIONS: readonly Mutation[] = [
     caughtBy: 'timing',
   },
   {
-    name: 'client-leader-by-answers',
-    description:
-      "a client judges a resource's leader by its answer time as a signer, not by its pongs: a leader that grants " +
-      'late, its pushes on time, is left by some clients and kept by others',
-    breaks:
-      'clients agree on a line\'s leader; a leader granting late holds no handoff up (docs/protocol.md, "Slow replicas")',
-    effects: { client: { leaderByAnswers: true } },
-    caughtBy: 'timing',
-  },
-  {
     name: 'guard-compares-le',
     description: 'the guard refuses epoch <= barrier instead of epoch < barrier',
     breaks: "the guard rule (the barrier's own token is accepted again)",
