@@ -25,6 +25,7 @@ import {
 import { mayAccess } from './access.js';
 import { compactAll, DEFAULT_COMPACTION_BATCH, type CompactionSummary } from './compaction.js';
 import { HandoffQueue } from './handoff-queue.js';
+import { lineTimersOn } from './line-timers.js';
 import { leaseNote, type LeaseDecisionNote } from './lease-decision-note.js';
 import { LeaseTable, latestLeases } from './leases.js';
 import { DEFAULT_REPLICA_LIMITS } from './options.js';
@@ -105,8 +106,9 @@ export class ReplicaService {
     this.#precheck = options.precheck ?? precheck;
     this.#onLeaseDecision = options.onLeaseDecision;
     this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
+    // The line sets no timer of its own: this service performs its timer actions on its clock and tells it when one fires.
     this.handoffs = new HandoffQueue(
-      options.timers ?? systemClock,
+      lineTimersOn(options.timers ?? systemClock, (timer) => this.handoffs.timerFired(timer)),
       (request, caller, queued) => this.#handleOnce(request, caller, queued),
       options.maxWaitersPerResource ?? 256,
       {
