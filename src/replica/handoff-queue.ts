@@ -15,12 +15,15 @@
  * This changes when a replica answers, never what it may sign: every try goes through the same rules and the
  * same signing record as any acquire. The queue is volatile (a restart answers nobody; clients time out and
  * ask again) and bounded per resource; a waiter leaves it when its wait is over, or when its connection closes.
+ *
+ * The line sets no timer of its own (issue 44): it asks its driver (`LineDriver`, the service) to set or clear a
+ * `LineTimer`, and hears `timerFired` when one fires (line-timers.ts; `lineTimersOn` is the driver's side over a clock).
  */
 import { bytesEqual } from '../common/bytes.js';
 import { isQuorumFenceError } from '../common/errors.js';
-import type { Clock, TimerHandle } from '../common/clock.js';
 import type { AcquireRequest, Outcome } from '../protocol/messages.js';
 import type { LineExit } from './metrics.js';
+import type { LineDriver, LineTimer } from './line-timers.js';
 import type { Caller } from './policy.js';
 
 /**
@@ -45,13 +48,14 @@ interface Waiter {
   readonly onTurn: ((epoch: bigint) => void) | undefined;
   /** The epoch it was told (nextEpoch requests): its turn is decided at it, or above if the record passed it. */
   turnEpoch: bigint | undefined;
-  timer: TimerHandle;
+  /** Names its `waitOver` timer. */
+  readonly id: number;
 }
 
 interface Line {
   readonly waiters: Waiter[];
-  /** Wakes the line when the lease in its way runs out (a release wakes it sooner). */
-  leaseTimer: TimerHandle;
+  /** Its `leaseEnds` timer is set: it wakes the line when the lease in its way runs out (a release wakes it sooner). */
+  leaseTimer: boolean;
   /** The lease in the way as last decided: its epoch and its end on this replica's clock. */
   lease: { readonly epoch: bigint; readonly endsAt: number } | undefined;
   /** A try is under way: wakes meanwhile only ask for another pass. */
@@ -93,15 +97,17 @@ export class HandoffQueue {
   readonly #lines = new Map<string, Line>();
   /** Per resource: acquires decided `busy` on their way into its line (see `arriving`). */
   readonly #arriving = new Map<string, number>();
-  readonly #clock: Clock;
+  readonly #driver: LineDriver;
   readonly #tryAcquire: TryAcquire;
   readonly #maxPerResource: number;
   readonly #onExit: (how: LineExit) => void;
   readonly #placement: LinePlacement;
   readonly #turnsToldAhead: number;
+  #nextWaiter = 0;
 
-  constructor(clock: Clock, tryAcquire: TryAcquire, maxPerResource: number, options: LineOptions = {}) {
-    this.#clock = clock;
+  /** `driver`: the time and the timers; the driver tells `timerFired` when one of them fires (see lineTimersOn). */
+  constructor(driver: LineDriver, tryAcquire: TryAcquire, maxPerResource: number, options: LineOptions = {}) {
+    this.#driver = driver;
     this.#tryAcquire = tryAcquire;
     this.#maxPerResource = maxPerResource;
     this.#onExit = options.onExit ?? (() => undefined);
@@ -135,7 +141,7 @@ export class HandoffQueue {
     let line = this.#lines.get(request.resource);
     if (line && line.waiters.length >= this.#maxPerResource) return undefined;
     if (!line) {
-      line = { waiters: [], leaseTimer: undefined, lease: undefined, trying: false, again: false };
+      line = { waiters: [], leaseTimer: false, lease: undefined, trying: false, again: false };
       this.#lines.set(request.resource, line);
     }
     const current = line;
@@ -151,20 +157,9 @@ export class HandoffQueue {
           this.#leave(request.resource, waiter, { status: 'busy', epoch: request.epoch, remainingMs: 0 }, 'closed'),
         onTurn: request.nextEpoch ? onTurn : undefined,
         turnEpoch: undefined,
-        timer: undefined,
+        id: this.#nextWaiter++,
       };
-      // Its wait is over. First in line: one last try (the lease may be ending right now), answered whatever it
-      // says. Behind others: `busy` as the replica last saw it, since a try could overtake those ahead.
-      waiter.timer = this.#clock.setTimeout(() => {
-        const first = current.waiters[0] === waiter;
-        if (!this.#remove(request.resource, waiter, 'expired')) return;
-        const stillBusy = this.#stillBusy(current, request);
-        if (!first) return waiter.answer(stillBusy);
-        this.#tryAcquire(turnRequest(waiter), caller, true).then(waiter.answer, (error: unknown) =>
-          isQuorumFenceError(error, 'REPLICA_FROZEN') ? waiter.fail(error) : waiter.answer(stillBusy),
-        );
-        this.wake(request.resource); // the next one is first now
-      }, waitMs);
+      this.#driver.setTimer({ kind: 'waitOver', resource: request.resource, waiter: waiter.id }, waitMs);
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
       current.waiters.splice(placeOf(current.waiters, request, this.#placement), 0, waiter);
       if (busy) this.#armLeaseTimer(request.resource, current, busy);
@@ -174,6 +169,34 @@ export class HandoffQueue {
       if (current.waiters.length === 1) this.wake(request.resource);
       else this.#tellTurns(current);
     });
+  }
+
+  /** One of the timers this line asked its driver for fired. */
+  timerFired(timer: LineTimer): void {
+    const line = this.#lines.get(timer.resource);
+    if (!line) return;
+    if (timer.kind === 'leaseEnds') {
+      line.leaseTimer = false;
+      this.wake(timer.resource);
+      return;
+    }
+    const waiter = line.waiters.find((candidate) => candidate.id === timer.waiter);
+    if (waiter) this.#waitOver(timer.resource, line, waiter);
+  }
+
+  /**
+   * A waiter's wait is over. First in line: one last try (the lease may be ending right now), answered whatever it
+   * says. Behind others: `busy` as the replica last saw it, since a try could overtake those ahead.
+   */
+  #waitOver(resource: string, line: Line, waiter: Waiter): void {
+    const first = line.waiters[0] === waiter;
+    if (!this.#remove(resource, waiter, 'expired')) return;
+    const stillBusy = this.#stillBusy(line, waiter.request);
+    if (!first) return waiter.answer(stillBusy);
+    this.#tryAcquire(turnRequest(waiter), waiter.caller, true).then(waiter.answer, (error: unknown) =>
+      isQuorumFenceError(error, 'REPLICA_FROZEN') ? waiter.fail(error) : waiter.answer(stillBusy),
+    );
+    this.wake(resource); // the next one is first now
   }
 
   /**
@@ -343,21 +366,15 @@ export class HandoffQueue {
     return {
       status: 'busy',
       epoch: lease?.epoch ?? request.epoch,
-      remainingMs: lease ? Math.max(0, Math.ceil(lease.endsAt - this.#clock.now())) : 0,
+      remainingMs: lease ? Math.max(0, Math.ceil(lease.endsAt - this.#driver.now())) : 0,
     };
   }
 
   #armLeaseTimer(resource: string, line: Line, busy: BusyLease): void {
-    this.#clock.clearTimeout(line.leaseTimer);
-    line.lease = { epoch: busy.epoch, endsAt: this.#clock.now() + busy.remainingMs };
-    line.leaseTimer = this.#clock.setTimeout(
-      () => {
-        line.leaseTimer = undefined;
-        this.wake(resource);
-      },
-      // Just after the lease's end, so the try does not find it still running.
-      busy.remainingMs + 1,
-    );
+    line.lease = { epoch: busy.epoch, endsAt: this.#driver.now() + busy.remainingMs };
+    // Just after the lease's end, so the try does not find it still running (it replaces the one set before).
+    this.#driver.setTimer({ kind: 'leaseEnds', resource }, busy.remainingMs + 1);
+    line.leaseTimer = true;
   }
 
   #leave(resource: string, waiter: Waiter, outcome: Outcome, how: LineExit): void {
@@ -370,10 +387,11 @@ export class HandoffQueue {
     const at = line ? line.waiters.indexOf(waiter) : -1;
     if (!line || at < 0) return false;
     line.waiters.splice(at, 1);
-    this.#clock.clearTimeout(waiter.timer);
+    this.#driver.clearTimer({ kind: 'waitOver', resource, waiter: waiter.id });
     waiter.signal?.removeEventListener('abort', waiter.onAbort);
     if (line.waiters.length === 0) {
-      this.#clock.clearTimeout(line.leaseTimer);
+      if (line.leaseTimer) this.#driver.clearTimer({ kind: 'leaseEnds', resource });
+      line.leaseTimer = false;
       this.#lines.delete(resource);
     } else this.#tellTurns(line); // a waiter within the told ones may have moved up
     this.#onExit(how);

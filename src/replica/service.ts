@@ -14,7 +14,6 @@
  * (compaction.ts). Their exports are exported from here too.
  */
 import { systemClock, type MonotonicClock } from '../common/clock.js';
-import { grantMessage } from '../token/grant.js';
 import {
   MAX_LEASES_PER_REPLY,
   type ActiveLease,
@@ -26,6 +25,7 @@ import {
 import { mayAccess } from './access.js';
 import { compactAll, DEFAULT_COMPACTION_BATCH, type CompactionSummary } from './compaction.js';
 import { HandoffQueue } from './handoff-queue.js';
+import { lineTimersOn } from './line-timers.js';
 import { leaseNote, type LeaseDecisionNote } from './lease-decision-note.js';
 import { LeaseTable, latestLeases } from './leases.js';
 import { DEFAULT_REPLICA_LIMITS } from './options.js';
@@ -41,16 +41,32 @@ import {
   type Decision,
   type EpochSupport,
   type PolicyConfig,
+  type PolicyRecord,
   type SignedRecord,
 } from './policy.js';
+import type { RecordChange } from './check-and-record.js';
 import type { RecordStore } from './record-store.js';
 import type { PartialSigner } from './signer.js';
 import { nextEpochOf, waitsWhenBusy, withFloor } from './service-acquire.js';
 import type { HandleContext, ReplicaServiceOptions } from './service-options.js';
+import { applyLeaseChange, failed, RequestRun, type LeaseSection } from './service-run.js';
+import { createRequestCore, stepRequest, type CoreAction, type RequestCore } from './core/request-core.js';
 
 export { DEFAULT_COMPACTION_BATCH, type CompactionSummary } from './compaction.js';
 export type { LeaseDecisionNote } from './lease-decision-note.js';
 export type { HandleContext, ReplicaServiceOptions } from './service-options.js';
+
+/** What one decision inside the critical section reads. */
+interface SectionInput {
+  readonly received: Request;
+  readonly caller: Caller;
+  /** An acquire that waited its turn in the line. */
+  readonly queued: boolean;
+  readonly support: readonly EpochSupport[];
+  /** The durable record now. */
+  readonly current: SignedRecord | undefined;
+  readonly run: RequestRun;
+}
 
 export class ReplicaService {
   readonly store: RecordStore;
@@ -70,6 +86,9 @@ export class ReplicaService {
   readonly #onLeaseDecision: ((note: LeaseDecisionNote) => void) | undefined;
   #compacting: Promise<CompactionSummary> | undefined;
   readonly handoffs: HandoffQueue;
+  /** The requests between their decision and their answer (core/request-core.ts). */
+  readonly #core: RequestCore = createRequestCore();
+  #nextRequestId = 0;
 
   constructor(options: ReplicaServiceOptions) {
     this.store = options.store;
@@ -87,8 +106,9 @@ export class ReplicaService {
     this.#precheck = options.precheck ?? precheck;
     this.#onLeaseDecision = options.onLeaseDecision;
     this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
+    // The line sets no timer of its own: this service performs its timer actions on its clock and tells it when one fires.
     this.handoffs = new HandoffQueue(
-      options.timers ?? systemClock,
+      lineTimersOn(options.timers ?? systemClock, (timer) => this.handoffs.timerFired(timer)),
       (request, caller, queued) => this.#handleOnce(request, caller, queued),
       options.maxWaitersPerResource ?? 256,
       {
@@ -151,83 +171,135 @@ export class ReplicaService {
     queued: boolean,
     support: readonly EpochSupport[] = [],
   ): Promise<Outcome> {
-    const { holder, session } = caller;
+    const { holder } = caller;
     const refused = this.#precheck(received, holder, this.#policy);
     if (refused) return this.#answer(refused);
     const { resource } = received;
-    let request = received;
-    const message = () =>
-      grantMessage({
-        clusterId: this.#policy.clusterId,
-        resource,
-        epoch: (request as Request & { epoch: bigint }).epoch,
-        holder,
-      });
-    /** A fresh grant's partial, computed while its record is being flushed; sent only after (S3). */
-    let early: Promise<Uint8Array> | undefined;
-    const decision = await this.store.checkAndRecord<Decision>(resource, (current) => {
-      // A waiter asks for the resource's next epoch whatever it knew: on its first decision too, so an epoch that
-      // moved on while the request travelled does not send it back with `stale` instead of into the line.
-      if (received.type === 'acquire' && received.nextEpoch) request = nextEpochOf(received, current, this.store.floor);
-      const now = this.#clock.now();
-      const leaseEndsAt = this.leases.endsAt(resource, current);
-      const joined = this.leases.joinedOf(resource);
-      const record = current
-        ? {
-            ...current,
-            joined,
-            leaseEndsAt,
-            released: this.leases.isReleased(resource, current),
-            session: this.leases.sessionOf(resource),
-          }
-        : joined && floorRecord(this.store.floor, joined, leaseEndsAt);
-      const d = this.#inLineOrder(
-        this.#decide(record, request, holder, now, this.#policy, this.store.floor, support, session),
-        request,
-        current,
-        queued,
+    const id = this.#nextRequestId++;
+    const run = new RequestRun(id);
+    let decision: Decision;
+    try {
+      decision = await this.store.checkAndRecord<Decision>(resource, (current) =>
+        this.#decideInSection({ received, caller, queued, support, current, run }),
       );
-      if (this.#onLeaseDecision && d.action !== 'reply')
-        this.#onLeaseDecision(leaseNote(d, request, caller, now, current, this.store.floor));
-      switch (d.action) {
-        case 'grant':
-          this.leases.set(resource, current, d.leaseEndsAt, session);
-          // Deferred to the next turn, so the record's write is queued first and the flush overlaps the signing.
-          early = new Promise<void>((resolve) => this.#defer(resolve)).then(() => this.#sign(message()));
-          early.catch(() => undefined); // Awaited below unless the write failed; then nobody needs it.
-          return { record: d.record, result: d };
-        case 'release':
-          this.leases.release(resource, current!);
-          return { result: d };
-        case 'join':
-          // Above the record, recorded durably before `renewed` leaves, as a grant is: after a crash the restart rule
-          // keeps the lease. Below it, the lease is the joined grant's, in memory.
-          this.leases.set(resource, current, d.leaseEndsAt, session, d.joined);
-          return d.record ? { record: d.record, result: d } : { result: d };
-        case 'resend':
-          this.leases.set(resource, current, d.leaseEndsAt, session);
-          return { result: d };
-        case 'renew':
-          // A renewal after a restart (the session unknown) makes the renewing session the lease's; a joined lease
-          // stays its grant's.
-          this.leases.set(resource, current, d.leaseEndsAt, session, d.joined);
-          return { result: d };
-        case 'reply':
-          return { result: d };
-      }
-    });
-    if (decision.action === 'grant' || decision.action === 'resend') {
-      // The record is durable by now (checkAndRecord resolved), so the partial may leave.
-      const partial = await (early ?? this.#sign(message()));
-      this.#metrics?.grantsSigned.inc({ kind: decision.action === 'grant' ? 'new' : 'resend' });
-      return {
-        status: 'granted',
-        partial,
-        ...(request.type === 'acquire' && request.nextEpoch ? { epoch: request.epoch } : {}),
-        ...(this.#generation > 0 ? { generation: this.#generation } : {}),
-      };
+    } catch (error) {
+      failed(stepRequest(this.#core, { type: 'writeFailed', id, error }), error);
     }
-    return this.#answer(decision);
+    // The record is durable by now (checkAndRecord resolved): the core may let the partial leave.
+    this.#perform(stepRequest(this.#core, { type: 'durable', id }), run);
+    while (!run.reply && run.signing) {
+      const signing = run.signing;
+      run.signing = undefined;
+      let partial: Uint8Array;
+      try {
+        partial = await signing;
+      } catch (error) {
+        failed(stepRequest(this.#core, { type: 'signFailed', id, error }), error);
+      }
+      this.#perform(stepRequest(this.#core, { type: 'signed', id, partial }), run);
+    }
+    return this.#replied(run, decision);
+  }
+
+  /**
+   * The rules' decision inside the record's critical section, handed to the core; performs the lease changes it
+   * calls for and returns the record the section writes durably.
+   */
+  #decideInSection(section: SectionInput): RecordChange<Decision> {
+    const { received, caller, queued, support, current, run } = section;
+    const { holder, session } = caller;
+    const { resource } = received;
+    const id = run.id;
+    // A waiter asks for the resource's next epoch whatever it knew: on its first decision too, so an epoch that
+    // moved on while the request travelled does not send it back with `stale` instead of into the line.
+    const request =
+      received.type === 'acquire' && received.nextEpoch ? nextEpochOf(received, current, this.store.floor) : received;
+    const now = this.#clock.now();
+    const d = this.#inLineOrder(
+      this.#decide(
+        this.#policyRecord(resource, current),
+        request,
+        holder,
+        now,
+        this.#policy,
+        this.store.floor,
+        support,
+        session,
+      ),
+      request,
+      current,
+      queued,
+    );
+    if (this.#onLeaseDecision && d.action !== 'reply')
+      this.#onLeaseDecision(leaseNote(d, request, caller, now, current, this.store.floor));
+    const epoch = request.type === 'status' ? 0n : request.epoch;
+    const extras = {
+      ...(request.type === 'acquire' && request.nextEpoch ? { epoch } : {}),
+      ...(this.#generation > 0 ? { generation: this.#generation } : {}),
+    };
+    const grant = { clusterId: this.#policy.clusterId, resource, epoch, holder };
+    const actions = stepRequest(this.#core, { type: 'decided', id, decision: d, grant, extras });
+    this.#perform(actions, run, { resource, current, session });
+    return run.record ? { record: run.record, result: d } : { result: d };
+  }
+
+  /** The durable record of `resource` with its volatile lease state, as the rules read it (the floor's without one). */
+  #policyRecord(resource: string, current: SignedRecord | undefined): PolicyRecord | undefined {
+    const leaseEndsAt = this.leases.endsAt(resource, current);
+    const joined = this.leases.joinedOf(resource);
+    if (!current) return joined && floorRecord(this.store.floor, joined, leaseEndsAt);
+    return {
+      ...current,
+      joined,
+      leaseEndsAt,
+      released: this.leases.isReleased(resource, current),
+      session: this.leases.sessionOf(resource),
+    };
+  }
+
+  /**
+   * Performs the core's actions for `run`: lease changes (inside the critical section, `section` says which), the
+   * record to write (the section writes it), signing, the reply; a `fail` throws its error.
+   */
+  #perform(actions: readonly CoreAction[], run: RequestRun, section?: LeaseSection): void {
+    for (const action of actions) {
+      switch (action.type) {
+        case 'lease':
+          if (section) applyLeaseChange(this.leases, section, action.change);
+          break;
+        case 'write':
+          run.record = action.record;
+          break;
+        case 'sign':
+          run.signing = this.#startSigning(action.message, action.whileFlushing);
+          break;
+        case 'reply':
+          run.reply = action;
+          break;
+        case 'fail':
+          failed([action], action.error);
+      }
+    }
+  }
+
+  /**
+   * Starts signing `message`. While its record is being flushed, deferred to the next turn, so the record's write is
+   * queued first and the flush overlaps the signing; the core holds the partial until the record is durable.
+   */
+  #startSigning(message: Uint8Array, whileFlushing: boolean): Promise<Uint8Array> {
+    if (!whileFlushing) return this.#sign(message);
+    const early = new Promise<void>((resolve) => this.#defer(resolve)).then(() => this.#sign(message));
+    early.catch(() => undefined); // Awaited unless the write failed; then nobody needs it.
+    return early;
+  }
+
+  /** The answer the core replied with, counted in the metrics. */
+  #replied(run: RequestRun, decision: Decision): Outcome {
+    const reply = run.reply;
+    if (!reply) throw new Error(`unreachable: request ${run.id} left the core without a reply`);
+    if (!reply.signed) return this.#answer(decision);
+    this.#metrics?.grantsSigned.inc({ kind: reply.signed });
+    return reply.outcome;
   }
 
   /**

@@ -15,6 +15,7 @@ import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/clock.js';
 import type { AcquireRequest, Outcome } from '../../src/protocol/messages.js';
 import { HandoffQueue } from '../../src/replica/handoff-queue.js';
+import { lineTimersOn, type LineTimer } from '../../src/replica/line-timers.js';
 
 const TTL_MS = 100;
 const RESOURCE = 'line';
@@ -61,8 +62,8 @@ describe('a replica line', () => {
           const clock = new ManualClock();
           const lease = new ModelLease(clock);
           const holderOf = (caller: { holder: Uint8Array }) => caller.holder[0]!;
-          const queue = new HandoffQueue(
-            clock,
+          const queue: HandoffQueue = new HandoffQueue(
+            lineTimersOn(clock, (timer) => queue.timerFired(timer)),
             (request, holder) => {
               const who = holderOf(holder);
               if (lease.running() && lease.holder !== who) {
@@ -187,8 +188,8 @@ describe('a replica line', () => {
         const clock = new ManualClock();
         const lease = new ModelLease(clock);
         let fixedSeen = false;
-        const queue = new HandoffQueue(
-          clock,
+        const queue: HandoffQueue = new HandoffQueue(
+          lineTimersOn(clock, (timer) => queue.timerFired(timer)),
           (request, caller) => {
             const who = caller.holder[0]!;
             if (lease.running() && lease.holder !== who)
@@ -287,5 +288,61 @@ describe('a replica line', () => {
       }),
       { numRuns: 200 },
     );
+  });
+
+  it('serves the first waiter when the lease in its way runs out, with no release, and leaves no timer set', async () => {
+    const clock = new ManualClock();
+    const lease = new ModelLease(clock); // held by 0 for TTL_MS
+    const set = new Map<string, number>(); // the timers the line asked for, and not cleared
+    const timers = lineTimersOn(clock, (timer) => queue.timerFired(timer));
+    const driver = {
+      now: () => timers.now(),
+      setTimer: (timer: LineTimer, delayMs: number) => {
+        set.set(JSON.stringify(timer), delayMs);
+        timers.setTimer(timer, delayMs);
+      },
+      clearTimer: (timer: LineTimer) => {
+        set.delete(JSON.stringify(timer));
+        timers.clearTimer(timer);
+      },
+    };
+    const queue: HandoffQueue = new HandoffQueue(
+      driver,
+      () => {
+        if (lease.running())
+          return Promise.resolve<Outcome>({
+            status: 'busy',
+            epoch: lease.epoch,
+            remainingMs: lease.endsAt - clock.now(),
+          });
+        lease.holder = 1;
+        lease.epoch += 1n;
+        lease.endsAt = clock.now() + TTL_MS;
+        return Promise.resolve<Outcome>({ status: 'granted', partial: new Uint8Array(96), epoch: lease.epoch });
+      },
+      8,
+    );
+    const request: AcquireRequest = {
+      type: 'acquire',
+      id: 1,
+      resource: RESOURCE,
+      epoch: 2n,
+      ttlMs: TTL_MS,
+      waitMs: 10 * TTL_MS,
+      nextEpoch: true,
+    };
+    let answer: Outcome | undefined;
+    void queue
+      .wait(request, { holder: Uint8Array.of(1), session: '' }, { epoch: 1n, remainingMs: TTL_MS }, undefined)!
+      .then((outcome) => (answer = outcome));
+    await settle();
+    expect(answer).toBeUndefined();
+    expect([...set.values()].sort((a, b) => a - b)).toEqual([TTL_MS + 1, 10 * TTL_MS]); // the lease's end, its wait
+    clock.advance(TTL_MS + 1); // the lease ran out; nobody released it, and the waiter's own wait is far from over
+    await settle();
+    expect(answer).toMatchObject({ status: 'granted', epoch: 2n });
+    expect(queue.size).toBe(0);
+    // The lease timer fired; the wait timer was cleared as the waiter left.
+    expect([...set.keys()].filter((key) => key.includes('waitOver'))).toEqual([]);
   });
 });

@@ -118,4 +118,23 @@ describe('src folder rules', () => {
     });
     expect(broken).toEqual([]);
   });
+
+  it("the replica's core (src/replica/core, issue 44) reads no clock, sets no timer and awaits nothing", () => {
+    const core = sourceFiles(join(SRC, 'replica', 'core'));
+    expect(core.length).toBeGreaterThan(0);
+    const broken = core.flatMap((file) => {
+      const code = readFileSync(file, 'utf8').replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, '');
+      // Of the replica it reads only the rules' shapes: no store, signer, lease table or line.
+      const replicaImports = [...code.matchAll(/from '\.\.\/([\w-]+)\.js'/g)].map((match) => match[1]);
+      return [
+        ...CORE_FORBIDDEN.filter((pattern) => pattern.test(code)).map(
+          (pattern) => `${relative(SRC, file)}: ${pattern}`,
+        ),
+        ...replicaImports
+          .filter((name) => name !== 'policy-types')
+          .map((name) => `${relative(SRC, file)} imports ../${name}.js`),
+      ];
+    });
+    expect(broken).toEqual([]);
+  });
 });
