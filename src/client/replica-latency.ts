@@ -10,14 +10,11 @@
  *   purpose, so its answer time says nothing; how much later than the others this replica granted the same turn
  *   does. Without that, a replica that answered only those late (a Byzantine replica delaying its answers, pongs
  *   and pushes on time) looked fast to every waiter on a hot resource, and each handoff waited for its partial.
- * - as a line's keeper (`lineEstimateMs`): its pongs and the age of its oldest unanswered ping, plus its turn
- *   lateness smoothed at a quarter per turn from 0 (LINE_LATENESS_WEIGHT). What a line needs of its leader is its
- *   pushes and its order, which travel as its pongs do, and every client's pings see the same thing, so clients
- *   agree on the leader; and its grants of the turns it hands over, which a slow disk or a Byzantine replica makes
- *   late at every turn alike, so that every client sees it within a few of its own turns. Judged by its grant
- *   times, or by each turn at full weight, a leader that granted late at one instant (a busy machine's stall)
- *   looked slow to some clients and not to others: they waited in two lines at once, and every handoff was split
- *   (the gray bench's hot resource fell to a twentieth).
+ * - as a line's keeper (`lineEstimateMs`): its pongs alone, and the age of its oldest unanswered ping. What a line
+ *   needs of its leader is its pushes and its order, which travel as its pongs do; and every client's pings see
+ *   the same thing, so clients agree on the leader. Judged by its grants, a leader that granted late (on purpose,
+ *   or a busy machine's flushes) looked slow to some clients and not to others at each instant, they waited in
+ *   two lines at once, and every handoff was split (the gray bench's hot resource fell to a twentieth).
  *
  * A replica can make itself look slow, by answering late or not at all, but not fast: only its own answers make
  * samples, a replica fast at some requests and slow at grants is judged by its grants, and anything it leaves
@@ -62,13 +59,6 @@ const SMOOTHING = 0.25;
  * make itself look slow. Falling stays slow, so one quick turn does not bring a late replica back.
  */
 const LATE_RISING = 0.75;
-/**
- * Weight of each turn lateness in the figure as a line's keeper, rising or falling, from 0. A line's keeper is chosen
- * by every client alike only if their figures agree: each client times its own turns, so a single late turn (a
- * busy machine's stall) must not move one client's leader while the others stay; a replica that grants every turn
- * late (a slow disk, or on purpose) is seen so by every client within a few of their turns.
- */
-const LINE_LATENESS_WEIGHT = 0.25;
 /** Unanswered requests remembered per replica: enough to see a hung replica, bounded whatever it does. */
 const MAX_PENDING = 64;
 /**
@@ -103,8 +93,6 @@ export class ReplicaLatency {
   readonly #turns: TurnTiming | undefined;
   #grant: Figure | undefined;
   #turnLate: Figure | undefined;
-  /** Turn lateness as a line's keeper: smoothed both ways from 0 (LINE_LATENESS_WEIGHT), so a spike is not a verdict. */
-  #lineLateMs = 0;
   #otherMs: number | undefined;
   #pingMs: number | undefined;
   /** When an acquire was last sent to the replica (prompt or waiting): a probe is due GRANT_SAMPLE_MS after. */
@@ -140,9 +128,7 @@ export class ReplicaLatency {
       this.#waiting.delete(key);
       const epoch = grantedEpoch(outcome, waiting.epoch);
       const late = epoch === undefined ? undefined : this.#turns?.granted(waiting.resource, epoch, waiting.at, at);
-      if (late === undefined) return;
-      this.#turnLate = sample(this.#turnLate, late, at, LATE_RISING);
-      this.#lineLateMs += LINE_LATENESS_WEIGHT * (late - this.#lineLateMs);
+      if (late !== undefined) this.#turnLate = sample(this.#turnLate, late, at, LATE_RISING);
       return;
     }
     const sent = this.#pending.get(key);
@@ -199,7 +185,7 @@ export class ReplicaLatency {
       if (age >= PENDING_COUNTS_AFTER_MS && (estimate === undefined || age > estimate)) estimate = age;
       break; // The oldest ping: pings leave in order.
     }
-    return estimate + this.#lineLateMs;
+    return estimate;
   }
 
   /** Whether an acquire should ask it beside the first signers, should it count as slow (the header). */
