@@ -12,9 +12,6 @@ import { toHex, u64be } from '../common/bytes.js';
 import type { TimerHandle } from '../common/clock.js';
 import { isQuorumFenceError } from '../common/errors.js';
 import { TokenBucket } from '../common/token-bucket.js';
-import type { Cluster } from '../cluster/description.js';
-import type { AccessRules } from '../replica/access.js';
-import type { SecretKey } from '../crypto/backend.js';
 import { VerifyBatcher } from '../crypto/verify-batch.js';
 import { decodeClientMessage, encodeMessage } from '../protocol/codec.js';
 import {
@@ -32,85 +29,20 @@ import { admitsRequest, helloVerifies } from '../replica/connections.js';
 import { frozenError } from '../replica/freeze-marker.js';
 import { RequestDispatch, type DispatchHost, type RequestWatch } from '../replica/dispatch.js';
 import { EvidenceChecker } from '../replica/grant-evidence.js';
-import type { LinePlacement } from '../replica/handoff-queue.js';
-import { policyConfig, type ReplicaLimits } from '../replica/options.js';
-import type { decide, PolicyConfig, precheck } from '../replica/policy.js';
+import { policyConfig } from '../replica/options.js';
+import type { PolicyConfig } from '../replica/policy.js';
 import { ReleaseWatchers } from '../replica/release-notices.js';
-import { ReplicaService, type LeaseDecisionNote } from '../replica/service.js';
+import { ReplicaService } from '../replica/service.js';
 import type { RecordEntry } from '../replica/signing-record.js';
 import { inThreadSigner } from '../replica/signer.js';
-import type { ByzantineBehaviour, ByzantineParams } from '../testing/byzantine/behaviours.js';
-import type { SeededRandom } from '../testing/seeded-random.js';
 import { ByzantineFrontSim } from './byzantine-node.js';
 import { ABNORMAL_CLOSURE } from './channel.js';
 import { NodeClock } from './clock.js';
-import type { SimDisk } from './disk.js';
-import type { SimNetwork } from './network.js';
-import type { Scheduler } from './scheduler.js';
+import type { ReplicaNodeSetup } from './replica-setup.js';
 import { SimRecordStore } from './store.js';
 import { describeMessage, type ToClient, type ToReplica } from './wire.js';
 
-/** What the run's checks hear from a replica. */
-export interface ReplicaObserver {
-  /** An acquire that may wait its turn (`waitMs`) arrived; `key` names it until it is answered. */
-  waiting(replica: number, resource: string, key: string, fixedEpoch: bigint | undefined): void;
-  /**
-   * Every acquire's answer: `key` is set for one that arrived with `waitMs` (from `waiting`); `grant` names what a
-   * `granted` answer signed (its epoch and holder).
-   */
-  answered(
-    replica: number,
-    resource: string,
-    key: string | undefined,
-    outcome: Outcome,
-    grant: { readonly epoch: bigint; readonly holder: Uint8Array } | undefined,
-  ): void;
-  /** The service failed a request with anything but REPLICA_FROZEN: a bug. */
-  failed(replica: number, message: string): void;
-  /** The process (re)started at `at` (its clock) with these records (the lease ledger's restart rule). */
-  started(at: number, records: readonly RecordEntry[], toVirtual: (local: number) => number): void;
-  /** The service took a decision that changed a lease (src/replica/service.ts, onLeaseDecision). */
-  decided(note: LeaseDecisionNote, toVirtual: (local: number) => number): void;
-}
-
-/** The planted bugs a replica can run with (mutations.ts); none in an honest run. */
-export interface ReplicaMutation {
-  /** The rules' parameters as the replica believes them (for the service's evidence checks as for its rules). */
-  readonly policy?: (config: PolicyConfig) => PolicyConfig;
-  readonly decide?: typeof decide;
-  readonly precheck?: typeof precheck;
-  readonly acknowledgeBeforeFlush?: boolean;
-  readonly linePlacement?: LinePlacement;
-  readonly turnsToldAhead?: number;
-}
-
-export interface ReplicaNodeSetup {
-  readonly index: number;
-  /** Its network address (a reshare's new members get new ones). */
-  readonly address: string;
-  readonly scheduler: Scheduler;
-  readonly network: SimNetwork;
-  /** The node's own stream (its Byzantine choices and forgeries). */
-  readonly random: SeededRandom;
-  readonly cluster: Cluster;
-  readonly secretKey: SecretKey;
-  readonly limits: ReplicaLimits;
-  readonly access: AccessRules;
-  readonly disk: SimDisk;
-  /** Local ms per virtual ms. */
-  readonly rate: number;
-  readonly wallClock: () => number;
-  readonly byzantine?: {
-    readonly behaviours: readonly ByzantineBehaviour[];
-    readonly params: ByzantineParams;
-    /** Another Byzantine replica's share, for `other-replica`. */
-    readonly otherKey?: SecretKey;
-  };
-  readonly mutation: ReplicaMutation;
-  readonly observer: ReplicaObserver;
-  /** Told when this replica's disk begins a flush (the fault schedule may crash machines then). */
-  readonly onFlushStart: () => void;
-}
+export type { ReplicaMutation, ReplicaNodeSetup, ReplicaObserver } from './replica-setup.js';
 
 /** Where a message to a client goes: its address, its connection, and whether that connection is gone. */
 interface ClientEnd {
