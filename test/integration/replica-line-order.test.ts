@@ -13,24 +13,14 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/clock.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import type { AcquireRequest, Outcome } from '../../src/protocol/messages.js';
-import { OPEN_ACCESS } from '../../src/replica/access.js';
-import type { PolicyConfig } from '../../src/replica/policy.js';
 import { ReplicaService } from '../../src/replica/service.js';
 import { inThreadSigner } from '../../src/replica/signer.js';
 import { SigningRecord } from '../../src/replica/signing-record.js';
-import { dealCluster } from '../support/dealt-cluster.js';
+import { dealCluster, testPolicy } from '../support/dealt-cluster.js';
 
 const backend = loadBackend();
 const dealt = dealCluster(4, backend);
-const policy: PolicyConfig = {
-  clusterId: dealt.cluster.id,
-  minTtlMs: 10,
-  maxTtlMs: 60_000,
-  freeEpochStep: 6n,
-  maxEpochStep: 6n,
-  faultTolerance: 1,
-  access: OPEN_ACCESS,
-};
+const policy = testPolicy(dealt.cluster, { freeEpochStep: 6n, maxEpochStep: 6n });
 const root = mkdtempSync(join(tmpdir(), 'qf-line-order-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 

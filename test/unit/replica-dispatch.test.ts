@@ -12,7 +12,6 @@ import { QuorumFenceError } from '../../src/common/errors.js';
 import { ManualClock } from '../../src/common/clock.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import type { LeasesOutcome, Outcome, ServerMessage, WireRequest } from '../../src/protocol/messages.js';
-import { OPEN_ACCESS } from '../../src/replica/access.js';
 import {
   afterFailure,
   afterOutcome,
@@ -21,24 +20,15 @@ import {
   type DispatchHost,
   type RequestWatch,
 } from '../../src/replica/dispatch.js';
-import type { PolicyConfig } from '../../src/replica/policy.js';
 import { ReleaseWatchers } from '../../src/replica/release-notices.js';
 import { ReplicaService } from '../../src/replica/service.js';
 import { inThreadSigner, type PartialSigner } from '../../src/replica/signer.js';
 import { SigningRecord } from '../../src/replica/signing-record.js';
-import { dealCluster } from '../support/dealt-cluster.js';
+import { dealCluster, testPolicy } from '../support/dealt-cluster.js';
 
 const backend = loadBackend();
 const dealt = dealCluster(4, backend);
-const config: PolicyConfig = {
-  clusterId: dealt.cluster.id,
-  minTtlMs: 10,
-  maxTtlMs: 60_000,
-  freeEpochStep: 8n,
-  maxEpochStep: 100n,
-  faultTolerance: 1,
-  access: OPEN_ACCESS,
-};
+const config = testPolicy(dealt.cluster);
 const alice = new Uint8Array(32).fill(1);
 const bob = new Uint8Array(32).fill(2);
 const R = 'orders/1';

@@ -12,25 +12,16 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/common/clock.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import type { Request } from '../../src/protocol/messages.js';
-import { OPEN_ACCESS } from '../../src/replica/access.js';
-import { decide, floorRecord, type PolicyConfig, type PolicyRecord } from '../../src/replica/policy.js';
+import { decide, floorRecord, type PolicyRecord } from '../../src/replica/policy.js';
 import { ReplicaService } from '../../src/replica/service.js';
 import { inThreadSigner } from '../../src/replica/signer.js';
 import { SigningRecord } from '../../src/replica/signing-record.js';
 import { grantDigest } from '../../src/token/grant.js';
-import { dealCluster } from '../support/dealt-cluster.js';
+import { dealCluster, testPolicy } from '../support/dealt-cluster.js';
 
 const backend = loadBackend();
 const dealt = dealCluster(4, backend);
-const config: PolicyConfig = {
-  clusterId: dealt.cluster.id,
-  minTtlMs: 10,
-  maxTtlMs: 60_000,
-  freeEpochStep: 8n,
-  maxEpochStep: 100n,
-  faultTolerance: 1,
-  access: OPEN_ACCESS,
-};
+const config = testPolicy(dealt.cluster);
 const holder = new Uint8Array(32).fill(1);
 const other = new Uint8Array(32).fill(2);
 const R = 'orders/1';
