@@ -42,6 +42,22 @@ export interface QuorumfenceGrayLoop {
    * that could be read).
    */
   readonly partialsPerCycle: { readonly gray: number | null; readonly all: number };
+  /**
+   * CPU ms per cycle over the same span (/proc and process.cpuUsage()): each replica's process (the gray one's with
+   * its Byzantine front, when it has one; null where it could not be read), the clients (this process) and the
+   * delay proxies' process. Says where a fault's cost lands on a machine the whole system shares.
+   */
+  readonly cpuMsPerCycle: {
+    readonly replicas: readonly (number | null)[];
+    readonly clients: number;
+    readonly proxies: number;
+  };
+  /**
+   * Requests per cycle by type, and refusals by reason, over the same span, summed over the replicas that could
+   * be read both times (their /metrics): what a fault makes the clients send.
+   */
+  readonly requestsPerCycle: Readonly<Record<string, number>>;
+  readonly refusalsPerCycle: Readonly<Record<string, number>>;
   /** slow-flush: the gray replica's mean flush from the fault's start to its end, ms. */
   readonly grayFlushMs?: number;
   /** byzantine-slow: the answers the Byzantine front delayed from the fault's start to its end. */

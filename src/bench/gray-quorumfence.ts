@@ -27,12 +27,47 @@ import {
   type QuorumfenceGrayLoop,
 } from './gray-figures.js';
 import { freshNames, LOOP_PLAN, type LoopCondition } from './measure.js';
-import type { DelayedNetwork } from './network.js';
+import { networkCpuMs, type DelayedNetwork } from './network.js';
+import { ownCpuMs, processCpuMs } from './counters.js';
 import { buildSlowFlush, type SlowFlush } from './slow-flush.js';
 import { acquireLoop, reach, type Running } from './system-loop.js';
 import { restartReplica, startSystem, type OddReplica } from './system-processes.js';
 
 const per = (count: number, cycles: number) => (cycles > 0 ? count / cycles : 0);
+
+/** Labelled counters (by type, by reason) per cycle between two readings, summed over replicas read both times. */
+function countsPerCycle(
+  before: readonly (MetricsSample | undefined)[],
+  after: readonly (MetricsSample | undefined)[],
+  read: (m: MetricsSample) => Readonly<Record<string, number>>,
+  cycles: number,
+): Record<string, number> {
+  const sums: Record<string, number> = {};
+  before.forEach((b, k) => {
+    const a = after[k];
+    if (!b || !a) return;
+    for (const [label, value] of Object.entries(read(a)))
+      sums[label] = (sums[label] ?? 0) + value - (read(b)[label] ?? 0);
+  });
+  return Object.fromEntries(Object.entries(sums).map(([label, sum]) => [label, per(sum, cycles)]));
+}
+
+/** CPU ms used so far: each replica's process (0 where /proc could not be read), this process, the proxies'. */
+interface CpuReading {
+  readonly replicas: readonly number[];
+  readonly clients: number;
+  readonly proxies: number;
+}
+
+function cpuPerCycle(before: CpuReading, after: CpuReading, cycles: number): QuorumfenceGrayLoop['cpuMsPerCycle'] {
+  return {
+    replicas: after.replicas.map((ms, k) =>
+      ms > 0 && before.replicas[k]! > 0 ? per(ms - before.replicas[k]!, cycles) : null,
+    ),
+    clients: per(after.clients - before.clients, cycles),
+    proxies: per(after.proxies - before.proxies, cycles),
+  };
+}
 
 /**
  * The first name `base#k` whose resource leader (the protocol's, docs/protocol.md: the replica contended
@@ -72,19 +107,24 @@ async function quorumfenceLoop(
     Promise.all(replicas.map((r) => (hungNow && r === gray ? Promise.resolve(undefined) : replicaMetrics(r))));
   const readSlowed = async () =>
     kind === 'byzantine-slow' ? ((await byzantineState(gray.url)).acts.slow ?? 0) : undefined;
+  const readCpu = (): CpuReading => ({
+    replicas: replicas.map((r) => processCpuMs(r.pid)),
+    clients: ownCpuMs(),
+    proxies: networkCpuMs(network),
+  });
   // Read when no cycle runs: after the warm-up, before the fault begins; after the last cycle, before it ends.
-  let atBegin: [(MetricsSample | undefined)[], number | undefined] | undefined;
-  let atEnd: [(MetricsSample | undefined)[], number | undefined] | undefined;
+  let atBegin: [(MetricsSample | undefined)[], number | undefined, CpuReading] | undefined;
+  let atEnd: [(MetricsSample | undefined)[], number | undefined, CpuReading] | undefined;
   let stopped: boolean | undefined;
   const condition: LoopCondition = {
     settleMs,
     begin: async () => {
-      atBegin = await Promise.all([readAll(), readSlowed()]);
+      atBegin = [...(await Promise.all([readAll(), readSlowed()])), readCpu()];
       if (fault) ({ stopped } = await fault.begin(gray, network));
     },
     end: async () => {
       try {
-        if (atBegin) atEnd = await Promise.all([readAll(), readSlowed()]);
+        if (atBegin) atEnd = [...(await Promise.all([readAll(), readSlowed()])), readCpu()];
       } finally {
         await fault?.end(gray, network);
       }
@@ -101,8 +141,8 @@ async function quorumfenceLoop(
             name
         )(ledBy(`${prefix}/${loop}`, gray.index, replicas.length));
   const rate = await acquireLoop(running, clients, seconds, resourceOf, false, undefined, condition);
-  const [before, slowedBefore] = atBegin!;
-  const [after, slowedAfter] = atEnd!;
+  const [before, slowedBefore, cpuBefore] = atBegin!;
+  const [after, slowedAfter, cpuAfter] = atEnd!;
   // Every cycle since the fault began: those of the settling time too, as the readings span them.
   const cycles = rate.operations + (rate.settlingOperations ?? 0);
   const grayIndex = replicas.indexOf(gray);
@@ -118,6 +158,9 @@ async function quorumfenceLoop(
       gray: graySigned === undefined ? null : per(graySigned, cycles),
       all: per(all, cycles),
     },
+    cpuMsPerCycle: cpuPerCycle(cpuBefore, cpuAfter, cycles),
+    requestsPerCycle: countsPerCycle(before, after, (m) => m.requests, cycles),
+    refusalsPerCycle: countsPerCycle(before, after, (m) => m.refusals, cycles),
     ...(kind === 'slow-flush' && flushes ? { grayFlushMs: (1000 * flushSeconds!) / flushes } : {}),
     ...(slowedBefore !== undefined && slowedAfter !== undefined ? { slowedAnswers: slowedAfter - slowedBefore } : {}),
     ...(stopped === undefined ? {} : { stopped }),

@@ -18,6 +18,7 @@ import {
   type GrayLoopName,
   type Paired,
   type QuorumfenceGray,
+  type QuorumfenceGrayLoop,
 } from './gray.js';
 import type { Failed, LoopRate, Skipped } from './measure.js';
 import { ran } from './network-report.js';
@@ -137,6 +138,12 @@ function versus(
 }
 
 /** What shows the fault acted, per system, as lines under the table. */
+/** `r1 r2 r3 r4 | clients | proxies`, ms per cycle ('?' where a replica could not be read). */
+function cpuLine(cpu: QuorumfenceGrayLoop['cpuMsPerCycle']): string {
+  const replicas = cpu.replicas.map((x) => (x === null ? '?' : x.toFixed(1))).join(' ');
+  return `${replicas} | ${cpu.clients.toFixed(1)} | ${cpu.proxies.toFixed(1)}`;
+}
+
 function evidence(figures: GrayFaultFigures): string[] {
   const lines: string[] = [];
   const q = ran(figures.quorumfence) ? figures.quorumfence : undefined;
@@ -154,6 +161,23 @@ function evidence(figures: GrayFaultFigures): string[] {
       return `${loop} ${gray(healthy.partialsPerCycle.gray)} → ${gray(faulted.partialsPerCycle.gray)} (all ${healthy.partialsPerCycle.all.toFixed(2)} → ${faulted.partialsPerCycle.all.toFixed(2)})${extra}`;
     });
     lines.push(`quorumfence replica ${q.grayReplica}'s partials per cycle, healthy → faulted: ${parts.join('; ')}`);
+    const cpu = GRAY_LOOPS.map((loop) => {
+      const { healthy, faulted } = q.loops[loop];
+      return `${loop} ${cpuLine(healthy.cpuMsPerCycle)} → ${cpuLine(faulted.cpuMsPerCycle)}`;
+    });
+    const counts = (c: Readonly<Record<string, number>>) =>
+      Object.entries(c)
+        .filter(([, v]) => v >= 0.005)
+        .map(([k, v]) => `${k} ${v.toFixed(2)}`)
+        .join(' ') || 'none';
+    const asked = GRAY_LOOPS.map((loop) => {
+      const { healthy, faulted } = q.loops[loop];
+      return `${loop} ${counts(healthy.requestsPerCycle)} → ${counts(faulted.requestsPerCycle)} (refusals ${counts(healthy.refusalsPerCycle)} → ${counts(faulted.refusalsPerCycle)})`;
+    });
+    lines.push(`quorumfence requests per cycle at the replicas read, healthy → faulted: ${asked.join('; ')}`);
+    lines.push(
+      `quorumfence CPU ms per cycle (replicas each | clients | proxies), healthy → faulted: ${cpu.join('; ')}`,
+    );
   }
   const { leader, follower } = etcdVariants(figures.etcd);
   for (const variant of [leader, follower]) {

@@ -30,6 +30,8 @@ export interface MetricsSample {
   readonly grantsSigned: number;
   /** quorumfence_replica_refusals_total by reason. */
   readonly refusals: Readonly<Record<string, number>>;
+  /** quorumfence_replica_requests_total by type (acquire, renew, release, ...). */
+  readonly requests: Readonly<Record<string, number>>;
   /** quorumfence_replica_flush_seconds _sum and _count. */
   readonly flushSum: number;
   readonly flushCount: number;
@@ -102,6 +104,7 @@ export function parseMetrics(body: string, at: number): MetricsSample {
   let signingRecords: number | null = null;
   let epochFloor: number | null = null;
   const refusals: Record<string, number> = {};
+  const requests: Record<string, number> = {};
   const flushBuckets: Record<string, number> = {};
   for (const line of body.split('\n')) {
     if (!line.startsWith('quorumfence_replica_')) continue;
@@ -120,6 +123,12 @@ export function parseMetrics(body: string, at: number): MetricsSample {
         const reason = (labels.get('reason') ?? '').slice(0, 32);
         if (reason in refusals || Object.keys(refusals).length < MAX_REASONS)
           refusals[reason] = (refusals[reason] ?? 0) + value;
+        break;
+      }
+      case 'quorumfence_replica_requests_total': {
+        const type = (labels.get('type') ?? '').slice(0, 32);
+        if (type in requests || Object.keys(requests).length < MAX_REASONS)
+          requests[type] = (requests[type] ?? 0) + value;
         break;
       }
       case 'quorumfence_replica_flush_seconds_sum':
@@ -155,6 +164,7 @@ export function parseMetrics(body: string, at: number): MetricsSample {
     grantsNew,
     grantsSigned,
     refusals,
+    requests,
     flushSum,
     flushCount,
     signSum,

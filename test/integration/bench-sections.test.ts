@@ -132,6 +132,8 @@ function expectQuorumfenceGray(q: Json, grayReplica: number): void {
       const run = q.loops[loop][state] as Json;
       expectConditionLoop(run.rate, loop === 'one' ? 1 : 4);
       expect(isNumber(run.partialsPerCycle.all)).toBe(true);
+      expect(run.cpuMsPerCycle.replicas).toHaveLength(4);
+      expect(isNumber(run.cpuMsPerCycle.clients) && run.cpuMsPerCycle.clients > 0).toBe(true);
     }
 }
 

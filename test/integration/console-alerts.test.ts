@@ -156,6 +156,7 @@ function consoleVerdicts(phases: Phase[], conditions: readonly AlertCondition[])
       grantsNew: 0,
       grantsSigned: 0,
       refusals: Object.fromEntries(REASONS.map((reason, k) => [reason, s.refusals[r]![k]![m]!])),
+      requests: {},
       flushSum: 0,
       flushCount: s.flushAll[r]![m]!,
       signSum: 0,

@@ -189,9 +189,16 @@ const rate = (perSecond: number, p50: number, p99: number, waitP99 = p99) => ({
 
 /** Each loop: healthy (100/s, p50 10, p99 20) and faulted at `k` times the rate, the latencies divided by `k`. */
 function quorumfence(k: number): QuorumfenceGray {
+  const cpu = { replicas: [1, 1, 1, null], clients: 2, proxies: 0.5 };
+  const counts = { requestsPerCycle: { acquire: 3, release: 3 }, refusalsPerCycle: {} };
   const loop = () => ({
-    healthy: { rate: rate(100, 10, 20), partialsPerCycle: { gray: 0.75, all: 3 } },
-    faulted: { rate: rate(100 * k, 10 / k, 20 / k), partialsPerCycle: { gray: 0, all: 3 } },
+    healthy: { rate: rate(100, 10, 20), partialsPerCycle: { gray: 0.75, all: 3 }, cpuMsPerCycle: cpu, ...counts },
+    faulted: {
+      rate: rate(100 * k, 10 / k, 20 / k),
+      partialsPerCycle: { gray: 0, all: 3 },
+      cpuMsPerCycle: cpu,
+      ...counts,
+    },
   });
   return { replicas: 4, grayReplica: 1, loops: { one: loop(), distinct: loop(), hot: loop() } };
 }

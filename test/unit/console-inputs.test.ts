@@ -17,6 +17,8 @@ quorumfence_replica_grants_signed_total{kind="new",replica="1",cluster="ab"} 10
 quorumfence_replica_grants_signed_total{kind="resend",replica="1",cluster="ab"} 4
 quorumfence_replica_refusals_total{reason="busy",replica="1",cluster="ab"} 3
 quorumfence_replica_refusals_total{reason="stale",replica="1",cluster="ab"} 1
+quorumfence_replica_requests_total{type="acquire",replica="1",cluster="ab"} 20
+quorumfence_replica_requests_total{type="release",replica="1",cluster="ab"} 12
 quorumfence_replica_flush_seconds_sum{replica="1",cluster="ab"} 0.02
 quorumfence_replica_flush_seconds_count{replica="1",cluster="ab"} 10
 quorumfence_replica_flush_seconds_bucket{le="0.001",replica="1",cluster="ab"} 2
@@ -35,6 +37,7 @@ describe('a replica’s own claims', () => {
       grantsNew: 10,
       grantsSigned: 14,
       refusals: { busy: 3, stale: 1 },
+      requests: { acquire: 20, release: 12 },
       flushSum: 0.02,
       flushCount: 10,
       signSum: 0.0042,
@@ -69,6 +72,7 @@ describe('a replica’s own claims', () => {
       grantsNew: 0,
       grantsSigned: 0,
       refusals: {},
+      requests: {},
       flushSum: 0,
       flushCount: 0,
       signSum: 0,
@@ -81,6 +85,8 @@ describe('a replica’s own claims', () => {
       '\n',
     );
     expect(Object.keys(parseMetrics(many, 0).refusals).length).toBeLessThanOrEqual(16);
+    const manyTypes = many.replaceAll('refusals_total{reason=', 'requests_total{type=');
+    expect(Object.keys(parseMetrics(manyTypes, 0).requests).length).toBeLessThanOrEqual(16);
     const restarted = metricsFigures(parseMetrics(METRICS, 2_000), { ...parseMetrics(METRICS, 1_000), grantsNew: 99 });
     expect(restarted.grantsPerSecond).toBeNull();
     const refusalsRestarted = metricsFigures(parseMetrics(METRICS, 2_000), {
