@@ -35,6 +35,20 @@ function statCpuMs(path: string): number {
   }
 }
 
+/** The machine's jiffies from /proc/stat: all, idle (with iowait) and stolen (Linux only). */
+export function machineCpuTimes(): { total: number; idle: number; steal: number } | undefined {
+  try {
+    const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    return {
+      total: fields.reduce((a, b) => a + b, 0),
+      idle: (fields[3] ?? 0) + (fields[4] ?? 0),
+      steal: fields[7] ?? 0,
+    };
+  } catch {
+    return undefined;
+  }
+}
+
 /** User + system CPU ms of this process. */
 export function ownCpuMs(): number {
   const usage = process.cpuUsage();

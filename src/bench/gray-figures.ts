@@ -51,6 +51,8 @@ export interface QuorumfenceGrayLoop {
     readonly replicas: readonly (number | null)[];
     readonly clients: number;
     readonly proxies: number;
+    /** The share of the whole machine's CPU that was busy over the span (1: every core busy; null off Linux). */
+    readonly machineBusy: number | null;
   };
   /**
    * Requests per cycle by type, and refusals by reason, over the same span, summed over the replicas that could

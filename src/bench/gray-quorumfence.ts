@@ -28,7 +28,7 @@ import {
 } from './gray-figures.js';
 import { freshNames, LOOP_PLAN, type LoopCondition } from './measure.js';
 import { networkCpuMs, type DelayedNetwork } from './network.js';
-import { ownCpuMs, processCpuMs } from './counters.js';
+import { machineCpuTimes, ownCpuMs, processCpuMs } from './counters.js';
 import { buildSlowFlush, type SlowFlush } from './slow-flush.js';
 import { acquireLoop, reach, type Running } from './system-loop.js';
 import { restartReplica, startSystem, type OddReplica } from './system-processes.js';
@@ -54,9 +54,16 @@ function countsPerCycle(
 
 /** CPU ms used so far: each replica's process (0 where /proc could not be read), this process, the proxies'. */
 interface CpuReading {
+  readonly machine: ReturnType<typeof machineCpuTimes>;
   readonly replicas: readonly number[];
   readonly clients: number;
   readonly proxies: number;
+}
+
+/** The share of the machine's CPU time that was busy between two readings (null where /proc/stat is not). */
+function busyShare(before: CpuReading['machine'], after: CpuReading['machine']): number | null {
+  if (!before || !after || after.total <= before.total) return null;
+  return 1 - (after.idle - before.idle) / (after.total - before.total);
 }
 
 function cpuPerCycle(before: CpuReading, after: CpuReading, cycles: number): QuorumfenceGrayLoop['cpuMsPerCycle'] {
@@ -66,6 +73,7 @@ function cpuPerCycle(before: CpuReading, after: CpuReading, cycles: number): Quo
     ),
     clients: per(after.clients - before.clients, cycles),
     proxies: per(after.proxies - before.proxies, cycles),
+    machineBusy: busyShare(before.machine, after.machine),
   };
 }
 
@@ -108,6 +116,7 @@ async function quorumfenceLoop(
   const readSlowed = async () =>
     kind === 'byzantine-slow' ? ((await byzantineState(gray.url)).acts.slow ?? 0) : undefined;
   const readCpu = (): CpuReading => ({
+    machine: machineCpuTimes(),
     replicas: replicas.map((r) => processCpuMs(r.pid)),
     clients: ownCpuMs(),
     proxies: networkCpuMs(network),

@@ -141,7 +141,8 @@ function versus(
 /** `r1 r2 r3 r4 | clients | proxies`, ms per cycle ('?' where a replica could not be read). */
 function cpuLine(cpu: QuorumfenceGrayLoop['cpuMsPerCycle']): string {
   const replicas = cpu.replicas.map((x) => (x === null ? '?' : x.toFixed(1))).join(' ');
-  return `${replicas} | ${cpu.clients.toFixed(1)} | ${cpu.proxies.toFixed(1)}`;
+  const busy = cpu.machineBusy === null ? '' : `, machine ${Math.round(100 * cpu.machineBusy)}% busy`;
+  return `${replicas} | ${cpu.clients.toFixed(1)} | ${cpu.proxies.toFixed(1)}${busy}`;
 }
 
 function evidence(figures: GrayFaultFigures): string[] {

@@ -33,6 +33,7 @@ import { QuorumFenceError } from '../common/errors.js';
 import { decodeServerMessage, encodeMessage } from '../protocol/codec.js';
 import { grantMessage } from '../token/grant.js';
 import { startWorkerSigner } from '../replica/signer.js';
+import { machineCpuTimes } from './counters.js';
 import { summarise, type BenchSize, type Timing } from './measure.js';
 import { connectLoad, measureHandshakes, type HandshakeFigures } from './handshakes.js';
 import { measureStore, measureStoresTogether } from './store.js';
@@ -110,16 +111,6 @@ export interface ReplicaBenchFigures {
 function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor((sorted.length - 1) / 2)] ?? NaN;
-}
-
-/** Total and steal jiffies from /proc/stat (Linux only). */
-function cpuTimes(): { total: number; steal: number } | undefined {
-  try {
-    const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-    return { total: fields.reduce((a, b) => a + b, 0), steal: fields[7] ?? 0 };
-  } catch {
-    return undefined;
-  }
 }
 
 async function measureGrants(
@@ -241,7 +232,7 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
   const warmupSeconds = smoke ? 0.25 : 1;
   const repeats = options.repeats ?? (size === 'full' ? 3 : 1);
   const loadAverageBefore = loadavg()[0]!;
-  const cpuBefore = cpuTimes();
+  const cpuBefore = machineCpuTimes();
   const connections = options.connections ?? 8;
   const depth = options.depth ?? 64;
   const root = mkdtempSync(join(tmpdir(), 'qf-bench-replica-'));
@@ -348,7 +339,7 @@ export async function benchReplica(options: ReplicaBenchOptions = {}): Promise<R
       { full: 300, quick: 100, smoke: 5 }[size],
     );
 
-    const cpuAfter = cpuTimes();
+    const cpuAfter = machineCpuTimes();
     const stealPercent =
       cpuBefore && cpuAfter && cpuAfter.total > cpuBefore.total
         ? (100 * (cpuAfter.steal - cpuBefore.steal)) / (cpuAfter.total - cpuBefore.total)

@@ -189,7 +189,7 @@ const rate = (perSecond: number, p50: number, p99: number, waitP99 = p99) => ({
 
 /** Each loop: healthy (100/s, p50 10, p99 20) and faulted at `k` times the rate, the latencies divided by `k`. */
 function quorumfence(k: number): QuorumfenceGray {
-  const cpu = { replicas: [1, 1, 1, null], clients: 2, proxies: 0.5 };
+  const cpu = { replicas: [1, 1, 1, null], clients: 2, proxies: 0.5, machineBusy: 0.9 };
   const counts = { requestsPerCycle: { acquire: 3, release: 3 }, refusalsPerCycle: {} };
   const loop = () => ({
     healthy: { rate: rate(100, 10, 20), partialsPerCycle: { gray: 0.75, all: 3 }, cpuMsPerCycle: cpu, ...counts },
