@@ -9,7 +9,7 @@ import { AcquireCore } from '../../src/client/core/acquire.js';
 import type { CoreEnv } from '../../src/client/core/env.js';
 import type { CoreAction, CoreEvent } from '../../src/client/core/io.js';
 import { EvidenceLog } from '../../src/client/evidence.js';
-import { PartialCollector } from '../../src/client/partial-collector.js';
+import { combinePartials } from '../../src/client/partial-collector.js';
 import type { AcquireOutcome } from '../../src/protocol/messages.js';
 import { dealRunKeys } from '../../src/simulation/crypto.js';
 import { verifyToken } from '../../src/token/admission-token.js';
@@ -34,7 +34,7 @@ const env: CoreEnv = {
   },
   random: () => 0.5,
   grantLatency: undefined,
-  collect: (grant) => new PartialCollector(cluster, cluster.backend, grant, grantMessage(grant), new EvidenceLog()),
+  partials: { cluster, backend: cluster.backend, evidence: new EvidenceLog() },
 };
 
 const request = { resource: 'orders', ttlMs: 1_000, waitMs: 0, timeoutMs: 2_000 };
@@ -67,7 +67,7 @@ describe('the acquire core, driven by hand', () => {
     const combine = actions.find((a) => a.type === 'combine');
     expect(combine).toBeDefined();
     expect(core.result).toBeUndefined();
-    const outcome = await (combine as Extract<CoreAction, { type: 'combine' }>).collector.tryCombine();
+    const outcome = await combinePartials((combine as Extract<CoreAction, { type: 'combine' }>).partials, env.partials);
     const last = core.step({ type: 'combined', at: 5, outcome });
     expect(sends(last)).toEqual([]);
     const end = core.result!;

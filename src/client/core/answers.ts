@@ -6,6 +6,7 @@
  */
 import type { AcquireOutcome } from '../../protocol/messages.js';
 import type { HeldPartial } from '../catch-up.js';
+import { addPartial, newPartialSet } from '../partial-collector.js';
 import { QuorumTally } from '../quorum-tally.js';
 import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
 import { firstSigners } from '../signer-choice.js';
@@ -148,7 +149,7 @@ export class AnswerJudge {
     const state = this.#state;
     this.granted.add(replica);
     this.#spec.report(replica, state.epoch);
-    const added = state.collector.add(replica, outcome.partial, outcome.generation);
+    const added = addPartial(state.collector, this.#env.partials, replica, outcome.partial, outcome.generation);
     if (!added.ok) {
       if (added.reason === 'other_generation') {
         // Not a vote on this membership: like a replica that is down, not like a split vote.
@@ -164,7 +165,7 @@ export class AnswerJudge {
     }
     this.#held.push({ replica, epoch: state.epoch, partial: outcome.partial });
     for (const behind of this.#lagging.keys()) this.#catchUp(behind, at);
-    if (state.collector.count >= this.#env.cluster.t) return { next: 'combining', outcome };
+    if (state.collector.held.length >= this.#env.cluster.t) return { next: 'combining', outcome };
     return { ...judged, usable: true };
   }
 
@@ -209,7 +210,7 @@ export class AnswerJudge {
     const state = this.#state;
     state.epoch = next;
     state.grant = { ...state.grant, epoch: next };
-    state.collector = this.#env.collect(state.grant);
+    state.collector = newPartialSet(state.grant);
     this.#round.bodies = acquireBodies(this.#spec.request, next, this.#waitTurnMs, this.#spec.leader);
   }
 
@@ -245,7 +246,7 @@ export class AnswerJudge {
 
   /** Lagging replicas not asked yet count as answers still possible while a partial can still come to make evidence. */
   waitingForEvidence(): number {
-    if (this.#state.collector.count + roundPossible(this.#round) === 0) return 0;
+    if (this.#state.collector.held.length + roundPossible(this.#round) === 0) return 0;
     let waiting = 0;
     for (const entry of this.#lagging.values()) if (entry.asking === undefined) waiting++;
     return waiting;

@@ -11,7 +11,7 @@
 import { encodeToken } from '../../token/admission-token.js';
 import type { Grant } from '../../token/grant.js';
 import type { AcquireOutcome } from '../../protocol/messages.js';
-import type { CombineOutcome, PartialCollector } from '../partial-collector.js';
+import { combinedInto, newPartialSet, type CombineOutcome, type PartialSet } from '../partial-collector.js';
 import type { CallFaults } from './faults.js';
 import { firstSigners, leaderFor } from '../signer-choice.js';
 import type { ReplicaAnswer, RequestKind } from '../replica-channel.js';
@@ -75,7 +75,7 @@ const LEADER_CHECK_MS = 100;
 export interface AttemptState {
   epoch: bigint;
   grant: Grant;
-  collector: PartialCollector;
+  collector: PartialSet;
   /** Taken before the first request leaves, so the holder's lease view starts before any replica's (docs/protocol.md). */
   sentAt: number;
   /** Leader-first: true until the leader granted or announced our turn. */
@@ -126,7 +126,7 @@ export class AttemptCore {
     this.#state = {
       epoch: spec.epoch,
       grant,
-      collector: env.collect(grant),
+      collector: newPartialSet(grant),
       sentAt: at,
       leaderOnly: leader !== undefined,
       waited: false,
@@ -208,6 +208,7 @@ export class AttemptCore {
     const pending = this.#combining;
     if (!pending || this.#result) return;
     this.#combining = undefined;
+    combinedInto(this.#state.collector, this.#env.cluster.t, outcome);
     this.#state.signature = outcome;
     let usable = true;
     if (!outcome.ok) {
@@ -236,7 +237,8 @@ export class AttemptCore {
 
   #mayStillWin(): boolean {
     return (
-      this.#state.collector.count + roundPossible(this.#round) + this.#judge.waitingForEvidence() >= this.#env.cluster.t
+      this.#state.collector.held.length + roundPossible(this.#round) + this.#judge.waitingForEvidence() >=
+      this.#env.cluster.t
     );
   }
 
