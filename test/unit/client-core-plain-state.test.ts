@@ -262,4 +262,31 @@ describe("the acquire call's state is plain data", () => {
     expect([...end.result.grant.signers].sort()).toEqual([honest.replica, other.replica, fourth].sort());
     expect(verifyToken(end.result.grant.token, dealt.cluster).ok).toBe(true);
   });
+
+  it("a held resource: f+1 busy, the leader's line, the polling wait and its wake-up; a copy at every step does the same", () => {
+    const acquire = twinAcquire({ resource: 'queue', ttlMs: 1_000, waitMs: 1_500, timeoutMs: 2_500 });
+    const busy = (send: Send, time: number): CoreEvent => {
+      const outcome: AcquireOutcome = { status: 'busy', epoch: 3n, remainingMs: 800 };
+      return { type: 'answer', at: time, request: send.request, answer: { kind: 'reply', outcome } };
+    };
+    const asked = sends(acquire.started);
+    // f+1 busy: a place in the leader's line is taken at once, asking the leader alone to keep the request.
+    acquire.step(busy(asked[0]!, 1));
+    const [inLine, ...others] = sends(acquire.step(busy(asked[1]!, 2)));
+    expect(others).toEqual([]);
+    expect(inLine!.body).toMatchObject({ nextEpoch: true });
+    expect(acquire.state().phase.kind).toBe('attempt');
+    // The leader says busy anyway (its line is full): the call waits, polling, until a release notice wakes it.
+    const waiting = acquire.step(busy(inLine!, 3));
+    expect(acquire.state().phase.kind).toBe('busy_wait');
+    expect(waiting.filter((a) => a.type === 'set_timer')).toHaveLength(1);
+    const woken = acquire.step({ type: 'released', at: 50 });
+    expect(woken[0]).toEqual(expect.objectContaining({ type: 'clear_timer' }));
+    expect(sends(woken).length).toBeGreaterThan(0);
+    expect(acquire.state().phase.kind).toBe('attempt');
+    expect(acquire.end()).toBeUndefined();
+    // The caller gives up: the call ends aborted, in the copy as in the original.
+    acquire.step({ type: 'abort', at: 60 });
+    expect(acquire.end()?.result).toMatchObject({ ok: false, reason: 'aborted' });
+  });
 });
