@@ -36,10 +36,10 @@
  * Nothing a replica sends can make this throw, and every wait is cut short
  * by the caller's deadline and AbortSignal.
  *
- * The rules live in a core that does no I/O (src/client/core/acquire.ts and attempt.ts: events in, actions out);
- * this file runs it over the client's connections (src/client/drive.ts).
+ * The rules live in a core that does no I/O (src/client/core/acquire.ts, attempt.ts and answers.ts: its state plain
+ * data, events in, actions out); this file runs it over the client's connections (src/client/drive.ts).
  */
-import { AcquireCore } from './core/acquire.js';
+import { acquireCore, newAcquire } from './core/acquire.js';
 import type { AcquiredGrant, AcquireGrantResult } from './core/results.js';
 import { connectionViews, coreEnv, drive } from './drive.js';
 import { releaseQuietly, renewGrant } from './lease-calls.js';
@@ -73,8 +73,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
   for (let tries = 1; ; tries++) {
     const elapsed = clock.now() - started;
     const pollOnly = tries > 1;
-    const core = new AcquireCore(
-      coreEnv(ctx),
+    const state = newAcquire(
       {
         resource,
         ttlMs,
@@ -87,7 +86,7 @@ export async function acquireGrant(ctx: QuorumContext, request: AcquireRequest):
       ctx.epochHints.get(resource),
       signal?.aborted ?? false,
     );
-    const end = await drive(ctx, core, { signal, resource });
+    const end = await drive(ctx, acquireCore(coreEnv(ctx), state), { signal, resource });
     if (end.hint) ctx.epochHints.set(resource, end.hint);
     if (!end.result.ok) return end.result;
     const grant = await freshView(ctx, end.result.grant, signal);

@@ -5,10 +5,9 @@
  * (ReplicaConnection over WebSocket) and in the simulator (src/simulation: simulated connections and clock).
  */
 import type { TimerHandle } from '../common/clock.js';
-import { grantMessage } from '../token/grant.js';
 import type { CoreEnv } from './core/env.js';
 import type { CallCore, ConnectionView, CoreAction, CoreEvent } from './core/io.js';
-import { PartialCollector } from './partial-collector.js';
+import { combinePartials, type PartialChecks } from './partial-collector.js';
 import { routingOf } from './signer-choice.js';
 import type { QuorumContext } from './quorum-context.js';
 import type { RequestBody, RequestKind } from './replica-channel.js';
@@ -41,9 +40,14 @@ export function coreEnv(ctx: QuorumContext): CoreEnv {
     options: ctx.options,
     random: ctx.options.random,
     grantLatency: ctx.grantLatency,
-    collect: (grant) => new PartialCollector(ctx.cluster, ctx.backend, grant, grantMessage(grant), ctx.evidence),
+    partials: partialChecks(ctx),
     rules: ctx.rules,
   };
+}
+
+/** What combining a grant's partials needs, from a client's context (partial-collector.ts). */
+function partialChecks(ctx: QuorumContext): PartialChecks {
+  return { cluster: ctx.cluster, backend: ctx.backend, evidence: ctx.evidence };
 }
 
 /**
@@ -175,7 +179,7 @@ class Driver<R> {
         this.#timers.delete(action.timer);
         return;
       case 'combine':
-        action.collector.tryCombine().then(
+        combinePartials(action.partials, partialChecks(this.#ctx)).then(
           (outcome) => this.#feed({ type: 'combined', at: this.#now(), outcome }),
           (error: unknown) => this.#fail(error),
         );

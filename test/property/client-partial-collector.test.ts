@@ -10,9 +10,9 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadBackend } from '../../src/crypto/load.js';
 import { EvidenceLog } from '../../src/client/evidence.js';
-import { PartialCollector } from '../../src/client/partial-collector.js';
+import { partialHandle } from '../support/partial-handle.js';
 import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
-import { grantMessage, type Grant } from '../../src/token/grant.js';
+import type { Grant } from '../../src/token/grant.js';
 import { dealCluster } from '../support/dealt-cluster.js';
 
 const backend = loadBackend();
@@ -44,7 +44,7 @@ describe('Liveness: up to f bad partials never stop a token, and only liars are 
           const { cluster } = dealt;
           const grant: Grant = { clusterId: cluster.id, resource: 'r', epoch, holder: new Uint8Array(32).fill(1) };
           const evidence = new EvidenceLog();
-          const collector = new PartialCollector(cluster, backend, grant, grantMessage(grant), evidence);
+          const collector = partialHandle(cluster, backend, grant, evidence);
           const named = new Set<number>();
           let token;
           for (const replica of order) {

@@ -5,11 +5,11 @@
  * vote's partial grants and a backoff timer before the next epoch, and a busy refusal that needs no timer at all.
  */
 import { describe, expect, it } from 'vitest';
-import { AcquireCore } from '../../src/client/core/acquire.js';
+import { acquireCore, newAcquire } from '../../src/client/core/acquire.js';
 import type { CoreEnv } from '../../src/client/core/env.js';
 import type { CoreAction, CoreEvent } from '../../src/client/core/io.js';
 import { EvidenceLog } from '../../src/client/evidence.js';
-import { PartialCollector } from '../../src/client/partial-collector.js';
+import { combinePartials } from '../../src/client/partial-collector.js';
 import type { AcquireOutcome } from '../../src/protocol/messages.js';
 import { dealRunKeys } from '../../src/simulation/crypto.js';
 import { verifyToken } from '../../src/token/admission-token.js';
@@ -34,7 +34,7 @@ const env: CoreEnv = {
   },
   random: () => 0.5,
   grantLatency: undefined,
-  collect: (grant) => new PartialCollector(cluster, cluster.backend, grant, grantMessage(grant), new EvidenceLog()),
+  partials: { cluster, backend: cluster.backend, evidence: new EvidenceLog() },
 };
 
 const request = { resource: 'orders', ttlMs: 1_000, waitMs: 0, timeoutMs: 2_000 };
@@ -58,7 +58,7 @@ function answer(send: Send, outcome: AcquireOutcome, at: number): CoreEvent {
 
 describe('the acquire core, driven by hand', () => {
   it('asks t replicas, combines their partials, and ends with a token that verifies: one round trip', async () => {
-    const core = new AcquireCore(env, request, connections, undefined);
+    const core = acquireCore(env, newAcquire(request, connections, undefined));
     const first = sends(core.start(0));
     expect(first).toHaveLength(cluster.t);
     expect(first.every((send) => (send.body as { epoch: bigint }).epoch === 1n)).toBe(true);
@@ -67,7 +67,7 @@ describe('the acquire core, driven by hand', () => {
     const combine = actions.find((a) => a.type === 'combine');
     expect(combine).toBeDefined();
     expect(core.result).toBeUndefined();
-    const outcome = await (combine as Extract<CoreAction, { type: 'combine' }>).collector.tryCombine();
+    const outcome = await combinePartials((combine as Extract<CoreAction, { type: 'combine' }>).partials, env.partials);
     const last = core.step({ type: 'combined', at: 5, outcome });
     expect(sends(last)).toEqual([]);
     const end = core.result!;
@@ -79,7 +79,7 @@ describe('the acquire core, driven by hand', () => {
   });
 
   it("a split vote releases what it won, backs off on a timer it asks for, and tries above the others' epoch", () => {
-    const core = new AcquireCore(env, request, connections, undefined);
+    const core = acquireCore(env, newAcquire(request, connections, undefined));
     const asked = sends(core.start(0));
     // Two grant epoch 1; the third has signed epoch 1 for someone else.
     expect(sends(core.step(answer(asked[0]!, granted(asked[0]!), 1)))).toEqual([]);
@@ -102,7 +102,7 @@ describe('the acquire core, driven by hand', () => {
   });
 
   it('f+1 busy answers with no wait end the call as busy, with the (f+1)-th smallest remaining time, and no timer', () => {
-    const core = new AcquireCore(env, request, connections, undefined);
+    const core = acquireCore(env, newAcquire(request, connections, undefined));
     const asked = sends(core.start(0));
     core.step(answer(asked[0]!, { status: 'busy', epoch: 4n, remainingMs: 0 }, 1));
     const actions = core.step(answer(asked[1]!, { status: 'busy', epoch: 4n, remainingMs: 700 }, 2));

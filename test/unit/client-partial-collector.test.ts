@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { loadBackend } from '../../src/crypto/load.js';
 import { EvidenceLog, verifyEquivocation } from '../../src/client/evidence.js';
-import { PartialCollector } from '../../src/client/partial-collector.js';
+import { partialHandle } from '../support/partial-handle.js';
 import { encodeToken, verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage, type Grant } from '../../src/token/grant.js';
 import { dealCluster } from '../support/dealt-cluster.js';
@@ -29,7 +29,7 @@ function grantFor(holder: Uint8Array, epoch = 7n, resource = 'orders'): Grant {
 }
 
 function collectorFor(grant: Grant, evidence = new EvidenceLog()) {
-  return { collector: new PartialCollector(cluster, backend, grant, grantMessage(grant), evidence), evidence };
+  return { collector: partialHandle(cluster, backend, grant, evidence), evidence };
 }
 
 describe('partial collection: combine optimistically, verify once', () => {
@@ -170,7 +170,7 @@ describe('share generations: partials of one generation only are combined', () =
   it('a partial of another generation is not held (other_generation, no evidence), and t of the cluster generation combine', async () => {
     const grant: Grant = { clusterId: next.id, resource: 'orders', epoch: 9n, holder: holderA };
     const evidence = new EvidenceLog();
-    const collector = new PartialCollector(next, backend, grant, grantMessage(grant), evidence);
+    const collector = partialHandle(next, backend, grant, evidence);
     expect(collector.add(1, nextPartial(1, grant).bytes, 1)).toEqual({ ok: true });
     expect(collector.add(2, nextPartial(2, grant).bytes, 1)).toEqual({ ok: true });
     // Replica 3 still runs the old shares (generation 0): a valid old partial, never combined with new ones.

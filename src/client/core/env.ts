@@ -3,11 +3,10 @@
  * call's running state (its outbox, the connections as last reported, whether the caller aborted). Built by the
  * driver (src/client/drive.ts) from a QuorumContext, or by the simulator from its own parts.
  */
-import type { Grant } from '../../token/grant.js';
 import { catchUpStep } from '../catch-up.js';
 import { chooseEpoch } from '../epoch-choice.js';
 import type { ClientOptions } from '../options.js';
-import type { PartialCollector } from '../partial-collector.js';
+import type { PartialChecks } from '../partial-collector.js';
 import type { GrantLatency } from '../signer-choice.js';
 import { newOutbox, type ConnectionView, type Outbox } from './io.js';
 
@@ -47,8 +46,8 @@ export interface CoreEnv {
   readonly random: () => number;
   /** How long acquires take to reach t partials (shared by a client's calls): when first signers count as late. */
   readonly grantLatency: GrantLatency | undefined;
-  /** The collector of one grant's partials (decoding, evidence, combining). */
-  readonly collect: (grant: Grant) => PartialCollector;
+  /** What checking a grant's partials needs (decoding, evidence, combining: partial-collector.ts). */
+  readonly partials: PartialChecks;
   /** The rules the cores apply (default CLIENT_RULES). */
   readonly rules?: CoreRules | undefined;
 }

@@ -8,7 +8,7 @@
  * same cores over a simulated network and clock.
  */
 import type { ConnectionState } from '../connection-state.js';
-import type { CombineOutcome, PartialCollector } from '../partial-collector.js';
+import type { CombineOutcome, PartialSet } from '../partial-collector.js';
 import type { ReplicaAnswer, RequestBody, RequestKind } from '../replica-channel.js';
 
 /** One replica connection as a core sees it. */
@@ -61,8 +61,11 @@ export type CoreAction =
   | { readonly type: 'abandon'; readonly group: number }
   | { readonly type: 'set_timer'; readonly timer: number; readonly ms: number }
   | { readonly type: 'clear_timer'; readonly timer: number }
-  /** Try to combine the partials held (`collector.tryCombine()`); answer with a `combined` event. */
-  | { readonly type: 'combine'; readonly collector: PartialCollector };
+  /**
+   * Try to combine these partials (a copy of those the core holds: combinePartials in partial-collector.ts); answer
+   * with a `combined` event.
+   */
+  | { readonly type: 'combine'; readonly partials: PartialSet };
 
 /**
  * Where a core's actions collect during one step, and where it numbers its timers, requests and rounds: plain data
@@ -115,8 +118,13 @@ export const outbox = {
     if (timer !== undefined) out.actions.push({ type: 'clear_timer', timer });
   },
 
-  combine(out: Outbox, collector: PartialCollector): void {
-    out.actions.push({ type: 'combine', collector });
+  combine(out: Outbox, partials: PartialSet): void {
+    const copy = {
+      grant: partials.grant,
+      held: partials.held.map((held) => ({ ...held })),
+      rejected: [...partials.rejected],
+    };
+    out.actions.push({ type: 'combine', partials: copy });
   },
 };
 
