@@ -13,7 +13,7 @@
 import { BYZANTINE_BEHAVIOURS, type ByzantineBehaviour } from '../testing/byzantine/behaviours.js';
 import { seededRandom, type SeededRandom } from '../testing/seeded-random.js';
 import type { ClientOp } from './client-node.js';
-import type { NetworkConditions } from './network.js';
+import type { LinkOrder, NetworkConditions } from './network.js';
 
 export type Fault =
   /** Cuts every link between the two groups of nodes for `forMs`. */
@@ -94,6 +94,13 @@ export interface Plan {
   readonly network?: NetworkConditions;
   /** Each replica's epoch floor when it first starts (replica k+1's at k; default 0): floors that differ. */
   readonly floors?: readonly bigint[];
+  /** Whether each link keeps its order (default `fifo`, as TCP) or its messages may overtake each other (network.ts). */
+  readonly linkOrder?: LinkOrder;
+}
+
+/** What a sweep chooses for all its runs, beside the seed: part of each plan, so a replay by seed reproduces it. */
+export interface PlanOptions {
+  readonly linkOrder?: LinkOrder;
 }
 
 /** The replicas' limits in a run: short leases and small epoch steps, so a run of seconds exercises them. */
@@ -123,7 +130,13 @@ const LIES: readonly ByzantineBehaviour[] = BYZANTINE_BEHAVIOURS;
 /** The chaos phase's length and how far into it faults may start (virtual ms). */
 const CHAOS_MS = 2_500;
 
-export function planRun(seed: number): Plan {
+export function planRun(seed: number, options: PlanOptions = {}): Plan {
+  const plan = drawPlan(seed);
+  // Only a non-default order is written into the plan: a plan of the default stays what it was.
+  return options.linkOrder === 'any' ? { ...plan, linkOrder: 'any' } : plan;
+}
+
+function drawPlan(seed: number): Plan {
   const random = seededRandom(seed);
   const n = random.pick([4, 4, 4, 4, 7, 7, 10]);
   const f = (n - 1) / 3;

@@ -92,7 +92,12 @@ export class World {
       maxEpochStep: RUN_LIMITS.maxEpochStep,
       mayAccess: (holder, resource) => mayAccess(this.access, holder, resource),
     });
-    this.network = new SimNetwork(this.scheduler, seededRandom(subSeed(plan.seed, 1)), plan.network ?? CALM);
+    this.network = new SimNetwork(
+      this.scheduler,
+      seededRandom(subSeed(plan.seed, 1)),
+      plan.network ?? CALM,
+      plan.linkOrder ?? 'fifo',
+    );
     this.keys = dealRunKeys(options.crypto, plan.n, subSeed(plan.seed, 2), (run) => this.#soon('verify', run));
     this.guard = new SimGuard(this.network, this.keys.cluster, options.mutation.fence);
     this.#malicious = new MaliciousClient(this.scheduler, this.network, seededRandom(subSeed(plan.seed, 5)));
