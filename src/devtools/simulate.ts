@@ -20,13 +20,14 @@ cluster in this process on virtual time: N = 4, 7 or 10 replicas (up to f of
 them Byzantine, running the project's lying behaviours) on simulated disks
 that lose unflushed writes and tear the last one when power is lost, clients
 running the SDK's own acquire, renew and release code, a guard, a malicious
-client pushing replicas apart, a simulated network (delay, loss, partitions;
-each link in order, as TCP, unless --link-order any) and a drifting clock per node; crashes, power losses
-(also at the moment disks flush), clock jumps and a reshare come and go until
-the run heals. Each run is checked: safety (the history checker: one token
-per resource and epoch, accepted epochs never go down, no acknowledged write
-lost, nothing granted again across a reshare; no stale refusal at the
-barrier; no exception), liveness (after the heal every acquire completes
+client pushing replicas apart and forging hellos, a simulated network (delay,
+loss, partitions; each link in order, as TCP, unless --link-order any) and a
+drifting clock per node; crashes, power losses (also at the moment disks
+flush), clock jumps and a reshare come and go until the run heals. Each run
+is checked: safety (the history checker: one token per resource and epoch,
+accepted epochs never go down, no acknowledged write lost, nothing granted
+again across a reshare; no stale refusal at the barrier; the lease ledger;
+nothing answered on a connection whose hello did not verify; no exception), liveness (after the heal every acquire completes
 within a bound; each replica's line grants in its order) and bounded
 state. The same seed gives the same runs and the same digest.
 

@@ -53,6 +53,18 @@ export type Fault =
   /** The malicious client probes the replica rules (malicious.ts). */
   | Probe
   /**
+   * The malicious client opens a connection to replica `replica` with a hello that must not verify (`forgery`,
+   * naming client `victim`'s holder key, or replaying a hello of the victim's), and asks it for `resource` there.
+   */
+  | {
+      readonly at: number;
+      readonly kind: 'forge-hello';
+      readonly forgery: HelloForgery;
+      readonly replica: number;
+      readonly resource: string;
+      readonly victim: number;
+    }
+  /**
    * A reshare: every old replica frozen, the records of `records` of them inherited (any r from 2f+1 to N: the
    * inherit rule keeps the (r-2f)-th largest report), new shares of the same key.
    */
@@ -71,6 +83,14 @@ export interface Probe {
   readonly resource: string;
   readonly replicas: readonly number[];
 }
+
+/**
+ * A hello that must not verify (malicious.ts): signed by the malicious client's own key but naming another client's
+ * holder key; another client's hello for another connection's challenge, replayed; a hello with a tampered signature.
+ */
+export type HelloForgery = 'other-holder' | 'replayed' | 'tampered';
+
+const HELLO_FORGERIES: readonly HelloForgery[] = ['other-holder', 'replayed', 'tampered'];
 
 const PROBES: readonly Probe['probe'][] = ['long-ttl', 'forbidden', 'resend-released', 'beyond-free-step', 'jump'];
 
@@ -131,10 +151,34 @@ const LIES: readonly ByzantineBehaviour[] = BYZANTINE_BEHAVIOURS;
 const CHAOS_MS = 2_500;
 
 export function planRun(seed: number, options: PlanOptions = {}): Plan {
-  const plan = drawPlan(seed);
+  const drawn = drawPlan(seed);
+  const plan = { ...drawn, faults: [...drawn.faults, ...drawForgedHellos(seed, drawn)] };
   // Only a non-default order is written into the plan: a plan of the default stays what it was.
   return options.linkOrder === 'any' ? { ...plan, linkOrder: 'any' } : plan;
 }
+
+/**
+ * Half the runs: one connection with a forged hello (malicious.ts), drawn from a stream of its own so that the
+ * rest of the plan is what the seed drew before forgeries existed.
+ */
+function drawForgedHellos(seed: number, plan: Plan): Fault[] {
+  const random = seededRandom((seed ^ FORGERY_STREAM) >>> 0);
+  if (!random.chance(0.5)) return [];
+  const resources = plan.resources.filter((resource) => resource !== HELD_RESOURCE);
+  return [
+    {
+      at: random.int(50, plan.healAt - 400),
+      kind: 'forge-hello',
+      forgery: random.pick(HELLO_FORGERIES),
+      replica: random.int(1, plan.n),
+      resource: random.pick(resources),
+      victim: random.int(0, plan.clients - 1),
+    },
+  ];
+}
+
+/** Mixed into a run's seed for the forged hellos' own stream. */
+const FORGERY_STREAM = 0x6f72_6765;
 
 function drawPlan(seed: number): Plan {
   const random = seededRandom(seed);

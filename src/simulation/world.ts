@@ -13,7 +13,7 @@ import { SimClient } from './client-node.js';
 import { dealRunKeys, type CryptoMode, type SimKeys } from './crypto.js';
 import { SimDisk } from './disk.js';
 import { SimGuard } from './guard-node.js';
-import { MaliciousClient } from './malicious.js';
+import { MaliciousClient, victimOf } from './malicious.js';
 import type { MutationEffects } from './mutations.js';
 import { CALM, SimNetwork } from './network.js';
 import { SimReplica } from './replica-node.js';
@@ -64,6 +64,11 @@ export class World {
   readonly allReplicas: SimReplica[] = [];
   generation = 0;
   healed = false;
+  /** What replicas answered on the malicious client's connections whose hello did not verify (malicious.ts). */
+  get forgedHellos(): MaliciousClient['forgedAnswers'] {
+    return this.#malicious.forgedAnswers;
+  }
+
   /** What the malicious client's probes expected of each replica, and what it answered (malicious.ts). */
   get probes(): MaliciousClient['expectations'] {
     return this.#malicious.expectations;
@@ -240,6 +245,12 @@ export class World {
       case 'probe':
         if (!this.healed) void this.#malicious.probe(fault);
         return;
+      case 'forge-hello': {
+        const victim = this.clients[fault.victim];
+        if (!this.healed && victim)
+          void this.#malicious.forgeHello(fault.forgery, fault.replica, fault.resource, victimOf(victim));
+        return;
+      }
       case 'reshare':
         return this.#reshare(fault.records);
       case 'hang':
