@@ -9,8 +9,9 @@ import { QuorumFenceError } from '../common/errors.js';
 import { integerFlag, parseFlags, type Command } from '../command/args.js';
 
 const usage = `usage: quorumfence-dev simulate [--seed S] [--runs N] [--json] [--crypto sim|real] [--mutate NAME]
-                               [--workers N] [--trace N] [--no-shrink]
+                               [--workers N] [--trace N] [--no-shrink] [--link-order fifo|any]
        quorumfence-dev simulate --replay SEED [--crypto sim|real] [--mutate NAME] [--trace N] [--json]
+                               [--link-order fifo|any]
        quorumfence-dev simulate --timing [--mutate NAME] [--json]
        quorumfence-dev simulate --list-mutations
 
@@ -19,13 +20,14 @@ cluster in this process on virtual time: N = 4, 7 or 10 replicas (up to f of
 them Byzantine, running the project's lying behaviours) on simulated disks
 that lose unflushed writes and tear the last one when power is lost, clients
 running the SDK's own acquire, renew and release code, a guard, a malicious
-client pushing replicas apart, a simulated network (delay, loss, partitions;
-each link in order, as TCP) and a drifting clock per node; crashes, power losses
-(also at the moment disks flush), clock jumps and a reshare come and go until
-the run heals. Each run is checked: safety (the history checker: one token
-per resource and epoch, accepted epochs never go down, no acknowledged write
-lost, nothing granted again across a reshare; no stale refusal at the
-barrier; no exception), liveness (after the heal every acquire completes
+client pushing replicas apart and forging hellos, a simulated network (delay,
+loss, partitions; each link in order, as TCP, unless --link-order any) and a
+drifting clock per node; crashes, power losses (also at the moment disks
+flush), clock jumps and a reshare come and go until the run heals. Each run
+is checked: safety (the history checker: one token per resource and epoch,
+accepted epochs never go down, no acknowledged write lost, nothing granted
+again across a reshare; no stale refusal at the barrier; the lease ledger;
+nothing answered on a connection whose hello did not verify; no exception), liveness (after the heal every acquire completes
 within a bound; each replica's line grants in its order) and bounded
 state. The same seed gives the same runs and the same digest.
 
@@ -55,6 +57,9 @@ options:
   --trace N           events of a failing run's trace to print  (default 200)
   --no-shrink         report the first failing run as it ran, not shrunk (faster, when only the
                       catching run matters: the test suite's planted-bug checks)
+  --link-order O      fifo: each link keeps its order, as TCP; any: messages on one link may
+                      overtake each other (still at most once). Part of each run's plan: replay
+                      a run with the same order                 (default fifo)
   --json              print the summary as one JSON object
 `;
 
@@ -79,6 +84,7 @@ export const command: Command = {
       workers: { type: 'string' },
       trace: { type: 'string' },
       'no-shrink': { type: 'boolean' },
+      'link-order': { type: 'string' },
     });
     const { MUTATIONS, mutationNamed } = await import('../simulation/mutations.js');
     if (values['list-mutations']) {
@@ -115,8 +121,17 @@ export const command: Command = {
         'INVALID_OPTION',
         `--mutate ${values.mutate} costs time, not safety: the timing scenarios catch it (add --timing)`,
       );
+    const linkOrder = values['link-order'] ?? 'fifo';
+    if (linkOrder !== 'fifo' && linkOrder !== 'any')
+      throw new QuorumFenceError('INVALID_OPTION', `--link-order expects fifo or any, got "${linkOrder}"`);
     const traceLength = integerFlag(values.trace, 'trace', 200, 0, 100_000);
-    const options = { crypto, mutation: values.mutate, traceLength, shrink: values['no-shrink'] !== true } as const;
+    const options = {
+      crypto,
+      mutation: values.mutate,
+      traceLength,
+      shrink: values['no-shrink'] !== true,
+      linkOrder,
+    } as const;
     if (values.replay !== undefined)
       return replay(integerFlag(values.replay, 'replay', 0, 0, 2 ** 32 - 1), options, values.json === true);
     const seed =
@@ -133,6 +148,7 @@ interface Options {
   readonly traceLength: number;
   /** Shrink the first failing run of a sweep (false: --no-shrink). */
   readonly shrink: boolean;
+  readonly linkOrder: 'fifo' | 'any';
 }
 
 /** `--timing`: every timing scenario against its bound; with a mutation, exit 0 only when some scenario failed. */
@@ -162,7 +178,7 @@ async function replay(seed: number, options: Options, asJson: boolean): Promise<
   const { planRun } = await import('../simulation/scenario.js');
   const result = await runSeed(seed, options);
   const failed = failedRun(result);
-  if (asJson) process.stdout.write(json({ plan: planRun(seed), ...result }) + '\n');
+  if (asJson) process.stdout.write(json({ plan: planRun(seed, options), ...result }) + '\n');
   else {
     process.stdout.write(
       `run seed ${seed}: ${result.events} events, ${Math.round(result.virtualMs)} virtual ms, digest ${result.digest}\n`,
@@ -189,7 +205,7 @@ async function sweepCommand(
   if (!asJson)
     process.stderr.write(
       `quorumfence-dev simulate: seed ${seed}, ${runs} runs, crypto ${options.crypto}, ${workers} worker(s)` +
-        `${mutating ? `, mutation ${options.mutation}` : ''}\n`,
+        `${mutating ? `, mutation ${options.mutation}` : ''}, link order ${options.linkOrder}\n`,
     );
   const started = performance.now();
   const summary = await sweep(seed, runs, {
@@ -201,7 +217,7 @@ async function sweepCommand(
   const elapsedMs = performance.now() - started;
   // The first failing run is shrunk and shown with its trace (the others are listed by seed).
   const first = summary.failed[0];
-  const shrunk = first && options.shrink ? await shrink(planRun(first.seed), first, options) : undefined;
+  const shrunk = first && options.shrink ? await shrink(planRun(first.seed, options), first, options) : undefined;
   const report = {
     seed,
     runs: summary.runs,
@@ -209,6 +225,8 @@ async function sweepCommand(
     livenessFailures: summary.livenessFailures,
     digest: summary.digest,
     crypto: options.crypto,
+    linkOrder: options.linkOrder,
+    overtaken: summary.overtaken,
     ...(mutating ? { mutation: options.mutation, caught: first !== undefined, caughtAtRun: first?.index ?? null } : {}),
     failedRuns: summary.failed.map((run) => ({
       index: run.index,
@@ -233,6 +251,8 @@ function printReport(
     runs: number;
     violations: number;
     livenessFailures: number;
+    linkOrder: 'fifo' | 'any';
+    overtaken: number;
     digest: string;
     elapsedMs: number;
     scenariosPerMinute: number;
@@ -242,6 +262,7 @@ function printReport(
 ): void {
   process.stdout.write(
     `${report.runs} runs, ${report.violations} violations, ${report.livenessFailures} liveness failures, ` +
+      (report.linkOrder === 'any' ? `${report.overtaken} messages overtook another on their link, ` : '') +
       `${report.elapsedMs} ms (${report.scenariosPerMinute} scenarios a minute)\ndigest ${report.digest}\n`,
   );
   for (const run of report.failedRuns) {

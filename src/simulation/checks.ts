@@ -7,7 +7,8 @@
  *   and across a reshare no epoch granted again; the guard refused nothing but stale writes below its barrier; no
  *   token held by two clients; the lease ledger (lease-ledger.ts: leases exclusive at every honest replica, renewed
  *   and released only by their holder's session, the restart rule, epoch steps, clients' views backed by t
- *   replicas and never overlapping); no client threw and no replica failed a request;
+ *   replicas and never overlapping); no honest replica answered on a connection whose hello did not verify (a
+ *   forged, replayed or tampered hello: malicious.ts); no client threw and no replica failed a request;
  * - liveness: every operation issued after the heal (at most f replicas faulty, the network calm) got its lease
  *   within `livenessBoundMs`, a lease held for several ttls once the restart rule's leases were over was never
  *   lost (leases outlive any f of their signers), and each replica's line granted waiters in arrival order;
@@ -46,7 +47,13 @@ function safety(world: World): string[] {
   };
   const checked = checkHistory(history, world.reshares[0]?.before ?? world.keys.cluster);
   const found = checked.ok ? [] : checked.violations.map(formatViolation);
-  found.push(...guardRefusals(world), ...tokensShared(world), ...world.leases.violations, ...probeAnswers(world));
+  found.push(
+    ...guardRefusals(world),
+    ...tokensShared(world),
+    ...world.leases.violations,
+    ...probeAnswers(world),
+    ...forgedHelloAnswers(world),
+  );
   for (const client of clients)
     for (const error of client.errors) found.push(`client ${client.address} threw: ${error}`);
   found.push(...world.failures);
@@ -84,6 +91,21 @@ function probeAnswers(world: World): string[] {
     .map(
       (probe) =>
         `replica ${probe.replica} answered the ${probe.probe} probe ${probe.answered}, not ${probe.allowed.join(' or ')}`,
+    );
+}
+
+/**
+ * No honest replica answers anything on a connection whose hello does not verify (malicious.ts, `forgeHello`): not
+ * the hello (a welcome), not a request on it (so nothing is granted to the holder the hello named), nothing pushed.
+ */
+function forgedHelloAnswers(world: World): string[] {
+  const honest = new Set(world.allReplicas.filter((replica) => !replica.byzantine).map((replica) => replica.address));
+  return world.forgedHellos
+    .filter((answer) => honest.has(answer.replica))
+    .map(
+      (answer) =>
+        `replica ${answer.replica} answered ${answer.answered} on a connection whose hello did not verify ` +
+        `(${answer.forgery}, naming ${answer.named}'s holder key)`,
     );
 }
 

@@ -16,13 +16,25 @@
 import { identityFromSecretKey, type Identity } from '../client/identity.js';
 import { resolveClientOptions } from '../client/options.js';
 import { ReplicaConnection } from '../client/replica-connection.js';
-import type { AcquireOutcome, GrantEvidence } from '../protocol/messages.js';
+import type { ReplicaLink } from '../client/replica-transport.js';
+import { fromHex } from '../common/bytes.js';
+import { decodeServerMessage, encodeMessage } from '../protocol/codec.js';
+import {
+  CloseCode,
+  SESSION_BYTES,
+  authTranscript,
+  type AcquireOutcome,
+  type GrantEvidence,
+  type Hello,
+  type ServerMessage,
+} from '../protocol/messages.js';
 import type { SeededRandom } from '../testing/seeded-random.js';
 import { SimTransport } from './channel.js';
+import type { SimClient } from './client-node.js';
 import { NodeClock } from './clock.js';
 import type { SimNetwork } from './network.js';
 import type { Scheduler } from './scheduler.js';
-import { RUN_CLIENT_OPTIONS, RUN_LIMITS, type Probe } from './scenario.js';
+import { RUN_CLIENT_OPTIONS, RUN_LIMITS, type HelloForgery, type Probe } from './scenario.js';
 import type { ToClient } from './wire.js';
 
 const TTL_MS = 500;
@@ -46,6 +58,39 @@ export interface ProbeExpectation {
   readonly backers: readonly string[];
 }
 
+/** Another client as the malicious client knows it: its holder key, and the hellos it was seen sending. */
+export interface Victim {
+  readonly address: string;
+  readonly holder: Uint8Array;
+  /**
+   * The hello it sent on its own connection to replica `index` whose challenge was `nonce`, as an eavesdropper on the
+   * network recorded it (the simulation signs it with the victim's key: the recording the attacker replays).
+   */
+  recorded(nonce: Uint8Array, clusterId: Uint8Array, index: number): Hello;
+}
+
+/** A frame a replica sent on a connection whose hello did not verify, past its challenge (checks.ts). */
+export interface ForgedHelloAnswer {
+  readonly forgery: HelloForgery;
+  /** The replica's address when it answered (its share generation included). */
+  readonly replica: string;
+  /** The client whose holder key the hello named. */
+  readonly named: string;
+  /** What it sent: the message's type, and a reply's status. */
+  readonly answered: string;
+}
+
+/** How long a forged connection stays open for an answer before the malicious client closes it (virtual ms). */
+const FORGED_CONNECTION_MS = 300;
+const FORGED_LINK = { maxFrameBytes: Number.MAX_SAFE_INTEGER, handshakeTimeoutMs: FORGED_CONNECTION_MS } as const;
+/** A forged connection's events but its frames: nothing to do. */
+const IGNORED_EVENTS = {
+  open: () => undefined,
+  pong: () => undefined,
+  close: () => undefined,
+  error: () => undefined,
+} as const;
+
 /** A probe whose answer the rules leave open (a record may move meanwhile): the lease ledger judges what was done. */
 const LEDGER_JUDGES = undefined;
 
@@ -55,10 +100,12 @@ export class MaliciousClient {
   readonly #identity: Identity;
   readonly #transport: SimTransport;
   readonly expectations: ProbeExpectation[] = [];
+  readonly forgedAnswers: ForgedHelloAnswer[] = [];
   readonly #random: SeededRandom;
   readonly #scheduler: Scheduler;
   #channels: ReplicaConnection[] = [];
   readonly #clock: NodeClock;
+  #clusterId: Uint8Array = new Uint8Array(0);
   #stopped = false;
 
   constructor(scheduler: Scheduler, network: SimNetwork, random: SeededRandom) {
@@ -73,6 +120,7 @@ export class MaliciousClient {
 
   /** Connects to the replicas of the cluster `clusterId` (once, at the start of the run), as any client does. */
   connect(clusterId: Uint8Array, replicas: readonly { readonly index: number; readonly address: string }[]): void {
+    this.#clusterId = clusterId;
     const random = this.#random;
     const options = resolveClientOptions({ ...RUN_CLIENT_OPTIONS, clock: this.#clock, random: () => random.next() });
     this.#channels = replicas.map(
@@ -97,6 +145,73 @@ export class MaliciousClient {
   stop(): void {
     this.#stopped = true;
     for (const channel of this.#channels) channel.close();
+  }
+
+  /**
+   * Opens a connection to replica `index` whose hello must not verify (`forgery`, the file's comment), then asks it
+   * for the epoch above the replica's record of `resource`, as `victim`'s holder when the hello names it; notes every
+   * answer past the challenge, and closes the connection FORGED_CONNECTION_MS later.
+   */
+  async forgeHello(forgery: HelloForgery, index: number, resource: string, victim: Victim): Promise<void> {
+    const channel = this.#targets([index])[0];
+    if (!channel || this.#stopped) return;
+    const epoch = (await this.#top(resource, [channel])) + 1n;
+    if (this.#stopped) return;
+    // The replayed hello's challenge: another connection's, which the victim answered (and the eavesdropper saw).
+    const recorded = forgery === 'replayed' ? await this.#challengeOf(channel.endpoint) : undefined;
+    if (forgery === 'replayed' && !recorded) return;
+    // The tampered hello names the malicious client's own key; the others name the victim's.
+    const named = forgery === 'tampered' ? this.address : victim.address;
+    const helloFor = (nonce: Uint8Array): Hello => {
+      if (recorded) return victim.recorded(recorded, this.#clusterId, index);
+      const signature = this.#identity.sign(authTranscript(nonce, this.#clusterId, index));
+      if (forgery === 'other-holder') return { type: 'hello', id: 0, holder: victim.holder, signature };
+      const tampered = Uint8Array.from(signature);
+      tampered[0]! ^= 1;
+      return { type: 'hello', id: 0, holder: this.#identity.publicKey, signature: tampered };
+    };
+    const request = encodeMessage({ type: 'acquire', id: 1, resource, epoch, ttlMs: TTL_MS });
+    const link = this.#transport.connect(channel.endpoint, FORGED_LINK, {
+      ...IGNORED_EVENTS,
+      frame: (data) => {
+        const message = typeof data === 'string' ? undefined : decodedOrUndefined(data);
+        if (message?.type === 'challenge') {
+          link.send(encodeMessage(helloFor(message.nonce)));
+          link.send(request);
+          return;
+        }
+        // A request overtaking its hello (link order `any`) is refused so, before any hello.
+        if (message?.type === 'error' && message.code === 'UNAUTHENTICATED') return;
+        const answered = describeAnswer(message);
+        this.forgedAnswers.push({ forgery, replica: channel.endpoint, named, answered });
+        this.#scheduler.note(`m forged hello (${forgery}) answered at ${channel.endpoint}: ${answered}`);
+      },
+    });
+    this.#scheduler.note(`m forges a hello (${forgery}) at ${channel.endpoint}`);
+    await new Promise<void>((resolve) => this.#clock.setTimeout(resolve, FORGED_CONNECTION_MS));
+    link.close(CloseCode.NORMAL, '');
+  }
+
+  /**
+   * The challenge of a connection to `endpoint` the malicious client opens and leaves unanswered (another client's,
+   * in the story: the victim's own connection, which answered it); undefined when none came in time.
+   */
+  async #challengeOf(endpoint: string): Promise<Uint8Array | undefined> {
+    let link: ReplicaLink | undefined;
+    const nonce = await new Promise<Uint8Array | undefined>((resolve) => {
+      const timer = this.#clock.setTimeout(() => resolve(undefined), FORGED_CONNECTION_MS);
+      link = this.#transport.connect(endpoint, FORGED_LINK, {
+        ...IGNORED_EVENTS,
+        frame: (data) => {
+          const message = typeof data === 'string' ? undefined : decodedOrUndefined(data);
+          if (message?.type !== 'challenge') return;
+          this.#clock.clearTimeout(timer);
+          resolve(message.nonce);
+        },
+      });
+    });
+    link?.close(CloseCode.NORMAL, '');
+    return nonce;
   }
 
   /** `grants` times: a free step above what `replicas` hold, granted by them alone, then released. */
@@ -265,4 +380,39 @@ export class MaliciousClient {
     }
     return allReleased;
   }
+}
+
+/**
+ * `client` as the malicious client knows it: its holder key, and the hellos it sends as an eavesdropper would have
+ * recorded them (signed here with the client's key, as the client's own connection signs them: its session named).
+ */
+export function victimOf(client: Pick<SimClient, 'address' | 'identity' | 'session'>): Victim {
+  const session = fromHex(client.session, SESSION_BYTES, 'session');
+  const { identity } = client;
+  return {
+    address: client.address,
+    holder: identity.publicKey,
+    recorded: (nonce, clusterId, index) => ({
+      type: 'hello',
+      id: 0,
+      holder: identity.publicKey,
+      signature: identity.sign(authTranscript(nonce, clusterId, index, session)),
+      session,
+    }),
+  };
+}
+
+function decodedOrUndefined(frame: Uint8Array): ServerMessage | undefined {
+  try {
+    return decodeServerMessage(frame, Number.MAX_SAFE_INTEGER);
+  } catch {
+    return undefined;
+  }
+}
+
+function describeAnswer(message: ServerMessage | undefined): string {
+  if (!message) return 'a frame that does not decode';
+  if (message.type === 'reply') return `reply ${String((message.outcome as { status?: unknown }).status)}`;
+  if (message.type === 'error') return `error ${message.code}`;
+  return message.type;
 }

@@ -1,6 +1,6 @@
 /**
  * Planted bugs (`quorumfence-dev simulate --list-mutations`, `--mutate NAME`): each turns one rule of the project
- * off in a run, through the parameters the cores take (the replica's decision function and line placement, the
+ * off in a run, through the parameters the cores take (the replica's decision function, hello check and line placement, the
  * simulated store's flush, the client's threshold, the guard's fence, the reshare's count of records, how many
  * turns a line tells ahead, whether a client's release waits), never through a switch in production code. Each
  * must be caught by the checks that watch its rule, which proves those checks can fail: the seeded runs' checks,
@@ -251,6 +251,14 @@ export const MUTATIONS: readonly Mutation[] = [
     description: 'a restarted replica counts the leases of its records as over',
     breaks: 'the restart rule (every recorded lease runs maxTtl from a restart)',
     effects: { replica: { decide: replicaRules.forgetsLeasesOnRestart } },
+  },
+  {
+    name: 'replica-skips-hello-check',
+    description: 'a replica takes every hello as verified: a connection speaks for whatever holder key its hello names',
+    breaks:
+      "the handshake (a hello signed by the named holder's key over this connection's challenge), caught by the " +
+      "malicious client's forged, replayed and tampered hellos",
+    effects: { replica: { helloVerifies: () => true } },
   },
   {
     name: 'line-serves-newest-first',

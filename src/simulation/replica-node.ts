@@ -299,7 +299,8 @@ export class SimReplica {
       this.#error(link, message.id, 'UNAUTHENTICATED', 'authenticate (hello) before any request');
       return this.#close(link, key, CloseCode.POLICY_VIOLATION, 'request before authentication');
     }
-    if (!helloVerifies(message, link.nonce, this.#setup.cluster.id, this.index))
+    const verifies = this.#setup.mutation.helloVerifies ?? helloVerifies;
+    if (!verifies(message, link.nonce, this.#setup.cluster.id, this.index))
       return this.#close(link, key, CloseCode.POLICY_VIOLATION, 'authentication failed');
     this.#clock!.clearTimeout(link.authTimer);
     link.authTimer = undefined;

@@ -7,6 +7,7 @@ import type { Cluster } from '../cluster/description.js';
 import type { SecretKey } from '../crypto/backend.js';
 import type { Outcome } from '../protocol/messages.js';
 import type { AccessRules } from '../replica/access.js';
+import type { helloVerifies } from '../replica/connections.js';
 import type { LinePlacement } from '../replica/handoff-queue.js';
 import type { ReplicaLimits } from '../replica/options.js';
 import type { decide, PolicyConfig, precheck } from '../replica/policy.js';
@@ -50,6 +51,8 @@ export interface ReplicaMutation {
   readonly acknowledgeBeforeFlush?: boolean;
   readonly linePlacement?: LinePlacement;
   readonly turnsToldAhead?: number;
+  /** The hello check instead of the server's (src/replica/connections.ts, helloVerifies). */
+  readonly helloVerifies?: typeof helloVerifies;
 }
 
 export interface ReplicaNodeSetup {

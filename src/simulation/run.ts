@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { judge } from './checks.js';
 import type { CryptoMode } from './crypto.js';
 import { mutationNamed, type MutationEffects } from './mutations.js';
+import type { LinkOrder } from './network.js';
 import { planRun, type Plan } from './scenario.js';
 import { World } from './world.js';
 
@@ -16,6 +17,8 @@ export interface RunOptions {
   readonly mutation?: string | undefined;
   /** Events kept for the trace of a failing run (0: none). */
   readonly traceLength?: number;
+  /** Each run's link order (network.ts; default fifo), written into its plan. */
+  readonly linkOrder?: LinkOrder;
 }
 
 export interface RunResult {
@@ -27,6 +30,8 @@ export interface RunResult {
   readonly digest: string;
   readonly violations: readonly string[];
   readonly livenessFailures: readonly string[];
+  /** Messages delivered after one sent later on the same link (0 unless the plan's link order is `any`). */
+  readonly overtaken: number;
   /**
    * The last `traceLength` events before the verdict, messages, faults and notes (bare timer firings, which the
    * digest covers, are left out: a person reads the messages).
@@ -60,6 +65,7 @@ export async function runPlan(plan: Plan, options: RunOptions): Promise<RunResul
     digest: scheduler.digest(),
     violations: verdict.violations,
     livenessFailures: verdict.livenessFailures,
+    overtaken: world.network.overtaken,
     trace: scheduler
       .trace()
       .filter((line) => !line.endsWith(':timer'))
@@ -68,7 +74,7 @@ export async function runPlan(plan: Plan, options: RunOptions): Promise<RunResul
 }
 
 export function runSeed(seed: number, options: RunOptions): Promise<RunResult> {
-  return runPlan(planRun(seed), options);
+  return runPlan(planRun(seed, options), options);
 }
 
 /** The seed of run `index` of a sweep from `base`: spread, so neighbouring sweeps share no runs. */
@@ -88,6 +94,8 @@ export interface SweepSummary {
   /** The runs that failed a check, in run order, with their index in the sweep. */
   readonly failed: readonly (RunResult & { readonly index: number })[];
   readonly events: number;
+  /** Messages that overtook one sent earlier on their link, over every run (0 unless the link order is `any`). */
+  readonly overtaken: number;
 }
 
 export interface SweepOptions extends RunOptions {
@@ -146,6 +154,7 @@ export async function sweep(base: number, runs: number, options: SweepOptions): 
     digest: digest.digest('hex'),
     failed: results.filter(({ result }) => failedRun(result)).map(({ index, result }) => ({ ...result, index })),
     events: results.reduce((sum, { result }) => sum + result.events, 0),
+    overtaken: results.reduce((sum, { result }) => sum + result.overtaken, 0),
   };
 }
 

@@ -13,7 +13,7 @@
 import { BYZANTINE_BEHAVIOURS, type ByzantineBehaviour } from '../testing/byzantine/behaviours.js';
 import { seededRandom, type SeededRandom } from '../testing/seeded-random.js';
 import type { ClientOp } from './client-node.js';
-import type { NetworkConditions } from './network.js';
+import type { LinkOrder, NetworkConditions } from './network.js';
 
 export type Fault =
   /** Cuts every link between the two groups of nodes for `forMs`. */
@@ -53,6 +53,18 @@ export type Fault =
   /** The malicious client probes the replica rules (malicious.ts). */
   | Probe
   /**
+   * The malicious client opens a connection to replica `replica` with a hello that must not verify (`forgery`,
+   * naming client `victim`'s holder key, or replaying a hello of the victim's), and asks it for `resource` there.
+   */
+  | {
+      readonly at: number;
+      readonly kind: 'forge-hello';
+      readonly forgery: HelloForgery;
+      readonly replica: number;
+      readonly resource: string;
+      readonly victim: number;
+    }
+  /**
    * A reshare: every old replica frozen, the records of `records` of them inherited (any r from 2f+1 to N: the
    * inherit rule keeps the (r-2f)-th largest report), new shares of the same key.
    */
@@ -71,6 +83,14 @@ export interface Probe {
   readonly resource: string;
   readonly replicas: readonly number[];
 }
+
+/**
+ * A hello that must not verify (malicious.ts): signed by the malicious client's own key but naming another client's
+ * holder key; another client's hello for another connection's challenge, replayed; a hello with a tampered signature.
+ */
+export type HelloForgery = 'other-holder' | 'replayed' | 'tampered';
+
+const HELLO_FORGERIES: readonly HelloForgery[] = ['other-holder', 'replayed', 'tampered'];
 
 const PROBES: readonly Probe['probe'][] = ['long-ttl', 'forbidden', 'resend-released', 'beyond-free-step', 'jump'];
 
@@ -94,6 +114,13 @@ export interface Plan {
   readonly network?: NetworkConditions;
   /** Each replica's epoch floor when it first starts (replica k+1's at k; default 0): floors that differ. */
   readonly floors?: readonly bigint[];
+  /** Whether each link keeps its order (default `fifo`, as TCP) or its messages may overtake each other (network.ts). */
+  readonly linkOrder?: LinkOrder;
+}
+
+/** What a sweep chooses for all its runs, beside the seed: part of each plan, so a replay by seed reproduces it. */
+export interface PlanOptions {
+  readonly linkOrder?: LinkOrder;
 }
 
 /** The replicas' limits in a run: short leases and small epoch steps, so a run of seconds exercises them. */
@@ -123,7 +150,37 @@ const LIES: readonly ByzantineBehaviour[] = BYZANTINE_BEHAVIOURS;
 /** The chaos phase's length and how far into it faults may start (virtual ms). */
 const CHAOS_MS = 2_500;
 
-export function planRun(seed: number): Plan {
+export function planRun(seed: number, options: PlanOptions = {}): Plan {
+  const drawn = drawPlan(seed);
+  const plan = { ...drawn, faults: [...drawn.faults, ...drawForgedHellos(seed, drawn)] };
+  // Only a non-default order is written into the plan: a plan of the default stays what it was.
+  return options.linkOrder === 'any' ? { ...plan, linkOrder: 'any' } : plan;
+}
+
+/**
+ * Half the runs: one connection with a forged hello (malicious.ts), drawn from a stream of its own so that the
+ * rest of the plan is what the seed drew before forgeries existed.
+ */
+function drawForgedHellos(seed: number, plan: Plan): Fault[] {
+  const random = seededRandom((seed ^ FORGERY_STREAM) >>> 0);
+  if (!random.chance(0.5)) return [];
+  const resources = plan.resources.filter((resource) => resource !== HELD_RESOURCE);
+  return [
+    {
+      at: random.int(50, plan.healAt - 400),
+      kind: 'forge-hello',
+      forgery: random.pick(HELLO_FORGERIES),
+      replica: random.int(1, plan.n),
+      resource: random.pick(resources),
+      victim: random.int(0, plan.clients - 1),
+    },
+  ];
+}
+
+/** Mixed into a run's seed for the forged hellos' own stream. */
+const FORGERY_STREAM = 0x6f72_6765;
+
+function drawPlan(seed: number): Plan {
   const random = seededRandom(seed);
   const n = random.pick([4, 4, 4, 4, 7, 7, 10]);
   const f = (n - 1) / 3;

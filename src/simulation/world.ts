@@ -13,7 +13,7 @@ import { SimClient } from './client-node.js';
 import { dealRunKeys, type CryptoMode, type SimKeys } from './crypto.js';
 import { SimDisk } from './disk.js';
 import { SimGuard } from './guard-node.js';
-import { MaliciousClient } from './malicious.js';
+import { MaliciousClient, victimOf } from './malicious.js';
 import type { MutationEffects } from './mutations.js';
 import { CALM, SimNetwork } from './network.js';
 import { SimReplica } from './replica-node.js';
@@ -64,6 +64,11 @@ export class World {
   readonly allReplicas: SimReplica[] = [];
   generation = 0;
   healed = false;
+  /** What replicas answered on the malicious client's connections whose hello did not verify (malicious.ts). */
+  get forgedHellos(): MaliciousClient['forgedAnswers'] {
+    return this.#malicious.forgedAnswers;
+  }
+
   /** What the malicious client's probes expected of each replica, and what it answered (malicious.ts). */
   get probes(): MaliciousClient['expectations'] {
     return this.#malicious.expectations;
@@ -92,7 +97,12 @@ export class World {
       maxEpochStep: RUN_LIMITS.maxEpochStep,
       mayAccess: (holder, resource) => mayAccess(this.access, holder, resource),
     });
-    this.network = new SimNetwork(this.scheduler, seededRandom(subSeed(plan.seed, 1)), plan.network ?? CALM);
+    this.network = new SimNetwork(
+      this.scheduler,
+      seededRandom(subSeed(plan.seed, 1)),
+      plan.network ?? CALM,
+      plan.linkOrder ?? 'fifo',
+    );
     this.keys = dealRunKeys(options.crypto, plan.n, subSeed(plan.seed, 2), (run) => this.#soon('verify', run));
     this.guard = new SimGuard(this.network, this.keys.cluster, options.mutation.fence);
     this.#malicious = new MaliciousClient(this.scheduler, this.network, seededRandom(subSeed(plan.seed, 5)));
@@ -235,6 +245,12 @@ export class World {
       case 'probe':
         if (!this.healed) void this.#malicious.probe(fault);
         return;
+      case 'forge-hello': {
+        const victim = this.clients[fault.victim];
+        if (!this.healed && victim)
+          void this.#malicious.forgeHello(fault.forgery, fault.replica, fault.resource, victimOf(victim));
+        return;
+      }
       case 'reshare':
         return this.#reshare(fault.records);
       case 'hang':
