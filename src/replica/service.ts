@@ -51,6 +51,7 @@ import type { PartialSigner } from './signer.js';
 import { nextEpochOf, waitsWhenBusy, withFloor } from './service-acquire.js';
 import type { HandleContext, ReplicaServiceOptions } from './service-options.js';
 import { applyLeaseChange, failed, RequestRun, type LeaseSection } from './service-run.js';
+import { evidenceNeed } from './core/evidence-need.js';
 import { afterAnswer, routeArrival, type ArrivalFacts } from './core/line-core.js';
 import { createRequestCore, stepRequest, type CoreAction, type RequestCore } from './core/request-core.js';
 
@@ -352,21 +353,25 @@ export class ReplicaService {
   }
 
   /**
-   * The verified catch-up evidence of an acquire that needs it: none is checked (no pairing spent) for a request
-   * refused whatever it carries (bounds, access) or within the free step of what this replica holds now, and no more
-   * than the epoch-step rule still needs (grant-evidence.ts). A record that moves before the decision only changes
-   * whether the evidence was needed, never what it proves.
+   * The verified catch-up evidence of an acquire that needs it (core/evidence-need.ts decides whether it does), no
+   * more than the epoch-step rule still needs (grant-evidence.ts). The check is this driver's I/O: it awaits the
+   * pairings, batched with the process's other checks.
    */
   async #support(request: Request, holder: Uint8Array, budget: EvidenceBudget | undefined): Promise<EpochSupport[]> {
     if ((request.type !== 'acquire' && request.type !== 'renew') || !request.evidence?.length || !this.#evidence)
       return [];
-    if (this.#precheck(request, holder, this.#policy)) return [];
-    const record = this.store.get(request.resource);
-    const current = record?.epoch ?? this.store.floor;
-    const free = record ? this.#policy.freeEpochStep : this.#policy.maxEpochStep;
-    if (request.epoch - current <= free) return [];
+    const need = evidenceNeed(
+      {
+        requestedEpoch: request.epoch,
+        recordEpoch: this.store.get(request.resource)?.epoch,
+        floor: this.store.floor,
+        refused: this.#precheck(request, holder, this.#policy) !== undefined,
+      },
+      this.#policy,
+    );
+    if (!need.check) return [];
     const enough = (support: readonly EpochSupport[]) =>
-      epochStepAllowed(current, record !== undefined, request.epoch, support, this.#policy);
+      epochStepAllowed(need.current, need.hasRecord, request.epoch, support, this.#policy);
     return this.#evidence.support(request, holder, budget ?? (() => false), enough);
   }
 
