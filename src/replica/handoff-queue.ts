@@ -18,13 +18,31 @@
  *
  * The line sets no timer of its own (issue 44): it asks its driver (`LineDriver`, the service) to set or clear a
  * `LineTimer`, and hears `timerFired` when one fires (line-timers.ts; `lineTimersOn` is the driver's side over a clock).
+ * Nor does it loop over its tries: the replica core decides its serving (core/line-core.ts, `stepServing`); this
+ * performs a `serveHead` by trying the head once, and that try's outcome is the core's next event. The waiters'
+ * shapes, places and turn epochs are in line-waiters.ts.
  */
 import { bytesEqual } from '../common/bytes.js';
 import { isQuorumFenceError } from '../common/errors.js';
 import type { AcquireRequest, Outcome } from '../protocol/messages.js';
 import type { LineExit } from './metrics.js';
 import type { LineDriver, LineTimer } from './line-timers.js';
+import { createLineServing, stepServing, waitOverAction, type HeadResult, type LineEvent } from './core/line-core.js';
 import type { Caller } from './policy.js';
+import {
+  announce,
+  atLeast,
+  placeOf,
+  turnEpochAfter,
+  turnRequest,
+  waiterOf,
+  type BusyLease,
+  type Line,
+  type LinePlacement,
+  type Waiter,
+} from './line-waiters.js';
+
+export type { BusyLease, LinePlacement } from './line-waiters.js';
 
 /**
  * How many waiters at the head of a leader's line know their turn's epoch. Two: the one whose turn comes next,
@@ -35,51 +53,10 @@ import type { Caller } from './policy.js';
  */
 export const TURNS_TOLD_AHEAD = 2;
 
-/** One kept request: tried again with `retry`, answered through `answer`. */
-interface Waiter {
-  readonly request: AcquireRequest;
-  readonly caller: Caller;
-  readonly answer: (outcome: Outcome) => void;
-  /** Ends the wait with an error instead (the replica was frozen for a reshare: it answers nothing any more). */
-  readonly fail: (error: unknown) => void;
-  readonly signal: AbortSignal | undefined;
-  readonly onAbort: () => void;
-  /** Told the epoch its turn will grant (nextEpoch requests only). */
-  readonly onTurn: ((epoch: bigint) => void) | undefined;
-  /** The epoch it was told (nextEpoch requests): its turn is decided at it, or above if the record passed it. */
-  turnEpoch: bigint | undefined;
-  /** Names its `waitOver` timer. */
-  readonly id: number;
-}
-
-interface Line {
-  readonly waiters: Waiter[];
-  /** Its `leaseEnds` timer is set: it wakes the line when the lease in its way runs out (a release wakes it sooner). */
-  leaseTimer: boolean;
-  /** The lease in the way as last decided: its epoch and its end on this replica's clock. */
-  lease: { readonly epoch: bigint; readonly endsAt: number } | undefined;
-  /** A try is under way: wakes meanwhile only ask for another pass. */
-  trying: boolean;
-  again: boolean;
-}
-
-/**
- * Where a new nextEpoch waiter takes its place in a line that holds `waiting` requests: the back (`waiting`) in
- * every replica; the simulator (src/simulation) plants a line that serves the newest first through it, to prove
- * its arrival-order check can fail.
- */
-export type LinePlacement = (waiting: number) => number;
-
 const AT_THE_BACK: LinePlacement = (waiting) => waiting;
 
 /** Tries an acquire once; `queued` is true for a request that waited its turn (the nextEpoch rule applies). */
 export type TryAcquire = (request: AcquireRequest, caller: Caller, queued: boolean) => Promise<Outcome>;
-
-/** The lease a new waiter was told is in its way (the decision that said `busy`). */
-export interface BusyLease {
-  readonly epoch: bigint;
-  readonly remainingMs: number;
-}
 
 export interface LineOptions {
   /** Hears how each waiter left its line (for the replica's metrics). */
@@ -141,7 +118,7 @@ export class HandoffQueue {
     let line = this.#lines.get(request.resource);
     if (line && line.waiters.length >= this.#maxPerResource) return undefined;
     if (!line) {
-      line = { waiters: [], leaseTimer: false, lease: undefined, trying: false, again: false };
+      line = { waiters: [], leaseTimer: false, lease: undefined, serving: createLineServing() };
       this.#lines.set(request.resource, line);
     }
     const current = line;
@@ -192,7 +169,7 @@ export class HandoffQueue {
     const first = line.waiters[0] === waiter;
     if (!this.#remove(resource, waiter, 'expired')) return;
     const stillBusy = this.#stillBusy(line, waiter.request);
-    if (!first) return waiter.answer(stillBusy);
+    if (waitOverAction(first) === 'answerBusy') return waiter.answer(stillBusy);
     this.#tryAcquire(turnRequest(waiter), waiter.caller, true).then(waiter.answer, (error: unknown) =>
       isQuorumFenceError(error, 'REPLICA_FROZEN') ? waiter.fail(error) : waiter.answer(stillBusy),
     );
@@ -235,12 +212,7 @@ export class HandoffQueue {
   /** The lease on `resource` ended (released): the first waiter tries now. */
   wake(resource: string): void {
     const line = this.#lines.get(resource);
-    if (!line) return;
-    if (line.trying) {
-      line.again = true;
-      return;
-    }
-    void this.#serve(resource, line);
+    if (line) this.#serve(resource, line, { type: 'wake', head: line.waiters[0]?.id });
   }
 
   /**
@@ -281,53 +253,55 @@ export class HandoffQueue {
     }
   }
 
-  async #serve(resource: string, line: Line): Promise<void> {
-    line.trying = true;
-    try {
-      do {
-        line.again = false;
-        const head = line.waiters[0];
-        if (!head) break;
-        let outcome: Outcome;
-        let failed = false;
-        try {
-          outcome = await this.#tryAcquire(turnRequest(head), head.caller, true);
-        } catch (error) {
-          if (isQuorumFenceError(error, 'REPLICA_FROZEN')) {
-            this.failAll(error); // Frozen: no try will ever succeed here; nobody waits for nothing.
-            break;
-          }
-          // A store or signer failure: the server would have answered an error; this waiter gets `busy` instead.
-          outcome = { status: 'busy', epoch: head.request.epoch, remainingMs: 0 };
-          failed = true;
+  /**
+   * Steps the line's serving (core/line-core.ts) with `event` and performs what it calls for: one try of the head at a
+   * time, whose outcome comes back as the next event.
+   */
+  #serve(resource: string, line: Line, event: LineEvent): void {
+    for (const action of stepServing(line.serving, event)) {
+      switch (action.type) {
+        case 'serveHead':
+          this.#tryHead(resource, line, waiterOf(line, action.head));
+          break;
+        case 'failAll':
+          this.failAll(action.error);
+          break;
+        case 'announceHead': {
+          const head = waiterOf(line, action.head);
+          announce(head, turnEpochAfter(head, action.epoch), this.#turnsToldAhead > 0);
+          this.#tellTurns(line);
+          break;
         }
-        if (!line.waiters.includes(head)) {
-          // It left meanwhile (wait over, connection closed, withdrawn by its holder, who got its token from the
-          // others first): the next one tries. A grant it leaves behind is the lease the next one's turn follows,
-          // so the next one hears its epoch now, as after any grant.
-          this.#afterGrant(line, outcome);
-          line.again = true;
-          continue;
-        }
-        if (outcome.status === 'busy') {
-          // Still held: wait for that lease, unless it ended during the try. No grant but those of the line can
-          // come before its turn now (newcomers are sent into the line), so the lease in the way names the epoch
-          // of its turn.
-          if (!failed) {
-            announce(head, turnEpochAfter(head, outcome.epoch), this.#turnsToldAhead > 0);
-            this.#tellTurns(line);
-          }
-          this.#armLeaseTimer(resource, line, outcome);
-          continue;
-        }
-        this.#leave(resource, head, outcome, 'turn');
-        this.#afterGrant(line, outcome);
-        // The next waiter tries at once: after a grant that says `busy` with the new lease's time, which arms the timer.
-        line.again = line.waiters.length > 0;
-      } while (line.again);
-    } finally {
-      line.trying = false;
+        case 'armLeaseTimer':
+          this.#armLeaseTimer(resource, line, action.busy);
+          break;
+        case 'leave':
+          this.#leave(resource, waiterOf(line, action.head), action.outcome, 'turn');
+          break;
+        case 'afterGrant':
+          this.#afterGrant(line, action.outcome);
+          break;
+        case 'continue':
+          this.#serve(resource, line, { type: 'continue', head: line.waiters[0]?.id });
+      }
     }
+  }
+
+  /** Tries `head` once, at its turn's epoch; its outcome (or failure) is the line's next event. */
+  #tryHead(resource: string, line: Line, head: Waiter): void {
+    const tried = (result: HeadResult): void => {
+      const inLine = line.waiters.includes(head);
+      try {
+        this.#serve(resource, line, { type: 'headTried', head: head.id, inLine, epoch: head.request.epoch, result });
+      } catch (error) {
+        this.#serve(resource, line, { type: 'abandoned' });
+        throw error;
+      }
+    };
+    void this.#tryAcquire(turnRequest(head), head.caller, true).then(
+      (outcome) => tried({ ok: true, outcome }),
+      (error: unknown) => tried({ ok: false, frozen: isQuorumFenceError(error, 'REPLICA_FROZEN'), error }),
+    );
   }
 
   /** A grant at the head's try: the new first waiter's turn follows it. */
@@ -397,41 +371,4 @@ export class HandoffQueue {
     this.#onExit(how);
     return true;
   }
-}
-
-/**
- * Where a new waiter goes. A nextEpoch request: where the placement says (the back). A request for a fixed epoch:
- * before the first waiter that will take a higher epoch (a waiter not yet told its epoch will), so the lowest epoch
- * is tried first and a signer grants in the order its leader told the epochs.
- */
-function placeOf(waiters: readonly Waiter[], request: AcquireRequest, placement: LinePlacement): number {
-  if (request.nextEpoch) return placement(waiters.length);
-  const at = waiters.findIndex((waiter) =>
-    waiter.request.nextEpoch
-      ? waiter.turnEpoch === undefined || waiter.turnEpoch > request.epoch
-      : waiter.request.epoch > request.epoch,
-  );
-  return at < 0 ? waiters.length : at;
-}
-
-/** Tells a nextEpoch waiter the epoch its turn will grant (once per epoch; `tell` false: decided at it, untold). */
-function announce(waiter: Waiter, epoch: bigint, tell: boolean): void {
-  if (!waiter.request.nextEpoch || waiter.turnEpoch === epoch) return;
-  waiter.turnEpoch = epoch;
-  if (tell) waiter.onTurn?.(epoch);
-}
-
-/** The epoch a nextEpoch waiter's turn grants after the lease at `current`: the next one, or its own if higher. */
-function turnEpochAfter(waiter: Waiter, current: bigint): bigint {
-  return atLeast(turnRequest(waiter).epoch, current + 1n);
-}
-
-/** The request a waiter's turn is decided by: a nextEpoch one at the epoch it was told, if that is above its own. */
-function turnRequest(waiter: Waiter): AcquireRequest {
-  const told = waiter.turnEpoch;
-  return told !== undefined && told > waiter.request.epoch ? { ...waiter.request, epoch: told } : waiter.request;
-}
-
-function atLeast(a: bigint, b: bigint): bigint {
-  return a > b ? a : b;
 }

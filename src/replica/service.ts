@@ -16,6 +16,7 @@
 import { systemClock, type MonotonicClock } from '../common/clock.js';
 import {
   MAX_LEASES_PER_REPLY,
+  type AcquireRequest,
   type ActiveLease,
   type LeasesOutcome,
   type LeasesRequest,
@@ -24,7 +25,7 @@ import {
 } from '../protocol/messages.js';
 import { mayAccess } from './access.js';
 import { compactAll, DEFAULT_COMPACTION_BATCH, type CompactionSummary } from './compaction.js';
-import { HandoffQueue } from './handoff-queue.js';
+import { HandoffQueue, type BusyLease } from './handoff-queue.js';
 import { lineTimersOn } from './line-timers.js';
 import { leaseNote, type LeaseDecisionNote } from './lease-decision-note.js';
 import { LeaseTable, latestLeases } from './leases.js';
@@ -50,6 +51,8 @@ import type { PartialSigner } from './signer.js';
 import { nextEpochOf, waitsWhenBusy, withFloor } from './service-acquire.js';
 import type { HandleContext, ReplicaServiceOptions } from './service-options.js';
 import { applyLeaseChange, failed, RequestRun, type LeaseSection } from './service-run.js';
+import { evidenceNeed } from './core/evidence-need.js';
+import { afterAnswer, routeArrival, type ArrivalFacts } from './core/line-core.js';
 import { createRequestCore, stepRequest, type CoreAction, type RequestCore } from './core/request-core.js';
 
 export { DEFAULT_COMPACTION_BATCH, type CompactionSummary } from './compaction.js';
@@ -130,34 +133,59 @@ export class ReplicaService {
     return request.type === 'acquire' ? withFloor(outcome, this.store.floor) : outcome;
   }
 
+  /**
+   * The waiting-acquire path (core/line-core.ts decides it, this performs it): a release withdraws the caller's
+   * waiters first; a waiting acquire may go straight into its line (`routeArrival`); otherwise the rules decide, and
+   * their answer (`afterAnswer`) sends a waiting acquire told `busy` into the line, or wakes the line after a release.
+   */
   async #handle(request: Request, holder: Uint8Array, waiting?: HandleContext): Promise<Outcome> {
     this.#metrics?.requests.inc({ type: request.type });
     const caller: Caller = { holder, session: waiting?.session ?? '' };
     if (request.type === 'release') this.handoffs.withdraw(request.resource, caller, request.epoch);
-    const joined = this.#joinWaiting(request, caller, waiting);
+    const joined = this.#joinLine(request, caller, waiting);
     if (joined) return joined;
     const support = await this.#support(request, holder, waiting?.evidenceBudget);
     const outcome = await this.#handleOnce(request, caller, false, support);
-    if (waitsWhenBusy(request) && outcome.status === 'busy') {
+    const next = afterAnswer(waitsWhenBusy(request), request.type === 'release', outcome);
+    if (next.type === 'waitInLine' && request.type === 'acquire') {
       this.handoffs.arrived(request.resource); // announced by the decision, in #handleOnce
-      return this.handoffs.wait(request, caller, outcome, waiting?.signal, waiting?.onTurn) ?? outcome;
+      return this.#waitInLine(request, caller, next.busy, waiting) ?? outcome;
     }
-    if (request.type === 'release' && outcome.status === 'released') this.handoffs.wake(request.resource);
+    if (next.type === 'wakeLine') this.handoffs.wake(request.resource);
     return outcome;
   }
 
+  /** A waiting acquire routed straight into its line (`routeArrival`): its answer, or undefined (the line is full). */
+  #joinLine(request: Request, caller: Caller, waiting: HandleContext | undefined): Promise<Outcome> | undefined {
+    if (!waitsWhenBusy(request) || routeArrival(this.#arrivalFacts(request, caller)) !== 'joinLine') return undefined;
+    return this.#waitInLine(request, caller, undefined, waiting);
+  }
+
+  /** Takes `request` into its line (handoff-queue.ts): its answer when its turn or its wait comes; undefined when full. */
+  #waitInLine(
+    request: AcquireRequest,
+    caller: Caller,
+    busy: BusyLease | undefined,
+    waiting: HandleContext | undefined,
+  ): Promise<Outcome> | undefined {
+    return this.handoffs.wait(request, caller, busy, waiting?.signal, waiting?.onTurn);
+  }
+
   /**
-   * A waiting acquire for the next epoch of a resource whose line already waits goes straight to the back of it:
-   * its decision could only be `busy` (the lease in the way, or the line's turn on its way: nobody overtakes the line)
-   * once the bounds and access checks pass, and taking it now, without waiting for the record's critical section (a
-   * grant's flush may hold it), lets the line tell it its turn's epoch a flush sooner. Not for a frozen store, whose
-   * every decision is REPLICA_FROZEN, nor for a request with evidence (a nextEpoch request never needs it).
+   * What decides whether a waiting acquire goes straight to the back of its resource's line (`routeArrival`): a
+   * nextEpoch acquire's decision could only be `busy` there (the lease in the way, or the line's turn on its way:
+   * nobody overtakes the line) once the bounds and access checks pass, and taking it now, without waiting for the
+   * record's critical section (a grant's flush may hold it), lets the line tell it its turn's epoch a flush sooner.
    */
-  #joinWaiting(request: Request, caller: Caller, waiting: HandleContext | undefined): Promise<Outcome> | undefined {
-    if (!waitsWhenBusy(request) || !request.nextEpoch || request.evidence?.length) return undefined;
-    if (!this.handoffs.joinable(request.resource) || this.store.frozen) return undefined;
-    if (this.#precheck(request, caller.holder, this.#policy)) return undefined;
-    return this.handoffs.wait(request, caller, undefined, waiting?.signal, waiting?.onTurn);
+  #arrivalFacts(request: AcquireRequest, caller: Caller): ArrivalFacts {
+    return {
+      waits: true,
+      nextEpoch: request.nextEpoch === true,
+      carriesEvidence: (request.evidence?.length ?? 0) > 0,
+      lineJoinable: this.handoffs.joinable(request.resource),
+      storeFrozen: this.store.frozen !== undefined,
+      refused: this.#precheck(request, caller.holder, this.#policy) !== undefined,
+    };
   }
 
   /**
@@ -325,21 +353,25 @@ export class ReplicaService {
   }
 
   /**
-   * The verified catch-up evidence of an acquire that needs it: none is checked (no pairing spent) for a request
-   * refused whatever it carries (bounds, access) or within the free step of what this replica holds now, and no more
-   * than the epoch-step rule still needs (grant-evidence.ts). A record that moves before the decision only changes
-   * whether the evidence was needed, never what it proves.
+   * The verified catch-up evidence of an acquire that needs it (core/evidence-need.ts decides whether it does), no
+   * more than the epoch-step rule still needs (grant-evidence.ts). The check is this driver's I/O: it awaits the
+   * pairings, batched with the process's other checks.
    */
   async #support(request: Request, holder: Uint8Array, budget: EvidenceBudget | undefined): Promise<EpochSupport[]> {
     if ((request.type !== 'acquire' && request.type !== 'renew') || !request.evidence?.length || !this.#evidence)
       return [];
-    if (this.#precheck(request, holder, this.#policy)) return [];
-    const record = this.store.get(request.resource);
-    const current = record?.epoch ?? this.store.floor;
-    const free = record ? this.#policy.freeEpochStep : this.#policy.maxEpochStep;
-    if (request.epoch - current <= free) return [];
+    const need = evidenceNeed(
+      {
+        requestedEpoch: request.epoch,
+        recordEpoch: this.store.get(request.resource)?.epoch,
+        floor: this.store.floor,
+        refused: this.#precheck(request, holder, this.#policy) !== undefined,
+      },
+      this.#policy,
+    );
+    if (!need.check) return [];
     const enough = (support: readonly EpochSupport[]) =>
-      epochStepAllowed(current, record !== undefined, request.epoch, support, this.#policy);
+      epochStepAllowed(need.current, need.hasRecord, request.epoch, support, this.#policy);
     return this.#evidence.support(request, holder, budget ?? (() => false), enough);
   }
 

@@ -8,7 +8,9 @@
  * leader's line) mixed with waiters for a fixed epoch (those a leader told their turn, at the other signers): the
  * epochs told to the waiters still waiting rise strictly along the line, a told waiter is granted its told epoch
  * (or, when a fixed one took that epoch first, a higher one), and a fixed waiter is granted only when no fixed
- * waiter for a lower epoch that the record has not passed still waits: the lowest epoch goes first.
+ * waiter for a lower epoch that the record has not passed still waits: the lowest epoch goes first. The line
+ * serves its head through the replica core's stepping (src/replica/core/line-core.ts); a release heard during
+ * a try is another try as soon as that one is over, not at the lease's end.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -344,5 +346,40 @@ describe('a replica line', () => {
     expect(queue.size).toBe(0);
     // The lease timer fired; the wait timer was cleared as the waiter left.
     expect([...set.keys()].filter((key) => key.includes('waitOver'))).toEqual([]);
+  });
+
+  it('tries the head again at once when the lease in its way was released during its try (a wake is never lost)', async () => {
+    const clock = new ManualClock();
+    const lease = new ModelLease(clock); // held by 0 for TTL_MS
+    const tries: Array<(outcome: Outcome) => void> = [];
+    const queue: HandoffQueue = new HandoffQueue(
+      lineTimersOn(clock, (timer) => queue.timerFired(timer)),
+      () => new Promise<Outcome>((resolve) => tries.push(resolve)),
+      8,
+    );
+    const request: AcquireRequest = {
+      type: 'acquire',
+      id: 1,
+      resource: RESOURCE,
+      epoch: 2n,
+      ttlMs: TTL_MS,
+      waitMs: 10 * TTL_MS,
+      nextEpoch: true,
+    };
+    let answer: Outcome | undefined;
+    void queue
+      .wait(request, { holder: Uint8Array.of(1), session: '' }, { epoch: 1n, remainingMs: TTL_MS }, undefined)!
+      .then((outcome) => (answer = outcome));
+    expect(tries).toHaveLength(1); // first in line: it tries at once
+    // The holder releases while that try is in flight; the try was decided before, and says `busy`.
+    lease.holder = undefined;
+    queue.wake(RESOURCE);
+    expect(tries).toHaveLength(1); // one try at a time
+    tries[0]!({ status: 'busy', epoch: 1n, remainingMs: TTL_MS });
+    await settle();
+    expect(tries).toHaveLength(2); // the release's wake: another try now, not at the lease's end
+    tries[1]!({ status: 'granted', partial: new Uint8Array(96), epoch: 2n });
+    await settle();
+    expect(answer).toMatchObject({ status: 'granted', epoch: 2n });
   });
 });
