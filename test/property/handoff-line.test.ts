@@ -324,19 +324,8 @@ describe('a replica line', () => {
       },
       8,
     );
-    const request: AcquireRequest = {
-      type: 'acquire',
-      id: 1,
-      resource: RESOURCE,
-      epoch: 2n,
-      ttlMs: TTL_MS,
-      waitMs: 10 * TTL_MS,
-      nextEpoch: true,
-    };
     let answer: Outcome | undefined;
-    void queue
-      .wait(request, { holder: Uint8Array.of(1), session: '' }, { epoch: 1n, remainingMs: TTL_MS }, undefined)!
-      .then((outcome) => (answer = outcome));
+    void waitInLine(queue).then((outcome) => (answer = outcome));
     await settle();
     expect(answer).toBeUndefined();
     expect([...set.values()].sort((a, b) => a - b)).toEqual([TTL_MS + 1, 10 * TTL_MS]); // the lease's end, its wait
@@ -357,19 +346,8 @@ describe('a replica line', () => {
       () => new Promise<Outcome>((resolve) => tries.push(resolve)),
       8,
     );
-    const request: AcquireRequest = {
-      type: 'acquire',
-      id: 1,
-      resource: RESOURCE,
-      epoch: 2n,
-      ttlMs: TTL_MS,
-      waitMs: 10 * TTL_MS,
-      nextEpoch: true,
-    };
     let answer: Outcome | undefined;
-    void queue
-      .wait(request, { holder: Uint8Array.of(1), session: '' }, { epoch: 1n, remainingMs: TTL_MS }, undefined)!
-      .then((outcome) => (answer = outcome));
+    void waitInLine(queue).then((outcome) => (answer = outcome));
     expect(tries).toHaveLength(1); // first in line: it tries at once
     // The holder releases while that try is in flight; the try was decided before, and says `busy`.
     lease.holder = undefined;
@@ -383,3 +361,17 @@ describe('a replica line', () => {
     expect(answer).toMatchObject({ status: 'granted', epoch: 2n });
   });
 });
+
+/** Holder 1's nextEpoch acquire (epoch 2, a long wait) waiting behind holder 0's lease at epoch 1. */
+function waitInLine(queue: HandoffQueue): Promise<Outcome> {
+  const request: AcquireRequest = {
+    type: 'acquire',
+    id: 1,
+    resource: RESOURCE,
+    epoch: 2n,
+    ttlMs: TTL_MS,
+    waitMs: 10 * TTL_MS,
+    nextEpoch: true,
+  };
+  return queue.wait(request, { holder: Uint8Array.of(1), session: '' }, { epoch: 1n, remainingMs: TTL_MS }, undefined)!;
+}

@@ -24,11 +24,11 @@ import {
   type RoundCallState,
 } from '../../src/client/core/round-call.js';
 import { RELEASE_RULES, RENEW_RULES, type LeaseRoundParams } from '../../src/client/lease-calls.js';
-import { EvidenceLog } from '../../src/client/evidence.js';
 import { combinePartials } from '../../src/client/partial-collector.js';
 import { loadBackend } from '../../src/crypto/load.js';
 import type { AcquireOutcome, RenewOutcome } from '../../src/protocol/messages.js';
 import { verifyToken } from '../../src/token/admission-token.js';
+import { testCoreEnv } from '../support/core-env.js';
 import { dealCluster } from '../support/dealt-cluster.js';
 
 const READY = { phase: 'ready', failures: 0, lastFailure: undefined } as const;
@@ -133,21 +133,7 @@ const holder = new Uint8Array(32).fill(5);
 
 /** A fresh environment per copy: each has its own evidence log, so nothing is shared between the two. */
 function acquireEnv(): CoreEnv {
-  return {
-    cluster: dealt.cluster,
-    holder,
-    options: {
-      requestTimeoutMs: 1_000,
-      stragglerMinMs: 20,
-      maxEpochStep: 128n,
-      retryBaseMs: 2,
-      retryMaxMs: 250,
-      busyPollMs: 50,
-    },
-    random: () => 0.5,
-    grantLatency: undefined,
-    partials: { cluster: dealt.cluster, backend, evidence: new EvidenceLog() },
-  };
+  return testCoreEnv(dealt.cluster, backend, holder);
 }
 
 /** Replica `signer`'s partial on the grant a send asks for (from `replica` when it lies with another's). */

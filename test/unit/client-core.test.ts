@@ -8,12 +8,12 @@ import { describe, expect, it } from 'vitest';
 import { acquireCore, newAcquire } from '../../src/client/core/acquire.js';
 import type { CoreEnv } from '../../src/client/core/env.js';
 import type { CoreAction, CoreEvent } from '../../src/client/core/io.js';
-import { EvidenceLog } from '../../src/client/evidence.js';
 import { combinePartials } from '../../src/client/partial-collector.js';
 import type { AcquireOutcome } from '../../src/protocol/messages.js';
 import { dealRunKeys } from '../../src/simulation/crypto.js';
 import { verifyToken } from '../../src/token/admission-token.js';
 import { grantMessage } from '../../src/token/grant.js';
+import { testCoreEnv } from '../support/core-env.js';
 
 const keys = dealRunKeys('sim', 4, 9, (run) => run());
 const { cluster } = keys;
@@ -21,21 +21,7 @@ const holder = new Uint8Array(32).fill(9);
 const READY = { phase: 'ready', failures: 0, lastFailure: undefined } as const;
 const connections = [1, 2, 3, 4].map((index) => ({ index, state: READY }));
 
-const env: CoreEnv = {
-  cluster,
-  holder,
-  options: {
-    requestTimeoutMs: 1_000,
-    stragglerMinMs: 20,
-    maxEpochStep: 128n,
-    retryBaseMs: 2,
-    retryMaxMs: 250,
-    busyPollMs: 50,
-  },
-  random: () => 0.5,
-  grantLatency: undefined,
-  partials: { cluster, backend: cluster.backend, evidence: new EvidenceLog() },
-};
+const env: CoreEnv = testCoreEnv(cluster, cluster.backend, holder);
 
 const request = { resource: 'orders', ttlMs: 1_000, waitMs: 0, timeoutMs: 2_000 };
 
