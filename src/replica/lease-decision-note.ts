@@ -22,6 +22,13 @@ export interface LeaseDecisionNote {
   /** The record's epoch before the decision (the floor without a record), and whether there was a record. */
   readonly recordEpoch: bigint;
   readonly hadRecord: boolean;
+  /**
+   * Where it stood with the resource's line: `fromLine`, the line's own try of a waiter; `lineWaits`, the line had
+   * waiters (or one on its way in) when it was decided. Nobody overtakes a line, so a grant or join decided while
+   * the line waits is always the line's own (docs/protocol.md, lines).
+   */
+  readonly fromLine: boolean;
+  readonly lineWaits: boolean;
 }
 
 /** What `onLeaseDecision` hears of a decision that changed a lease. */
@@ -32,6 +39,7 @@ export function leaseNote(
   at: number,
   current: SignedRecord | undefined,
   floor: bigint,
+  line: { readonly fromLine: boolean; readonly lineWaits: boolean },
 ): LeaseDecisionNote {
   return {
     resource: request.resource,
@@ -44,5 +52,6 @@ export function leaseNote(
     leaseEndsAt: d.action === 'release' ? 0 : d.leaseEndsAt,
     recordEpoch: current?.epoch ?? floor,
     hadRecord: current !== undefined,
+    ...line,
   };
 }

@@ -4,6 +4,7 @@
  * that the service's file holds what it does, not the list of what it can be given.
  */
 import type { Clock, MonotonicClock } from '../common/clock.js';
+import type { inLineOrder } from './core/line-core.js';
 import type { EvidenceBudget, EvidenceChecker } from './grant-evidence.js';
 import type { LinePlacement } from './handoff-queue.js';
 import type { LeaseDecisionNote } from './lease-decision-note.js';
@@ -46,6 +47,8 @@ export interface ReplicaServiceOptions {
   readonly linePlacement?: LinePlacement;
   /** How many waiters at the head of a line know their turn's epoch (default TURNS_TOLD_AHEAD; handoff-queue.ts). */
   readonly turnsToldAhead?: number;
+  /** The rule that nobody overtakes a line (default core/line-core.ts's `inLineOrder`; the simulator plants here). */
+  readonly lineOrder?: typeof inLineOrder;
   /**
    * Hears every decision that starts, extends or ends a lease, as it is taken (inside the record's critical section):
    * the simulator checks from these, independently of the rules, that leases exclude each other (src/simulation).

@@ -52,7 +52,7 @@ import { nextEpochOf, waitsWhenBusy, withFloor } from './service-acquire.js';
 import type { HandleContext, ReplicaServiceOptions } from './service-options.js';
 import { applyLeaseChange, failed, RequestRun, type LeaseSection } from './service-run.js';
 import { evidenceNeed } from './core/evidence-need.js';
-import { afterAnswer, routeArrival, type ArrivalFacts } from './core/line-core.js';
+import { afterAnswer, inLineOrder, routeArrival, type ArrivalFacts } from './core/line-core.js';
 import { createRequestCore, stepRequest, type CoreAction, type RequestCore } from './core/request-core.js';
 
 export { DEFAULT_COMPACTION_BATCH, type CompactionSummary } from './compaction.js';
@@ -86,6 +86,7 @@ export class ReplicaService {
   readonly #defer: (run: () => void) => void;
   readonly #decide: typeof decide;
   readonly #precheck: typeof precheck;
+  readonly #lineOrder: typeof inLineOrder;
   readonly #onLeaseDecision: ((note: LeaseDecisionNote) => void) | undefined;
   #compacting: Promise<CompactionSummary> | undefined;
   readonly handoffs: HandoffQueue;
@@ -107,6 +108,7 @@ export class ReplicaService {
     this.#defer = options.defer ?? setImmediate;
     this.#decide = options.decide ?? decide;
     this.#precheck = options.precheck ?? precheck;
+    this.#lineOrder = options.lineOrder ?? inLineOrder;
     this.#onLeaseDecision = options.onLeaseDecision;
     this.leases = new LeaseTable(options.clock, options.policy.maxTtlMs, options.store.openedWith.resources);
     // The line sets no timer of its own: this service performs its timer actions on its clock and tells it when one fires.
@@ -259,7 +261,12 @@ export class ReplicaService {
       queued,
     );
     if (this.#onLeaseDecision && d.action !== 'reply')
-      this.#onLeaseDecision(leaseNote(d, request, caller, now, current, this.store.floor));
+      this.#onLeaseDecision(
+        leaseNote(d, request, caller, now, current, this.store.floor, {
+          fromLine: queued,
+          lineWaits: this.handoffs.hasWaiters(resource),
+        }),
+      );
     const epoch = request.type === 'status' ? 0n : request.epoch;
     const extras = {
       ...(request.type === 'acquire' && request.nextEpoch ? { epoch } : {}),
@@ -337,19 +344,19 @@ export class ReplicaService {
    * the holder that just released, asking again at once); `busy` sends it to the back of the line instead (with
    * waitMs), and the line's own try follows. A waiting acquire told `busy` joins the line once its answer is back
    * from the section (#handle); until then it counts as waiting (`arriving`), so that no grant decided in between
-   * overtakes it. `queued`: the line's own try, which none of this applies to.
+   * overtakes it. `queued`: the line's own try, which none of this applies to. The rule is the core's
+   * (core/line-core.ts, `inLineOrder`); this driver reads the line and the record for it and announces the arrival.
    */
   #inLineOrder(d: Decision, request: Request, current: SignedRecord | undefined, queued: boolean): Decision {
-    if (queued) return d;
     const { resource } = request;
-    const epoch = current?.epoch ?? this.store.floor;
-    if (d.action === 'grant' && this.handoffs.hasWaiters(resource))
-      d = { action: 'reply', outcome: { status: 'busy', epoch, remainingMs: 0 } };
-    // A join is a grant without a partial: it does not overtake the line either.
-    if (d.action === 'join' && this.handoffs.hasWaiters(resource))
-      d = { action: 'reply', outcome: { status: 'not_holder', epoch } };
-    if (d.action === 'reply' && d.outcome.status === 'busy' && waitsWhenBusy(request)) this.handoffs.arriving(resource);
-    return d;
+    const ordered = this.#lineOrder(d, {
+      queued,
+      lineWaits: !queued && this.handoffs.hasWaiters(resource),
+      recordEpoch: current?.epoch ?? this.store.floor,
+      waits: waitsWhenBusy(request),
+    });
+    if (ordered.arriving) this.handoffs.arriving(resource);
+    return ordered.decision;
   }
 
   /**

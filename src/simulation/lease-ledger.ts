@@ -160,6 +160,10 @@ export class LeaseLedger {
         );
       if (note.action === 'grant' || (note.action === 'join' && note.epoch > note.recordEpoch))
         this.#checkStep(replica, note, holder, where);
+      if ((note.action === 'grant' || note.action === 'join') && note.lineWaits && !note.fromLine)
+        this.#report(
+          `${where}: ${note.action} of epoch ${note.epoch} to ${short(holder)} decided outside the line while it waited (overtook it)`,
+        );
     }
     model.leases.set(note.resource, {
       epoch: note.epoch,

@@ -10,6 +10,7 @@ import { bytesEqual } from '../common/bytes.js';
 import { chooseEpoch } from '../client/epoch-choice.js';
 import { decideFence } from '../guard/fence.js';
 import type { Request } from '../protocol/messages.js';
+import { inLineOrder } from '../replica/core/line-core.js';
 import { OPEN_ACCESS } from '../replica/access.js';
 import {
   decide,
@@ -265,6 +266,12 @@ export const MUTATIONS: readonly Mutation[] = [
     description: "a replica's line puts each new waiter at the front",
     breaks: 'lines serve waiters in arrival order',
     effects: { replica: { linePlacement: () => 0 } },
+  },
+  {
+    name: 'replica-lets-newcomers-overtake',
+    description: "a replica grants a newcomer while its resource's line waits, instead of sending it to the back",
+    breaks: 'nobody overtakes a line (not even the holder that has just released and asks again at once)',
+    effects: { replica: { lineOrder: (decision, facts) => inLineOrder(decision, { ...facts, lineWaits: false }) } },
   },
   {
     name: 'line-tells-no-turn-ahead',

@@ -163,6 +163,7 @@ export class SimReplica {
       precheck: this.#setup.mutation.precheck,
       linePlacement: this.#setup.mutation.linePlacement,
       turnsToldAhead: this.#setup.mutation.turnsToldAhead,
+      lineOrder: this.#setup.mutation.lineOrder,
       onLeaseDecision: (note) => this.#setup.observer.decided(note, toVirtual),
     });
     this.#watchers = new ReleaseWatchers(limits.maxWatchedResources, limits.maxWaitersPerResource);

@@ -7,6 +7,7 @@ import type { Cluster } from '../cluster/description.js';
 import type { SecretKey } from '../crypto/backend.js';
 import type { Outcome } from '../protocol/messages.js';
 import type { AccessRules } from '../replica/access.js';
+import type { inLineOrder } from '../replica/core/line-core.js';
 import type { helloVerifies } from '../replica/connections.js';
 import type { LinePlacement } from '../replica/handoff-queue.js';
 import type { ReplicaLimits } from '../replica/options.js';
@@ -51,6 +52,7 @@ export interface ReplicaMutation {
   readonly acknowledgeBeforeFlush?: boolean;
   readonly linePlacement?: LinePlacement;
   readonly turnsToldAhead?: number;
+  readonly lineOrder?: typeof inLineOrder;
   /** The hello check instead of the server's (src/replica/connections.ts, helloVerifies). */
   readonly helloVerifies?: typeof helloVerifies;
 }

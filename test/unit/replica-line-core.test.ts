@@ -8,9 +8,11 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { QuorumFenceError } from '../../src/common/errors.js';
 import type { Outcome } from '../../src/protocol/messages.js';
+import type { Decision } from '../../src/replica/policy-types.js';
 import {
   afterAnswer,
   createLineServing,
+  inLineOrder,
   routeArrival,
   stepServing,
   waitOverAction,
@@ -64,6 +66,42 @@ describe("the replica core's waiting-acquire route", () => {
   it('answers a waiter whose wait is over with one last try only when it is first', () => {
     expect(waitOverAction(true)).toBe('lastTry');
     expect(waitOverAction(false)).toBe('answerBusy');
+  });
+});
+
+describe("the replica core's line order", () => {
+  const record = { epoch: 8n, holder: Uint8Array.of(2), grantDigest: new Uint8Array(32) };
+  const grant: Decision = { action: 'grant', record, leaseEndsAt: 1_000 };
+  const join: Decision = {
+    action: 'join',
+    record,
+    leaseEndsAt: 1_000,
+    outcome: { status: 'renewed', remainingMs: 1_000 },
+  };
+  const busy: Decision = { action: 'reply', outcome: { status: 'busy', epoch: 7n, remainingMs: 40 } };
+  const facts = { queued: false, lineWaits: true, recordEpoch: 7n, waits: true };
+
+  it('lets no grant or join decided outside a waiting line overtake it: busy (and in the line) or not_holder', () => {
+    expect(inLineOrder(grant, facts)).toEqual({
+      decision: { action: 'reply', outcome: { status: 'busy', epoch: 7n, remainingMs: 0 } },
+      arriving: true,
+    });
+    expect(inLineOrder(grant, { ...facts, waits: false })).toEqual({
+      decision: { action: 'reply', outcome: { status: 'busy', epoch: 7n, remainingMs: 0 } },
+      arriving: false,
+    });
+    expect(inLineOrder(join, facts)).toEqual({
+      decision: { action: 'reply', outcome: { status: 'not_holder', epoch: 7n } },
+      arriving: false,
+    });
+  });
+
+  it("leaves the line's own try and a resource without a line as decided; a waiting busy counts as arriving", () => {
+    expect(inLineOrder(grant, { ...facts, queued: true })).toEqual({ decision: grant, arriving: false });
+    expect(inLineOrder(grant, { ...facts, lineWaits: false })).toEqual({ decision: grant, arriving: false });
+    expect(inLineOrder(join, { ...facts, lineWaits: false })).toEqual({ decision: join, arriving: false });
+    expect(inLineOrder(busy, { ...facts, lineWaits: false })).toEqual({ decision: busy, arriving: true });
+    expect(inLineOrder(busy, { ...facts, queued: true })).toEqual({ decision: busy, arriving: false });
   });
 });
 

@@ -11,6 +11,7 @@
  * were performed still counts.
  */
 import type { Outcome } from '../../protocol/messages.js';
+import type { Decision } from '../policy-types.js';
 
 /** What the service knows of a request as it arrives, for its route (all plain facts, read by the driver). */
 export interface ArrivalFacts {
@@ -54,6 +55,35 @@ export function afterAnswer(waits: boolean, isRelease: boolean, outcome: Outcome
     return { type: 'waitInLine', busy: { epoch: outcome.epoch, remainingMs: outcome.remainingMs } };
   if (isRelease && outcome.status === 'released') return { type: 'wakeLine' };
   return { type: 'reply' };
+}
+
+/** What the line's order needs to know of a decision made outside it (read by the driver in the critical section). */
+export interface LineOrderFacts {
+  /** The request waited its turn in the line: its decision is the line's own. */
+  readonly queued: boolean;
+  /** The resource's line has waiters (or one announced on its way in). */
+  readonly lineWaits: boolean;
+  /** The record's epoch, or the floor for a resource without one: what a `busy` or `not_holder` instead names. */
+  readonly recordEpoch: bigint;
+  /** The request is an acquire that may wait (`waitMs` > 0) when busy. */
+  readonly waits: boolean;
+}
+
+/**
+ * Nobody overtakes a line (docs/protocol.md, lines): a grant decided outside the line while it waits becomes `busy`
+ * at the record's epoch with `remainingMs` 0 (the line's own decision is on its way), and a join, a grant without a
+ * partial, `not_holder`. `arriving`: a waiting acquire answered `busy` counts as in the line from this decision, so
+ * that one decided meanwhile neither overtakes it nor goes before it (the driver announces it to the line).
+ */
+export function inLineOrder(decision: Decision, facts: LineOrderFacts): { decision: Decision; arriving: boolean } {
+  let d = decision;
+  if (!facts.queued && facts.lineWaits) {
+    if (d.action === 'grant')
+      d = { action: 'reply', outcome: { status: 'busy', epoch: facts.recordEpoch, remainingMs: 0 } };
+    else if (d.action === 'join') d = { action: 'reply', outcome: { status: 'not_holder', epoch: facts.recordEpoch } };
+  }
+  const arriving = !facts.queued && d.action === 'reply' && d.outcome.status === 'busy' && facts.waits;
+  return { decision: d, arriving };
 }
 
 /** Names a waiter of a line (the line numbers them). */
