@@ -29,6 +29,7 @@ export function connectionViews(ctx: QuorumContext): ConnectionView[] {
     latencyMs: channel.latencyMs,
     lineLatencyMs: channel.lineLatencyMs,
     probeDue: channel.probeDue,
+    missedTurn: channel.missedTurn,
   }));
 }
 
@@ -101,9 +102,12 @@ class Driver<R> {
     const { resource, signal } = this.#options;
     if (resource !== undefined) {
       this.#stops.push(ctx.onReleased(resource, () => this.#feed({ type: 'released', at: this.#now() })));
-      const stopTurns = ctx.onTurn?.(resource, (replica, epoch) =>
-        this.#feed({ type: 'turn', at: this.#now(), replica, epoch }),
-      );
+      const stopTurns = ctx.onTurn?.(resource, (replica, epoch) => {
+        // Whom the turn is asked of depends on the figures of now (a leader that missed our last turn, learnt
+        // from its answer after this call began), not those the call started with.
+        this.#refreshRouting();
+        this.#feed({ type: 'turn', at: this.#now(), replica, epoch });
+      });
       if (stopTurns) this.#stops.push(stopTurns);
     }
     if (signal) {

@@ -32,6 +32,8 @@ export interface ReplicaChannel {
   readonly lineLatencyMs?: number | undefined;
   /** Whether it is due a probe, should it count as slow (ReplicaLatency.probeDue). */
   readonly probeDue?: boolean | undefined;
+  /** Whether it missed this client's last turn in a line (ReplicaLatency.missedTurn). */
+  readonly missedTurn?: boolean | undefined;
   request<K extends RequestKind>(
     body: RequestBody<K>,
     timeoutMs: number,

@@ -114,6 +114,10 @@ export class ReplicaConnection implements ReplicaChannel {
     return this.#latency.probeDue(this.#context.options.clock.now());
   }
 
+  get missedTurn(): boolean {
+    return this.#latency.missedTurn;
+  }
+
   /** Requests open on it now, sent or queued for a slot. */
   get openRequests(): number {
     return this.#requests.size;

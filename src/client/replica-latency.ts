@@ -16,6 +16,12 @@
  *   or a busy machine's flushes) looked slow to some clients and not to others at each instant, they waited in
  *   two lines at once, and every handoff was split (the gray bench's hot resource fell to a twentieth).
  *
+ * A turn the replica answers without a grant after f+1 others granted it marks it as having missed this client's
+ * last turn (`missedTurn`): a leader whose flushes are slow is still flushing the turn when the holder, done with it,
+ * releases, and answers the withdrawn request `busy`, so its lateness is never timed. A turn told by a leader so
+ * marked is asked of every other replica (askSigners). The mark clears when one of its grants of a turn arrives
+ * after another replica's (a first grant may be early only because the replica is behind).
+ *
  * A replica can make itself look slow, by answering late or not at all, but not fast: only its own answers make
  * samples, a replica fast at some requests and slow at grants is judged by its grants, and anything it leaves
  * unanswered counts against it for as long as it stays so. The pongs keep a slow link measured while the client
@@ -95,6 +101,8 @@ export class ReplicaLatency {
   #turnLate: Figure | undefined;
   #otherMs: number | undefined;
   #pingMs: number | undefined;
+  /** It answered this client's last turn without granting it, after the others had granted it (TurnTiming.missed). */
+  #missedTurn = false;
   /** When an acquire was last sent to the replica (prompt or waiting): a probe is due GRANT_SAMPLE_MS after. */
   #acquireSentAt: number | undefined;
   /** Request (or ping) key → when it left, in the order they left; answered or lost ones are removed. */
@@ -127,7 +135,14 @@ export class ReplicaLatency {
     if (waiting !== undefined) {
       this.#waiting.delete(key);
       const epoch = grantedEpoch(outcome, waiting.epoch);
-      const late = epoch === undefined ? undefined : this.#turns?.granted(waiting.resource, epoch, waiting.at, at);
+      if (epoch === undefined) {
+        if (this.#turns?.missed(waiting.resource, waiting.at, at)) this.#missedTurn = true;
+        return;
+      }
+      // Only a grant after another's says it is back on time: the first to grant may be early because it is
+      // behind (a leader that missed the turns before has no lease in the way), which says nothing of its flushes.
+      if (this.#turns?.seen(waiting.resource, epoch)) this.#missedTurn = false;
+      const late = this.#turns?.granted(waiting.resource, epoch, waiting.at, at);
       if (late !== undefined) this.#turnLate = sample(this.#turnLate, late, at, LATE_RISING);
       return;
     }
@@ -186,6 +201,14 @@ export class ReplicaLatency {
       break; // The oldest ping: pings leave in order.
     }
     return estimate;
+  }
+
+  /**
+   * Whether it missed this client's last turn: answered it without a grant after the others had granted it (the
+   * header). Until it grants one of this client's turns again, a turn it tells is asked of every other replica.
+   */
+  get missedTurn(): boolean {
+    return this.#missedTurn;
   }
 
   /** Whether an acquire should ask it beside the first signers, should it count as slow (the header). */

@@ -68,14 +68,15 @@ export function slowReplicas(
 
 /**
  * What the choices above depend on of the connections' figures, as one string: the slow replicas as signers and as
- * lines' keepers, and the slow ones due a probe. A core decides with the connections it was last told of; the driver
+ * lines' keepers, the slow ones due a probe, and the leaders that missed this client's last turn (askSigners). A core decides with the connections it was last told of; the driver
  * tells it again whenever this changed (drive.ts), as figures change with no event (a hung replica's ping ages, a
  * link slows). Pure.
  */
 export function routingOf(connections: readonly ConnectionView[], t: number): string {
   const signers = [...slowReplicas(connections, t)].join(',');
   const lines = [...slowReplicas(connections, t, SLOW_LEADER)].join(',');
-  return `${signers}|${lines}|${probesDue(connections, t).join(',')}`;
+  const missed = connections.filter((c) => c.missedTurn === true).map((c) => c.index);
+  return `${signers}|${lines}|${probesDue(connections, t).join(',')}|${missed.join(',')}`;
 }
 
 /** The slow replicas (as signers) due a probe (ReplicaLatency.probeDue), in connection order. Pure. */

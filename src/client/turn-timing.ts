@@ -16,6 +16,7 @@ import { BoundedMap } from '../common/bounded-map.js';
 const MAX_TURNS = 256;
 
 interface Turn {
+  readonly resource: string;
   /** When its first grant arrived. */
   readonly firstAt: number;
   /** Grants arrived so far (from requests sent before the first one arrived). */
@@ -39,7 +40,8 @@ export class TurnTiming {
   granted(resource: string, epoch: bigint, sentAt: number, at: number): number | undefined {
     const key = `${epoch}\u0000${resource}`;
     let turn = this.#turns.get(key);
-    if (turn === undefined) this.#turns.set(key, (turn = { firstAt: at, arrived: 0, referenceAt: undefined }));
+    if (turn === undefined)
+      this.#turns.set(key, (turn = { resource, firstAt: at, arrived: 0, referenceAt: undefined }));
     else if (sentAt >= turn.firstAt) return undefined;
     turn.arrived++;
     if (turn.arrived < this.#f + 1) return 0;
@@ -48,5 +50,29 @@ export class TurnTiming {
       return 0;
     }
     return Math.max(0, at - turn.referenceAt);
+  }
+
+  /** Whether some replica's grant of the turn of `resource` at `epoch` has arrived. */
+  seen(resource: string, epoch: bigint): boolean {
+    return this.#turns.has(`${epoch}\u0000${resource}`);
+  }
+
+  /**
+   * A replica answered a request for a turn of `resource` sent at `sentAt` without granting it, at `at`: whether a
+   * turn of `resource` first granted after `sentAt` (this client's, which that request asked for) had been granted
+   * by f+1 replicas before. Then the replica had not granted it by the time the others had and the client was done
+   * with it (released it: a replica that grants a line's turns late, behind slow flushes, answers the release
+   * first). That says it missed the turn, not by how much.
+   */
+  missed(resource: string, sentAt: number, at: number): boolean {
+    for (const turn of this.#turns.values())
+      if (
+        turn.resource === resource &&
+        turn.firstAt > sentAt &&
+        turn.referenceAt !== undefined &&
+        turn.referenceAt <= at
+      )
+        return true;
+    return false;
   }
 }

@@ -167,6 +167,10 @@ class MutatedChannel implements ReplicaChannel {
     return !this.#mutation.blindToLatency && this.#connection.probeDue;
   }
 
+  get missedTurn(): boolean {
+    return !this.#mutation.blindToLatency && this.#connection.missedTurn;
+  }
+
   request<K extends RequestKind>(
     body: RequestBody<K>,
     timeoutMs: number,

@@ -114,6 +114,8 @@ export interface Plan {
   readonly network?: NetworkConditions;
   /** Each replica's epoch floor when it first starts (replica k+1's at k; default 0): floors that differ. */
   readonly floors?: readonly bigint[];
+  /** Replica index → ms more on every flush of its disk (a slow disk; the timing scenarios' slow-flush leader). */
+  readonly slowDisks?: Readonly<Record<number, number>>;
   /** Whether each link keeps its order (default `fifo`, as TCP) or its messages may overtake each other (network.ts). */
   readonly linkOrder?: LinkOrder;
 }

@@ -15,7 +15,8 @@
  * - gray faults: the hot line and the one client again with the resource's hash leader far slower than the rest
  *   (50 ms more each way), or hung (its connections open, nothing answered) from a moment on: once the clients have
  *   seen it (measured from 1 s into the run, or 1 s after the hang), each fast path still costs one round trip,
- *   since any t replicas suffice (docs/protocol.md, "Slow replicas").
+ *   since any t replicas suffice (docs/protocol.md, "Slow replicas"); and the hot line with the leader's every
+ *   flush 50 ms slower (its pongs and pushes on time).
  */
 import { RUN_LIMITS, type Plan } from './scenario.js';
 import type { ClientOp } from './client-node.js';
@@ -89,6 +90,8 @@ interface Gray {
    * answers' time shows it. Honest before, so the clients first measured it fast (the gray bench's order).
    */
   readonly lateFrom?: number;
+  /** Extra ms on every flush of its disk, from the start: its pongs and pushes on time, its grants late. */
+  readonly slowDiskMs?: number;
 }
 
 /** Far slower than the rest: five times a one-way trip more, each way (the issue's 50 ms on a network of 2 ms). */
@@ -115,12 +118,13 @@ function plan(seed: number, n: number, ops: ClientOp[][], floors?: bigint[], gra
     healAt: NO_HEAL_MS,
     network: gray.slowMs === undefined ? NETWORK : { ...NETWORK, slowNodes: { [leader]: gray.slowMs } },
     ...(floors ? { floors } : {}),
+    ...(gray.slowDiskMs === undefined ? {} : { slowDisks: { [leaderOf(resources[0]!, n)]: gray.slowDiskMs } }),
   };
 }
 
 /** When a gray scenario's samples start to count: a second after its fault is in place (0: no fault). */
 function seenFrom(gray: Gray): number {
-  if (gray.slowMs === undefined && gray.hangAt === undefined && gray.lateFrom === undefined) return 0;
+  if (Object.values(gray).every((value) => value === undefined)) return 0;
   return (gray.hangAt ?? gray.lateFrom ?? 0) + SEEN_AFTER_MS;
 }
 
@@ -128,6 +132,7 @@ function grayName(gray: Gray): string {
   if (gray.slowMs !== undefined) return `, leader ${gray.slowMs} ms slower each way`;
   if (gray.hangAt !== undefined) return ', leader hung';
   if (gray.lateFrom !== undefined) return ', leader Byzantine, answering late';
+  if (gray.slowDiskMs !== undefined) return `, leader's flushes ${gray.slowDiskMs} ms slower`;
   return '';
 }
 
@@ -222,6 +227,7 @@ export function timingScenarios(): Scenario[] {
     oneClient(31_012, 80, { hangAt: HANG_AT_MS }),
     hotLine(31_013, 4, 3, 200, 0, { lateFrom: HANG_AT_MS }),
     oneClient(31_014, 300, { lateFrom: HANG_AT_MS }),
+    hotLine(31_015, 4, 3, 60, 0, { slowDiskMs: SLOW_MS }),
   ];
 }
 

@@ -36,6 +36,12 @@ const WALL_ORIGIN = 1_800_000_000_000;
 const QUIET_MS = RUN_LIMITS.maxTtlMs + 500;
 /** Disk flushes take 0.3 to 3 ms: an fsync on a busy SSD. */
 const DISK_TIMING = { flushMinMs: 0.3, flushMaxMs: 3 };
+
+/** Replica `index`'s disk: DISK_TIMING, its flushes slower by what the plan says (slowDisks). */
+function diskTiming(plan: Plan, index: number): typeof DISK_TIMING {
+  const slower = plan.slowDisks?.[index] ?? 0;
+  return { flushMinMs: DISK_TIMING.flushMinMs + slower, flushMaxMs: DISK_TIMING.flushMaxMs + slower };
+}
 /** Lies that are slow but not dead, floods that are a flood for a client yet cheap to simulate. */
 const LIE_PARAMS = byzantineParams({ slowMs: 120, floodCount: 6 });
 
@@ -174,7 +180,7 @@ export class World {
         secretKey: keys.secretKeys[index - 1]!,
         limits: this.limits,
         access: this.access,
-        disk: new SimDisk(seededRandom(subSeed(plan.seed, 1_000 * generation + 100 + index)), DISK_TIMING),
+        disk: new SimDisk(seededRandom(subSeed(plan.seed, 1_000 * generation + 100 + index)), diskTiming(plan, index)),
         rate: driftOf(subSeed(plan.seed, 1_000 * generation + 500 + index)),
         wallClock: () => WALL_ORIGIN + this.scheduler.now,
         ...(behaviours

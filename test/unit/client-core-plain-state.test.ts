@@ -225,6 +225,58 @@ describe("the acquire call's state is plain data", () => {
     expect(acquire.copies()).toBeGreaterThanOrEqual(6);
   });
 
+  it("a turn the leader told and the others lost is retried in the line, though the leader's own grant never came", async () => {
+    const acquire = twinAcquire(
+      { resource: 'orders', ttlMs: 1_000, waitMs: 2_000, timeoutMs: 3_000 },
+      { epoch: 5n, contended: true },
+    );
+    const [atLeader] = sends(acquire.started);
+    const leader = atLeader!.replica;
+    // Told its turn at 7, the waiter asks the other first signers; the leader's grant is late (a slow leader).
+    const signers = sends(acquire.step({ type: 'turn', at: 10, replica: leader, epoch: 7n }));
+    expect(signers).toHaveLength(dealt.cluster.t - 1);
+    // Both are past 7 already (a grant decided outside this line): the fourth replica is asked, and grants.
+    const stale = (send: Send, time: number): CoreEvent => ({
+      type: 'answer',
+      at: time,
+      request: send.request,
+      answer: { kind: 'reply', outcome: { status: 'stale', epoch: 8n } },
+    });
+    const fourth = sends(acquire.step(stale(signers[0]!, 20)));
+    expect(fourth.map((send) => send.replica)).toHaveLength(1);
+    expect(sends(acquire.step(stale(signers[1]!, 21)))).toEqual([]);
+    const lost = acquire.step(at(grantedBy(fourth[0]!), 22));
+    // What was won is released, and the next attempt comes after a pause.
+    expect(sends(lost).every((send) => (send.body as { type: string }).type === 'release')).toBe(true);
+    const pause = acquire.state().phase;
+    if (pause.kind !== 'pause') throw new Error(`expected a pause, got ${pause.kind}`);
+    const next = sends(acquire.step({ type: 'timer', at: 100, timer: pause.timer }));
+    // The turn was lost, not missed: the next attempt waits in the leader's line again (waitMs), above 8.
+    const again = next.filter((send) => send.replica === leader && (send.body as { type: string }).type === 'acquire');
+    expect(again).toHaveLength(1);
+    expect(again[0]!.body).toMatchObject({ epoch: 9n, waitMs: expect.any(Number) });
+    expect((again[0]!.body as { waitMs: number }).waitMs).toBeGreaterThan(0);
+    expect(acquire.state().turnsLost).toBe(1);
+    expect(acquire.state().turnMissed).toBe(false);
+  });
+
+  it('a turn told by a leader that missed our last one is asked of every other replica at once', () => {
+    const acquire = twinAcquire(
+      { resource: 'orders', ttlMs: 1_000, waitMs: 2_000, timeoutMs: 3_000 },
+      { epoch: 5n, contended: true },
+    );
+    const leader = sends(acquire.started)[0]!.replica;
+    // The driver tells the core its connections again: the leader missed this client's last turn.
+    const missed = connections.map((c) => (c.index === leader ? { ...c, missedTurn: true } : c));
+    expect(sends(acquire.step({ type: 'connections', at: 5, connections: missed }))).toEqual([]);
+    const asked = sends(acquire.step({ type: 'turn', at: 10, replica: leader, epoch: 7n }));
+    // Not the t-1 other first signers, but all N-1 others: any t of them make the grant without the leader.
+    expect(asked.map((send) => send.replica).sort()).toEqual(
+      connections.map((c) => c.index).filter((index) => index !== leader),
+    );
+    expect(asked.every((send) => (send.body as { epoch: bigint }).epoch === 7n)).toBe(true);
+  });
+
   it('a bad partial: the combine fails, the liar is named, the fourth replica is asked; a copy at every step does the same', async () => {
     const acquire = twinAcquire({ resource: 'jobs', ttlMs: 1_000, waitMs: 0, timeoutMs: 2_000 });
     const asked = sends(acquire.started);

@@ -188,6 +188,54 @@ describe("TurnTiming: how late each replica grants a line's turn against the oth
   });
 });
 
+describe('a leader that missed our last turn (slow flushes behind its line, its pongs and pushes on time)', () => {
+  const prompt: RequestBody<'acquire'> = { type: 'acquire', resource: 'hot', epoch: 7n, ttlMs: 1_000 };
+  const waiting = (epoch: bigint) => measureOf({ ...prompt, epoch, waitMs: 5_000 } as RequestBody<'acquire'>);
+
+  it('TurnTiming.missed: a turn first granted after the request left was granted by f+1 others before the answer', () => {
+    const turns = new TurnTiming(1);
+    expect(turns.missed('hot', 0, 500)).toBe(false); // no turn at all
+    expect(turns.seen('hot', 9n)).toBe(false);
+    turns.granted('hot', 9n, 0, 300);
+    expect(turns.seen('hot', 9n)).toBe(true);
+    expect(turns.missed('hot', 0, 500)).toBe(false); // one grant only: not yet f+1
+    turns.granted('hot', 9n, 0, 301);
+    expect(turns.missed('hot', 0, 500)).toBe(true);
+    expect(turns.missed('hot', 0, 300)).toBe(false); // answered before the others had granted it
+    expect(turns.missed('hot', 300, 500)).toBe(false); // a request sent after the turn: another turn's
+    expect(turns.missed('other', 0, 500)).toBe(false);
+  });
+
+  it('ReplicaLatency: a turn answered without a grant after the others granted it; cleared by a grant after another', () => {
+    const turns = new TurnTiming(1);
+    const [a, b, leader] = [new ReplicaLatency(turns), new ReplicaLatency(turns), new ReplicaLatency(turns)];
+    for (const latency of [a, b, leader]) latency.sent('w', waiting(7n), 0);
+    a.answered('w', 300, { status: 'granted', epoch: 7n });
+    b.answered('w', 301, { status: 'granted', epoch: 7n });
+    // The holder released at once; the leader, still flushing, answers its withdrawn request `busy`.
+    leader.answered('w', 305, { status: 'busy', epoch: 7n, remainingMs: 0 });
+    expect(leader.missedTurn).toBe(true);
+    expect(a.missedTurn).toBe(false);
+    // Its signer figure is unchanged: a miss says it was late, not by how much.
+    expect(leader.estimateMs(305)).toBeUndefined();
+    // The next turn: it grants first (it has no lease in the way, being behind). That says nothing: still missed.
+    leader.sent('x', waiting(8n), 310);
+    leader.answered('x', 400, { status: 'granted', epoch: 9n });
+    expect(leader.missedTurn).toBe(true);
+    // A turn it grants after another replica did: back in step.
+    for (const latency of [a, leader]) latency.sent('y', waiting(10n), 500);
+    a.answered('y', 600, { status: 'granted', epoch: 10n });
+    leader.answered('y', 601, { status: 'granted', epoch: 10n });
+    expect(leader.missedTurn).toBe(false);
+  });
+
+  it('routingOf changes when a leader missed a turn, so the driver tells the core at the next turn', () => {
+    const healthy = views([2, 2, 2, 2]);
+    const missed = healthy.map((c) => (c.index === 1 ? { ...c, missedTurn: true } : c));
+    expect(routingOf(missed, 3)).not.toBe(routingOf(healthy, 3));
+  });
+});
+
 describe('slowReplicas, firstSigners, leaderFor: acquires leave the slowest f out', () => {
   it('leaves out a replica far slower than the t-th fastest, at most all but t, and none among similar ones', () => {
     expect([...slowReplicas(views([2, 2.5, 3, 52]), 3)]).toEqual([4]);

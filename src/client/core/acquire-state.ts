@@ -92,7 +92,7 @@ export interface AttemptState {
   leaderOnly: boolean;
   /** Announced by the leader: we were first in its line behind a running lease. */
   waited: boolean;
-  /** Granted by the leader: our turn came. */
+  /** Told or granted by the leader: our turn came (should the others' answers lose it, a lost turn). */
   turnCame: boolean;
   /** The leader's turn came at another epoch than it announced (someone got in first): this attempt is lost. */
   turnMoved: boolean;

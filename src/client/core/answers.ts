@@ -202,7 +202,10 @@ export function askSigners(s: AttemptStep, at: number): void {
   attempt.leaderOnly = false;
   const { leader } = attempt;
   const signers = firstSigners({ channels: acquire.call.connections }, acquire.request.resource, env.cluster.t);
-  if (signers && leader !== undefined && signers.has(leader))
+  // A leader that missed our last turn (answered it only after the others had granted it and we had released it:
+  // slow flushes behind its line, whose pongs and pushes are on time) is not waited for: any t of the others.
+  const missed = acquire.call.connections.some((c) => c.index === leader && c.missedTurn === true);
+  if (signers && leader !== undefined && signers.has(leader) && !missed)
     widenRoundTo(attempt.round, acquire.call.out, signers, at);
   else widenRound(attempt.round, acquire.call.out, at);
 }

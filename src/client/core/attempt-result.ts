@@ -17,7 +17,7 @@ export type Attempt =
   /** `leaderOnly`: only the leader answered (leader-first), so f+1 replicas have not confirmed it. */
   | { readonly kind: 'busy'; readonly epoch: bigint; readonly remainingMs: number; readonly leaderOnly: boolean }
   /**
-   * `turnCame`: the leader kept the request in its line and granted its turn; the others' answers lost it.
+   * `turnCame`: the leader kept the request in its line and told or granted its turn; the others' answers lost it.
    * `blockers`: replicas that said `stale` at or above the attempt's epoch (their records are ahead of it).
    */
   | {

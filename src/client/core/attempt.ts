@@ -163,6 +163,11 @@ function turn(s: AttemptStep, replica: number, announced: bigint, at: number): v
   if (attempt.finished || attempt.waitTurnMs <= 0) return;
   if (replica !== attempt.leader || !attempt.leaderOnly || announced < attempt.epoch) return;
   attempt.waited = true;
+  // The leader told our turn: should the others' answers lose it, that is a lost turn (retried once in the line),
+  // not a missed one. Its own grant may come late or never (a slow or Byzantine leader whose pushes are on time):
+  // counted as missed, every such turn sent the rest of the call to polling, which at a hot resource raced the
+  // line's next turn and came back stale until the caller's deadline.
+  attempt.turnCame = true;
   attempt.sentAt = at;
   if (announced !== attempt.epoch) moveTo(s, announced);
   askSigners(s, at);

@@ -21,6 +21,8 @@ export interface ConnectionView {
   readonly lineLatencyMs?: number | undefined;
   /** Should it count as slow: an acquire asks it beside the first signers, to see whether it still is. */
   readonly probeDue?: boolean | undefined;
+  /** As a line's leader it missed this client's last turn: a turn it tells is asked of every other replica. */
+  readonly missedTurn?: boolean | undefined;
 }
 
 export type AnyRequestBody = { [K in RequestKind]: RequestBody<K> }[RequestKind];
