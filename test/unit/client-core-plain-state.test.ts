@@ -110,6 +110,20 @@ describe("a round call's state is plain data", () => {
     expect(roundCallResult(copy, RENEW_RULES)).toEqual(result);
   });
 
+  it("requests that time out before the round's own timer fires end the round at its deadline, not for want of replicas", () => {
+    // Every replica is up; the three asked answer nothing in time. Their requests were sent with the round's time,
+    // so their timing out is the round's deadline, whichever of the timers the driver fires first.
+    const { state, asked } = renewCall();
+    const timedOut = (send: Send, time: number): CoreEvent => ({
+      type: 'answer',
+      at: time,
+      request: send.request,
+      answer: { kind: 'timeout' },
+    });
+    for (const [k, send] of asked.entries()) stepRoundCall(state, RENEW_RULES, timedOut(send, 1_000 + k));
+    expect(roundCallResult(state, RENEW_RULES)).toMatchObject({ ok: false, reason: 'timeout' });
+  });
+
   it('a copy of a release round made before its deadline times out as the original does, with the same timer', () => {
     const state = newRoundCall(
       { params, bodies: { body: { type: 'release', resource: 'orders', epoch: 3n } }, timeoutMs: 500 },
@@ -275,6 +289,24 @@ describe("the acquire call's state is plain data", () => {
       connections.map((c) => c.index).filter((index) => index !== leader),
     );
     expect(asked.every((send) => (send.body as { epoch: bigint }).epoch === 7n)).toBe(true);
+  });
+
+  it('first signers whose requests time out, every replica up: the acquire tries again, it does not say unavailable', () => {
+    const acquire = twinAcquire({ resource: 'jobs', ttlMs: 1_000, waitMs: 0, timeoutMs: 5_000 });
+    const asked = sends(acquire.started);
+    expect(asked).toHaveLength(dealt.cluster.t);
+    const timedOut = (send: Send, time: number): CoreEvent => ({
+      type: 'answer',
+      at: time,
+      request: send.request,
+      answer: { kind: 'timeout' },
+    });
+    // The first to time out widens the attempt to the fourth replica, which times out too.
+    const pending = [...asked];
+    for (let k = 0; pending.length > 0 && k < 8; k++)
+      pending.push(...sends(acquire.step(timedOut(pending.shift()!, 1_000 + k))));
+    expect(acquire.end()).toBeUndefined();
+    expect(acquire.state().phase.kind).toBe('pause');
   });
 
   it('a bad partial: the combine fails, the liar is named, the fourth replica is asked; a copy at every step does the same', async () => {

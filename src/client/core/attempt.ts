@@ -38,6 +38,7 @@ import {
   roundAnswer,
   roundAsked,
   roundConnectionsChanged,
+  roundEndedBy,
   roundNarrow,
   roundPossible,
   roundTimer,
@@ -349,6 +350,7 @@ function finish(s: AttemptStep, at: number): void {
   outbox.clearTimer(out, attempt.lateTimer);
   outbox.clearTimer(out, attempt.leaderCheckTimer);
   attempt.widenTimer = attempt.lateTimer = attempt.leaderCheckTimer = undefined;
+  attempt.ended = roundEndedBy(attempt.round, attempt.ended);
   const reachable = attempt.judge.voted.size + roundPossible(attempt.round);
   const asked = roundAsked(attempt.round);
   closeRound(attempt.round, out);

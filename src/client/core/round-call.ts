@@ -17,6 +17,7 @@ import {
   endRound,
   newRound,
   nextRoundEvent,
+  roundEndedBy,
   roundAnswer,
   roundConnectionsChanged,
   roundPossible,
@@ -168,5 +169,5 @@ function pump<P, R>(state: RoundCallState<P>, rules: RoundCallRules<P, R>, round
 
 function finish<P>(state: RoundCallState<P>, round: RoundState, why: RoundEnd | undefined): void {
   closeRound(round, state.call.out);
-  state.ended = { why };
+  state.ended = { why: roundEndedBy(round, why) };
 }

@@ -50,6 +50,13 @@ export interface RoundState {
   ended: Extract<RoundEvent, { type: 'end' }> | undefined;
   first: ReadonlySet<number> | undefined;
   readonly only: ReadonlySet<number> | undefined;
+  /**
+   * A request of this round timed out. Each is sent with the round's time left (its deadline only moves earlier), so
+   * its timing out means the round's deadline has come, whether or not the round's own timer fired first: a round
+   * that runs out of replicas then ended at its deadline, not for want of replicas. Counted as exhausted, such a round
+   * made an acquire whose caller's wait ran out say `unavailable` ("only 1 replicas answered") with every replica up.
+   */
+  timedOut: boolean;
 }
 
 /** @param bodies the request for each replica (usually the same for all). */
@@ -71,6 +78,7 @@ export function newRound(
     ended: undefined,
     first: setup.first,
     only: setup.only,
+    timedOut: false,
   };
   for (const connection of connections) round.slots.set(connection.index, 'skipped');
   if (setup.aborted) {
@@ -149,6 +157,7 @@ export function roundAnswer(round: RoundState, request: number, answer: ReplicaA
   const replica = round.requests.get(request);
   if (replica === undefined || round.ended) return false;
   round.requests.delete(request);
+  if (answer.kind === 'timeout') round.timedOut = true;
   round.queue.push({ type: 'answer', replica, answer });
   return true;
 }
@@ -174,8 +183,16 @@ export function nextRoundEvent(round: RoundState, out: Outbox): RoundEvent | und
   }
   if (round.ended) return round.ended;
   if (roundPossible(round) > 0) return undefined;
-  endRound(round, out, 'exhausted');
+  endRound(round, out, round.timedOut ? 'deadline' : 'exhausted');
   return round.ended;
+}
+
+/**
+ * Why a round's caller stopped it: `why`, the round's own end (undefined when the caller stopped before the round
+ * ended, its rules having heard enough); 'deadline' when undefined and a request timed out (`timedOut`).
+ */
+export function roundEndedBy(round: RoundState, why: RoundEnd | undefined): RoundEnd | undefined {
+  return why ?? (round.timedOut ? 'deadline' : undefined);
 }
 
 /** Ends the round (answers already queued are still handed out first). */
