@@ -68,9 +68,9 @@ export function slowReplicas(
 
 /**
  * What the choices above depend on of the connections' figures, as one string: the slow replicas as signers and as
- * lines' keepers, the slow ones due a probe, and the leaders that missed this client's last turn (askSigners). A core decides with the connections it was last told of; the driver
- * tells it again whenever this changed (drive.ts), as figures change with no event (a hung replica's ping ages, a
- * link slows). Pure.
+ * lines' keepers, the slow ones due a probe, and the leaders that missed this client's last turn (askSigners). A
+ * core decides with the connections it was last told of; the driver tells it again whenever this changed (drive.ts),
+ * as figures change with no event (a hung replica's ping ages, a link slows). Pure.
  */
 export function routingOf(connections: readonly ConnectionView[], t: number): string {
   const signers = [...slowReplicas(connections, t)].join(',');
